@@ -1,0 +1,148 @@
+// common.wgsl: the prelude of every xpu compute shader. The runtime composes each module as
+// `common.wgsl` followed by one family file (never text substitution), and tests/shaders.rs
+// validates exactly those compositions with naga.
+//
+// Conventions (mirrored by src/xpu/kernels/params.rs):
+// - every tensor buffer is `array<u32>`: f32/i32 take one word per element, f16/bf16 two lanes
+//   per word, u8 four lanes per word (little-endian lane order);
+// - dtype codes: 0 f32, 1 f16, 2 bf16, 3 i32, 4 u8; DT_IN/DT_OUT select them per pipeline;
+// - an invocation that writes 16- or 8-bit data writes whole words, so no two invocations ever
+//   write the same word;
+// - params (binding 0) is 64 u32 words: [0] count, [1] rank, [2] op, [3] extra,
+//   [4..12) shape, [12..20) strides of src0, [20..28) strides of src1, [28] offset src0,
+//   [29] offset src1, [30..32) two f32 scalars, [32..64) family-specific.
+
+override DT_IN: u32 = 0u;
+override DT_OUT: u32 = 0u;
+override WG: u32 = 256u;
+override VARIANT: u32 = 0u;
+
+@group(0) @binding(0) var<uniform> params: array<vec4<u32>, 16>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(2) var<storage, read> src0: array<u32>;
+@group(0) @binding(3) var<storage, read> src1: array<u32>;
+
+const F32_INF: u32 = 0x7f800000u;
+const F32_NAN: u32 = 0x7fc00000u;
+
+fn p(i: u32) -> u32 {
+    return params[i >> 2u][i & 3u];
+}
+
+fn pf(i: u32) -> f32 {
+    return bitcast<f32>(p(i));
+}
+
+fn inf() -> f32 {
+    return bitcast<f32>(F32_INF);
+}
+
+fn nan() -> f32 {
+    return bitcast<f32>(F32_NAN);
+}
+
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > F32_INF;
+}
+
+// Elements per u32 word of a dtype.
+fn epw(dt: u32) -> u32 {
+    if (dt == 1u || dt == 2u) {
+        return 2u;
+    }
+    if (dt == 4u) {
+        return 4u;
+    }
+    return 1u;
+}
+
+// Raw bits of lane `lane` of `word` for dtype `dt` (zero-extended).
+fn lane_bits(word: u32, lane: u32, dt: u32) -> u32 {
+    let e = epw(dt);
+    if (e == 1u) {
+        return word;
+    }
+    let bits = 32u / e;
+    return extractBits(word, lane * bits, bits);
+}
+
+// Value of the lane bits of dtype `dt` as f32.
+fn bits_to_f32(b: u32, dt: u32) -> f32 {
+    switch dt {
+        case 0u: { return bitcast<f32>(b); }
+        case 1u: { return unpack2x16float(b).x; }
+        case 2u: { return bitcast<f32>(b << 16u); }
+        case 3u: { return f32(bitcast<i32>(b)); }
+        default: { return f32(b); }
+    }
+}
+
+// bf16 bits of an f32, rounding to nearest even (NaN stays NaN).
+fn f32_to_bf16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    if (is_nan(v)) {
+        return (b >> 16u) | 0x40u;
+    }
+    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
+}
+
+// Lane bits of dtype `dt` for an f32 value (saturating, NaN -> 0 for integers).
+fn f32_to_bits(v: f32, dt: u32) -> u32 {
+    switch dt {
+        case 0u: { return bitcast<u32>(v); }
+        case 1u: { return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu; }
+        case 2u: { return f32_to_bf16_bits(v); }
+        case 3u: {
+            if (is_nan(v)) { return 0u; }
+            return bitcast<u32>(i32(clamp(v, -2147483648.0, 2147483520.0)));
+        }
+        default: {
+            if (is_nan(v)) { return 0u; }
+            return u32(clamp(v, 0.0, 255.0));
+        }
+    }
+}
+
+// Element `i` (storage index) of src0 / src1 as f32, decoded from DT_IN.
+fn load0(i: u32) -> f32 {
+    let e = epw(DT_IN);
+    return bits_to_f32(lane_bits(src0[i / e], i % e, DT_IN), DT_IN);
+}
+
+fn load1(i: u32) -> f32 {
+    let e = epw(DT_IN);
+    return bits_to_f32(lane_bits(src1[i / e], i % e, DT_IN), DT_IN);
+}
+
+fn load0_bits(i: u32) -> u32 {
+    let e = epw(DT_IN);
+    return lane_bits(src0[i / e], i % e, DT_IN);
+}
+
+// Places lane bits at lane `lane` of a word of dtype `dt`.
+fn place(bits: u32, lane: u32, dt: u32) -> u32 {
+    let e = epw(dt);
+    if (e == 1u) {
+        return bits;
+    }
+    return bits << (lane * (32u / e));
+}
+
+// Storage offset of logical (row-major) index `i` over the shape in params[4..4+rank], with the
+// strides at params[strides_at..].
+fn strided(i: u32, strides_at: u32) -> u32 {
+    var idx = i;
+    var off = 0u;
+    let rank = p(1u);
+    for (var d = rank; d > 0u; d = d - 1u) {
+        let size = p(3u + d);
+        off = off + (idx % size) * p(strides_at + d - 1u);
+        idx = idx / size;
+    }
+    return off;
+}
+
+// Linear invocation id over a 2-D grid of 1-D workgroups of WG invocations.
+fn linear_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}

@@ -1,0 +1,291 @@
+// elementwise.wgsl: copy/cast, unary and binary ops over strided inputs into a contiguous output.
+// Each invocation writes one output word (1, 2 or 4 elements, see common.wgsl). params[0] is the
+// number of output elements; VARIANT is the op code (UnaryOp::code / BinaryOp::code).
+
+fn erf_approx(x: f32) -> f32 {
+    // Abramowitz-Stegun 7.1.26 is only 1.5e-7 absolute; use erf(x) = 1 - erfc with a
+    // Numerical-Recipes style Chebyshev fit (|rel err| < 1.2e-7 everywhere).
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+        + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+        + t * (-0.82215223 + t * 0.17087277)))))))));
+    let erf_abs = 1.0 - r;
+    return select(erf_abs, -erf_abs, x < 0.0);
+}
+
+fn tanh_stable(x: f32) -> f32 {
+    let e = exp(-2.0 * abs(x));
+    let t = (1.0 - e) / (1.0 + e);
+    return select(t, -t, x < 0.0);
+}
+
+fn sigmoid(x: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+// sin and cos with Cody-Waite reduction by pi/2 and minimax polynomials on [-pi/4, pi/4]:
+// accurate to a few ulp for |x| < 1e5 (the GPU builtins promise only 2^-11 absolute).
+fn sincos_reduced(x: f32, want_cos: bool) -> f32 {
+    let q = round(x * 0.63661977236758134);
+    var r = x - q * 1.5703125;
+    r = r - q * 4.8375129699707031e-4;
+    r = r - q * 7.5497899548918821e-8;
+    var k = i32(q);
+    if (want_cos) {
+        k = k + 1;
+    }
+    let r2 = r * r;
+    let s = r + r * r2 * (-1.6666654611e-1 + r2 * (8.3321608736e-3 + r2 * -1.9515295891e-4));
+    let c = 1.0 - 0.5 * r2 + r2 * r2 * (4.166664568298827e-2 + r2 * (-1.388731625493765e-3
+        + r2 * 2.443315711809948e-5));
+    let quadrant = k & 3;
+    var v = s;
+    if (quadrant == 1 || quadrant == 3) {
+        v = c;
+    }
+    if (quadrant == 2 || quadrant == 3) {
+        v = -v;
+    }
+    return v;
+}
+
+fn powf(x: f32, y: f32) -> f32 {
+    if (y == 0.0) {
+        return 1.0;
+    }
+    if (is_nan(x) || is_nan(y)) {
+        return nan();
+    }
+    if (x == 0.0) {
+        return select(0.0, inf(), y < 0.0);
+    }
+    var r = exp2(y * log2(abs(x)));
+    if (x < 0.0) {
+        if (fract(y) != 0.0) {
+            return nan();
+        }
+        if (fract(y * 0.5) != 0.0) {
+            r = -r;
+        }
+    }
+    return r;
+}
+
+fn max_nan(a: f32, b: f32) -> f32 {
+    if (is_nan(a) || is_nan(b)) {
+        return nan();
+    }
+    return max(a, b);
+}
+
+fn min_nan(a: f32, b: f32) -> f32 {
+    if (is_nan(a) || is_nan(b)) {
+        return nan();
+    }
+    return min(a, b);
+}
+
+fn unary_op(op: u32, x: f32, a: f32, b: f32) -> f32 {
+    switch op {
+        case 0u: { return -x; }
+        case 1u: { return abs(x); }
+        case 2u: { return exp(x); }
+        case 3u: {
+            if (x < 0.0) { return nan(); }
+            if (x == 0.0) { return -inf(); }
+            return log(x);
+        }
+        case 4u: {
+            if (x < 0.0) { return nan(); }
+            return sqrt(x);
+        }
+        case 5u: {
+            if (x < 0.0) { return nan(); }
+            if (x == 0.0) { return inf(); }
+            return inverseSqrt(x);
+        }
+        case 6u: { return tanh_stable(x); }
+        case 7u: { return sigmoid(x); }
+        case 8u: { return select(max(x, 0.0), x, is_nan(x)); }
+        case 9u: { return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752)); }
+        case 10u: {
+            return 0.5 * x * (1.0 + tanh_stable(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+        }
+        case 11u: { return x * sigmoid(x); }
+        case 12u: { return sincos_reduced(x, false); }
+        case 13u: { return sincos_reduced(x, true); }
+        case 14u: { return x * a + b; }
+        case 15u: { return powf(x, a); }
+        case 16u: { return max_nan(x, a); }
+        case 17u: { return min_nan(x, a); }
+        case 18u: { return 1.0 / x; }
+        default: { return x * x; }
+    }
+}
+
+fn binary_op(op: u32, a: f32, b: f32) -> f32 {
+    switch op {
+        case 0u: { return a + b; }
+        case 1u: { return a - b; }
+        case 2u: { return a * b; }
+        case 3u: { return a / b; }
+        case 4u: { return max_nan(a, b); }
+        case 5u: { return min_nan(a, b); }
+        default: { return powf(a, b); }
+    }
+}
+
+fn ipow(a: i32, b: i32) -> i32 {
+    if (b < 0) {
+        return 0;
+    }
+    var result = 1;
+    var base = a;
+    var e = u32(b);
+    loop {
+        if (e == 0u) { break; }
+        if ((e & 1u) == 1u) { result = result * base; }
+        base = base * base;
+        e = e >> 1u;
+    }
+    return result;
+}
+
+fn binary_op_i32(op: u32, a: i32, b: i32) -> i32 {
+    switch op {
+        case 0u: { return a + b; }
+        case 1u: { return a - b; }
+        case 2u: { return a * b; }
+        case 3u: {
+            if (b == 0) { return 0; }
+            if (b == -1) { return 0 - a; }
+            return a / b;
+        }
+        case 4u: { return max(a, b); }
+        case 5u: { return min(a, b); }
+        default: { return ipow(a, b); }
+    }
+}
+
+// Casts between integer dtypes wrap like Rust's `as`; float<->int convert through f32.
+fn convert_bits(b: u32) -> u32 {
+    if (DT_IN == DT_OUT) {
+        return b;
+    }
+    let in_int = DT_IN == 3u || DT_IN == 4u;
+    let out_int = DT_OUT == 3u || DT_OUT == 4u;
+    if (in_int && out_int) {
+        return select(b, b & 0xffu, DT_OUT == 4u);
+    }
+    return f32_to_bits(bits_to_f32(b, DT_IN), DT_OUT);
+}
+
+@compute @workgroup_size(WG)
+fn copy_cast(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let w = linear_id(wid, nwg, lid);
+    let e = epw(DT_OUT);
+    let n = p(0u);
+    if (w * e >= n) {
+        return;
+    }
+    var word = 0u;
+    for (var lane = 0u; lane < e; lane = lane + 1u) {
+        let i = w * e + lane;
+        if (i < n) {
+            word = word | place(convert_bits(load0_bits(strided(i, 12u) + p(28u))), lane, DT_OUT);
+        }
+    }
+    dst[w] = word;
+}
+
+@compute @workgroup_size(WG)
+fn unary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let w = linear_id(wid, nwg, lid);
+    let e = epw(DT_OUT);
+    let n = p(0u);
+    if (w * e >= n) {
+        return;
+    }
+    let a = pf(30u);
+    let b = pf(31u);
+    var word = 0u;
+    for (var lane = 0u; lane < e; lane = lane + 1u) {
+        let i = w * e + lane;
+        if (i < n) {
+            let x = load0(strided(i, 12u) + p(28u));
+            word = word | place(f32_to_bits(unary_op(VARIANT, x, a, b), DT_OUT), lane, DT_OUT);
+        }
+    }
+    dst[w] = word;
+}
+
+@compute @workgroup_size(WG)
+fn binary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let w = linear_id(wid, nwg, lid);
+    let e = epw(DT_OUT);
+    let n = p(0u);
+    if (w * e >= n) {
+        return;
+    }
+    var word = 0u;
+    for (var lane = 0u; lane < e; lane = lane + 1u) {
+        let i = w * e + lane;
+        if (i < n) {
+            let ia = strided(i, 12u) + p(28u);
+            let ib = strided(i, 20u) + p(29u);
+            var bits: u32;
+            if (DT_IN == 3u) {
+                bits = bitcast<u32>(binary_op_i32(VARIANT, bitcast<i32>(src0[ia]), bitcast<i32>(src1[ib])));
+            } else {
+                bits = f32_to_bits(binary_op(VARIANT, load0(ia), load1(ib)), DT_OUT);
+            }
+            word = word | place(bits, lane, DT_OUT);
+        }
+    }
+    dst[w] = word;
+}
+
+// Writes one part of a concatenation into `dst` (read-modify-write of whole words, so parts
+// that share a word are merged exactly). params[32] inner size, [33] output size along the dim,
+// [34] start of this part along the dim, [35] its size; shape/strides describe the part.
+@compute @workgroup_size(WG)
+fn cat_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let w = linear_id(wid, nwg, lid);
+    let e = epw(DT_OUT);
+    let n = p(0u);
+    if (w * e >= n) {
+        return;
+    }
+    let inner = p(32u);
+    let out_dim = p(33u);
+    let start = p(34u);
+    let len = p(35u);
+    var word = dst[w];
+    var touched = false;
+    for (var lane = 0u; lane < e; lane = lane + 1u) {
+        let i = w * e + lane;
+        if (i < n) {
+            let coord = (i / inner) % out_dim;
+            if (coord >= start && coord < start + len) {
+                let outer = i / (inner * out_dim);
+                let local = (outer * len + coord - start) * inner + i % inner;
+                let bits = load0_bits(strided(local, 12u) + p(28u));
+                if (e == 1u) {
+                    word = bits;
+                } else {
+                    let width = 32u / e;
+                    word = insertBits(word, bits, lane * width, width);
+                }
+                touched = true;
+            }
+        }
+    }
+    if (touched) {
+        dst[w] = word;
+    }
+}

@@ -1,0 +1,132 @@
+// reduce.wgsl: reductions and softmax along one dim. One workgroup per output row.
+// The shape/strides in params describe the *outer* dims (the reduced dim removed); params[32] is
+// the reduced length R and params[33] its stride; params[0] the number of rows.
+// `reduce` writes one 32-bit word per row: f32 for sum/mean/max/min, an i32 index for argmax/argmin.
+// `softmax` writes R f32 values per row, contiguous (row-major over [rows, R]).
+// VARIANT is ReduceOp::code: 0 sum, 1 mean, 2 max, 3 min, 4 argmax, 5 argmin.
+
+var<workgroup> red_v: array<f32, 256>;
+var<workgroup> red_i: array<u32, 256>;
+
+fn row_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
+}
+
+// True if (v, i) should replace (best, bi) for a max (want_max) or min reduction: NaN wins,
+// ties keep the lower index.
+fn better(v: f32, i: u32, best: f32, bi: u32, want_max: bool) -> bool {
+    if (is_nan(best)) {
+        return is_nan(v) && i < bi;
+    }
+    if (is_nan(v)) {
+        return true;
+    }
+    if (v == best) {
+        return i < bi;
+    }
+    return select((v < best), (v > best), want_max);
+}
+
+// Tree reduction of red_v (and red_i for the arg ops) over the workgroup; result in slot 0.
+fn tree(lid: u32, op: u32) {
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        workgroupBarrier();
+        if (lid < s) {
+            let v = red_v[lid + s];
+            let i = red_i[lid + s];
+            if (op <= 1u) {
+                red_v[lid] = red_v[lid] + v;
+            } else {
+                let want_max = op == 2u || op == 4u;
+                if (better(v, i, red_v[lid], red_i[lid], want_max)) {
+                    red_v[lid] = v;
+                    red_i[lid] = i;
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let row = row_id(wid, nwg);
+    let rows = p(0u);
+    let r_len = p(32u);
+    let r_stride = p(33u);
+    // Uniform control flow: every invocation takes part in the barriers, even on a tail row.
+    let in_range = row < rows;
+    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    let op = VARIANT;
+    let want_max = op == 2u || op == 4u;
+    var acc = 0.0;
+    var best_i = 0xffffffffu;
+    if (op >= 2u) {
+        acc = select(inf(), -inf(), want_max);
+    }
+    if (in_range) {
+        for (var r = lid; r < r_len; r = r + WG) {
+            let v = load0(base + r * r_stride);
+            if (op <= 1u) {
+                acc = acc + v;
+            } else if (best_i == 0xffffffffu || better(v, r, acc, best_i, want_max)) {
+                acc = v;
+                best_i = r;
+            }
+        }
+    }
+    red_v[lid] = acc;
+    red_i[lid] = best_i;
+    tree(lid, op);
+    if (lid == 0u && in_range) {
+        let v = red_v[0];
+        switch op {
+            case 1u: { dst[row] = bitcast<u32>(v / f32(r_len)); }
+            case 4u, 5u: { dst[row] = red_i[0]; }
+            default: { dst[row] = bitcast<u32>(v); }
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let row = row_id(wid, nwg);
+    let rows = p(0u);
+    let r_len = p(32u);
+    let r_stride = p(33u);
+    let in_range = row < rows;
+    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    var m = -inf();
+    if (in_range) {
+        for (var r = lid; r < r_len; r = r + WG) {
+            m = max(m, load0(base + r * r_stride));
+        }
+    }
+    red_v[lid] = m;
+    red_i[lid] = 0u;
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        workgroupBarrier();
+        if (lid < s) {
+            red_v[lid] = max(red_v[lid], red_v[lid + s]);
+        }
+    }
+    workgroupBarrier();
+    let row_max = red_v[0];
+    workgroupBarrier();
+    var sum = 0.0;
+    if (in_range) {
+        for (var r = lid; r < r_len; r = r + WG) {
+            sum = sum + exp(load0(base + r * r_stride) - row_max);
+        }
+    }
+    red_v[lid] = sum;
+    tree(lid, 0u);
+    let inv = 1.0 / red_v[0];
+    if (in_range) {
+        for (var r = lid; r < r_len; r = r + WG) {
+            dst[row * r_len + r] = bitcast<u32>(exp(load0(base + r * r_stride) - row_max) * inv);
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The one error type of the crate. Every fallible public function returns [`Result`].
+//!
+//! Invariant: each variant names the operation that failed and, where it applies, what was
+//! expected and what came, so a user can fix the call without reading the library's source.
+
+use crate::{DType, Device};
+
+/// Result type of every fallible operation in `xpu`.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in `xpu`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Shapes do not fit the operation.
+    #[error("{op}: shape mismatch: expected {expected}, got {got}")]
+    ShapeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// What the operation needed.
+        expected: String,
+        /// What it was given.
+        got: String,
+    },
+    /// Two operands (or an operand and a request) disagree on dtype.
+    #[error("{op}: dtype mismatch: expected {expected}, got {got}")]
+    DTypeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The dtype the operation needed.
+        expected: DType,
+        /// The dtype it was given.
+        got: DType,
+    },
+    /// Operands live on different devices; `xpu` never copies silently.
+    #[error("{op}: device mismatch: lhs is on {lhs:?}, rhs is on {rhs:?}; move one with .to(device)")]
+    DeviceMismatch {
+        /// The operation.
+        op: &'static str,
+        /// Device of the first operand.
+        lhs: Device,
+        /// Device of the other operand.
+        rhs: Device,
+    },
+    /// The dtype is not supported by this operation on this device.
+    #[error("{op}: dtype {dtype} is not supported on {device:?}{hint}")]
+    UnsupportedDType {
+        /// The operation.
+        op: &'static str,
+        /// The dtype given.
+        dtype: DType,
+        /// The device.
+        device: Device,
+        /// Extra explanation (may be empty).
+        hint: String,
+    },
+    /// A dimension index is outside the tensor's rank.
+    #[error("{op}: dim {dim} is out of range for a tensor of rank {rank}")]
+    DimOutOfRange {
+        /// The operation.
+        op: &'static str,
+        /// The dim given (may be negative, counted from the end).
+        dim: isize,
+        /// The tensor's rank.
+        rank: usize,
+    },
+    /// Any other invalid argument.
+    #[error("{op}: {msg}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        msg: String,
+    },
+    /// No GPU adapter could be found or opened.
+    #[error("no Xpu adapter: {msg}. Install a Vulkan driver (on Debian/Ubuntu: `apt-get install mesa-vulkan-drivers` gives the lavapipe software driver) or select another adapter with XPU_ADAPTER")]
+    NoAdapter {
+        /// Why.
+        msg: String,
+    },
+    /// The allocator could not satisfy a request even after emptying its cache.
+    #[error("out of memory on Xpu: requested {requested} bytes with {allocated} bytes allocated and a limit of {limit} bytes")]
+    OutOfMemory {
+        /// Bytes requested.
+        requested: u64,
+        /// Bytes held by live tensors at the time.
+        allocated: u64,
+        /// The limit in force (the adapter's or the user's).
+        limit: u64,
+    },
+    /// A shader failed to compile or validate.
+    #[error("shader {shader}: {msg}")]
+    Shader {
+        /// The shader file.
+        shader: &'static str,
+        /// The compiler's message.
+        msg: String,
+    },
+    /// The GPU runtime reported an error.
+    #[error("gpu: {0}")]
+    Gpu(String),
+    /// An I/O error (with the path or context that caused it).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(op: &'static str, msg: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::ShapeMismatch`] with shapes printed as lists.
+    pub fn shape(op: &'static str, expected: impl Into<String>, got: &[usize]) -> Error {
+        Error::ShapeMismatch {
+            op,
+            expected: expected.into(),
+            got: format!("{got:?}"),
+        }
+    }
+}

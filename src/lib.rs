@@ -1,0 +1,113 @@
+//! `xpu`: one Tensor API on two devices.
+//!
+//! `Device::Xpu` drives a GPU through wgpu (Vulkan, Metal, DX12) with WGSL compute shaders;
+//! `Device::Cpu` runs SIMD kernels (AVX-512 where the CPU has it, a portable path otherwise).
+//! Data moves with [`Tensor::to`], as `.to("xpu")` does in PyTorch.
+//!
+//! ```
+//! use xpu::{DType, Device, Tensor};
+//! # fn main() -> xpu::Result<()> {
+//! let a = Tensor::randn(&[64, 32], DType::F32, Device::Cpu, 42)?;
+//! let w = Tensor::randn(&[32, 16], DType::F32, Device::Cpu, 7)?;
+//! let y = a.matmul(&w)?.gelu()?.sum(-1, false)?;
+//! assert_eq!(y.shape(), &[64]);
+//! // With a GPU (or lavapipe) present, the same code runs on the Xpu:
+//! if let Ok(a) = a.to(Device::Xpu) {
+//!     let w = w.to(Device::Xpu)?;
+//!     let y_xpu = a.matmul(&w)?.gelu()?.sum(-1, false)?.to_vec::<f32>()?;
+//!     assert_eq!(y_xpu.len(), 64);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Architecture (data flows one way): the Tensor layer (`tensor/`, `ops/`) checks shapes,
+//! dtypes and devices; `storage.rs` is the one place that matches on the device; `cpu/` and
+//! `xpu/` hold the kernels. See `../shared/DESIGN.md` for the design this grew from.
+
+#![warn(missing_docs)]
+
+pub mod cpu;
+mod device;
+mod dtype;
+mod error;
+pub mod layout;
+pub mod ops;
+mod storage;
+mod tensor;
+mod xpu;
+
+pub use device::Device;
+pub use dtype::{DType, WithDType};
+pub use error::{Error, Result};
+pub use layout::Layout;
+pub use ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
+pub use tensor::Tensor;
+pub use xpu::{AdapterSummary, MemoryStats, XpuFeatures};
+
+/// Every GPU adapter wgpu can see (name, backend, driver, the features `xpu` uses, limits);
+/// the one `Device::Xpu` uses has `selected == true`.
+pub fn devices() -> Vec<AdapterSummary> {
+    xpu::context::list_adapters()
+}
+
+/// The adapter `Device::Xpu` uses, creating its context if needed.
+pub fn xpu_adapter() -> Result<AdapterSummary> {
+    Ok(xpu::ctx()?.summary().clone())
+}
+
+/// Features of the adapter `Device::Xpu` uses.
+pub fn xpu_features() -> Result<XpuFeatures> {
+    Ok(xpu::ctx()?.features())
+}
+
+/// True if `Device::Xpu` can be used (an adapter exists and opened).
+pub fn xpu_available() -> bool {
+    xpu::ctx().is_ok()
+}
+
+fn xpu_only(op: &'static str, device: Device) -> Result<()> {
+    match device {
+        Device::Xpu => Ok(()),
+        Device::Cpu => Err(Error::invalid(op, "memory statistics are kept for Device::Xpu only; CPU tensors use the system allocator")),
+    }
+}
+
+/// Allocator statistics of a device (Xpu only), like `torch.cuda.memory_stats()`.
+pub fn memory_stats(device: Device) -> Result<MemoryStats> {
+    xpu_only("memory_stats", device)?;
+    xpu::ctx()?.allocator.stats()
+}
+
+/// Releases every cached (unused) GPU buffer, so `reserved` drops to what live tensors hold.
+/// Waits for queued GPU work first.
+pub fn empty_cache() -> Result<()> {
+    let ctx = xpu::ctx()?;
+    xpu::synchronize()?;
+    ctx.allocator.empty_cache()
+}
+
+/// Limits the bytes the Xpu allocator may reserve (`None` removes the limit). Also settable
+/// with the environment variable `XPU_MEMORY_LIMIT` (e.g. `512M`, `2G`).
+pub fn set_memory_limit(limit: Option<u64>) -> Result<()> {
+    xpu::ctx()?.allocator.set_limit(limit)
+}
+
+/// Resets `peak_allocated` to the current `allocated`.
+pub fn reset_peak_memory_stats() -> Result<()> {
+    xpu::ctx()?.allocator.reset_peak()
+}
+
+/// Submits all queued GPU work and waits for it to finish (a no-op without an adapter in use).
+pub fn synchronize() -> Result<()> {
+    xpu::synchronize()
+}
+
+/// Every WGSL module exactly as the runtime compiles it: `(file, source)`. For validation tests
+/// and tools; not needed to use the library.
+pub fn shader_sources() -> Vec<(&'static str, String)> {
+    xpu::pipelines::ShaderId::ALL
+        .iter()
+        .map(|s| (s.file(), s.source()))
+        .collect()
+}

@@ -1,0 +1,8 @@
+//! Tensor ops by family. Each family checks shapes, dtypes and devices, applies broadcasting
+//! and dim rules, then forwards to `Storage`, which picks the device kernel.
+
+pub mod kinds;
+
+mod elementwise;
+mod matmul;
+mod reduce;

@@ -1,0 +1,142 @@
+//! The one place that matches on the device: every op is forwarded to the CPU or the Xpu
+//! backend here, after the Tensor layer has checked shapes, dtypes and devices.
+//!
+//! Invariant: both operands of a binary op live on the same device (checked by the caller, so
+//! the mixed arms below are unreachable in practice and still return an error, never panic).
+
+use crate::cpu::CpuStorage;
+use crate::layout::Layout;
+use crate::ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
+use crate::xpu::XpuStorage;
+use crate::{DType, Device, Error, Result};
+
+/// Tensor data on one device.
+pub(crate) enum Storage {
+    Cpu(CpuStorage),
+    Xpu(XpuStorage),
+}
+
+fn mismatch(op: &'static str, a: &Storage, b: &Storage) -> Error {
+    Error::DeviceMismatch {
+        op,
+        lhs: a.device(),
+        rhs: b.device(),
+    }
+}
+
+impl Storage {
+    pub(crate) fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(_) => Device::Cpu,
+            Storage::Xpu(_) => Device::Xpu,
+        }
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+            Storage::Xpu(s) => s.dtype,
+        }
+    }
+
+    /// Number of elements held.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(s) => s.len(),
+            Storage::Xpu(s) => s.len,
+        }
+    }
+
+    /// Contiguous copy of `layout` on `device`.
+    pub(crate) fn to_device(&self, layout: &Layout, device: Device) -> Result<Storage> {
+        Ok(match (self, device) {
+            (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)),
+            (Storage::Cpu(s), Device::Xpu) => {
+                let ctx = crate::xpu::ctx()?;
+                if layout.is_contiguous() && layout.offset() == 0 && layout.numel() == s.len() {
+                    Storage::Xpu(XpuStorage::upload(&ctx, s)?)
+                } else {
+                    Storage::Xpu(XpuStorage::upload(&ctx, &s.contiguous(layout))?)
+                }
+            }
+            (Storage::Xpu(s), Device::Cpu) => Storage::Cpu(s.download(layout)?),
+            (Storage::Xpu(s), Device::Xpu) => Storage::Xpu(s.copy_cast(layout, s.dtype)?),
+        })
+    }
+
+    pub(crate) fn cast(&self, layout: &Layout, dtype: DType) -> Result<Storage> {
+        Ok(match self {
+            Storage::Cpu(s) => Storage::Cpu(s.cast(layout, dtype)),
+            Storage::Xpu(s) => Storage::Xpu(s.copy_cast(layout, dtype)?),
+        })
+    }
+
+    pub(crate) fn unary(&self, layout: &Layout, op: UnaryOp) -> Result<Storage> {
+        Ok(match self {
+            Storage::Cpu(s) => Storage::Cpu(s.unary(layout, op)?),
+            Storage::Xpu(s) => Storage::Xpu(s.unary(layout, op)?),
+        })
+    }
+
+    pub(crate) fn binary(&self, l: &Layout, rhs: &Storage, r: &Layout, op: BinaryOp) -> Result<Storage> {
+        Ok(match (self, rhs) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(a.binary(l, b, r, op)?),
+            (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.binary(l, b, r, op)?),
+            _ => return Err(mismatch(op.name(), self, rhs)),
+        })
+    }
+
+    pub(crate) fn reduce(&self, layout: &Layout, dim: usize, op: ReduceOp) -> Result<Storage> {
+        Ok(match self {
+            Storage::Cpu(s) => Storage::Cpu(s.reduce(layout, dim, op)?),
+            Storage::Xpu(s) => Storage::Xpu(s.reduce(layout, dim, op)?),
+        })
+    }
+
+    /// Softmax: the storage and the layout that views it in the input's dim order.
+    pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<(Storage, Layout)> {
+        Ok(match self {
+            Storage::Cpu(s) => (Storage::Cpu(s.softmax(layout, dim)?), Layout::contiguous(layout.shape())),
+            Storage::Xpu(s) => {
+                let (st, l) = s.softmax(layout, dim)?;
+                (Storage::Xpu(st), l)
+            }
+        })
+    }
+
+    pub(crate) fn matmul(&self, l: &Layout, rhs: &Storage, r: &Layout) -> Result<Storage> {
+        Ok(match (self, rhs) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(a.matmul(l, b, r)?),
+            (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.matmul(l, b, r)?),
+            _ => return Err(mismatch("matmul", self, rhs)),
+        })
+    }
+
+    pub(crate) fn cat(parts: &[(&Storage, &Layout)], dim: usize, out_shape: &[usize]) -> Result<Storage> {
+        let Some((first, _)) = parts.first() else {
+            return Err(Error::invalid("cat", "expected at least one tensor"));
+        };
+        match first {
+            Storage::Cpu(_) => {
+                let mut cpu = Vec::with_capacity(parts.len());
+                for (s, l) in parts {
+                    match s {
+                        Storage::Cpu(c) => cpu.push((c, *l)),
+                        other => return Err(mismatch("cat", first, other)),
+                    }
+                }
+                Ok(Storage::Cpu(CpuStorage::cat(&cpu, dim)?))
+            }
+            Storage::Xpu(_) => {
+                let mut xpu = Vec::with_capacity(parts.len());
+                for (s, l) in parts {
+                    match s {
+                        Storage::Xpu(x) => xpu.push((x, *l)),
+                        other => return Err(mismatch("cat", first, other)),
+                    }
+                }
+                Ok(Storage::Xpu(XpuStorage::cat(&xpu, dim, out_shape)?))
+            }
+        }
+    }
+}

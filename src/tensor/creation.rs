@@ -1,0 +1,103 @@
+//! Creating tensors: from host data, constants, ranges and seeded random numbers.
+//!
+//! Everything is built on the host and uploaded once for `Device::Xpu` (zeros are cleared on the
+//! GPU instead), so a seeded tensor holds the same values on every device.
+
+use super::{random, Tensor};
+use crate::cpu::CpuStorage;
+use crate::layout::{numel, Layout};
+use crate::storage::Storage;
+use crate::xpu::XpuStorage;
+use crate::{DType, Device, Error, Result, WithDType};
+
+fn place(cpu: CpuStorage, shape: &[usize], device: Device) -> Result<Tensor> {
+    let storage = match device {
+        Device::Cpu => Storage::Cpu(cpu),
+        Device::Xpu => Storage::Xpu(XpuStorage::upload(&crate::xpu::ctx()?, &cpu)?),
+    };
+    Ok(Tensor::from_storage(storage, Layout::contiguous(shape)))
+}
+
+fn f32_as(values: Vec<f32>, dtype: DType) -> CpuStorage {
+    let n = values.len();
+    CpuStorage::from_vec(values).cast(&Layout::contiguous(&[n]), dtype)
+}
+
+impl Tensor {
+    /// A tensor holding `data` (row-major) with `shape` on `device`.
+    pub fn from_vec<T: WithDType>(data: Vec<T>, shape: &[usize], device: Device) -> Result<Tensor> {
+        if numel(shape) != data.len() {
+            return Err(Error::ShapeMismatch {
+                op: "from_vec",
+                expected: format!("{} elements for shape {shape:?}", numel(shape)),
+                got: format!("{} elements", data.len()),
+            });
+        }
+        place(CpuStorage::from_vec(data), shape, device)
+    }
+
+    /// A tensor copied from a slice.
+    pub fn from_slice<T: WithDType>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
+        Tensor::from_vec(data.to_vec(), shape, device)
+    }
+
+    /// All zeros.
+    pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let n = numel(shape);
+        let storage = match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::zeros(dtype, n)),
+            Device::Xpu => Storage::Xpu(XpuStorage::zeros(&crate::xpu::ctx()?, dtype, n)?),
+        };
+        Ok(Tensor::from_storage(storage, Layout::contiguous(shape)))
+    }
+
+    /// All ones.
+    pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        Tensor::full(1.0, shape, dtype, device)
+    }
+
+    /// Every element `value` (rounded to `dtype`).
+    pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let n = numel(shape);
+        let cpu = match dtype {
+            DType::F32 => CpuStorage::from_vec(vec![value as f32; n]),
+            DType::F16 => CpuStorage::from_vec(vec![half::f16::from_f64(value); n]),
+            DType::BF16 => CpuStorage::from_vec(vec![half::bf16::from_f64(value); n]),
+            DType::I32 => CpuStorage::from_vec(vec![<i32 as WithDType>::from_f64(value); n]),
+            DType::U8 => CpuStorage::from_vec(vec![<u8 as WithDType>::from_f64(value); n]),
+        };
+        place(cpu, shape, device)
+    }
+
+    /// `start, start + step, ...` below `end` (above it for a negative step), as a 1-D tensor.
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(Error::invalid("arange", format!("need finite bounds and a non-zero step, got {start}..{end} step {step}")));
+        }
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+        let cpu = match dtype {
+            DType::F32 => CpuStorage::from_vec(values.iter().map(|&v| v as f32).collect()),
+            DType::F16 => CpuStorage::from_vec(values.iter().map(|&v| half::f16::from_f64(v)).collect()),
+            DType::BF16 => CpuStorage::from_vec(values.iter().map(|&v| half::bf16::from_f64(v)).collect()),
+            DType::I32 => CpuStorage::from_vec(values.iter().map(|&v| <i32 as WithDType>::from_f64(v)).collect()),
+            DType::U8 => CpuStorage::from_vec(values.iter().map(|&v| <u8 as WithDType>::from_f64(v)).collect()),
+        };
+        place(cpu, &[n], device)
+    }
+
+    /// Standard normal values from `seed`: the same on every device.
+    pub fn randn(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
+        place(f32_as(random::normal(seed, numel(shape)), dtype), shape, device)
+    }
+
+    /// Uniform values in [0, 1) from `seed`: the same on every device.
+    pub fn rand(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
+        place(f32_as(random::uniform(seed, numel(shape)), dtype), shape, device)
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Tensor::zeros(self.shape(), self.dtype(), self.device())
+    }
+}

@@ -1,0 +1,176 @@
+//! The user-facing [`Tensor`]: an immutable, cheaply cloned view (shape, strides, offset) of
+//! storage on one device.
+//!
+//! Invariants: a tensor never changes after creation (ops return new tensors); views share
+//! storage through `Arc` and never copy; `layout.max_offset() <= storage.len()`; every op
+//! checks devices (no silent copies between devices) and dtypes before touching data.
+
+mod creation;
+mod random;
+mod views;
+
+use std::sync::Arc;
+
+use crate::layout::Layout;
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Result, WithDType};
+
+struct Inner {
+    storage: Arc<Storage>,
+    layout: Layout,
+}
+
+/// An n-dimensional array on a [`Device`]. Cloning is O(1).
+#[derive(Clone)]
+pub struct Tensor(Arc<Inner>);
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor[{:?}, {}, {}]", self.shape(), self.dtype(), self.device())
+    }
+}
+
+impl Tensor {
+    pub(crate) fn from_storage(storage: Storage, layout: Layout) -> Tensor {
+        Tensor(Arc::new(Inner {
+            storage: Arc::new(storage),
+            layout,
+        }))
+    }
+
+    /// A new view of this tensor's storage.
+    pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        Tensor(Arc::new(Inner {
+            storage: self.0.storage.clone(),
+            layout,
+        }))
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.0.storage
+    }
+
+    /// The view's layout (shape, strides, offset).
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    /// The dims.
+    pub fn shape(&self) -> &[usize] {
+        self.0.layout.shape()
+    }
+
+    /// Element strides.
+    pub fn strides(&self) -> &[usize] {
+        self.0.layout.strides()
+    }
+
+    /// Number of dims.
+    pub fn rank(&self) -> usize {
+        self.0.layout.rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+
+    /// Size of dim `dim` (negative counts from the end).
+    pub fn dim(&self, dim: isize) -> Result<usize> {
+        let d = crate::layout::resolve_dim("dim", dim, self.rank())?;
+        Ok(self.shape()[d])
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.0.storage.dtype()
+    }
+
+    /// Where the data lives.
+    pub fn device(&self) -> Device {
+        self.0.storage.device()
+    }
+
+    /// True if the view is row-major without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    /// This tensor if it is contiguous, else a contiguous copy on the same device.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let s = self.storage().to_device(self.layout(), self.device())?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+    }
+
+    /// A contiguous copy on `device` (the same tensor if it is already there). Moving to
+    /// `Device::Xpu` records an upload and returns at once; moving back waits for the GPU.
+    pub fn to(&self, device: Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        let s = self.storage().to_device(self.layout(), device)?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+    }
+
+    /// Converts to another dtype on the same device (floats round to nearest even; float to
+    /// integer truncates toward zero and saturates, NaN becomes 0).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        let s = self.storage().cast(self.layout(), dtype)?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+    }
+
+    /// All elements in row-major order, from any device (waits for the GPU). `T` must match
+    /// the dtype exactly.
+    pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "to_vec",
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        match self.storage() {
+            Storage::Cpu(s) => s.to_vec::<T>(self.layout()),
+            Storage::Xpu(s) => s.download(self.layout())?.to_vec::<T>(&Layout::contiguous(self.shape())),
+        }
+    }
+
+    /// The single element of a one-element tensor.
+    pub fn to_scalar<T: WithDType>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::shape("to_scalar", "a tensor with exactly one element", self.shape()));
+        }
+        let v = self.to_vec::<T>()?;
+        v.first().copied().ok_or_else(|| Error::invalid("to_scalar", "empty read-back"))
+    }
+
+    /// Errors with `DeviceMismatch` unless `other` is on this tensor's device.
+    pub(crate) fn same_device(&self, other: &Tensor, op: &'static str) -> Result<()> {
+        if self.device() != other.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device(),
+                rhs: other.device(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Errors with `DTypeMismatch` unless `other` has this tensor's dtype.
+    pub(crate) fn same_dtype(&self, other: &Tensor, op: &'static str) -> Result<()> {
+        if self.dtype() != other.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                expected: self.dtype(),
+                got: other.dtype(),
+            });
+        }
+        Ok(())
+    }
+}

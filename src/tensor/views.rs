@@ -1,0 +1,112 @@
+//! Shape ops. All but `cat` (and `reshape` of a non-contiguous view) are views: they build a
+//! new layout over the same storage and copy nothing.
+
+use super::Tensor;
+use crate::layout::{numel, resolve_dim, Layout};
+use crate::storage::Storage;
+use crate::{Error, Result};
+
+impl Tensor {
+    /// The same elements with a new shape. A view when the tensor is contiguous; otherwise the
+    /// data is first copied into a contiguous tensor (like PyTorch's `reshape`).
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel(shape) != self.numel() {
+            return Err(Error::ShapeMismatch {
+                op: "reshape",
+                expected: format!("a shape with {} elements (from {:?})", self.numel(), self.shape()),
+                got: format!("{shape:?}"),
+            });
+        }
+        match self.layout().reshape(shape) {
+            Some(l) => Ok(self.with_layout(l)),
+            None => self.contiguous()?.reshape(shape),
+        }
+    }
+
+    /// Flattens to one dim.
+    pub fn flatten_all(&self) -> Result<Tensor> {
+        self.reshape(&[self.numel()])
+    }
+
+    /// Reorders dims (`perm` is a permutation of `0..rank`).
+    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().permute(perm)?))
+    }
+
+    /// Swaps two dims (negative dims count from the end).
+    pub fn transpose(&self, dim0: isize, dim1: isize) -> Result<Tensor> {
+        let a = resolve_dim("transpose", dim0, self.rank())?;
+        let b = resolve_dim("transpose", dim1, self.rank())?;
+        Ok(self.with_layout(self.layout().transpose(a, b)))
+    }
+
+    /// Transpose of the last two dims (rank >= 2).
+    pub fn t(&self) -> Result<Tensor> {
+        if self.rank() < 2 {
+            return Err(Error::shape("t", "a tensor of rank >= 2", self.shape()));
+        }
+        self.transpose(-2, -1)
+    }
+
+    /// Elements `start..start + len` of `dim`.
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        let d = resolve_dim("narrow", dim, self.rank())?;
+        Ok(self.with_layout(self.layout().narrow(d, start, len)?))
+    }
+
+    /// Splits `dim` into `n` equal chunks (its size must be divisible by `n`).
+    pub fn chunk(&self, n: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let d = resolve_dim("chunk", dim, self.rank())?;
+        let size = self.shape()[d];
+        if n == 0 || size % n != 0 {
+            return Err(Error::invalid("chunk", format!("dim {d} of size {size} does not split into {n} equal chunks")));
+        }
+        (0..n).map(|i| self.narrow(d as isize, i * size / n, size / n)).collect()
+    }
+
+    /// Broadcasts to `shape` with NumPy rules (no copy: broadcast dims get stride 0).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout().broadcast_to(shape)?))
+    }
+
+    /// Removes `dim` if it has size 1 (otherwise returns the same view, like PyTorch).
+    pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        let d = resolve_dim("squeeze", dim, self.rank())?;
+        Ok(self.with_layout(self.layout().squeeze(d)))
+    }
+
+    /// Inserts a size-1 dim at `dim` (`-1` appends).
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let d = resolve_dim("unsqueeze", dim, self.rank() + 1)?;
+        Ok(self.with_layout(self.layout().unsqueeze(d)))
+    }
+
+    /// Concatenates tensors along `dim`; all must share device, dtype and every other dim.
+    pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let Some(first) = tensors.first() else {
+            return Err(Error::invalid("cat", "expected at least one tensor, got none"));
+        };
+        let d = resolve_dim("cat", dim, first.rank())?;
+        let mut out_shape = first.shape().to_vec();
+        out_shape[d] = 0;
+        for t in tensors {
+            first.same_device(t, "cat")?;
+            first.same_dtype(t, "cat")?;
+            let compatible = t.rank() == first.rank()
+                && t.shape().iter().zip(first.shape()).enumerate().all(|(i, (a, b))| i == d || a == b);
+            if !compatible {
+                let mut want = first.shape().to_vec();
+                want[d] = t.shape().get(d).copied().unwrap_or(0);
+                return Err(Error::ShapeMismatch {
+                    op: "cat",
+                    expected: format!("{want:?} (all dims but {d} equal to those of {:?})", first.shape()),
+                    got: format!("{:?}", t.shape()),
+                });
+            }
+            out_shape[d] += t.shape()[d];
+        }
+        let parts: Vec<(&Storage, &Layout)> = tensors.iter().map(|t| (t.storage(), t.layout())).collect();
+        let storage = Storage::cat(&parts, d, &out_shape)?;
+        Ok(Tensor::from_storage(storage, Layout::contiguous(&out_shape)))
+    }
+}

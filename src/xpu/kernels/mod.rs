@@ -1,0 +1,51 @@
+//! Launchers for the WGSL kernels, one file per family. Each launcher validates what the
+//! shader cannot (dtype support, 32-bit index range), builds the parameter block and records
+//! one or more dispatches; none of them waits for the GPU.
+
+pub(crate) mod elementwise;
+pub(crate) mod matmul;
+pub(crate) mod params;
+pub(crate) mod reduce;
+
+use super::pipelines::{PipelineKey, ShaderId};
+use super::stream::Dispatch;
+use super::{poisoned, XpuStorage};
+use crate::{DType, Result};
+
+/// Records one dispatch of `key` over `bindings` (binding 1 is the output).
+pub(crate) fn launch(
+    out: &XpuStorage,
+    key: PipelineKey,
+    params: params::Params,
+    inputs: &[&XpuStorage],
+    workgroups: [u32; 3],
+) -> Result<()> {
+    let ctx = &out.ctx;
+    let pipeline = ctx.pipelines.get(&ctx.device, key)?;
+    let mut bindings = vec![(1u32, &*out.buffer)];
+    for (i, s) in inputs.iter().enumerate() {
+        bindings.push((2 + i as u32, &*s.buffer));
+    }
+    let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
+    stream.dispatch(
+        ctx,
+        Dispatch {
+            pipeline,
+            params: params.0,
+            bindings: &bindings,
+            workgroups,
+        },
+    )
+}
+
+/// A key with the default 1-D workgroup size.
+pub(crate) fn key(shader: ShaderId, entry: &'static str, dt_in: DType, dt_out: DType, variant: u32) -> PipelineKey {
+    PipelineKey {
+        shader,
+        entry,
+        dt_in,
+        dt_out,
+        workgroup: 256,
+        variant,
+    }
+}

@@ -1,0 +1,107 @@
+//! The GPU device: wgpu context, caching allocator, typed pipeline cache, batched stream and
+//! the WGSL kernels.
+//!
+//! Invariant: `XpuStorage` owns a pooled buffer holding `len` elements of `dtype`, packed
+//! (two 16-bit or four 8-bit elements per 32-bit word, see `shaders/common.wgsl`); the buffer
+//! is at least `len * size` bytes rounded up to 4. Storage is immutable once its producing
+//! kernel is recorded.
+
+pub(crate) mod allocator;
+pub(crate) mod context;
+pub(crate) mod kernels;
+pub(crate) mod pipelines;
+pub(crate) mod stream;
+
+use std::sync::Arc;
+
+use allocator::{PoolKind, PooledBuffer};
+use context::Context;
+
+use crate::cpu::CpuStorage;
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Result};
+
+pub use allocator::MemoryStats;
+pub use context::{AdapterSummary, XpuFeatures};
+
+/// Tensor data in GPU memory.
+pub(crate) struct XpuStorage {
+    pub(crate) buffer: Arc<PooledBuffer>,
+    pub(crate) dtype: DType,
+    pub(crate) len: usize,
+    pub(crate) ctx: Arc<Context>,
+}
+
+impl XpuStorage {
+    /// Uninitialised storage for `len` elements (every kernel writes all of it).
+    pub(crate) fn alloc(ctx: &Arc<Context>, dtype: DType, len: usize) -> Result<XpuStorage> {
+        let bytes = (len * dtype.size_in_bytes()).max(4) as u64;
+        let buffer = ctx.allocator.alloc(&ctx.device, PoolKind::Storage, bytes)?;
+        Ok(XpuStorage {
+            buffer,
+            dtype,
+            len,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Zero-filled storage.
+    pub(crate) fn zeros(ctx: &Arc<Context>, dtype: DType, len: usize) -> Result<XpuStorage> {
+        let s = Self::alloc(ctx, dtype, len)?;
+        ctx.stream.lock().map_err(|_| poisoned())?.clear(ctx, &s.buffer);
+        Ok(s)
+    }
+
+    /// Uploads contiguous host data.
+    pub(crate) fn upload(ctx: &Arc<Context>, cpu: &CpuStorage) -> Result<XpuStorage> {
+        let s = Self::alloc(ctx, cpu.dtype(), cpu.len())?;
+        if cpu.len() > 0 {
+            ctx.stream.lock().map_err(|_| poisoned())?.upload(ctx, &s.buffer, cpu.as_bytes());
+        }
+        Ok(s)
+    }
+
+    /// Reads the elements of `layout` back to a contiguous host storage.
+    pub(crate) fn download(&self, layout: &Layout) -> Result<CpuStorage> {
+        let size = self.dtype.size_in_bytes();
+        let byte_off = layout.offset() * size;
+        let direct = layout.is_contiguous() && byte_off % 4 == 0;
+        let (src, off) = if direct {
+            (None, byte_off as u64)
+        } else {
+            (Some(self.copy_cast(layout, self.dtype)?), 0)
+        };
+        let buf = src.as_ref().map_or(&self.buffer, |s| &s.buffer);
+        let bytes = (layout.numel() * size) as u64;
+        let data = self.ctx.stream.lock().map_err(|_| poisoned())?.read(&self.ctx, buf, off, bytes)?;
+        CpuStorage::from_bytes(self.dtype, &data)
+    }
+
+    pub(crate) fn check_same_context(&self, other: &XpuStorage, op: &'static str) -> Result<()> {
+        if Arc::ptr_eq(&self.ctx, &other.ctx) {
+            Ok(())
+        } else {
+            Err(Error::DeviceMismatch {
+                op,
+                lhs: Device::Xpu,
+                rhs: Device::Xpu,
+            })
+        }
+    }
+}
+
+pub(crate) fn poisoned() -> Error {
+    Error::Gpu("the Xpu stream lock was poisoned by a panic in another thread".into())
+}
+
+/// The shared context (creating it on first use).
+pub(crate) fn ctx() -> Result<Arc<Context>> {
+    context::context()
+}
+
+/// Submits all recorded work and waits for it.
+pub(crate) fn synchronize() -> Result<()> {
+    let ctx = ctx()?;
+    let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
+    stream.synchronize(&ctx)
+}

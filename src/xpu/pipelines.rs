@@ -1,0 +1,148 @@
+//! Typed pipeline cache.
+//!
+//! A pipeline is identified by a [`PipelineKey`] (shader, entry point, input and output dtype,
+//! workgroup size, variant), never by a string. Specialisation uses WGSL `override` constants
+//! (`DT_IN`, `DT_OUT`, `WG`, `VARIANT`, declared by `shaders/common.wgsl`), so each shader source
+//! is fixed text that `tests/shaders.rs` validates without a GPU. Modules are compiled once per
+//! shader; pipelines once per key. Creation runs inside a validation error scope, so a shader
+//! that fails on some adapter becomes `Error::Shader`, not a panic.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::{DType, Error, Result};
+
+/// The shader families, each one `.wgsl` file composed after `shaders/common.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ShaderId {
+    /// `shaders/elementwise.wgsl`: copy/cast, unary, binary, cat.
+    Elementwise,
+    /// `shaders/reduce.wgsl`: reductions and softmax.
+    Reduce,
+    /// `shaders/matmul.wgsl`: the tiled matrix product.
+    Matmul,
+}
+
+const COMMON: &str = include_str!("../../shaders/common.wgsl");
+
+impl ShaderId {
+    /// Every shader, for validation tests.
+    pub const ALL: [ShaderId; 3] = [ShaderId::Elementwise, ShaderId::Reduce, ShaderId::Matmul];
+
+    /// File name under `shaders/`.
+    pub fn file(self) -> &'static str {
+        match self {
+            ShaderId::Elementwise => "elementwise.wgsl",
+            ShaderId::Reduce => "reduce.wgsl",
+            ShaderId::Matmul => "matmul.wgsl",
+        }
+    }
+
+    fn family_source(self) -> &'static str {
+        match self {
+            ShaderId::Elementwise => include_str!("../../shaders/elementwise.wgsl"),
+            ShaderId::Reduce => include_str!("../../shaders/reduce.wgsl"),
+            ShaderId::Matmul => include_str!("../../shaders/matmul.wgsl"),
+        }
+    }
+
+    /// The full WGSL module exactly as compiled at run time (prelude + family).
+    pub fn source(self) -> String {
+        format!("{COMMON}\n{}", self.family_source())
+    }
+}
+
+/// WGSL dtype code used by the `DT_IN`/`DT_OUT` override constants.
+pub fn dtype_code(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::I32 => 3,
+        DType::U8 => 4,
+    }
+}
+
+/// Identity of one compute pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PipelineKey {
+    /// The shader module.
+    pub shader: ShaderId,
+    /// The entry point.
+    pub entry: &'static str,
+    /// `DT_IN` override.
+    pub dt_in: DType,
+    /// `DT_OUT` override.
+    pub dt_out: DType,
+    /// `WG` override (1-D workgroup size; ignored by entry points with a fixed size).
+    pub workgroup: u32,
+    /// `VARIANT` override (op code or kernel variant).
+    pub variant: u32,
+}
+
+/// Cache of compiled modules and pipelines.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: Mutex<HashMap<ShaderId, wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+}
+
+impl PipelineCache {
+    /// The pipeline for `key`, compiled on first use.
+    pub(crate) fn get(&self, device: &wgpu::Device, key: PipelineKey) -> Result<wgpu::ComputePipeline> {
+        let poisoned = || Error::Gpu("pipeline cache lock poisoned".into());
+        if let Some(p) = self.pipelines.lock().map_err(|_| poisoned())?.get(&key) {
+            return Ok(p.clone());
+        }
+        let module = {
+            let mut modules = self.modules.lock().map_err(|_| poisoned())?;
+            match modules.get(&key.shader) {
+                Some(m) => m.clone(),
+                None => {
+                    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+                    let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(key.shader.file()),
+                        source: wgpu::ShaderSource::Wgsl(key.shader.source().into()),
+                    });
+                    if let Some(e) = pollster::block_on(scope.pop()) {
+                        return Err(Error::Shader {
+                            shader: key.shader.file(),
+                            msg: e.to_string(),
+                        });
+                    }
+                    modules.insert(key.shader, m.clone());
+                    m
+                }
+            }
+        };
+        let constants = [
+            ("DT_IN", dtype_code(key.dt_in) as f64),
+            ("DT_OUT", dtype_code(key.dt_out) as f64),
+            ("WG", key.workgroup as f64),
+            ("VARIANT", key.variant as f64),
+        ];
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key.entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(key.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &constants,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader {
+                shader: key.shader.file(),
+                msg: format!("entry point {}: {e}", key.entry),
+            });
+        }
+        self.pipelines
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+}

@@ -1,0 +1,77 @@
+//! Shared test helpers: device selection that never skips silently in CI, comparison with
+//! tolerances, and small data builders.
+#![allow(dead_code)]
+
+use xpu::{DType, Device, Tensor};
+
+/// True when an Xpu test must not skip (CI, or the user asked for it).
+pub fn adapter_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") || std::env::var("XPU_REQUIRE_ADAPTER").is_ok_and(|v| v == "1")
+}
+
+/// Whether Xpu tests run here: panics in CI without an adapter, prints why it skips otherwise.
+pub fn xpu() -> bool {
+    match xpu::xpu_adapter() {
+        Ok(_) => true,
+        Err(e) if adapter_required() => panic!("an Xpu adapter is required here (CI or XPU_REQUIRE_ADAPTER=1): {e}"),
+        Err(e) => {
+            eprintln!("skipping Xpu part of this test: {e}");
+            false
+        }
+    }
+}
+
+/// The devices to run a test on: Cpu, plus Xpu where available (required in CI).
+pub fn devices() -> Vec<Device> {
+    if xpu() {
+        vec![Device::Cpu, Device::Xpu]
+    } else {
+        vec![Device::Cpu]
+    }
+}
+
+/// The float dtypes.
+pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// Values of a tensor as f64 (any dtype, any device).
+pub fn values(t: &Tensor) -> Vec<f64> {
+    let t = t.to(Device::Cpu).unwrap();
+    match t.dtype() {
+        DType::F32 => t.to_vec::<f32>().unwrap().into_iter().map(f64::from).collect(),
+        DType::F16 => t.to_vec::<half::f16>().unwrap().into_iter().map(|x| x.to_f64()).collect(),
+        DType::BF16 => t.to_vec::<half::bf16>().unwrap().into_iter().map(|x| x.to_f64()).collect(),
+        DType::I32 => t.to_vec::<i32>().unwrap().into_iter().map(f64::from).collect(),
+        DType::U8 => t.to_vec::<u8>().unwrap().into_iter().map(f64::from).collect(),
+    }
+}
+
+/// Unit roundoff of a dtype.
+pub fn eps(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1.2e-7,
+        DType::F16 => 9.8e-4,
+        DType::BF16 => 7.9e-3,
+        _ => 0.0,
+    }
+}
+
+/// Asserts |a - b| <= atol + rtol * |b| elementwise (NaNs must match, infinities must be equal).
+pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if w.is_nan() {
+            assert!(g.is_nan(), "{what}[{i}]: got {g}, want NaN");
+            continue;
+        }
+        if w.is_infinite() {
+            assert_eq!(g, w, "{what}[{i}]");
+            continue;
+        }
+        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}[{i}]: got {g}, want {w} (atol {atol}, rtol {rtol})");
+    }
+}
+
+/// Seeded normal tensor on Cpu.
+pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
+    Tensor::randn(shape, dtype, Device::Cpu, seed).unwrap()
+}
