@@ -102,7 +102,7 @@ fn unary_op(op: u32, x: f32, a: f32, b: f32) -> f32 {
         }
         case 5u: {
             if (x < 0.0) { return nan(); }
-            if (x == 0.0) { return inf(); }
+            if (x == 0.0) { return select(inf(), -inf(), bitcast<u32>(x) != 0u); }
             return inverseSqrt(x);
         }
         case 6u: { return tanh_stable(x); }

@@ -111,3 +111,8 @@ pub fn shader_sources() -> Vec<(&'static str, String)> {
         .map(|s| (s.file(), s.source()))
         .collect()
 }
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -128,7 +128,7 @@ impl UnaryOp {
             UnaryOp::Rsqrt => 1.0 / x.sqrt(),
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Relu => nan_max(x, 0.0),
             UnaryOp::GeluErf => 0.5 * x * (1.0 + erf_f64(x / std::f64::consts::SQRT_2)),
             UnaryOp::GeluTanh => {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
@@ -139,8 +139,8 @@ impl UnaryOp {
             UnaryOp::Cos => x.cos(),
             UnaryOp::Affine { mul, add } => x * mul as f64 + add as f64,
             UnaryOp::PowScalar(e) => x.powf(e as f64),
-            UnaryOp::MaxScalar(s) => x.max(s as f64),
-            UnaryOp::MinScalar(s) => x.min(s as f64),
+            UnaryOp::MaxScalar(s) => nan_max(x, s as f64),
+            UnaryOp::MinScalar(s) => nan_min(x, s as f64),
             UnaryOp::Recip => 1.0 / x,
             UnaryOp::Square => x * x,
         }
@@ -192,8 +192,8 @@ impl BinaryOp {
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
-            BinaryOp::Maximum => a.max(b),
-            BinaryOp::Minimum => a.min(b),
+            BinaryOp::Maximum => nan_max(a, b),
+            BinaryOp::Minimum => nan_min(a, b),
             BinaryOp::Pow => a.powf(b),
         }
     }
@@ -256,6 +256,24 @@ impl ReduceOp {
     /// True for the index-returning reductions.
     pub fn returns_index(self) -> bool {
         matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+}
+
+/// `max` that propagates NaN (PyTorch's `maximum`, `clamp` and `relu` semantics).
+pub fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// `min` that propagates NaN.
+pub fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
     }
 }
 

@@ -14,7 +14,7 @@
 //! once, then `Error::OutOfMemory`. In steady state a model step creates no new wgpu buffers.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::{Error, Result};
@@ -71,7 +71,8 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
 
 #[derive(Default)]
 struct PoolState {
-    free: BTreeMap<(PoolKind, u64), Vec<wgpu::Buffer>>,
+    /// Cached buffers by (pool, size class), with the id of the last batch that used each.
+    free: BTreeMap<(PoolKind, u64), Vec<(wgpu::Buffer, u64)>>,
     stats: MemoryStats,
     cached: u64,
 }
@@ -113,7 +114,8 @@ impl Drop for PooledBuffer {
                 st.stats.allocated = st.stats.allocated.saturating_sub(self.class);
             }
             st.cached += self.class;
-            st.free.entry((self.kind, self.class)).or_default().push(buffer);
+            let stamp = self.last_batch.load(Ordering::Relaxed);
+            st.free.entry((self.kind, self.class)).or_default().push((buffer, stamp));
         }
     }
 }
@@ -166,10 +168,10 @@ impl Allocator {
         if class > self.max_buffer_size {
             return Err(oom(&st, self.max_buffer_size));
         }
-        let buffer = if let Some(b) = st.free.get_mut(&(kind, class)).and_then(Vec::pop) {
+        let (buffer, stamp) = if let Some(cached) = st.free.get_mut(&(kind, class)).and_then(Vec::pop) {
             st.cached -= class;
             st.stats.cache_hits += 1;
-            b
+            cached
         } else {
             if let Some(limit) = st.stats.limit {
                 if st.stats.reserved + class > limit {
@@ -190,7 +192,7 @@ impl Allocator {
             st.stats.cache_misses += 1;
             st.stats.buffers_created += 1;
             st.stats.reserved += class;
-            b
+            (b, 0)
         };
         if kind == PoolKind::Storage {
             st.stats.allocated += class;
@@ -201,7 +203,7 @@ impl Allocator {
             class,
             kind,
             pool: self.state.clone(),
-            last_batch: AtomicU64::new(0),
+            last_batch: AtomicU64::new(stamp),
         }))
     }
 
@@ -223,10 +225,10 @@ impl Allocator {
     }
 
     fn release_cached(st: &mut PoolState) {
-        for (_, bufs) in std::mem::take(&mut st.free) {
-            for b in bufs {
-                b.destroy();
-            }
+        for bufs in std::mem::take(&mut st.free).into_values() {
+            // Dropping (not destroying) the handles: wgpu frees each buffer once the work
+            // already recorded or submitted with it is done.
+            drop(bufs);
         }
         st.stats.reserved -= st.cached;
         st.cached = 0;
