@@ -60,12 +60,19 @@ fn powf(x: f32, y: f32) -> f32 {
     if (x == 0.0) {
         return select(0.0, inf(), y < 0.0);
     }
+    let odd_int = fract(y) == 0.0 && fract(y * 0.5) != 0.0;
+    if (x == -inf()) {
+        if (y < 0.0) {
+            return select(0.0, -0.0, odd_int);
+        }
+        return select(inf(), -inf(), odd_int);
+    }
     var r = exp2(y * log2(abs(x)));
     if (x < 0.0) {
         if (fract(y) != 0.0) {
             return nan();
         }
-        if (fract(y * 0.5) != 0.0) {
+        if (odd_int) {
             r = -r;
         }
     }

@@ -39,14 +39,6 @@ impl Storage {
         }
     }
 
-    /// Number of elements held.
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Storage::Cpu(s) => s.len(),
-            Storage::Xpu(s) => s.len,
-        }
-    }
-
     /// Contiguous copy of `layout` on `device`.
     pub(crate) fn to_device(&self, layout: &Layout, device: Device) -> Result<Storage> {
         Ok(match (self, device) {

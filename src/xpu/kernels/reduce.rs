@@ -80,9 +80,14 @@ impl XpuStorage {
         let d = moved_shape.remove(dim);
         moved_shape.push(d);
         let rank = moved_shape.len();
-        // perm maps original dims to positions in the dim-last order.
-        let mut perm: Vec<usize> = (0..rank - 1).map(|i| if i < dim { i } else { i + 1 }).collect();
-        perm.insert(dim, rank - 1);
+        // perm[i] is the position of original dim i in the dim-last order.
+        let perm: Vec<usize> = (0..rank)
+            .map(|i| match i.cmp(&dim) {
+                std::cmp::Ordering::Less => i,
+                std::cmp::Ordering::Equal => rank - 1,
+                std::cmp::Ordering::Greater => i - 1,
+            })
+            .collect();
         let view = Layout::contiguous(&moved_shape).permute(&perm)?;
         let out = XpuStorage::alloc(&self.ctx, DType::F32, rows * len)?;
         if rows * len > 0 {

@@ -1,0 +1,289 @@
+//! The user's benchmark tool.
+//!
+//! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick]`
+//!
+//! FAMILY: `elementwise`, `reduce`, `matmul` (none means all). Prints a table, or one JSON
+//! object per line with `op`, `variant`, `device`, `dtype`, `shape`, `median_ms`, `gflops` or
+//! `gbps`, and `peak_fraction`. Peaks are measured in the same run: memory bandwidth by a large
+//! copy on each device, and the CPU's FMA rate by a register-only FMA loop.
+
+use std::time::Instant;
+
+use xpu::{DType, Device, Tensor};
+
+struct Row {
+    op: String,
+    variant: String,
+    device: Device,
+    dtype: DType,
+    shape: Vec<usize>,
+    median_ms: f64,
+    gflops: Option<f64>,
+    gbps: Option<f64>,
+    peak_fraction: Option<f64>,
+}
+
+struct Opts {
+    families: Vec<String>,
+    devices: Vec<Device>,
+    dtypes: Vec<DType>,
+    json: bool,
+    quick: bool,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        families: vec![],
+        devices: vec![],
+        dtypes: vec![],
+        json: false,
+        quick: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--json" => o.json = true,
+            "--quick" => o.quick = true,
+            "--device" => o.devices.push(args.next().and_then(|d| Device::parse(&d)).ok_or("--device takes cpu or xpu")?),
+            "--dtype" => o.dtypes.push(args.next().and_then(|d| DType::parse(&d)).ok_or("--dtype takes f32, f16 or bf16")?),
+            "elementwise" | "reduce" | "matmul" => o.families.push(a),
+            other => return Err(format!("unknown argument {other:?}; families: elementwise reduce matmul")),
+        }
+    }
+    if o.families.is_empty() {
+        o.families = vec!["elementwise".into(), "reduce".into(), "matmul".into()];
+    }
+    if o.devices.is_empty() {
+        o.devices.push(Device::Cpu);
+        if xpu::xpu_available() {
+            o.devices.push(Device::Xpu);
+        }
+    }
+    if o.dtypes.is_empty() {
+        o.dtypes = vec![DType::F32];
+    }
+    Ok(o)
+}
+
+/// Median milliseconds per call of `f` (GPU work is synchronised inside each sample).
+fn time(device: Device, quick: bool, mut f: impl FnMut() -> xpu::Result<Tensor>) -> xpu::Result<f64> {
+    let sync = |t: Tensor| -> xpu::Result<()> {
+        if device == Device::Xpu {
+            drop(t);
+            xpu::synchronize()?;
+        }
+        Ok(())
+    };
+    sync(f()?)?; // warm-up: pipelines compiled, buffers cached
+    let start = Instant::now();
+    sync(f()?)?;
+    let once = start.elapsed().as_secs_f64();
+    let iters = ((0.05 / once.max(1e-6)) as usize).clamp(1, 100);
+    let samples = if quick { 3 } else { 7 };
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        let mut last = None;
+        for _ in 0..iters {
+            last = Some(f()?);
+        }
+        if let Some(t) = last {
+            sync(t)?;
+        }
+        times.push(start.elapsed().as_secs_f64() * 1e3 / iters as f64);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
+}
+
+/// Copy bandwidth of a device in GB/s (bytes read + written), the reference for `gbps` rows.
+fn copy_peak(device: Device, quick: bool) -> xpu::Result<f64> {
+    let n = 1 << 24;
+    let x = Tensor::zeros(&[n], DType::F32, device)?;
+    if device == Device::Cpu {
+        let src = vec![1.0f32; n];
+        let mut dst = vec![0.0f32; n];
+        let start = Instant::now();
+        for _ in 0..5 {
+            dst.copy_from_slice(&src);
+            std::hint::black_box(&mut dst);
+        }
+        let s = start.elapsed().as_secs_f64() / 5.0;
+        return Ok(2.0 * 4.0 * n as f64 / s / 1e9);
+    }
+    // Device copy through the copy kernel (a transposed view read, a contiguous write).
+    let y = x.reshape(&[n / 1024, 1024])?;
+    let ms = time(device, quick, || y.t()?.contiguous())?;
+    Ok(2.0 * 4.0 * n as f64 / (ms / 1e3) / 1e9)
+}
+
+fn elementwise(o: &Opts, device: Device, dtype: DType, peak_bw: f64, rows: &mut Vec<Row>) -> xpu::Result<()> {
+    let sizes: &[usize] = if o.quick { &[1 << 20] } else { &[1 << 20, 1 << 24] };
+    for &n in sizes {
+        let x = Tensor::randn(&[n], dtype, device, 1)?;
+        let y = Tensor::randn(&[n], dtype, device, 2)?;
+        let bias = Tensor::randn(&[1024], dtype, device, 3)?;
+        let x2 = x.reshape(&[n / 1024, 1024])?;
+        let b = dtype.size_in_bytes() as f64 * n as f64;
+        let cases: Vec<(&str, f64, Box<dyn Fn() -> xpu::Result<Tensor>>)> = vec![
+            ("exp", 2.0 * b, Box::new(|| x.exp())),
+            ("gelu", 2.0 * b, Box::new(|| x.gelu())),
+            ("add", 3.0 * b, Box::new(|| x.add(&y))),
+            ("add_bias_broadcast", 2.0 * b, Box::new(|| x2.add(&bias))),
+            ("affine", 2.0 * b, Box::new(|| x.affine(2.0, 1.0))),
+            ("transpose_copy", 2.0 * b, Box::new(|| x2.t()?.contiguous())),
+        ];
+        for (name, bytes, f) in cases {
+            let ms = time(device, o.quick, f)?;
+            let gbps = bytes / (ms / 1e3) / 1e9;
+            rows.push(Row {
+                op: name.into(),
+                variant: "contiguous".into(),
+                device,
+                dtype,
+                shape: vec![n],
+                median_ms: ms,
+                gflops: None,
+                gbps: Some(gbps),
+                peak_fraction: Some(gbps / peak_bw),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn reduce(o: &Opts, device: Device, dtype: DType, peak_bw: f64, rows: &mut Vec<Row>) -> xpu::Result<()> {
+    let (r, c) = if o.quick { (1024, 1024) } else { (4096, 4096) };
+    let x = Tensor::randn(&[r, c], dtype, device, 5)?;
+    let b = (dtype.size_in_bytes() * r * c) as f64;
+    let cases: Vec<(&str, &str, f64, Box<dyn Fn() -> xpu::Result<Tensor>>)> = vec![
+        ("sum", "last_dim", b, Box::new(|| x.sum(-1, false))),
+        ("sum", "first_dim", b, Box::new(|| x.sum(0, false))),
+        ("max", "last_dim", b, Box::new(|| x.max(-1, false))),
+        ("argmax", "last_dim", b, Box::new(|| x.argmax(-1, false))),
+        ("softmax", "last_dim", 2.0 * b, Box::new(|| x.softmax(-1))),
+    ];
+    for (name, variant, bytes, f) in cases {
+        let ms = time(device, o.quick, f)?;
+        let gbps = bytes / (ms / 1e3) / 1e9;
+        rows.push(Row {
+            op: name.into(),
+            variant: variant.into(),
+            device,
+            dtype,
+            shape: vec![r, c],
+            median_ms: ms,
+            gflops: None,
+            gbps: Some(gbps),
+            peak_fraction: Some(gbps / peak_bw),
+        });
+    }
+    Ok(())
+}
+
+fn matmul(o: &Opts, device: Device, dtype: DType, peak_flops: Option<f64>, rows: &mut Vec<Row>) -> xpu::Result<()> {
+    let shapes: Vec<(usize, usize, usize)> = if o.quick {
+        vec![(256, 256, 256), (512, 512, 512)]
+    } else {
+        vec![(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (8192, 320, 320), (8192, 320, 1280), (8192, 640, 640), (154, 768, 320)]
+    };
+    for (m, k, n) in shapes {
+        let a = Tensor::randn(&[m, k], dtype, device, 1)?;
+        let b = Tensor::randn(&[k, n], dtype, device, 2)?;
+        let ms = time(device, o.quick, || a.matmul(&b))?;
+        let gflops = 2.0 * (m * n * k) as f64 / (ms / 1e3) / 1e9;
+        rows.push(Row {
+            op: "matmul".into(),
+            variant: "default".into(),
+            device,
+            dtype,
+            shape: vec![m, k, n],
+            median_ms: ms,
+            gflops: Some(gflops),
+            gbps: None,
+            peak_fraction: peak_flops.map(|p| gflops / p),
+        });
+    }
+    Ok(())
+}
+
+/// Single-precision FMA peak of this CPU (all cores), from a register-only loop.
+fn cpu_fma_peak() -> f64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let iters = 20_000_000u64;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                // 16 independent chains of 16 lanes: the compiler keeps them in vector registers.
+                let mut acc = [[1.0f32; 16]; 16];
+                let m = std::hint::black_box([0.999_999f32; 16]);
+                let a = std::hint::black_box([1e-7f32; 16]);
+                for _ in 0..iters / 16 {
+                    for chain in acc.iter_mut() {
+                        for l in 0..16 {
+                            chain[l] = chain[l].mul_add(m[l], a[l]);
+                        }
+                    }
+                }
+                std::hint::black_box(acc);
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.join();
+    }
+    let s = start.elapsed().as_secs_f64();
+    (threads as f64 * iters as f64 * 16.0 * 2.0) / s / 1e9
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&o) {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(o: &Opts) -> xpu::Result<()> {
+    let mut rows = Vec::new();
+    let fma_peak = if o.families.iter().any(|f| f == "matmul") { Some(cpu_fma_peak()) } else { None };
+    for &device in &o.devices {
+        let peak_bw = copy_peak(device, o.quick)?;
+        if !o.json {
+            println!("# {device}: copy bandwidth {peak_bw:.1} GB/s{}", match (device, fma_peak) {
+                (Device::Cpu, Some(p)) => format!(", f32 FMA peak {p:.1} GFLOP/s"),
+                _ => String::new(),
+            });
+        }
+        for &dtype in &o.dtypes {
+            for fam in &o.families {
+                match fam.as_str() {
+                    "elementwise" => elementwise(o, device, dtype, peak_bw, &mut rows)?,
+                    "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,
+                    _ => matmul(o, device, dtype, if device == Device::Cpu { fma_peak } else { None }, &mut rows)?,
+                }
+            }
+        }
+    }
+    for r in &rows {
+        let num = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.4}"));
+        if o.json {
+            println!(
+                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{}}}",
+                r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction)
+            );
+        } else {
+            let rate = r.gflops.map(|g| format!("{g:9.1} GFLOP/s")).or(r.gbps.map(|g| format!("{g:9.1} GB/s   "))).unwrap_or_default();
+            let frac = r.peak_fraction.map_or(String::new(), |f| format!("{:5.1}% of peak", f * 100.0));
+            println!("{:<20} {:<12} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}", r.op, r.variant, r.device.to_string(), r.dtype.as_str(), format!("{:?}", r.shape), r.median_ms);
+        }
+    }
+    Ok(())
+}
