@@ -98,3 +98,17 @@ fn moving_between_devices_round_trips() {
         assert_eq!(values(&view.to(Device::Xpu).unwrap()), values(&view), "{dtype} strided upload");
     }
 }
+
+#[test]
+fn copy_makes_independent_contiguous_storage() {
+    for device in common::devices() {
+        for dtype in DType::ALL {
+            let x = Tensor::arange(0.0, 24.0, 1.0, dtype, device).unwrap().reshape(&[2, 3, 4]).unwrap();
+            for v in [x.clone(), x.narrow(2, 1, 3).unwrap(), x.narrow(0, 1, 1).unwrap(), x.permute(&[2, 1, 0]).unwrap()] {
+                let c = v.copy().unwrap();
+                assert!(c.is_contiguous());
+                assert_eq!(values(&c), values(&v), "{device} {dtype} copy");
+            }
+        }
+    }
+}

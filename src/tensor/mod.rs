@@ -105,6 +105,13 @@ impl Tensor {
         Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
     }
 
+    /// A new tensor with its own contiguous storage on the same device (PyTorch's `clone()`;
+    /// Rust's `Clone` shares storage instead).
+    pub fn copy(&self) -> Result<Tensor> {
+        let s = self.storage().to_device(self.layout(), self.device())?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+    }
+
     /// A contiguous copy on `device` (the same tensor if it is already there). Moving to
     /// `Device::Xpu` records an upload and returns at once; moving back waits for the GPU.
     pub fn to(&self, device: Device) -> Result<Tensor> {

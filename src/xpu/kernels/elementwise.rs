@@ -36,6 +36,21 @@ impl XpuStorage {
         Ok(out)
     }
 
+    /// A contiguous copy: a plain buffer copy when the view is contiguous and word-aligned,
+    /// else the copy kernel.
+    pub(crate) fn duplicate(&self, layout: &Layout) -> Result<XpuStorage> {
+        let size = self.dtype.size_in_bytes();
+        let bytes = layout.numel() * size;
+        let offset = layout.offset() * size;
+        if !layout.is_contiguous() || offset % 4 != 0 || bytes == 0 {
+            return self.copy_cast(layout, self.dtype);
+        }
+        let out = XpuStorage::alloc(&self.ctx, self.dtype, layout.numel())?;
+        let mut stream = self.ctx.stream.lock().map_err(|_| crate::xpu::poisoned())?;
+        stream.copy(&self.ctx, &self.buffer, offset as u64, &out.buffer, 0, (bytes as u64).div_ceil(4) * 4);
+        Ok(out)
+    }
+
     /// Applies a unary op to a float tensor.
     pub(crate) fn unary(&self, layout: &Layout, op: UnaryOp) -> Result<XpuStorage> {
         if !self.dtype.is_float() {

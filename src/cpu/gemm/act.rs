@@ -1,0 +1,53 @@
+//! Scalar activations in f64, used by the portable kernel's epilogue (and as test references).
+//!
+//! Invariant: these are accurate to a few f64 ulps (`erf` by its Taylor series below 3 and a
+//! continued fraction for `erfc` above), so they may serve as the reference the vectorised f32
+//! approximations are checked against.
+
+use super::Activation;
+
+/// The error function.
+pub(crate) fn erf(x: f64) -> f64 {
+    let ax = x.abs();
+    if x.is_nan() {
+        return x;
+    }
+    if ax < 3.0 {
+        // erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))
+        let x2 = x * x;
+        let (mut term, mut sum) = (x, x);
+        for n in 1..200 {
+            term *= -x2 / n as f64;
+            let t = term / (2 * n + 1) as f64;
+            sum += t;
+            if t.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    } else if ax > 9.0 {
+        x.signum()
+    } else {
+        // erfc(x) = exp(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...))))
+        let mut t = ax;
+        for n in (1..=80).rev() {
+            t = ax + (n as f64 / 2.0) / t;
+        }
+        let erfc = (-ax * ax).exp() * std::f64::consts::FRAC_2_SQRT_PI / 2.0 / t;
+        x.signum() * (1.0 - erfc)
+    }
+}
+
+/// Applies `act` to `x`.
+pub(crate) fn apply(act: Activation, x: f64) -> f64 {
+    match act {
+        Activation::None => x,
+        Activation::Relu => x.max(0.0),
+        Activation::Gelu => 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+        Activation::GeluTanh => {
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            0.5 * x * (1.0 + u.tanh())
+        }
+        Activation::Silu => x / (1.0 + (-x).exp()),
+    }
+}

@@ -1,0 +1,205 @@
+//! AVX-512 tile store with the fused epilogue, and the vector activations it needs.
+//!
+//! Invariants: only lanes inside the tile's `nr` valid columns are read or written (masked
+//! loads/stores, which never fault on masked-off lanes); C is read only when accumulating a
+//! later K block or when `beta != 0`. Activations: `exp` by range reduction and a degree-7
+//! polynomial with `vscalefps` (rel. err. ~2e-7), `erf` by Abramowitz–Stegun 7.1.26 (abs. err.
+//! 1.5e-7), reciprocals by `vrcp14ps` plus one Newton step.
+
+use super::driver::{EpCtx, Tile};
+use super::Activation;
+use std::arch::x86_64::*;
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn splat(x: f32) -> __m512 {
+    _mm512_set1_ps(x)
+}
+
+/// `e^x`, clamped to the normal f32 range.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_ps(x: __m512) -> __m512 {
+    let x = _mm512_min_ps(_mm512_max_ps(x, splat(-87.0)), splat(88.0));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, splat(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, splat(0.693_359_4), x);
+    let r = _mm512_fnmadd_ps(n, splat(-2.121_944_4e-4), r);
+    let mut p = splat(1.0 / 5040.0);
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = _mm512_fmadd_ps(p, r, splat(c));
+    }
+    _mm512_scalef_ps(p, n)
+}
+
+/// `1 / d` for `d >= 1` (finite).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn recip_ps(d: __m512) -> __m512 {
+    let r = _mm512_rcp14_ps(d);
+    _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, splat(2.0)))
+}
+
+/// `x * sigmoid(s)` computed as `x / (1 + e^-s)`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn x_sigmoid(x: __m512, s: __m512) -> __m512 {
+    let e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), s));
+    _mm512_mul_ps(x, recip_ps(_mm512_add_ps(splat(1.0), e)))
+}
+
+/// Exact-form GELU with erf from A&S 7.1.26, written via erfc to keep negative inputs accurate.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn gelu_ps(x: __m512) -> __m512 {
+    let ax = _mm512_abs_ps(x);
+    let z = _mm512_mul_ps(ax, splat(std::f32::consts::FRAC_1_SQRT_2));
+    let t = recip_ps(_mm512_fmadd_ps(z, splat(0.327_591_1), splat(1.0)));
+    let mut p = splat(1.061_405_4);
+    for c in [-1.453_152_1, 1.421_413_8, -0.284_496_74, 0.254_829_6] {
+        p = _mm512_fmadd_ps(p, t, splat(c));
+    }
+    p = _mm512_mul_ps(p, t);
+    // erfc(z) ~= p * exp(-z^2); h = 0.5 * x * erfc(|x| / sqrt 2)
+    let e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), z), z));
+    let h = _mm512_mul_ps(_mm512_mul_ps(splat(0.5), x), _mm512_mul_ps(p, e));
+    // x >= 0: x - h ; x < 0: h
+    let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+    _mm512_mask_blend_ps(neg, _mm512_sub_ps(x, h), h)
+}
+
+/// Applies `act` to a vector.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn act_ps(act: Activation, x: __m512) -> __m512 {
+    match act {
+        Activation::None => x,
+        Activation::Relu => _mm512_max_ps(x, _mm512_setzero_ps()),
+        Activation::Gelu => gelu_ps(x),
+        Activation::GeluTanh => {
+            // 0.5 x (1 + tanh u) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+            let x2 = _mm512_mul_ps(x, x);
+            let c = 0.797_884_6_f32;
+            let two_u = _mm512_mul_ps(
+                x,
+                _mm512_fmadd_ps(x2, splat(2.0 * c * 0.044715), splat(2.0 * c)),
+            );
+            x_sigmoid(x, two_u)
+        }
+        Activation::Silu => x_sigmoid(x, x),
+    }
+}
+
+#[inline(always)]
+fn mask_of(cnt: usize) -> __mmask16 {
+    if cnt >= 16 {
+        0xffff
+    } else {
+        ((1u32 << cnt) - 1) as __mmask16
+    }
+}
+
+/// Residual values for columns `col..col + cnt` of `row`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn residual(ep: &EpCtx, row: usize, col: usize, cnt: usize, mask: __mmask16) -> __m512 {
+    match ep.residual {
+        None => _mm512_setzero_ps(),
+        Some(res) => {
+            let base = res
+                .data
+                .as_ptr()
+                .add(res.offset + row * res.row_stride + col * res.col_stride);
+            if res.col_stride == 1 {
+                _mm512_maskz_loadu_ps(mask, base)
+            } else {
+                let mut tmp = [0f32; 16];
+                for (j, t) in tmp.iter_mut().enumerate().take(cnt) {
+                    *t = *base.add(j * res.col_stride);
+                }
+                _mm512_loadu_ps(tmp.as_ptr())
+            }
+        }
+    }
+}
+
+/// Bias values for columns `col..` (masked).
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn bias(ep: &EpCtx, col: usize, mask: __mmask16) -> __m512 {
+    match ep.bias {
+        None => _mm512_setzero_ps(),
+        Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(col)),
+    }
+}
+
+/// Stores `MR` rows of two accumulator vectors into the tile, applying the epilogue.
+///
+/// # Safety
+/// As [`super::driver::Kernel::tile`]; avx512f must be available.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn store<const MR: usize>(acc: &[[__m512; 2]; MR], t: &Tile, ep: &EpCtx) {
+    let alpha = splat(ep.alpha);
+    let scale = ep.alpha != 1.0;
+    if ep.glu {
+        let cnt = t.nr.min(16);
+        let mask = mask_of(cnt);
+        let bh = bias(ep, t.col0, mask);
+        let bg = bias(ep, ep.n + t.col0, mask);
+        for (r, a) in acc.iter().enumerate().take(t.mr) {
+            let (mut h, mut g) = (a[0], a[1]);
+            if scale {
+                h = _mm512_mul_ps(h, alpha);
+                g = _mm512_mul_ps(g, alpha);
+            }
+            let out = _mm512_mul_ps(_mm512_add_ps(h, bh), act_ps(ep.act, _mm512_add_ps(g, bg)));
+            let out = _mm512_add_ps(out, residual(ep, t.row0 + r, t.col0, cnt, mask));
+            _mm512_mask_storeu_ps(t.c.add(r * t.ldc), mask, out);
+        }
+        return;
+    }
+    let beta = splat(ep.beta);
+    for h in 0..2 {
+        let j0 = 16 * h;
+        if j0 >= t.nr {
+            break;
+        }
+        let cnt = (t.nr - j0).min(16);
+        let mask = mask_of(cnt);
+        let bv = if t.last {
+            bias(ep, t.col0 + j0, mask)
+        } else {
+            _mm512_setzero_ps()
+        };
+        for (r, a) in acc.iter().enumerate().take(t.mr) {
+            let cp = t.c.add(r * t.ldc + j0);
+            let mut v = if scale {
+                _mm512_mul_ps(a[h], alpha)
+            } else {
+                a[h]
+            };
+            if !t.first {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, cp));
+            } else if ep.beta != 0.0 {
+                v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, cp), v);
+            }
+            if t.last {
+                v = act_ps(ep.act, _mm512_add_ps(v, bv));
+                if ep.residual.is_some() {
+                    v = _mm512_add_ps(v, residual(ep, t.row0 + r, t.col0 + j0, cnt, mask));
+                }
+            }
+            _mm512_mask_storeu_ps(cp, mask, v);
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! 64-byte aligned, growable scratch storage and per-thread reuse of it.
+//!
+//! Invariants: every buffer starts on a cache line (so a packed 32-float B row is exactly two
+//! lines and never splits); per-thread scratch is *taken* out of its thread-local slot for the
+//! duration of a use and put back afterwards, so a re-entrant call on the same thread (e.g. a
+//! rayon worker that steals another GEMM while waiting) just allocates a fresh buffer instead of
+//! panicking on a double borrow.
+
+use std::cell::Cell;
+
+/// One cache line of storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Line([u32; 16]);
+
+// SAFETY: `Line` is 64 bytes of `u32` with alignment 64: no padding, every bit pattern valid.
+unsafe impl bytemuck::Zeroable for Line {}
+// SAFETY: see above.
+unsafe impl bytemuck::Pod for Line {}
+
+/// A growable buffer of cache lines, viewed as a slice of any plain 4-byte-or-smaller type.
+#[derive(Default)]
+pub struct AlignedBuf {
+    lines: Vec<Line>,
+}
+
+impl AlignedBuf {
+    /// The first `n` elements as `T`, growing the buffer when needed (new space is zeroed;
+    /// reused space keeps old contents).
+    pub(crate) fn slice_mut<T: bytemuck::Pod>(&mut self, n: usize) -> &mut [T] {
+        let bytes = n * std::mem::size_of::<T>();
+        let lines = bytes.div_ceil(64);
+        if self.lines.len() < lines {
+            self.lines.resize(lines, Line([0; 16]));
+        }
+        let all: &mut [T] = bytemuck::cast_slice_mut(&mut self.lines[..lines]);
+        &mut all[..n]
+    }
+
+    /// The first `n` elements as `T` (`n` must not exceed what was allocated).
+    pub(crate) fn slice<T: bytemuck::Pod>(&self, n: usize) -> &[T] {
+        let lines = (n * std::mem::size_of::<T>()).div_ceil(64);
+        let all: &[T] = bytemuck::cast_slice(&self.lines[..lines.min(self.lines.len())]);
+        &all[..n.min(all.len())]
+    }
+}
+
+/// Scratch larger than this (64 MiB) is freed after use instead of kept for the next call.
+const MAX_KEPT_LINES: usize = (64 << 20) / 64;
+
+thread_local! {
+    static A_SCRATCH: Cell<AlignedBuf> = Cell::new(AlignedBuf::default());
+    static B_SCRATCH: Cell<AlignedBuf> = Cell::new(AlignedBuf::default());
+}
+
+/// Which per-thread scratch slot to use.
+#[derive(Clone, Copy)]
+pub(crate) enum Slot {
+    /// Packed A blocks (one per worker).
+    A,
+    /// Packed B of a non-prepacked call (on the calling thread).
+    B,
+}
+
+/// Runs `f` with this thread's scratch buffer for `slot`, reusing its allocation.
+pub(crate) fn with_scratch<R>(slot: Slot, f: impl FnOnce(&mut AlignedBuf) -> R) -> R {
+    let key = match slot {
+        Slot::A => &A_SCRATCH,
+        Slot::B => &B_SCRATCH,
+    };
+    let mut buf = key.take();
+    let r = f(&mut buf);
+    // Keep the larger of the two if a re-entrant call put one back meanwhile.
+    let other = key.take();
+    let keep_new = buf.lines.len() <= MAX_KEPT_LINES && buf.lines.len() >= other.lines.len();
+    key.set(if keep_new { buf } else { other });
+    r
+}

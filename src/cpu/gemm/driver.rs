@@ -1,0 +1,198 @@
+//! The BLIS-style loop nest shared by every kernel, and its work split across rayon threads.
+//!
+//! Invariants:
+//! - Work is cut into tasks, each a range of `MR`-row panels of M times a range of B panels.
+//!   Tasks write disjoint C tiles, so they run in parallel without synchronisation.
+//! - Inside a task, for each K block: pack the task's A rows (thread-local scratch, L2 sized);
+//!   then for each B sub-block of [`NB_PANELS`] micro-panels (L2 resident), each A micro-panel
+//!   (L1 resident) sweeps the sub-block's B micro-panels, which stream from L2 (BLIS's
+//!   order with the operands' roles swapped: our broadcast operand is A).
+//! - A tile is `first` on K block 0 (C is overwritten, or blended with `beta`) and `last` on the
+//!   final K block, where the whole epilogue is applied as the tile is stored.
+//! - Calls below [`PAR_MIN_FLOPS`] never touch the thread pool.
+
+use super::buf::{with_scratch, Slot};
+use super::layout::PackedView;
+use super::{Activation, MatRef};
+use rayon::prelude::*;
+
+/// Products smaller than this many flops run on the calling thread.
+pub(crate) const PAR_MIN_FLOPS: f64 = (1u64 << 22) as f64;
+/// Maximum A micro-panels per task (an `MC = 12 * 14 = 168`-row A block: ~170 KiB, L2 resident).
+pub(crate) const MC_PANELS: usize = 12;
+
+/// B micro-panels per L2-resident B sub-block (12 * 32 columns * 384 units * 4 B = 576 KiB).
+pub(crate) const NB_PANELS: usize = 12;
+
+/// Epilogue parameters in the form the kernels consume.
+pub(crate) struct EpCtx<'a> {
+    pub alpha: f32,
+    pub beta: f32,
+    pub bias: Option<&'a [f32]>,
+    pub act: Activation,
+    pub residual: Option<MatRef<'a, f32>>,
+    /// GLU mode: each tile's lanes 0..16 are `h`, lanes 16..32 are `g`.
+    pub glu: bool,
+    /// Output columns N (offset of the gate's bias in GLU mode).
+    pub n: usize,
+}
+
+/// One output tile handed to a kernel.
+pub(crate) struct Tile {
+    /// C element `(row0, col0)`.
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub row0: usize,
+    pub col0: usize,
+    /// Valid rows (`<= MR`).
+    pub mr: usize,
+    /// Valid output columns (`<= 32`, `<= 16` in GLU mode).
+    pub nr: usize,
+    pub first: bool,
+    pub last: bool,
+}
+
+/// A microkernel with its A source.
+pub(crate) trait Kernel: Sync {
+    /// Packed A unit.
+    type PA: bytemuck::Pod + Send;
+    /// Packed B unit.
+    type PB: bytemuck::Pod + Sync;
+    /// Rows per micro-panel.
+    const MR: usize;
+    /// Packs A rows `row0..row0 + rows` (`rows <= MR`), units `u0..u1`, into `dst`
+    /// (`MR * (u1 - u0)` elements, zero padded).
+    fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [Self::PA]);
+    /// Multiplies an A micro-panel by a B micro-panel over `kcu` units and stores the tile.
+    ///
+    /// # Safety
+    /// `a` holds `MR * kcu` and `b` `32 * kcu` elements; the tile lies inside C; the epilogue's
+    /// bias and residual have been validated against the output shape.
+    unsafe fn tile(&self, kcu: usize, a: *const Self::PA, b: *const Self::PB, t: &Tile, ep: &EpCtx);
+}
+
+#[derive(Clone, Copy)]
+struct CPtr(*mut f32);
+// SAFETY: tasks write disjoint tiles of C (see module invariants).
+unsafe impl Send for CPtr {}
+// SAFETY: as above.
+unsafe impl Sync for CPtr {}
+
+/// Splits `mp` A panels and `np` B panels into (M tasks, N tasks).
+fn plan(mp: usize, np: usize, threads: usize) -> (usize, usize) {
+    let cache_min = mp.div_ceil(MC_PANELS).max(1);
+    if threads <= 1 {
+        return (cache_min, 1);
+    }
+    let target = threads * 4;
+    let mut mt = cache_min.max(target.min(mp.div_ceil(2)));
+    if mt >= threads {
+        mt = mt.div_ceil(threads) * threads;
+    }
+    let mt = mt.min(mp).max(1);
+    let nt = if mt >= target {
+        1
+    } else {
+        target.div_ceil(mt).min(np.div_ceil(2)).max(1)
+    };
+    (mt, nt)
+}
+
+/// Computes `C[..m, ..n] (op)= A @ B` with the epilogue. C must be validated for `m × n` with
+/// leading dimension `ldc`, A (inside `k`) for `m × K`.
+pub(crate) fn run<K: Kernel>(
+    kern: &K,
+    m: usize,
+    b: PackedView<K::PB>,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &EpCtx,
+) {
+    let l = b.layout;
+    if m == 0 || l.n == 0 {
+        return;
+    }
+    let mp = m.div_ceil(K::MR);
+    let np = l.npanels;
+    let width = if l.glu { 2 } else { 1 };
+    let flops = 2.0 * m as f64 * (l.n * width) as f64 * l.k.max(1) as f64;
+    let threads = if flops < PAR_MIN_FLOPS {
+        1
+    } else {
+        rayon::current_num_threads().max(1)
+    };
+    let (mt, nt) = plan(mp, np, threads);
+    let cp = CPtr(c.as_mut_ptr());
+    let task = |i: usize| {
+        let (mi, ni) = (i / nt, i % nt);
+        let (p0, p1) = (mi * mp / mt, (mi + 1) * mp / mt);
+        let (q0, q1) = (ni * np / nt, (ni + 1) * np / nt);
+        run_task(kern, m, (p0, p1), (q0, q1), &b, cp, ldc, ep);
+    };
+    if threads == 1 || mt * nt == 1 {
+        (0..mt * nt).for_each(task);
+    } else {
+        (0..mt * nt).into_par_iter().for_each(task);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_task<K: Kernel>(
+    kern: &K,
+    m: usize,
+    (p0, p1): (usize, usize),
+    (q0, q1): (usize, usize),
+    b: &PackedView<K::PB>,
+    c: CPtr,
+    ldc: usize,
+    ep: &EpCtx,
+) {
+    let c = c.0;
+    if p0 >= p1 || q0 >= q1 {
+        return;
+    }
+    let l = &b.layout;
+    let mr = K::MR;
+    with_scratch(Slot::A, |scratch| {
+        for bi in 0..l.nblk {
+            let (u0, u1) = l.block(bi);
+            let kcu = u1 - u0;
+            let panel = mr * kcu;
+            let abuf = scratch.slice_mut::<K::PA>(panel * (p1 - p0));
+            for (ip, dst) in (p0..p1).zip(abuf.chunks_mut(panel.max(1))) {
+                let row0 = ip * mr;
+                kern.pack_a(row0, mr.min(m - row0), u0, u1, dst);
+            }
+            let abuf = &*abuf;
+            let nbp = NB_PANELS;
+            // B sub-block (kcu x 32*nbp) stays in L2; each A micro-panel stays in L1 while it
+            // sweeps the sub-block's B micro-panels.
+            let mut qb = q0;
+            while qb < q1 {
+                let qe = (qb + nbp).min(q1);
+                for (j, ip) in (p0..p1).enumerate() {
+                    let row0 = ip * mr;
+                    let apanel = abuf[j * panel..].as_ptr();
+                    for q in qb..qe {
+                        let (col0, nr) = l.panel_cols(q);
+                        let t = Tile {
+                            // SAFETY: row0 < m and col0 < n, inside the validated C.
+                            c: unsafe { c.add(row0 * ldc + col0) },
+                            ldc,
+                            row0,
+                            col0,
+                            mr: mr.min(m - row0),
+                            nr,
+                            first: bi == 0,
+                            last: bi + 1 == l.nblk,
+                        };
+                        let bptr = b.data[l.panel_offset(bi, q)..].as_ptr();
+                        // SAFETY: the A panel has `panel` elements, the B panel `32 * kcu`.
+                        unsafe { kern.tile(kcu, apanel, bptr, &t, ep) };
+                    }
+                }
+                qb = qe;
+            }
+        }
+    });
+}

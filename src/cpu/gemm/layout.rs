@@ -1,0 +1,242 @@
+//! The packed-B layout shared by every kernel path, and prepacked weights ([`PackedB`]).
+//!
+//! Invariants:
+//! - B is cut into K blocks of `kcu` *units* (a unit is one k for the f32 layout and a pair of
+//!   consecutive k for the bf16 layout; every block but the last is full) and into panels of
+//!   [`NR`] = 32 columns. Block `bi`, panel `p` is the contiguous run of `(u1 - u0) * 32`
+//!   elements at `u0 * npanels * 32 + p * (u1 - u0) * 32`, unit-major, lane-minor.
+//! - f32 layout: one `f32` per (unit, lane). bf16 layout: one `u32` per (unit, lane) holding
+//!   `b[2u, n]` in the low and `b[2u + 1, n]` in the high half: the VNNI pairing `vdpbf16ps`
+//!   consumes. Padding (k past K, columns past N) is zero.
+//! - GLU layout: panel `p` holds output columns `16p..16p + 16` of the first half of B in lanes
+//!   0..16 and the same columns of the second half in lanes 16..32, and K is never split (one
+//!   block), so a tile's accumulators hold both halves and the final values at once.
+//! - The layout depends only on the element kind, never on the kernel path, so a [`PackedB`]
+//!   built under one path works under every other.
+
+use super::pack::{pack_b_bf16, pack_b_f32};
+use super::peak::bf16_kind;
+use super::{buf::AlignedBuf, MatRef};
+use crate::{Error, Result};
+use half::{bf16, f16};
+
+/// Columns per packed B panel (two zmm registers of f32).
+pub(crate) const NR: usize = 32;
+/// Maximum units per K block for the f32 layout: a 14×384 A micro-panel (21 KiB) stays in L1
+/// while 48 KiB B micro-panels stream from L2; larger K blocks mean fewer passes over C.
+pub(crate) const KCU_F32: usize = 384;
+/// Maximum units (k pairs) per K block for the bf16-pair layout (same footprint as f32).
+pub(crate) const KCU_BF16: usize = 384;
+
+/// Element kind of a packed buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackKind {
+    /// One f32 per unit (sources f32 and f16).
+    F32,
+    /// One u32 = two bf16 per unit.
+    Bf16,
+}
+
+/// Geometry of a packed B.
+#[derive(Clone, Copy, Debug)]
+pub struct BLayout {
+    pub k: usize,
+    /// Output columns (half of B's columns for GLU).
+    pub n: usize,
+    pub units: usize,
+    pub kcu: usize,
+    pub nblk: usize,
+    pub npanels: usize,
+    pub glu: bool,
+    pub kind: PackKind,
+}
+
+impl BLayout {
+    pub(crate) fn new(kind: PackKind, k: usize, n: usize, glu: bool) -> Self {
+        let (per_unit, max) = match kind {
+            PackKind::F32 => (1, KCU_F32),
+            PackKind::Bf16 => (2, KCU_BF16),
+        };
+        let units = k.div_ceil(per_unit);
+        let kcu = if glu || units == 0 {
+            units
+        } else {
+            units.div_ceil(units.div_ceil(max))
+        };
+        let nblk = if units == 0 { 1 } else { units.div_ceil(kcu) };
+        let npanels = if glu { n.div_ceil(16) } else { n.div_ceil(NR) };
+        BLayout {
+            k,
+            n,
+            units,
+            kcu,
+            nblk,
+            npanels,
+            glu,
+            kind,
+        }
+    }
+
+    /// Unit range of K block `bi`.
+    #[inline]
+    pub(crate) fn block(&self, bi: usize) -> (usize, usize) {
+        let u0 = bi * self.kcu;
+        (u0, (u0 + self.kcu).min(self.units))
+    }
+
+    /// Element offset of (block `bi`, panel `p`).
+    #[inline]
+    pub(crate) fn panel_offset(&self, bi: usize, p: usize) -> usize {
+        let (u0, u1) = self.block(bi);
+        u0 * self.npanels * NR + p * (u1 - u0) * NR
+    }
+
+    /// Total packed elements.
+    pub(crate) fn len(&self) -> usize {
+        self.units * self.npanels * NR
+    }
+
+    /// First output column of panel `p` and how many output columns it holds.
+    #[inline]
+    pub(crate) fn panel_cols(&self, p: usize) -> (usize, usize) {
+        let w = if self.glu { 16 } else { NR };
+        let c0 = p * w;
+        (c0, w.min(self.n - c0))
+    }
+
+    /// Column of the source B feeding `lane` of panel `p`, if any.
+    #[inline]
+    pub(crate) fn src_col(&self, p: usize, lane: usize) -> Option<usize> {
+        if self.glu {
+            let c = p * 16 + lane % 16;
+            (c < self.n).then_some(if lane < 16 { c } else { self.n + c })
+        } else {
+            let c = p * NR + lane;
+            (c < self.n).then_some(c)
+        }
+    }
+}
+
+/// Packed data plus its geometry, borrowed by the driver.
+#[derive(Clone, Copy)]
+pub(crate) struct PackedView<'a, P> {
+    pub data: &'a [P],
+    pub layout: BLayout,
+}
+
+pub(crate) mod sealed {
+    use super::{AlignedBuf, BLayout, MatRef, PackKind};
+    /// Crate-private half of [`super::PackElem`].
+    pub trait Sealed: Sized {
+        /// The packed layout new packs of this type use (bf16: see [`super::bf16_kind`]).
+        fn kind() -> PackKind;
+        fn pack_into(b: &MatRef<Self>, layout: &BLayout, buf: &mut AlignedBuf);
+    }
+}
+
+/// Element types that can be prepacked: `f32`, `f16` (stored widened to f32) and `bf16`
+/// (stored as VNNI bf16 pairs for the `vdpbf16ps` kernel, or widened to f32 where the FMA kernel
+/// is faster: see [`super::gemm_bf16`]).
+pub trait PackElem: sealed::Sealed + Copy + Send + Sync + 'static {}
+impl PackElem for f32 {}
+impl PackElem for f16 {}
+impl PackElem for bf16 {}
+
+impl sealed::Sealed for f32 {
+    fn kind() -> PackKind {
+        PackKind::F32
+    }
+    fn pack_into(b: &MatRef<f32>, layout: &BLayout, buf: &mut AlignedBuf) {
+        pack_b_f32(b, layout, buf.slice_mut::<f32>(layout.len()));
+    }
+}
+impl sealed::Sealed for f16 {
+    fn kind() -> PackKind {
+        PackKind::F32
+    }
+    fn pack_into(b: &MatRef<f16>, layout: &BLayout, buf: &mut AlignedBuf) {
+        pack_b_f32(b, layout, buf.slice_mut::<f32>(layout.len()));
+    }
+}
+impl sealed::Sealed for bf16 {
+    fn kind() -> PackKind {
+        bf16_kind()
+    }
+    fn pack_into(b: &MatRef<bf16>, layout: &BLayout, buf: &mut AlignedBuf) {
+        match layout.kind {
+            PackKind::F32 => pack_b_f32(b, layout, buf.slice_mut::<f32>(layout.len())),
+            PackKind::Bf16 => pack_b_bf16(b, layout, buf.slice_mut::<u32>(layout.len())),
+        }
+    }
+}
+
+/// A B operand (`K × N`) packed once into the microkernel layout, IPEX-style, so a Linear layer
+/// pays packing once and every later [`super::gemm_prepacked_f32`] (or bf16/f16) call only packs A.
+pub struct PackedB<T: PackElem> {
+    pub(crate) layout: BLayout,
+    pub(crate) buf: AlignedBuf,
+    _elem: std::marker::PhantomData<T>,
+}
+
+impl<T: PackElem> PackedB<T> {
+    /// Packs `b` (`K × N`, any strides) for the plain GEMM.
+    pub fn new(b: MatRef<T>) -> Result<Self> {
+        b.validate("PackedB::new", "b")?;
+        Ok(Self::build(
+            &b,
+            BLayout::new(T::kind(), b.rows, b.cols, false),
+        ))
+    }
+
+    /// Packs `b` (`K × 2N`) for the GLU GEMM: the result is used with the same
+    /// `gemm_prepacked_*` functions, which then compute `h * act(g)` (see [`super::Epilogue`]).
+    pub fn new_geglu(b: MatRef<T>) -> Result<Self> {
+        b.validate("PackedB::new_geglu", "b")?;
+        if !b.cols.is_multiple_of(2) {
+            return Err(Error::shape(
+                "PackedB::new_geglu",
+                "B with an even number of columns (2N)",
+                &[b.rows, b.cols],
+            ));
+        }
+        Ok(Self::build(
+            &b,
+            BLayout::new(T::kind(), b.rows, b.cols / 2, true),
+        ))
+    }
+
+    fn build(b: &MatRef<T>, layout: BLayout) -> Self {
+        let mut buf = AlignedBuf::default();
+        T::pack_into(b, &layout, &mut buf);
+        PackedB {
+            layout,
+            buf,
+            _elem: std::marker::PhantomData,
+        }
+    }
+
+    /// K (rows of the original B).
+    pub fn k(&self) -> usize {
+        self.layout.k
+    }
+
+    /// Output columns N (for a GLU pack: half of the original B's columns).
+    pub fn n(&self) -> usize {
+        self.layout.n
+    }
+
+    /// True when built by [`PackedB::new_geglu`].
+    pub fn is_geglu(&self) -> bool {
+        self.layout.glu
+    }
+}
+
+impl<T: PackElem> std::fmt::Debug for PackedB<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedB")
+            .field("k", &self.layout.k)
+            .field("n", &self.layout.n)
+            .field("geglu", &self.layout.glu)
+            .finish()
+    }
+}

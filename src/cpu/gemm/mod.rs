@@ -1,0 +1,373 @@
+//! The CPU matrix engine: BLIS-style packed GEMM with AVX-512 microkernels and fused epilogues.
+//!
+//! `C (M × N, row-major, leading dimension ldc) = epilogue(A (M × K) @ B (K × N))`, with A and B
+//! arbitrary strided views ([`MatRef`]), f32 accumulation for every input dtype, and the
+//! epilogue ([`Epilogue`]: alpha/beta, bias, activation, residual, or GLU gating) applied while
+//! the last K block of each C tile is stored.
+//!
+//! Invariants:
+//! - Every public entry point validates all views, `ldc`, the bias length and the residual
+//!   shape before any unchecked access, and reports problems as [`crate::Error`]; nothing here
+//!   panics on bad input.
+//! - Paths: [`GemmPath::Avx512`] (14×32 f32 FMA kernel; `vdpbf16ps` for bf16; f16 widened with
+//!   F16C while packing) and [`GemmPath::Fallback`] (portable Rust over the same packed layouts).
+//!   The path is chosen per call from the CPU features, `XPU_CPU_SIMD=fallback` (read once) and
+//!   [`set_gemm_override`]; a path the CPU cannot run silently degrades to the fallback.
+//! - Packed B layouts do not depend on the path, so a [`PackedB`] works under any path.
+//! - Small products run on the calling thread; larger ones split over rayon's pool.
+
+mod act;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_ep;
+#[cfg(target_arch = "x86_64")]
+mod avx512_pack;
+mod buf;
+mod driver;
+mod layout;
+mod pack;
+mod peak;
+mod portable;
+#[cfg(test)]
+mod tests;
+mod types;
+
+pub use layout::{PackElem, PackedB};
+pub use peak::{measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
+pub use types::{Activation, Epilogue, MatRef};
+
+use crate::{DType, Error, Result};
+use buf::{with_scratch, AlignedBuf, Slot};
+use driver::EpCtx;
+use half::{bf16, f16};
+use layout::sealed::Sealed;
+use layout::{BLayout, PackKind, PackedView};
+use pack::ToF32;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+/// Which implementation a GEMM call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmPath {
+    /// AVX-512 microkernels (x86-64 with AVX-512F; AVX512_BF16 for bf16).
+    Avx512,
+    /// Portable Rust kernels (always available).
+    Fallback,
+}
+
+static OVERRIDE: AtomicU8 = AtomicU8::new(0);
+
+/// Forces every later GEMM call (process-wide) onto `path`, or restores automatic selection
+/// with `None`. Forcing [`GemmPath::Avx512`] on a CPU without it still runs the fallback.
+pub fn set_gemm_override(path: Option<GemmPath>) {
+    let v = match path {
+        None => 0,
+        Some(GemmPath::Avx512) => 1,
+        Some(GemmPath::Fallback) => 2,
+    };
+    OVERRIDE.store(v, Ordering::Relaxed);
+}
+
+fn env_fallback() -> bool {
+    static ENV: OnceLock<bool> = OnceLock::new();
+    *ENV.get_or_init(|| {
+        std::env::var("XPU_CPU_SIMD").is_ok_and(|v| v.trim().eq_ignore_ascii_case("fallback"))
+    })
+}
+
+fn simd_available(dtype: DType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match dtype {
+            DType::F32 | DType::F16 => avx512::has_avx512(),
+            DType::BF16 => avx512::has_avx512_bf16(),
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = dtype;
+        false
+    }
+}
+
+/// The path a GEMM on `dtype` inputs would take right now.
+pub fn gemm_path(dtype: DType) -> GemmPath {
+    let wanted = match OVERRIDE.load(Ordering::Relaxed) {
+        1 => GemmPath::Avx512,
+        2 => GemmPath::Fallback,
+        _ if env_fallback() => GemmPath::Fallback,
+        _ => GemmPath::Avx512,
+    };
+    if wanted == GemmPath::Avx512 && simd_available(dtype) {
+        GemmPath::Avx512
+    } else {
+        GemmPath::Fallback
+    }
+}
+
+/// Runs the kernels of one element type over an already packed B.
+pub(crate) trait Runner: PackElem + Sealed {
+    fn run(
+        path: GemmPath,
+        a: MatRef<Self>,
+        b: &AlignedBuf,
+        l: BLayout,
+        c: &mut [f32],
+        ldc: usize,
+        ep: &EpCtx,
+    );
+}
+
+fn run_f32_like<S: ToF32>(
+    path: GemmPath,
+    a: MatRef<S>,
+    b: &AlignedBuf,
+    l: BLayout,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &EpCtx,
+) {
+    let view = PackedView {
+        data: b.slice::<f32>(l.len()),
+        layout: l,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if path == GemmPath::Avx512 {
+        if let Some(k) = avx512::AvxF32::new(a) {
+            return driver::run(&k, a.rows, view, c, ldc, ep);
+        }
+    }
+    let _ = path;
+    driver::run(&portable::PortF32 { a }, a.rows, view, c, ldc, ep);
+}
+
+impl Runner for f32 {
+    fn run(
+        path: GemmPath,
+        a: MatRef<f32>,
+        b: &AlignedBuf,
+        l: BLayout,
+        c: &mut [f32],
+        ldc: usize,
+        ep: &EpCtx,
+    ) {
+        run_f32_like(path, a, b, l, c, ldc, ep);
+    }
+}
+impl Runner for f16 {
+    fn run(
+        path: GemmPath,
+        a: MatRef<f16>,
+        b: &AlignedBuf,
+        l: BLayout,
+        c: &mut [f32],
+        ldc: usize,
+        ep: &EpCtx,
+    ) {
+        run_f32_like(path, a, b, l, c, ldc, ep);
+    }
+}
+impl Runner for bf16 {
+    fn run(
+        path: GemmPath,
+        a: MatRef<bf16>,
+        b: &AlignedBuf,
+        l: BLayout,
+        c: &mut [f32],
+        ldc: usize,
+        ep: &EpCtx,
+    ) {
+        if l.kind == PackKind::F32 {
+            return run_f32_like(path, a, b, l, c, ldc, ep);
+        }
+        let view = PackedView {
+            data: b.slice::<u32>(l.len()),
+            layout: l,
+        };
+        #[cfg(target_arch = "x86_64")]
+        if path == GemmPath::Avx512 {
+            if let Some(k) = avx512::AvxBf16::new(a) {
+                return driver::run(&k, a.rows, view, c, ldc, ep);
+            }
+        }
+        let _ = path;
+        driver::run(&portable::PortBf16 { a }, a.rows, view, c, ldc, ep);
+    }
+}
+
+/// Where B comes from.
+pub(crate) enum BSrc<'a, T: PackElem> {
+    /// Pack this view now (`glu`: it is `K × 2N`).
+    Raw(MatRef<'a, T>, bool),
+    /// Already packed.
+    Packed(&'a PackedB<T>),
+}
+
+/// Validates everything and builds the kernels' epilogue context.
+fn check<'a, T: Copy>(
+    op: &'static str,
+    a: &MatRef<T>,
+    (k, n, glu): (usize, usize, bool),
+    c: &[f32],
+    ldc: usize,
+    ep: &Epilogue<'a>,
+) -> Result<EpCtx<'a>> {
+    a.validate(op, "a")?;
+    let m = a.rows;
+    if a.cols != k {
+        return Err(Error::shape(
+            op,
+            format!("A with K = {k} columns"),
+            &[a.rows, a.cols],
+        ));
+    }
+    if m > 0 && n > 0 {
+        if ldc < n {
+            return Err(Error::invalid(
+                op,
+                format!("ldc = {ldc} is smaller than N = {n}"),
+            ));
+        }
+        let need = (m - 1).checked_mul(ldc).and_then(|x| x.checked_add(n));
+        if need.is_none_or(|need| c.len() < need) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "C has {} elements, {m}x{n} with ldc {ldc} needs {need:?}",
+                    c.len()
+                ),
+            ));
+        }
+    }
+    let nb = if glu { 2 * n } else { n };
+    if let Some(b) = ep.bias {
+        if b.len() != nb {
+            return Err(Error::shape(op, format!("bias of length {nb}"), &[b.len()]));
+        }
+    }
+    if let Some(r) = &ep.residual {
+        r.validate(op, "residual")?;
+        if r.rows != m || r.cols != n {
+            return Err(Error::shape(
+                op,
+                format!("residual of shape [{m}, {n}]"),
+                &[r.rows, r.cols],
+            ));
+        }
+    }
+    if glu && ep.beta != 0.0 {
+        return Err(Error::invalid(
+            op,
+            "beta must be 0 for the GLU (GEGLU) GEMM",
+        ));
+    }
+    Ok(EpCtx {
+        alpha: ep.alpha,
+        beta: ep.beta,
+        bias: ep.bias,
+        act: ep.activation,
+        residual: ep.residual,
+        glu,
+        n,
+    })
+}
+
+/// The common entry point: validate, pack B if needed, run on `path`.
+fn gemm_on<T: Runner>(
+    op: &'static str,
+    path: GemmPath,
+    a: MatRef<T>,
+    b: BSrc<T>,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &Epilogue,
+) -> Result<()> {
+    match b {
+        BSrc::Packed(p) => {
+            let l = p.layout;
+            let ctx = check(op, &a, (l.k, l.n, l.glu), c, ldc, ep)?;
+            T::run(path, a, &p.buf, l, c, ldc, &ctx);
+        }
+        BSrc::Raw(b, glu) => {
+            b.validate(op, "b")?;
+            if glu && !b.cols.is_multiple_of(2) {
+                return Err(Error::shape(op, "B with 2N columns", &[b.rows, b.cols]));
+            }
+            let n = if glu { b.cols / 2 } else { b.cols };
+            let ctx = check(op, &a, (b.rows, n, glu), c, ldc, ep)?;
+            if a.rows == 0 || n == 0 {
+                return Ok(());
+            }
+            let l = BLayout::new(T::kind(), b.rows, n, glu);
+            with_scratch(Slot::B, |buf| {
+                T::pack_into(&b, &l, buf);
+                T::run(path, a, buf, l, c, ldc, &ctx);
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Test hook: the same as the public functions but on an explicit path.
+#[cfg(test)]
+pub(crate) fn gemm_with_path<T: Runner>(
+    path: GemmPath,
+    a: MatRef<T>,
+    b: BSrc<T>,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &Epilogue,
+) -> Result<()> {
+    gemm_on("gemm", path, a, b, c, ldc, ep)
+}
+
+macro_rules! entry_points {
+    ($t:ty, $dt:expr, $plain:ident, $glu:ident, $pre:ident, $name:literal) => {
+        #[doc = concat!("`C = epilogue(A @ B)` for ", $name, " A (`M × K`) and B (`K × N`), f32 output ")]
+        /// (`M × N`, row-major with leading dimension `ldc`). See [`Epilogue`] for the order.
+        pub fn $plain(a: MatRef<$t>, b: MatRef<$t>, c: &mut [f32], ldc: usize, ep: &Epilogue) -> Result<()> {
+            gemm_on(stringify!($plain), gemm_path($dt), a, BSrc::Raw(b, false), c, ldc, ep)
+        }
+
+        #[doc = concat!("GLU GEMM for ", $name, ": B is `K × 2N`; `C = h * act(g) + residual` with ")]
+        /// `h`/`g` the products with the first/second N columns of B (plus their halves of the
+        /// bias) and `act = ep.activation` (`Gelu` for diffusers' GEGLU). Fused: each tile
+        /// computes matching column blocks of both halves at once. `ep.beta` must be 0.
+        pub fn $glu(a: MatRef<$t>, b: MatRef<$t>, c: &mut [f32], ldc: usize, ep: &Epilogue) -> Result<()> {
+            gemm_on(stringify!($glu), gemm_path($dt), a, BSrc::Raw(b, true), c, ldc, ep)
+        }
+
+        #[doc = concat!("`C = epilogue(A @ B)` for ", $name, " with B prepacked by [`PackedB::new`] ")]
+        /// (or a GLU GEMM when it was packed by [`PackedB::new_geglu`]).
+        pub fn $pre(a: MatRef<$t>, b: &PackedB<$t>, c: &mut [f32], ldc: usize, ep: &Epilogue) -> Result<()> {
+            gemm_on(stringify!($pre), gemm_path($dt), a, BSrc::Packed(b), c, ldc, ep)
+        }
+    };
+}
+
+entry_points!(
+    f32,
+    DType::F32,
+    gemm_f32,
+    gemm_geglu_f32,
+    gemm_prepacked_f32,
+    "f32"
+);
+entry_points!(
+    f16,
+    DType::F16,
+    gemm_f16,
+    gemm_geglu_f16,
+    gemm_prepacked_f16,
+    "f16"
+);
+entry_points!(
+    bf16,
+    DType::BF16,
+    gemm_bf16,
+    gemm_geglu_bf16,
+    gemm_prepacked_bf16,
+    "bf16"
+);

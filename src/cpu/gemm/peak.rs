@@ -1,0 +1,181 @@
+//! Peak-throughput probes: what the FMA and `vdpbf16ps` units of this machine can do.
+//!
+//! Invariants: each probe runs `threads` OS threads (not the rayon pool) concurrently for about
+//! 100 ms of tight loops over 24 independent accumulator chains, and reports total flops over
+//! the wall time of the whole run. Flop counts: an f32 FMA on 16 lanes is 32 flops; a
+//! `vdpbf16ps` is 16 lanes × 2 pair-products × 2 = 64 flops. Without the instruction set the
+//! probes measure a portable scalar loop (FMA) or return 0 (bf16).
+
+use super::layout::PackKind;
+use std::time::{Duration, Instant};
+
+const RUN: Duration = Duration::from_millis(100);
+const CHAINS: usize = 24;
+
+/// Runs `block()` (returning flops done) on `threads` threads for ~100 ms; GFLOP/s overall.
+fn probe(threads: usize, block: fn() -> f64) -> f64 {
+    let threads = threads.max(1);
+    let start = Instant::now();
+    let total: f64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let t0 = Instant::now();
+                    let mut flops = 0.0;
+                    while t0.elapsed() < RUN {
+                        flops += block();
+                    }
+                    flops
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+    });
+    total / start.elapsed().as_secs_f64() / 1e9
+}
+
+const ITERS: usize = 20_000;
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{CHAINS, ITERS};
+    use std::arch::x86_64::*;
+    use std::hint::black_box;
+
+    /// # Safety
+    /// avx512f must be available.
+    pub(super) unsafe fn fma_block() -> f64 {
+        fma_iters(ITERS)
+    }
+
+    /// # Safety
+    /// avx512f and avx512bf16 must be available.
+    pub(super) unsafe fn bf16_block() -> f64 {
+        bf16_iters(ITERS)
+    }
+
+    /// `iters` rounds of 24 independent FMA chains; returns the flops done.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn fma_iters(iters: usize) -> f64 {
+        let x = _mm512_set1_ps(black_box(0.999_999));
+        let y = _mm512_set1_ps(black_box(1e-7));
+        let mut acc = [_mm512_set1_ps(black_box(1.0)); CHAINS];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm512_fmadd_ps(*a, x, y);
+            }
+        }
+        let s = acc
+            .iter()
+            .fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a));
+        black_box(_mm512_reduce_add_ps(s));
+        (iters * CHAINS * 32) as f64
+    }
+
+    /// `iters` rounds of 24 independent `vdpbf16ps` chains; returns the flops done.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) fn bf16_iters(iters: usize) -> f64 {
+        // SAFETY: __m512i and __m512bh are both 512 plain bits.
+        let x: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(black_box(0x3f80_3f80))) };
+        let y: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(black_box(0x3380_3380))) };
+        let mut acc = [_mm512_set1_ps(black_box(1.0)); CHAINS];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm512_dpbf16_ps(*a, x, y);
+            }
+        }
+        let s = acc
+            .iter()
+            .fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a));
+        black_box(_mm512_reduce_add_ps(s));
+        (iters * CHAINS * 64) as f64
+    }
+}
+
+fn portable_block() -> f64 {
+    let x = std::hint::black_box(0.999_999f32);
+    let mut acc = [std::hint::black_box(1.0f32); CHAINS * 16];
+    for _ in 0..ITERS / 16 {
+        for a in acc.iter_mut() {
+            *a = *a * x + 1e-7;
+        }
+    }
+    std::hint::black_box(&acc);
+    ((ITERS / 16) * CHAINS * 16 * 2) as f64
+}
+
+/// Peak f32 FMA throughput in GFLOP/s with `threads` threads: independent `_mm512_fmadd_ps`
+/// chains (or a portable multiply-add loop without AVX-512) for about 100 ms.
+pub fn measure_fma_peak_gflops(threads: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") {
+        // SAFETY: the feature was just detected.
+        return probe(threads, || unsafe { x86::fma_block() });
+    }
+    probe(threads, portable_block)
+}
+
+/// Peak bf16 dot-product throughput in GFLOP/s with `threads` threads: independent
+/// `_mm512_dpbf16_ps` chains for about 100 ms, counting 64 flops per instruction. 0 when the
+/// CPU lacks AVX512_BF16.
+pub fn measure_bf16_dp_peak_gflops(threads: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
+        // SAFETY: the features were just detected.
+        return probe(threads, || unsafe { x86::bf16_block() });
+    }
+    let _ = threads;
+    0.0
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: forces the bf16 layout on this thread.
+    pub(crate) static BF16_KIND: std::cell::Cell<Option<PackKind>> = const { std::cell::Cell::new(None) };
+}
+
+/// The layout (and so the kernel) bf16 GEMMs use: [`PackKind::Bf16`] runs `vdpbf16ps`,
+/// [`PackKind::F32`] widens bf16 to f32 while packing and runs the FMA kernel.
+///
+/// Chosen once per process: `XPU_CPU_BF16=dot|widen` if set, else widen when the CPU lacks
+/// AVX512_BF16, else a ~1 ms calibration comparing the two instructions' flop rates (on the
+/// Sapphire Rapids this was written on `vdpbf16ps` delivers about half the flops of the FMA
+/// pipes, so widening wins; on CPUs with full-rate `vdpbf16ps` the dot kernel wins).
+pub(crate) fn bf16_kind() -> PackKind {
+    #[cfg(test)]
+    if let Some(k) = BF16_KIND.with(|c| c.get()) {
+        return k;
+    }
+    static KIND: std::sync::OnceLock<PackKind> = std::sync::OnceLock::new();
+    *KIND.get_or_init(
+        || match std::env::var("XPU_CPU_BF16").as_deref().map(str::trim) {
+            Ok("dot") => PackKind::Bf16,
+            Ok("widen") => PackKind::F32,
+            _ => calibrate(),
+        },
+    )
+}
+
+fn calibrate() -> PackKind {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
+        let time = |f: &dyn Fn() -> f64| {
+            let t = Instant::now();
+            let flops = f();
+            flops / t.elapsed().as_secs_f64().max(1e-9)
+        };
+        let (mut fma, mut dot) = (0f64, 0f64);
+        for _ in 0..5 {
+            // SAFETY: features detected above.
+            fma = fma.max(time(&|| unsafe { x86::fma_iters(4000) }));
+            // SAFETY: as above.
+            dot = dot.max(time(&|| unsafe { x86::bf16_iters(4000) }));
+        }
+        return if dot > 1.1 * fma {
+            PackKind::Bf16
+        } else {
+            PackKind::F32
+        };
+    }
+    PackKind::F32
+}

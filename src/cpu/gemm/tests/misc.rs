@@ -1,0 +1,243 @@
+//! Errors, edge sizes, activations, the public entry points and override, re-entrancy, and a
+//! 2048³ product checked on a sample of outputs.
+
+use super::util::{Lay, Owned, Rng};
+use crate::cpu::gemm::layout::PackKind;
+use crate::cpu::gemm::*;
+use half::bf16;
+use rayon::prelude::*;
+
+#[test]
+fn erf_reference_values() {
+    let known = [
+        (0.0, 0.0),
+        (0.5, 0.520_499_877_813_046_5),
+        (1.0, 0.842_700_792_949_714_9),
+        (2.0, 0.995_322_265_018_952_7),
+        (3.0, 0.999_977_909_503_001_4),
+        (4.5, 0.999_999_999_803_383_9),
+    ];
+    for (x, want) in known {
+        assert!((act::erf(x) - want).abs() < 1e-14, "erf({x})");
+        assert!((act::erf(-x) + want).abs() < 1e-14, "erf(-{x})");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vector_activations_match_scalar() {
+    use std::arch::x86_64::*;
+    if !avx512::has_avx512() {
+        return;
+    }
+    for a in [
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+    ] {
+        for i in 0..2000 {
+            let xs: [f32; 16] = std::array::from_fn(|j| (i * 16 + j) as f32 * 0.000_7 - 12.0);
+            let mut out = [0f32; 16];
+            // SAFETY: avx512f detected above.
+            unsafe {
+                _mm512_storeu_ps(
+                    out.as_mut_ptr(),
+                    avx512_ep::act_ps(a, _mm512_loadu_ps(xs.as_ptr())),
+                )
+            };
+            for (x, y) in xs.iter().zip(out) {
+                let want = act::apply(a, *x as f64);
+                assert!(
+                    (y as f64 - want).abs() <= 3e-7 * (1.0 + x.abs() as f64),
+                    "{a:?}({x}) = {y}, want {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn errors_not_panics() {
+    let a = vec![1f32; 6];
+    let b = vec![1f32; 6];
+    let mut c = vec![0f32; 4];
+    let ep = Epilogue::default();
+    let av = MatRef::row_major(&a, 2, 3);
+    let bv = MatRef::row_major(&b, 3, 2);
+    assert!(gemm_f32(av, bv, &mut c, 2, &ep).is_ok());
+    assert_eq!(c, vec![3.0; 4]);
+    // K mismatch, bad view bounds, small C, small ldc, bias and residual shapes, GLU beta.
+    assert!(gemm_f32(av, MatRef::row_major(&b, 2, 3), &mut c, 3, &ep).is_err());
+    assert!(gemm_f32(MatRef::new(&a, 1, 2, 3, 3, 1), bv, &mut c, 2, &ep).is_err());
+    assert!(gemm_f32(MatRef::new(&a, 0, 2, 3, usize::MAX, 1), bv, &mut c, 2, &ep).is_err());
+    assert!(gemm_f32(av, bv, &mut c[..3], 2, &ep).is_err());
+    assert!(gemm_f32(av, bv, &mut c, 1, &ep).is_err());
+    assert!(gemm_f32(av, bv, &mut c, 2, &Epilogue::new().with_bias(&[1.0])).is_err());
+    let r = [0f32; 6];
+    assert!(gemm_f32(
+        av,
+        bv,
+        &mut c,
+        2,
+        &Epilogue::new().with_residual(MatRef::row_major(&r, 3, 2))
+    )
+    .is_err());
+    assert!(gemm_geglu_f32(
+        av,
+        MatRef::row_major(&b, 3, 2),
+        &mut c[..2],
+        1,
+        &Epilogue::new().with_scale(1.0, 1.0)
+    )
+    .is_err());
+    assert!(gemm_geglu_f32(av, MatRef::row_major(&b[..3], 3, 1), &mut c, 1, &ep).is_err());
+    assert!(PackedB::new_geglu(MatRef::row_major(&b[..3], 3, 1)).is_err());
+    let p = PackedB::new(MatRef::row_major(&b, 2, 3)).expect("pack");
+    assert!(gemm_prepacked_f32(av, &p, &mut c, 3, &ep).is_err());
+    let ab = vec![bf16::ONE; 6];
+    assert!(gemm_bf16(
+        MatRef::row_major(&ab, 2, 3),
+        MatRef::row_major(&ab, 2, 3),
+        &mut c,
+        3,
+        &ep
+    )
+    .is_err());
+}
+
+#[test]
+fn zero_sizes_and_k0() {
+    let ep = Epilogue::default();
+    let mut c = vec![5f32; 12];
+    // M = 0 or N = 0: nothing written.
+    assert!(gemm_f32(
+        MatRef::row_major(&[], 0, 3),
+        MatRef::row_major(&[0.0; 6], 3, 2),
+        &mut c,
+        2,
+        &ep
+    )
+    .is_ok());
+    assert!(gemm_f32(
+        MatRef::row_major(&[0.0; 6], 2, 3),
+        MatRef::row_major(&[], 3, 0),
+        &mut c,
+        0,
+        &ep
+    )
+    .is_ok());
+    assert_eq!(c, vec![5.0; 12]);
+    // K = 0: C = beta * C + bias, then activation.
+    let bias = [1.0, -2.0, 3.0];
+    for path in [GemmPath::Avx512, GemmPath::Fallback] {
+        let mut c = vec![2f32; 12];
+        let ep = Epilogue::new()
+            .with_scale(3.0, 0.5)
+            .with_bias(&bias)
+            .with_activation(Activation::Relu);
+        gemm_with_path::<f32>(
+            path,
+            MatRef::row_major(&[], 4, 0),
+            BSrc::Raw(MatRef::row_major(&[], 0, 3), false),
+            &mut c,
+            3,
+            &ep,
+        )
+        .expect("k0");
+        assert_eq!(c, [2.0, 0.0, 4.0].repeat(4), "{path:?}");
+    }
+}
+
+#[test]
+fn public_entry_points_and_override() {
+    let mut rng = Rng::new(42);
+    let a = Owned::<f32>::random(70, 90, Lay::Row, &mut rng);
+    let b = Owned::<f32>::random(90, 50, Lay::Col, &mut rng);
+    let mut c1 = vec![0f32; 70 * 50];
+    let mut c2 = c1.clone();
+    gemm_f32(a.view(), b.view(), &mut c1, 50, &Epilogue::default()).expect("gemm");
+    set_gemm_override(Some(GemmPath::Fallback));
+    assert_eq!(gemm_path(crate::DType::F32), GemmPath::Fallback);
+    gemm_f32(a.view(), b.view(), &mut c2, 50, &Epilogue::default()).expect("gemm");
+    set_gemm_override(None);
+    for (x, y) in c1.iter().zip(&c2) {
+        assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::env::var("XPU_CPU_SIMD").is_err() && avx512::has_avx512() {
+        assert_eq!(gemm_path(crate::DType::F32), GemmPath::Avx512);
+    }
+}
+
+#[test]
+fn reentrant_from_rayon_workers() {
+    // Batched use: callers loop over batches in parallel; nested GEMMs must not collide on
+    // the per-thread scratch.
+    let mut rng = Rng::new(9);
+    let a = Owned::<f32>::random(300, 200, Lay::Row, &mut rng);
+    let b = Owned::<f32>::random(200, 150, Lay::Row, &mut rng);
+    let mut want = vec![0f32; 300 * 150];
+    gemm_f32(a.view(), b.view(), &mut want, 150, &Epilogue::default()).expect("gemm");
+    let outs: Vec<Vec<f32>> = (0..8)
+        .into_par_iter()
+        .map(|_| {
+            let mut c = vec![0f32; 300 * 150];
+            gemm_f32(a.view(), b.view(), &mut c, 150, &Epilogue::default()).expect("gemm");
+            c
+        })
+        .collect();
+    for c in outs {
+        assert_eq!(c, want);
+    }
+}
+
+fn big_sampled<T: Runner + crate::WithDType>(path: GemmPath) {
+    let n = 2048;
+    let mut rng = Rng::new(77);
+    let a = Owned::<T>::random(n, n, Lay::Row, &mut rng);
+    let b = Owned::<T>::random(n, n, Lay::Col, &mut rng);
+    let mut c = vec![0f32; n * n];
+    gemm_with_path(
+        path,
+        a.view(),
+        BSrc::Raw(b.view(), false),
+        &mut c,
+        n,
+        &Epilogue::default(),
+    )
+    .expect("gemm");
+    for s in 0..256 {
+        let (i, j) = ((s * 7919) % n, (s * 104_729 + 13) % n);
+        let (mut want, mut scale) = (0f64, 0f64);
+        for p in 0..n {
+            want += a.at(i, p) * b.at(p, j);
+            scale += (a.at(i, p) * b.at(p, j)).abs();
+        }
+        let tol = 1e-5 * (n as f64).sqrt() * scale;
+        assert!(
+            (c[i * n + j] as f64 - want).abs() <= tol,
+            "C[{i},{j}] = {}, want {want}",
+            c[i * n + j]
+        );
+    }
+}
+
+#[test]
+fn big_2048_f32() {
+    big_sampled::<f32>(GemmPath::Avx512);
+}
+
+#[test]
+fn big_2048_bf16_widened() {
+    super::util::with_bf16_kind(Some(PackKind::F32), || {
+        big_sampled::<bf16>(GemmPath::Avx512)
+    });
+}
+
+#[test]
+fn big_2048_bf16_dot() {
+    super::util::with_bf16_kind(Some(PackKind::Bf16), || {
+        big_sampled::<bf16>(GemmPath::Avx512)
+    });
+}

@@ -1,0 +1,11 @@
+//! GEMM tests against a plain f64-accumulating reference, on both kernel paths.
+//!
+//! Tests call the path-explicit hook (`gemm_with_path`) so they can run in parallel without
+//! touching the process-wide override.
+
+mod epilogue;
+mod misc;
+mod shapes;
+#[cfg(target_arch = "x86_64")]
+mod speed;
+mod util;

@@ -1,0 +1,65 @@
+//! Manual probes (`cargo test --release -- --ignored --nocapture speed`): the bare microkernel
+//! on L1/L2-resident panels, in GFLOP per CPU-second of this thread.
+
+use crate::cpu::gemm::driver::{EpCtx, Kernel, Tile};
+use crate::cpu::gemm::{Activation, MatRef};
+
+fn thread_cpu() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        * 1e-9
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn speed_kernel_f32() {
+    use crate::cpu::gemm::avx512::AvxF32;
+    let dummy = [0f32; 1];
+    let Some(k) = AvxF32::new(MatRef::row_major(&dummy[..], 1, 1)) else {
+        return;
+    };
+    let ep = EpCtx {
+        alpha: 1.0,
+        beta: 0.0,
+        bias: None,
+        act: Activation::None,
+        residual: None,
+        glu: false,
+        n: 32,
+    };
+    for (kcu, npan) in [(256usize, 1usize), (256, 12), (128, 12), (384, 12)] {
+        let a = vec![0.5f32; 14 * kcu * npan];
+        let b = vec![0.25f32; 32 * kcu];
+        let mut c = vec![0f32; 14 * 32 * npan];
+        let reps = 20_000_000 / (kcu * npan);
+        let c0 = thread_cpu();
+        for _ in 0..reps {
+            for p in 0..npan {
+                let t = Tile {
+                    c: c[p * 14 * 32..].as_mut_ptr(),
+                    ldc: 32,
+                    row0: 0,
+                    col0: 0,
+                    mr: 14,
+                    nr: 32,
+                    first: true,
+                    last: true,
+                };
+                // SAFETY: panels sized above.
+                unsafe { k.tile(kcu, a[p * 14 * kcu..].as_ptr(), b.as_ptr(), &t, &ep) };
+            }
+        }
+        let s = thread_cpu() - c0;
+        println!(
+            "kcu {kcu} panels {npan}: {:.1} GFLOP per CPU-second",
+            (reps * npan * kcu * 14 * 32 * 2) as f64 / s / 1e9
+        );
+    }
+}

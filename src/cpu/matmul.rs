@@ -1,0 +1,167 @@
+//! Batched matrix product: [`CpuStorage::matmul`] on the BLIS-style engine of
+//! [`super::gemm`], and the f32 entry point [`matmul_f32_strided`].
+//!
+//! Invariants: `lhs` is `[..batch, M, K]`, `rhs` `[..batch, K, N]` with identical batch dims
+//! (already broadcast by the caller; any strides, including 0 and transposed: the engine packs
+//! from strided views, so no operand is copied first); the output is a new contiguous
+//! `[..batch, M, N]`. Products accumulate in `f32` (16-bit inputs are widened exactly while
+//! packing and the result is rounded once). Large products are threaded inside the engine;
+//! many small batches run in parallel over the batch instead.
+
+use super::elem::FloatElem;
+use super::gemm::{self, Epilogue, MatRef};
+use super::parallel;
+use super::simd::Kernels;
+use super::storage::CpuStorage;
+use super::strided::check_layout;
+use crate::layout::Layout;
+use crate::{Device, Error, Result};
+use rayon::prelude::*;
+
+/// `(batch dims, M, K, N)` of a matmul, validated.
+fn dims(a: &Layout, b: &Layout) -> Result<(Vec<usize>, usize, usize, usize)> {
+    let (sa, sb) = (a.shape(), b.shape());
+    let r = sa.len();
+    if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sa[r - 1] != sb[r - 2] {
+        return Err(Error::ShapeMismatch {
+            op: "matmul",
+            expected: format!(
+                "[..batch, M, K] x [..batch, K, N] with equal batch dims; lhs is {sa:?}"
+            ),
+            got: format!("{sb:?}"),
+        });
+    }
+    Ok((sa[..r - 2].to_vec(), sa[r - 2], sa[r - 1], sb[r - 1]))
+}
+
+fn batch_offset(index: usize, shape: &[usize], strides: &[usize], offset: usize) -> usize {
+    let mut i = index;
+    let mut off = offset;
+    for (&d, &s) in shape.iter().zip(strides).rev() {
+        off += (i % d) * s;
+        i /= d;
+    }
+    off
+}
+
+/// Element types the engine multiplies.
+trait GemmElem: FloatElem {
+    fn gemm(a: MatRef<Self>, b: MatRef<Self>, c: &mut [f32], ldc: usize) -> Result<()>;
+}
+
+impl GemmElem for f32 {
+    fn gemm(a: MatRef<f32>, b: MatRef<f32>, c: &mut [f32], ldc: usize) -> Result<()> {
+        gemm::gemm_f32(a, b, c, ldc, &Epilogue::default())
+    }
+}
+
+impl GemmElem for half::f16 {
+    fn gemm(a: MatRef<Self>, b: MatRef<Self>, c: &mut [f32], ldc: usize) -> Result<()> {
+        gemm::gemm_f16(a, b, c, ldc, &Epilogue::default())
+    }
+}
+
+impl GemmElem for half::bf16 {
+    fn gemm(a: MatRef<Self>, b: MatRef<Self>, c: &mut [f32], ldc: usize) -> Result<()> {
+        gemm::gemm_bf16(a, b, c, ldc, &Epilogue::default())
+    }
+}
+
+/// The f32 product of strided batched operands, contiguous `[..batch, M, N]`.
+fn matmul_to_f32<T: GemmElem>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Result<Vec<f32>> {
+    let (batch_shape, m, k, n) = dims(al, bl)?;
+    check_layout("matmul", al, a.len())?;
+    check_layout("matmul", bl, b.len())?;
+    let batch: usize = batch_shape.iter().product();
+    let mn = m
+        .checked_mul(n)
+        .and_then(|x| x.checked_mul(batch))
+        .ok_or_else(|| Error::invalid("matmul", "output size overflows usize"))?;
+    let mut out = vec![0f32; mn];
+    if mn == 0 || k == 0 {
+        return Ok(out);
+    }
+    let r = al.rank();
+    let (sam, sak) = (al.strides()[r - 2], al.strides()[r - 1]);
+    let (sbk, sbn) = (bl.strides()[r - 2], bl.strides()[r - 1]);
+    let one = |bi: usize, c: &mut [f32]| -> Result<()> {
+        let a_off = batch_offset(bi, &batch_shape, &al.strides()[..r - 2], al.offset());
+        let b_off = batch_offset(bi, &batch_shape, &bl.strides()[..r - 2], bl.offset());
+        let av = MatRef::new(a, a_off, m, k, sam, sak);
+        let bv = MatRef::new(b, b_off, k, n, sbk, sbn);
+        T::gemm(av, bv, c, n)
+    };
+    let small = m * n * k < (1 << 22);
+    if batch > 1 && small {
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .try_for_each(|(bi, c)| one(bi, c))?;
+    } else {
+        for (bi, c) in out.chunks_mut(m * n).enumerate() {
+            one(bi, c)?;
+        }
+    }
+    Ok(out)
+}
+
+/// `lhs @ rhs` for `f32` operands with arbitrary (checked) strided layouts; returns the
+/// contiguous `[..batch, M, N]` result.
+pub fn matmul_f32_strided(
+    lhs: &[f32],
+    lhs_layout: &Layout,
+    rhs: &[f32],
+    rhs_layout: &Layout,
+) -> Result<Vec<f32>> {
+    matmul_to_f32(lhs, lhs_layout, rhs, rhs_layout)
+}
+
+/// Rounds an f32 product to a 16-bit dtype.
+fn narrow<T: FloatElem>(c: Vec<f32>) -> Vec<T> {
+    let k = Kernels::current();
+    let mut out = vec![T::zeroed(); c.len()];
+    parallel::for_each_flat(&mut out, |start, chunk| {
+        if let Some(s) = c.get(start..start + chunk.len()) {
+            T::store(k, s, chunk);
+        }
+    });
+    out
+}
+
+impl CpuStorage {
+    /// Batched matrix product `[..batch, M, K] x [..batch, K, N] -> [..batch, M, N]` (batch dims
+    /// already broadcast by the caller; any strides). Float dtypes only; 16-bit inputs
+    /// accumulate in `f32` and round once.
+    pub fn matmul(
+        &self,
+        lhs: &Layout,
+        rhs: &CpuStorage,
+        rhs_layout: &Layout,
+    ) -> Result<CpuStorage> {
+        if self.dtype() != rhs.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "matmul",
+                expected: self.dtype(),
+                got: rhs.dtype(),
+            });
+        }
+        Ok(match (self, rhs) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+                CpuStorage::F32(matmul_to_f32(a, lhs, b, rhs_layout)?)
+            }
+            (CpuStorage::F16(a), CpuStorage::F16(b)) => {
+                CpuStorage::F16(narrow(matmul_to_f32(a, lhs, b, rhs_layout)?))
+            }
+            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => {
+                CpuStorage::BF16(narrow(matmul_to_f32(a, lhs, b, rhs_layout)?))
+            }
+            _ => {
+                return Err(Error::UnsupportedDType {
+                    op: "matmul",
+                    dtype: self.dtype(),
+                    device: Device::Cpu,
+                    hint: ": matmul needs float operands; cast to f32 first".to_string(),
+                })
+            }
+        })
+    }
+}

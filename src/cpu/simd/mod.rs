@@ -1,0 +1,404 @@
+//! Contiguous `f32` slice kernels with run-time SIMD dispatch (AVX-512 or portable fallback).
+//!
+//! Invariants:
+//! - Every kernel takes plain slices and processes the common prefix of its arguments
+//!   (`min` of the lengths); none of them panics or reads/writes outside its slices.
+//! - The AVX-512 path is only ever selected when the CPU reports `avx512f`, `avx512bw`,
+//!   `avx512dq`, `avx512vl`, `fma` and `f16c`; an override asking for AVX-512 on other hardware
+//!   silently falls back to the portable path (that is what keeps the `unsafe` calls sound).
+//! - Both paths implement the same semantics: the scalar references `UnaryOp::apply` /
+//!   `BinaryOp::apply` rounded to `f32` within a few ulps (transcendentals ~1e-6 relative or
+//!   1e-6 absolute near zero). Reductions accumulate sums in `f64`; max/min propagate NaN.
+//! - The level is chosen per call by [`simd_level`]: a scoped thread-local override
+//!   ([`with_simd_level`]) wins over the global one ([`set_simd_override`]), which wins over the
+//!   `XPU_CPU_SIMD` environment variable (`fallback` forces the portable path), read once.
+//!   Multi-threaded callers resolve the level once on the calling thread ([`Kernels::current`])
+//!   and hand the [`Kernels`] value to their workers.
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_convert;
+#[cfg(target_arch = "x86_64")]
+mod avx512_math;
+pub(crate) mod fallback;
+
+use crate::ops::kinds::{BinaryOp, UnaryOp};
+use half::{bf16, f16};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+/// Instruction-set level of the CPU kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SimdLevel {
+    /// Portable Rust (scalar or compiler auto-vectorised), available everywhere.
+    Fallback,
+    /// Hand-written AVX-512 kernels (x86-64 with AVX-512F/BW/DQ/VL, FMA and F16C).
+    Avx512,
+}
+
+static OVERRIDE: AtomicU8 = AtomicU8::new(0);
+static HARDWARE: OnceLock<SimdLevel> = OnceLock::new();
+static ENV_DEFAULT: OnceLock<SimdLevel> = OnceLock::new();
+
+thread_local! {
+    static LOCAL_OVERRIDE: Cell<Option<SimdLevel>> = const { Cell::new(None) };
+}
+
+fn encode(level: Option<SimdLevel>) -> u8 {
+    match level {
+        None => 0,
+        Some(SimdLevel::Fallback) => 1,
+        Some(SimdLevel::Avx512) => 2,
+    }
+}
+
+fn decode(v: u8) -> Option<SimdLevel> {
+    match v {
+        1 => Some(SimdLevel::Fallback),
+        2 => Some(SimdLevel::Avx512),
+        _ => None,
+    }
+}
+
+/// The best level this CPU supports (detected once, ignores every override).
+pub fn hardware_simd_level() -> SimdLevel {
+    *HARDWARE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512dq")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
+                return SimdLevel::Avx512;
+            }
+        }
+        SimdLevel::Fallback
+    })
+}
+
+fn env_default_level() -> SimdLevel {
+    *ENV_DEFAULT.get_or_init(|| {
+        let forced = std::env::var("XPU_CPU_SIMD")
+            .map(|v| {
+                matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "fallback" | "scalar" | "none" | "off"
+                )
+            })
+            .unwrap_or(false);
+        if forced {
+            SimdLevel::Fallback
+        } else {
+            hardware_simd_level()
+        }
+    })
+}
+
+fn clamp_to_hardware(level: SimdLevel) -> SimdLevel {
+    match (level, hardware_simd_level()) {
+        (SimdLevel::Avx512, SimdLevel::Avx512) => SimdLevel::Avx512,
+        _ => SimdLevel::Fallback,
+    }
+}
+
+/// The level the CPU kernels use on this thread right now (overrides applied, clamped to what
+/// the hardware supports).
+pub fn simd_level() -> SimdLevel {
+    let requested = LOCAL_OVERRIDE
+        .with(|c| c.get())
+        .or_else(|| decode(OVERRIDE.load(Ordering::Relaxed)))
+        .unwrap_or_else(env_default_level);
+    clamp_to_hardware(requested)
+}
+
+/// Sets (or with `None` clears) the process-wide level override. Asking for
+/// [`SimdLevel::Avx512`] on a CPU without it gives the fallback.
+pub fn set_simd_override(level: Option<SimdLevel>) {
+    OVERRIDE.store(encode(level), Ordering::Relaxed);
+}
+
+/// Runs `f` with the level forced to `level` on the current thread only (restored afterwards,
+/// also when `f` unwinds). Work that the CPU backend spreads over worker threads inherits the
+/// level, because each operation resolves it once on the calling thread.
+pub fn with_simd_level<R>(level: SimdLevel, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<SimdLevel>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LOCAL_OVERRIDE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(LOCAL_OVERRIDE.with(|c| c.replace(Some(level))));
+    f()
+}
+
+/// A resolved kernel set; cheap to copy and to send to worker threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernels {
+    level: SimdLevel,
+}
+
+macro_rules! dispatch {
+    ($self:ident, $name:ident ( $($arg:expr),* )) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            if $self.level == SimdLevel::Avx512 {
+                // SAFETY: `level` is Avx512 only when the CPU supports every feature the
+                // avx512 module enables (see `clamp_to_hardware`).
+                #[allow(unused_unsafe)]
+                return unsafe { avx512::$name($($arg),*) };
+            }
+        }
+        fallback::$name($($arg),*)
+    }};
+}
+
+impl Kernels {
+    /// Kernels for `level`, clamped to what the hardware supports.
+    pub fn new(level: SimdLevel) -> Kernels {
+        Kernels {
+            level: clamp_to_hardware(level),
+        }
+    }
+
+    /// Kernels for [`simd_level`] on the calling thread.
+    pub fn current() -> Kernels {
+        Kernels {
+            level: simd_level(),
+        }
+    }
+
+    /// The level these kernels run at.
+    pub fn level(self) -> SimdLevel {
+        self.level
+    }
+
+    /// `dst[i] = op(src[i])`.
+    pub fn unary_f32(self, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+        dispatch!(self, unary(op, src, dst))
+    }
+
+    /// `dst[i] = op(a[i], b[i])`.
+    pub fn binary_f32(self, op: BinaryOp, a: &[f32], b: &[f32], dst: &mut [f32]) {
+        dispatch!(self, binary(op, a, b, dst))
+    }
+
+    /// `dst[i] = op(a[i], s)`.
+    pub fn binary_f32_scalar_rhs(self, op: BinaryOp, a: &[f32], s: f32, dst: &mut [f32]) {
+        dispatch!(self, binary_scalar_rhs(op, a, s, dst))
+    }
+
+    /// `dst[i] = op(s, b[i])`.
+    pub fn binary_f32_scalar_lhs(self, op: BinaryOp, s: f32, b: &[f32], dst: &mut [f32]) {
+        dispatch!(self, binary_scalar_lhs(op, s, b, dst))
+    }
+
+    /// Sum accumulated in `f64` (0 for an empty slice).
+    pub fn sum_f32(self, x: &[f32]) -> f64 {
+        dispatch!(self, sum(x))
+    }
+
+    /// Maximum; NaN if any element is NaN; `-inf` for an empty slice.
+    pub fn max_f32(self, x: &[f32]) -> f32 {
+        dispatch!(self, max(x))
+    }
+
+    /// Minimum; NaN if any element is NaN; `+inf` for an empty slice.
+    pub fn min_f32(self, x: &[f32]) -> f32 {
+        dispatch!(self, min(x))
+    }
+
+    /// Index of the first maximum (of the first NaN if there is one); `None` when empty.
+    pub fn argmax_f32(self, x: &[f32]) -> Option<usize> {
+        dispatch!(self, argmax(x))
+    }
+
+    /// Index of the first minimum (of the first NaN if there is one); `None` when empty.
+    pub fn argmin_f32(self, x: &[f32]) -> Option<usize> {
+        dispatch!(self, argmin(x))
+    }
+
+    /// `acc[i] += x[i] as f64` (column accumulation for reductions).
+    pub fn add_assign_f64_f32(self, acc: &mut [f64], x: &[f32]) {
+        dispatch!(self, add_assign_f64(acc, x))
+    }
+
+    /// `acc[i] = max(acc[i], x[i])`, NaN-propagating.
+    pub fn max_assign_f32(self, acc: &mut [f32], x: &[f32]) {
+        dispatch!(self, max_assign(acc, x))
+    }
+
+    /// `acc[i] = min(acc[i], x[i])`, NaN-propagating.
+    pub fn min_assign_f32(self, acc: &mut [f32], x: &[f32]) {
+        dispatch!(self, min_assign(acc, x))
+    }
+
+    /// Numerically stable softmax of one row: `dst = exp(src - max) / sum`.
+    pub fn softmax_row_f32(self, src: &[f32], dst: &mut [f32]) {
+        dispatch!(self, softmax_row(src, dst))
+    }
+
+    /// Exact widening `f16 -> f32`.
+    pub fn f16_to_f32(self, src: &[f16], dst: &mut [f32]) {
+        dispatch!(self, f16_to_f32(src, dst))
+    }
+
+    /// `f32 -> f16`, round to nearest even (as `half::f16::from_f32`).
+    pub fn f32_to_f16(self, src: &[f32], dst: &mut [f16]) {
+        dispatch!(self, f32_to_f16(src, dst))
+    }
+
+    /// Exact widening `bf16 -> f32`.
+    pub fn bf16_to_f32(self, src: &[bf16], dst: &mut [f32]) {
+        dispatch!(self, bf16_to_f32(src, dst))
+    }
+
+    /// `f32 -> bf16`, round to nearest even; NaN stays a quiet NaN; subnormals are kept.
+    pub fn f32_to_bf16(self, src: &[f32], dst: &mut [bf16]) {
+        dispatch!(self, f32_to_bf16(src, dst))
+    }
+
+    /// One output tile of a matrix product: for `i < mr` (at most [`MATMUL_MR`]) and
+    /// `j < nc` (at most [`MATMUL_NR`]),
+    /// `c[i*ldc + j] = sum_p a[i*rsa + p*csa] * b[p*ldb + j]` over `p < k`.
+    /// Does nothing if the slices are too short for the requested tile.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_tile_f32(
+        self,
+        a: &[f32],
+        (rsa, csa): (usize, usize),
+        b: &[f32],
+        ldb: usize,
+        c: &mut [f32],
+        ldc: usize,
+        (mr, nc, k): (usize, usize, usize),
+    ) {
+        if !tile_fits(a.len(), rsa, csa, b.len(), ldb, c.len(), ldc, mr, nc, k) {
+            return;
+        }
+        dispatch!(
+            self,
+            matmul_tile(a, (rsa, csa), b, ldb, c, ldc, (mr, nc, k))
+        )
+    }
+}
+
+/// Rows per matmul micro-tile.
+pub const MATMUL_MR: usize = 6;
+/// Columns per matmul micro-tile.
+pub const MATMUL_NR: usize = 32;
+
+#[allow(clippy::too_many_arguments)]
+fn tile_fits(
+    alen: usize,
+    rsa: usize,
+    csa: usize,
+    blen: usize,
+    ldb: usize,
+    clen: usize,
+    ldc: usize,
+    mr: usize,
+    nc: usize,
+    k: usize,
+) -> bool {
+    if mr == 0 || nc == 0 || mr > MATMUL_MR || nc > MATMUL_NR {
+        return false;
+    }
+    let last = |rows: usize, rs: usize, cols: usize, cs: usize| -> Option<usize> {
+        (rows - 1)
+            .checked_mul(rs)?
+            .checked_add((cols - 1).checked_mul(cs)?)
+    };
+    let c_ok = last(mr, ldc, nc, 1).is_some_and(|l| l < clen);
+    if k == 0 {
+        return c_ok;
+    }
+    let a_ok = last(mr, rsa, k, csa).is_some_and(|l| l < alen);
+    let b_ok = last(k, ldb, nc, 1).is_some_and(|l| l < blen);
+    a_ok && b_ok && c_ok
+}
+
+/// `dst[i] = op(src[i])` at the current level.
+pub fn unary_f32(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+    Kernels::current().unary_f32(op, src, dst)
+}
+
+/// `dst[i] = op(a[i], b[i])` at the current level.
+pub fn binary_f32(op: BinaryOp, a: &[f32], b: &[f32], dst: &mut [f32]) {
+    Kernels::current().binary_f32(op, a, b, dst)
+}
+
+/// `dst[i] = op(a[i], s)` at the current level.
+pub fn binary_f32_scalar_rhs(op: BinaryOp, a: &[f32], s: f32, dst: &mut [f32]) {
+    Kernels::current().binary_f32_scalar_rhs(op, a, s, dst)
+}
+
+/// `dst[i] = op(s, b[i])` at the current level.
+pub fn binary_f32_scalar_lhs(op: BinaryOp, s: f32, b: &[f32], dst: &mut [f32]) {
+    Kernels::current().binary_f32_scalar_lhs(op, s, b, dst)
+}
+
+/// Sum accumulated in `f64` at the current level.
+pub fn sum_f32(x: &[f32]) -> f64 {
+    Kernels::current().sum_f32(x)
+}
+
+/// NaN-propagating maximum (`-inf` when empty) at the current level.
+pub fn max_f32(x: &[f32]) -> f32 {
+    Kernels::current().max_f32(x)
+}
+
+/// NaN-propagating minimum (`+inf` when empty) at the current level.
+pub fn min_f32(x: &[f32]) -> f32 {
+    Kernels::current().min_f32(x)
+}
+
+/// Index of the first maximum (first NaN wins) at the current level.
+pub fn argmax_f32(x: &[f32]) -> Option<usize> {
+    Kernels::current().argmax_f32(x)
+}
+
+/// Index of the first minimum (first NaN wins) at the current level.
+pub fn argmin_f32(x: &[f32]) -> Option<usize> {
+    Kernels::current().argmin_f32(x)
+}
+
+/// Stable softmax of one row at the current level.
+pub fn softmax_row_f32(src: &[f32], dst: &mut [f32]) {
+    Kernels::current().softmax_row_f32(src, dst)
+}
+
+/// Bulk exact `f16 -> f32` at the current level.
+pub fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
+    Kernels::current().f16_to_f32(src, dst)
+}
+
+/// Bulk `f32 -> f16` (round to nearest even) at the current level.
+pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
+    Kernels::current().f32_to_f16(src, dst)
+}
+
+/// Bulk exact `bf16 -> f32` at the current level.
+pub fn bf16_to_f32(src: &[bf16], dst: &mut [f32]) {
+    Kernels::current().bf16_to_f32(src, dst)
+}
+
+/// Bulk `f32 -> bf16` (round to nearest even) at the current level.
+pub fn f32_to_bf16(src: &[f32], dst: &mut [bf16]) {
+    Kernels::current().f32_to_bf16(src, dst)
+}
+
+/// Scalar `f32 -> bf16` with round-to-nearest-even, NaN made quiet (bit-identical to
+/// `half::bf16::from_f32`).
+pub fn bf16_from_f32_rne(x: f32) -> bf16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return bf16::from_bits(((b >> 16) | 0x40) as u16);
+    }
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    bf16::from_bits(rounded as u16)
+}

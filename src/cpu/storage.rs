@@ -1,0 +1,236 @@
+//! [`CpuStorage`]: a typed host buffer, and its dtype-agnostic operations (construction, bytes,
+//! strided reads, contiguous copies, casts, concatenation).
+//!
+//! Invariants: a storage is a flat vector of one dtype; it knows nothing about shapes. Every
+//! method that takes a [`Layout`] validates it against the storage length first and reports a
+//! bad one as [`Error::InvalidArgument`] (methods whose signature cannot fail return an empty or
+//! zero-filled result instead of panicking; their `try_` twins return the error). Outputs are
+//! always contiguous and row-major.
+
+use super::strided::{check_layout, gather};
+use crate::layout::Layout;
+use crate::{DType, Error, Result, WithDType};
+use half::{bf16, f16};
+
+/// Host memory of one dtype (the CPU device's storage).
+#[derive(Clone, Debug, PartialEq)]
+pub enum CpuStorage {
+    /// `f32` elements.
+    F32(Vec<f32>),
+    /// `f16` elements.
+    F16(Vec<f16>),
+    /// `bf16` elements.
+    BF16(Vec<bf16>),
+    /// `i32` elements.
+    I32(Vec<i32>),
+    /// `u8` elements.
+    U8(Vec<u8>),
+}
+
+/// Applies an expression to the inner vector whatever the dtype, producing a storage of the same
+/// dtype: `map_storage!(s, v => expr)`.
+macro_rules! map_storage {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            CpuStorage::F32($v) => CpuStorage::F32($body),
+            CpuStorage::F16($v) => CpuStorage::F16($body),
+            CpuStorage::BF16($v) => CpuStorage::BF16($body),
+            CpuStorage::I32($v) => CpuStorage::I32($body),
+            CpuStorage::U8($v) => CpuStorage::U8($body),
+        }
+    };
+}
+
+/// Evaluates an expression on the inner vector whatever the dtype: `with_storage!(s, v => expr)`.
+macro_rules! with_storage {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            CpuStorage::F32($v) => $body,
+            CpuStorage::F16($v) => $body,
+            CpuStorage::BF16($v) => $body,
+            CpuStorage::I32($v) => $body,
+            CpuStorage::U8($v) => $body,
+        }
+    };
+}
+pub(crate) use with_storage;
+
+fn vec_from_bytes<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
+    let size = std::mem::size_of::<T>().max(1);
+    let mut v = vec![T::zeroed(); bytes.len() / size];
+    if let Ok(dst) = bytemuck::try_cast_slice_mut::<T, u8>(&mut v) {
+        let n = dst.len();
+        dst.copy_from_slice(&bytes[..n]);
+    }
+    v
+}
+
+fn downcast_vec<T: 'static, U: 'static>(v: Vec<T>) -> std::result::Result<Vec<U>, Vec<T>> {
+    let boxed: Box<dyn std::any::Any> = Box::new(v);
+    match boxed.downcast::<Vec<U>>() {
+        Ok(u) => Ok(*u),
+        Err(b) => match b.downcast::<Vec<T>>() {
+            Ok(t) => Err(*t),
+            Err(_) => Err(Vec::new()),
+        },
+    }
+}
+
+impl CpuStorage {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::BF16(_) => DType::BF16,
+            CpuStorage::I32(_) => DType::I32,
+            CpuStorage::U8(_) => DType::U8,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        with_storage!(self, v => v.len())
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Wraps a vector (no copy for the five built-in element types; a type that merely claims a
+    /// dtype through [`WithDType`] is reinterpreted bytewise, any trailing partial element
+    /// dropped).
+    pub fn from_vec<T: WithDType>(v: Vec<T>) -> CpuStorage {
+        let v = match T::DTYPE {
+            DType::F32 => match downcast_vec::<T, f32>(v) {
+                Ok(x) => return CpuStorage::F32(x),
+                Err(v) => v,
+            },
+            DType::F16 => match downcast_vec::<T, f16>(v) {
+                Ok(x) => return CpuStorage::F16(x),
+                Err(v) => v,
+            },
+            DType::BF16 => match downcast_vec::<T, bf16>(v) {
+                Ok(x) => return CpuStorage::BF16(x),
+                Err(v) => v,
+            },
+            DType::I32 => match downcast_vec::<T, i32>(v) {
+                Ok(x) => return CpuStorage::I32(x),
+                Err(v) => v,
+            },
+            DType::U8 => match downcast_vec::<T, u8>(v) {
+                Ok(x) => return CpuStorage::U8(x),
+                Err(v) => v,
+            },
+        };
+        let bytes: &[u8] = bytemuck::try_cast_slice(&v).unwrap_or(&[]);
+        Self::from_bytes_truncating(T::DTYPE, bytes)
+    }
+
+    /// `n` zeros of `dtype`.
+    pub fn zeros(dtype: DType, n: usize) -> CpuStorage {
+        match dtype {
+            DType::F32 => CpuStorage::F32(vec![0.0; n]),
+            DType::F16 => CpuStorage::F16(vec![f16::ZERO; n]),
+            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; n]),
+            DType::I32 => CpuStorage::I32(vec![0; n]),
+            DType::U8 => CpuStorage::U8(vec![0; n]),
+        }
+    }
+
+    /// Reads the elements of `layout` (row-major logical order) as `T`; `T::DTYPE` must equal the
+    /// storage dtype.
+    pub fn to_vec<T: WithDType>(&self, layout: &Layout) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "to_vec",
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        let bytes = self.as_bytes();
+        let elems: &[T] = bytemuck::try_cast_slice(bytes).map_err(|e| {
+            Error::invalid(
+                "to_vec",
+                format!(
+                    "cannot view {} storage as the requested type: {e}",
+                    self.dtype()
+                ),
+            )
+        })?;
+        check_layout("to_vec", layout, elems.len())?;
+        Ok(gather(elems, layout))
+    }
+
+    /// The raw storage bytes (native endianness), e.g. for a GPU upload.
+    pub fn as_bytes(&self) -> &[u8] {
+        with_storage!(self, v => bytemuck::try_cast_slice(v.as_slice()).unwrap_or(&[]))
+    }
+
+    /// Builds a storage from raw bytes (inverse of [`CpuStorage::as_bytes`]); the length must be a
+    /// multiple of the element size.
+    pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<CpuStorage> {
+        if !bytes.len().is_multiple_of(dtype.size_in_bytes()) {
+            return Err(Error::invalid(
+                "from_bytes",
+                format!(
+                    "{} bytes is not a multiple of the {dtype} element size {}",
+                    bytes.len(),
+                    dtype.size_in_bytes()
+                ),
+            ));
+        }
+        Ok(Self::from_bytes_truncating(dtype, bytes))
+    }
+
+    fn from_bytes_truncating(dtype: DType, bytes: &[u8]) -> CpuStorage {
+        match dtype {
+            DType::F32 => CpuStorage::F32(vec_from_bytes(bytes)),
+            DType::F16 => CpuStorage::F16(vec_from_bytes(bytes)),
+            DType::BF16 => CpuStorage::BF16(vec_from_bytes(bytes)),
+            DType::I32 => CpuStorage::I32(vec_from_bytes(bytes)),
+            DType::U8 => CpuStorage::U8(vec_from_bytes(bytes)),
+        }
+    }
+
+    /// Contiguous copy of the elements of `layout`, or an error if the layout does not fit.
+    pub fn try_contiguous(&self, layout: &Layout) -> Result<CpuStorage> {
+        check_layout("contiguous", layout, self.len())?;
+        Ok(map_storage!(self, v => gather(v, layout)))
+    }
+
+    /// Contiguous copy of the elements of `layout` (`layout.numel()` elements). A layout that
+    /// does not fit the storage (a caller bug) gives an empty storage; see
+    /// [`CpuStorage::try_contiguous`].
+    pub fn contiguous(&self, layout: &Layout) -> CpuStorage {
+        self.try_contiguous(layout)
+            .unwrap_or_else(|_| CpuStorage::zeros(self.dtype(), 0))
+    }
+
+    /// Casts the elements of `layout` to `dtype` into a new contiguous storage. Float to integer
+    /// truncates toward zero and saturates (NaN gives 0), as Rust `as`; `i32 -> u8` wraps
+    /// (also as `as`); to 16-bit floats rounds once to nearest even. A layout that does not fit
+    /// gives an empty storage; see [`CpuStorage::try_cast`].
+    pub fn cast(&self, layout: &Layout, dtype: DType) -> CpuStorage {
+        self.try_cast(layout, dtype)
+            .unwrap_or_else(|_| CpuStorage::zeros(dtype, 0))
+    }
+
+    /// [`CpuStorage::cast`] reporting a bad layout as an error.
+    pub fn try_cast(&self, layout: &Layout, dtype: DType) -> Result<CpuStorage> {
+        let src = self.try_contiguous(layout)?;
+        Ok(super::convert::cast_contiguous(src, dtype))
+    }
+
+    /// Concatenates `parts` along `dim`: same dtype and rank, equal sizes except along `dim`.
+    pub fn cat(parts: &[(&CpuStorage, &Layout)], dim: usize) -> Result<CpuStorage> {
+        super::convert::cat(parts, dim)
+    }
+}
+
+impl<T: WithDType> From<Vec<T>> for CpuStorage {
+    fn from(v: Vec<T>) -> CpuStorage {
+        CpuStorage::from_vec(v)
+    }
+}

@@ -1,0 +1,243 @@
+//! Strided-layout helpers: bounds validation, gathers into contiguous buffers, and joint row
+//! iteration over two layouts of the same shape.
+//!
+//! Invariants: [`check_layout`] must succeed before any other helper is used with a
+//! layout/storage pair; after it, `layout.numel()` does not overflow and every offset the layout
+//! reaches is `< storage.len()`, so the indexing below cannot go out of bounds (it still uses
+//! checked slice access, never `unsafe`).
+
+use super::parallel;
+use crate::layout::Layout;
+use crate::{Error, Result};
+use bytemuck::Zeroable;
+
+/// Checks that `layout` is well formed and stays inside a storage of `len` elements; returns the
+/// number of elements.
+pub(crate) fn check_layout(op: &'static str, layout: &Layout, len: usize) -> Result<usize> {
+    let (shape, strides) = (layout.shape(), layout.strides());
+    if shape.len() != strides.len() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "layout has {} dims but {} strides",
+                shape.len(),
+                strides.len()
+            ),
+        ));
+    }
+    let overflow = || {
+        Error::invalid(
+            op,
+            format!("layout {shape:?} / {strides:?} overflows usize"),
+        )
+    };
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(overflow)?;
+    if numel == 0 {
+        return Ok(0);
+    }
+    let last = shape
+        .iter()
+        .zip(strides)
+        .try_fold(layout.offset(), |acc, (&d, &s)| {
+            acc.checked_add((d - 1).checked_mul(s)?)
+        })
+        .ok_or_else(overflow)?;
+    if last >= len {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "layout (shape {shape:?}, strides {strides:?}, offset {}) reaches element {last} \
+                 but the storage holds {len}",
+                layout.offset()
+            ),
+        ));
+    }
+    Ok(numel)
+}
+
+/// Checks a dim index against a rank.
+pub(crate) fn check_dim(op: &'static str, dim: usize, rank: usize) -> Result<()> {
+    if dim >= rank {
+        return Err(Error::DimOutOfRange {
+            op,
+            dim: dim as isize,
+            rank,
+        });
+    }
+    Ok(())
+}
+
+/// A layout split into outer dims (iterated) and one inner run of `len` elements `stride` apart.
+pub(crate) struct Rows {
+    outer_shape: Vec<usize>,
+    outer_strides: Vec<usize>,
+    offset: usize,
+    /// Length of each row.
+    pub len: usize,
+    /// Stride inside a row.
+    pub stride: usize,
+}
+
+impl Rows {
+    /// Rows of a (checked, non-empty) layout after coalescing.
+    pub fn new(layout: &Layout) -> Rows {
+        let l = layout.coalesced();
+        let rank = l.rank();
+        let (len, stride) = match (l.shape().last(), l.strides().last()) {
+            (Some(&d), Some(&s)) => (d, s),
+            _ => (1, 1),
+        };
+        let cut = rank.saturating_sub(1);
+        Rows {
+            outer_shape: l.shape()[..cut].to_vec(),
+            outer_strides: l.strides()[..cut].to_vec(),
+            offset: l.offset(),
+            len,
+            stride,
+        }
+    }
+
+    /// Storage offset of the first element of row `row`.
+    pub fn base(&self, mut row: usize) -> usize {
+        let mut off = self.offset;
+        for (&d, &s) in self.outer_shape.iter().zip(&self.outer_strides).rev() {
+            off += (row % d) * s;
+            row /= d;
+        }
+        off
+    }
+}
+
+/// Copies `layout`'s elements (row-major logical order) into `dst` (which has numel elements).
+fn gather_into<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mut [T]) {
+    let rows = Rows::new(layout);
+    let len = rows.len;
+    if len == 0 {
+        return;
+    }
+    parallel::for_each_chunk(dst, len, len, |start, chunk| {
+        for (r, out) in chunk.chunks_mut(len).enumerate() {
+            let base = rows.base(start / len + r);
+            if rows.stride == 1 {
+                if let Some(s) = src.get(base..base + out.len()) {
+                    out.copy_from_slice(s);
+                }
+            } else {
+                for (j, o) in out.iter_mut().enumerate() {
+                    if let Some(&v) = src.get(base + j * rows.stride) {
+                        *o = v;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Contiguous copy of a (checked) layout's elements.
+pub(crate) fn gather<T: Copy + Send + Sync + Zeroable>(src: &[T], layout: &Layout) -> Vec<T> {
+    let n = layout.numel();
+    if n == 0 {
+        return Vec::new();
+    }
+    if layout.is_contiguous() {
+        if let Some(s) = src.get(layout.offset()..layout.offset() + n) {
+            return s.to_vec();
+        }
+    }
+    let mut out = vec![T::zeroed(); n];
+    gather_into(src, layout, &mut out);
+    out
+}
+
+/// The contiguous slice of a (checked) layout if it is contiguous, else a gathered copy.
+pub(crate) fn contiguous_cow<'a, T: Copy + Send + Sync + Zeroable>(
+    src: &'a [T],
+    layout: &Layout,
+) -> std::borrow::Cow<'a, [T]>
+where
+    [T]: ToOwned<Owned = Vec<T>>,
+{
+    let n = layout.numel();
+    if layout.is_contiguous() {
+        if let Some(s) = src.get(layout.offset()..layout.offset() + n) {
+            return std::borrow::Cow::Borrowed(s);
+        }
+    }
+    std::borrow::Cow::Owned(gather(src, layout))
+}
+
+/// Two layouts of one shape, jointly coalesced into outer dims and an inner run.
+pub(crate) struct JointRows {
+    outer: Vec<(usize, usize, usize)>,
+    offsets: (usize, usize),
+    /// Inner run length.
+    pub len: usize,
+    /// Inner strides of the two operands.
+    pub strides: (usize, usize),
+}
+
+impl JointRows {
+    /// Joint rows of two checked layouts with equal (non-empty) shapes.
+    pub fn new(a: &Layout, b: &Layout) -> JointRows {
+        let mut dims: Vec<(usize, usize, usize)> = Vec::with_capacity(a.rank());
+        for ((&d, &sa), &sb) in a.shape().iter().zip(a.strides()).zip(b.strides()) {
+            if d == 1 {
+                continue;
+            }
+            if let Some(last) = dims.last_mut() {
+                if last.1 == sa * d && last.2 == sb * d {
+                    *last = (last.0 * d, sa, sb);
+                    continue;
+                }
+            }
+            dims.push((d, sa, sb));
+        }
+        let (len, sa, sb) = dims.pop().unwrap_or((1, 1, 1));
+        JointRows {
+            outer: dims,
+            offsets: (a.offset(), b.offset()),
+            len,
+            strides: (sa, sb),
+        }
+    }
+
+    /// Storage offsets of the first elements of row `row` in both operands.
+    pub fn bases(&self, mut row: usize) -> (usize, usize) {
+        let (mut oa, mut ob) = self.offsets;
+        for &(d, sa, sb) in self.outer.iter().rev() {
+            let i = row % d;
+            oa += i * sa;
+            ob += i * sb;
+            row /= d;
+        }
+        (oa, ob)
+    }
+
+    /// Calls `f(out_start, a_base, b_base, len)` for every piece of a row that overlaps the
+    /// output element range `start..start + count`.
+    pub fn for_each_piece(
+        &self,
+        start: usize,
+        count: usize,
+        mut f: impl FnMut(usize, usize, usize, usize),
+    ) {
+        let len = self.len.max(1);
+        let end = start + count;
+        let mut pos = start;
+        while pos < end {
+            let (row, col) = (pos / len, pos % len);
+            let take = (len - col).min(end - pos);
+            let (ba, bb) = self.bases(row);
+            f(
+                pos - start,
+                ba + col * self.strides.0,
+                bb + col * self.strides.1,
+                take,
+            );
+            pos += take;
+        }
+    }
+}
