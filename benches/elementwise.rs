@@ -36,9 +36,13 @@ fn bench(c: &mut Criterion) {
             g.throughput(Throughput::Bytes(3 * bytes));
             g.bench_function("add", |b| b.iter(|| run(device, || x.add(&y))));
             g.throughput(Throughput::Bytes(bytes));
-            g.bench_function("sum_last_dim", |b| b.iter(|| run(device, || m.sum(-1, false))));
+            g.bench_function("sum_last_dim", |b| {
+                b.iter(|| run(device, || m.sum(-1, false)))
+            });
             g.throughput(Throughput::Bytes(2 * bytes));
-            g.bench_function("softmax_last_dim", |b| b.iter(|| run(device, || m.softmax(-1))));
+            g.bench_function("softmax_last_dim", |b| {
+                b.iter(|| run(device, || m.softmax(-1)))
+            });
             g.finish();
         }
     }

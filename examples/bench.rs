@@ -11,6 +11,9 @@ use std::time::Instant;
 
 use xpu::{DType, Device, Tensor};
 
+/// A benchmarked closure producing a tensor.
+type Op<'a> = Box<dyn Fn() -> xpu::Result<Tensor> + 'a>;
+
 struct Row {
     op: String,
     variant: String,
@@ -44,10 +47,22 @@ fn parse() -> Result<Opts, String> {
         match a.as_str() {
             "--json" => o.json = true,
             "--quick" => o.quick = true,
-            "--device" => o.devices.push(args.next().and_then(|d| Device::parse(&d)).ok_or("--device takes cpu or xpu")?),
-            "--dtype" => o.dtypes.push(args.next().and_then(|d| DType::parse(&d)).ok_or("--dtype takes f32, f16 or bf16")?),
+            "--device" => o.devices.push(
+                args.next()
+                    .and_then(|d| Device::parse(&d))
+                    .ok_or("--device takes cpu or xpu")?,
+            ),
+            "--dtype" => o.dtypes.push(
+                args.next()
+                    .and_then(|d| DType::parse(&d))
+                    .ok_or("--dtype takes f32, f16 or bf16")?,
+            ),
             "elementwise" | "reduce" | "matmul" => o.families.push(a),
-            other => return Err(format!("unknown argument {other:?}; families: elementwise reduce matmul")),
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; families: elementwise reduce matmul"
+                ))
+            }
         }
     }
     if o.families.is_empty() {
@@ -66,7 +81,11 @@ fn parse() -> Result<Opts, String> {
 }
 
 /// Median milliseconds per call of `f` (GPU work is synchronised inside each sample).
-fn time(device: Device, quick: bool, mut f: impl FnMut() -> xpu::Result<Tensor>) -> xpu::Result<f64> {
+fn time(
+    device: Device,
+    quick: bool,
+    mut f: impl FnMut() -> xpu::Result<Tensor>,
+) -> xpu::Result<f64> {
     let sync = |t: Tensor| -> xpu::Result<()> {
         if device == Device::Xpu {
             drop(t);
@@ -116,15 +135,25 @@ fn copy_peak(device: Device, quick: bool) -> xpu::Result<f64> {
     Ok(2.0 * 4.0 * n as f64 / (ms / 1e3) / 1e9)
 }
 
-fn elementwise(o: &Opts, device: Device, dtype: DType, peak_bw: f64, rows: &mut Vec<Row>) -> xpu::Result<()> {
-    let sizes: &[usize] = if o.quick { &[1 << 20] } else { &[1 << 20, 1 << 24] };
+fn elementwise(
+    o: &Opts,
+    device: Device,
+    dtype: DType,
+    peak_bw: f64,
+    rows: &mut Vec<Row>,
+) -> xpu::Result<()> {
+    let sizes: &[usize] = if o.quick {
+        &[1 << 20]
+    } else {
+        &[1 << 20, 1 << 24]
+    };
     for &n in sizes {
         let x = Tensor::randn(&[n], dtype, device, 1)?;
         let y = Tensor::randn(&[n], dtype, device, 2)?;
         let bias = Tensor::randn(&[1024], dtype, device, 3)?;
         let x2 = x.reshape(&[n / 1024, 1024])?;
         let b = dtype.size_in_bytes() as f64 * n as f64;
-        let cases: Vec<(&str, f64, Box<dyn Fn() -> xpu::Result<Tensor>>)> = vec![
+        let cases: Vec<(&str, f64, Op)> = vec![
             ("exp", 2.0 * b, Box::new(|| x.exp())),
             ("gelu", 2.0 * b, Box::new(|| x.gelu())),
             ("add", 3.0 * b, Box::new(|| x.add(&y))),
@@ -151,11 +180,17 @@ fn elementwise(o: &Opts, device: Device, dtype: DType, peak_bw: f64, rows: &mut 
     Ok(())
 }
 
-fn reduce(o: &Opts, device: Device, dtype: DType, peak_bw: f64, rows: &mut Vec<Row>) -> xpu::Result<()> {
+fn reduce(
+    o: &Opts,
+    device: Device,
+    dtype: DType,
+    peak_bw: f64,
+    rows: &mut Vec<Row>,
+) -> xpu::Result<()> {
     let (r, c) = if o.quick { (1024, 1024) } else { (4096, 4096) };
     let x = Tensor::randn(&[r, c], dtype, device, 5)?;
     let b = (dtype.size_in_bytes() * r * c) as f64;
-    let cases: Vec<(&str, &str, f64, Box<dyn Fn() -> xpu::Result<Tensor>>)> = vec![
+    let cases: Vec<(&str, &str, f64, Op)> = vec![
         ("sum", "last_dim", b, Box::new(|| x.sum(-1, false))),
         ("sum", "first_dim", b, Box::new(|| x.sum(0, false))),
         ("max", "last_dim", b, Box::new(|| x.max(-1, false))),
@@ -180,11 +215,26 @@ fn reduce(o: &Opts, device: Device, dtype: DType, peak_bw: f64, rows: &mut Vec<R
     Ok(())
 }
 
-fn matmul(o: &Opts, device: Device, dtype: DType, peak_flops: Option<f64>, rows: &mut Vec<Row>) -> xpu::Result<()> {
+fn matmul(
+    o: &Opts,
+    device: Device,
+    dtype: DType,
+    peak_flops: Option<f64>,
+    rows: &mut Vec<Row>,
+) -> xpu::Result<()> {
     let shapes: Vec<(usize, usize, usize)> = if o.quick {
         vec![(256, 256, 256), (512, 512, 512)]
     } else {
-        vec![(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (8192, 320, 320), (8192, 320, 1280), (8192, 640, 640), (154, 768, 320)]
+        vec![
+            (256, 256, 256),
+            (512, 512, 512),
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (8192, 320, 320),
+            (8192, 320, 1280),
+            (8192, 640, 640),
+            (154, 768, 320),
+        ]
     };
     for (m, k, n) in shapes {
         let a = Tensor::randn(&[m, k], dtype, device, 1)?;
@@ -252,21 +302,38 @@ fn main() {
 
 fn run(o: &Opts) -> xpu::Result<()> {
     let mut rows = Vec::new();
-    let fma_peak = if o.families.iter().any(|f| f == "matmul") { Some(cpu_fma_peak()) } else { None };
+    let fma_peak = if o.families.iter().any(|f| f == "matmul") {
+        Some(cpu_fma_peak())
+    } else {
+        None
+    };
     for &device in &o.devices {
         let peak_bw = copy_peak(device, o.quick)?;
         if !o.json {
-            println!("# {device}: copy bandwidth {peak_bw:.1} GB/s{}", match (device, fma_peak) {
-                (Device::Cpu, Some(p)) => format!(", f32 FMA peak {p:.1} GFLOP/s"),
-                _ => String::new(),
-            });
+            println!(
+                "# {device}: copy bandwidth {peak_bw:.1} GB/s{}",
+                match (device, fma_peak) {
+                    (Device::Cpu, Some(p)) => format!(", f32 FMA peak {p:.1} GFLOP/s"),
+                    _ => String::new(),
+                }
+            );
         }
         for &dtype in &o.dtypes {
             for fam in &o.families {
                 match fam.as_str() {
                     "elementwise" => elementwise(o, device, dtype, peak_bw, &mut rows)?,
                     "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,
-                    _ => matmul(o, device, dtype, if device == Device::Cpu { fma_peak } else { None }, &mut rows)?,
+                    _ => matmul(
+                        o,
+                        device,
+                        dtype,
+                        if device == Device::Cpu {
+                            fma_peak
+                        } else {
+                            None
+                        },
+                        &mut rows,
+                    )?,
                 }
             }
         }
@@ -279,9 +346,23 @@ fn run(o: &Opts) -> xpu::Result<()> {
                 r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction)
             );
         } else {
-            let rate = r.gflops.map(|g| format!("{g:9.1} GFLOP/s")).or(r.gbps.map(|g| format!("{g:9.1} GB/s   "))).unwrap_or_default();
-            let frac = r.peak_fraction.map_or(String::new(), |f| format!("{:5.1}% of peak", f * 100.0));
-            println!("{:<20} {:<12} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}", r.op, r.variant, r.device.to_string(), r.dtype.as_str(), format!("{:?}", r.shape), r.median_ms);
+            let rate = r
+                .gflops
+                .map(|g| format!("{g:9.1} GFLOP/s"))
+                .or(r.gbps.map(|g| format!("{g:9.1} GB/s   ")))
+                .unwrap_or_default();
+            let frac = r
+                .peak_fraction
+                .map_or(String::new(), |f| format!("{:5.1}% of peak", f * 100.0));
+            println!(
+                "{:<20} {:<12} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}",
+                r.op,
+                r.variant,
+                r.device.to_string(),
+                r.dtype.as_str(),
+                format!("{:?}", r.shape),
+                r.median_ms
+            );
         }
     }
     Ok(())

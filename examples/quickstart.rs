@@ -29,7 +29,9 @@ fn main() -> xpu::Result<()> {
     println!("cpu: matmul+gelu+softmax+sum on [512,768]@[768,1024] in {cpu_ms:.2} ms");
 
     if !xpu::xpu_available() {
-        println!("no Xpu adapter: install a Vulkan driver (e.g. apt-get install mesa-vulkan-drivers)");
+        println!(
+            "no Xpu adapter: install a Vulkan driver (e.g. apt-get install mesa-vulkan-drivers)"
+        );
         return Ok(());
     }
     let t = Instant::now();
@@ -38,10 +40,20 @@ fn main() -> xpu::Result<()> {
     let host: Vec<f32> = y.to_vec()?;
     let xpu_ms = t.elapsed().as_secs_f64() * 1e3;
     let cpu_host: Vec<f32> = cpu.to_vec()?;
-    let max_err = host.iter().zip(&cpu_host).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let max_err = host
+        .iter()
+        .zip(&cpu_host)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
     println!("xpu: same chain (upload, compute, read back) in {xpu_ms:.2} ms; max |xpu - cpu| = {max_err:.2e}");
-    let half = ax.to_dtype(DType::F16)?.matmul(&wx.to_dtype(DType::F16)?)?.to_dtype(DType::F32)?;
-    println!("xpu f16 matmul: first values {:?}", &half.to_vec::<f32>()?[..4]);
+    let half = ax
+        .to_dtype(DType::F16)?
+        .matmul(&wx.to_dtype(DType::F16)?)?
+        .to_dtype(DType::F32)?;
+    println!(
+        "xpu f16 matmul: first values {:?}",
+        &half.to_vec::<f32>()?[..4]
+    );
     println!("memory: {:?}", xpu::memory_stats(Device::Xpu)?);
     Ok(())
 }

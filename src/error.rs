@@ -32,7 +32,9 @@ pub enum Error {
         got: DType,
     },
     /// Operands live on different devices; `xpu` never copies silently.
-    #[error("{op}: device mismatch: lhs is on {lhs:?}, rhs is on {rhs:?}; move one with .to(device)")]
+    #[error(
+        "{op}: device mismatch: lhs is on {lhs:?}, rhs is on {rhs:?}; move one with .to(device)"
+    )]
     DeviceMismatch {
         /// The operation.
         op: &'static str,

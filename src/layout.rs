@@ -39,8 +39,16 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
-        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        let da = if i < rank - a.len() {
+            1
+        } else {
+            a[i - (rank - a.len())]
+        };
+        let db = if i < rank - b.len() {
+            1
+        } else {
+            b[i - (rank - b.len())]
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -141,7 +149,11 @@ impl Layout {
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
         let rank = self.rank();
         let mut seen = vec![false; rank];
-        if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
+        if perm.len() != rank
+            || perm
+                .iter()
+                .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+        {
             return Err(Error::invalid(
                 "permute",
                 format!("expected a permutation of 0..{rank}, got {perm:?}"),
@@ -168,7 +180,10 @@ impl Layout {
         if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::invalid(
                 "narrow",
-                format!("range {start}..{} is outside dim {dim} of size {size}", start.saturating_add(len)),
+                format!(
+                    "range {start}..{} is outside dim {dim} of size {size}",
+                    start.saturating_add(len)
+                ),
             ));
         }
         let mut l = self.clone();
@@ -223,7 +238,11 @@ impl Layout {
     /// Inserts a size-1 dim at `dim` (0..=rank).
     pub fn unsqueeze(&self, dim: usize) -> Layout {
         let mut l = self.clone();
-        let stride = if dim < self.rank() { self.strides[dim] * self.shape[dim] } else { 1 };
+        let stride = if dim < self.rank() {
+            self.strides[dim] * self.shape[dim]
+        } else {
+            1
+        };
         l.shape.insert(dim, 1);
         l.strides.insert(dim, stride);
         l
@@ -244,7 +263,11 @@ impl Layout {
         StridedOffsets {
             layout: self,
             index: vec![0; self.rank()],
-            next: if self.numel() == 0 { None } else { Some(self.offset) },
+            next: if self.numel() == 0 {
+                None
+            } else {
+                Some(self.offset)
+            },
         }
     }
 
@@ -328,7 +351,10 @@ mod tests {
         let b = Layout::contiguous(&[3]).broadcast_to(&[2, 3]).unwrap();
         assert_eq!(b.offsets().collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
         assert_eq!(Layout::contiguous(&[0, 3]).offsets().count(), 0);
-        assert_eq!(Layout::contiguous(&[]).offsets().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(
+            Layout::contiguous(&[]).offsets().collect::<Vec<_>>(),
+            vec![0]
+        );
     }
 
     #[test]
@@ -337,12 +363,18 @@ mod tests {
         assert_eq!(l.coalesced().shape(), &[24]);
         let n = l.narrow(2, 1, 2).unwrap();
         assert_eq!(n.coalesced().shape(), &[6, 2]);
-        assert_eq!(n.coalesced().offsets().collect::<Vec<_>>(), n.offsets().collect::<Vec<_>>());
+        assert_eq!(
+            n.coalesced().offsets().collect::<Vec<_>>(),
+            n.offsets().collect::<Vec<_>>()
+        );
     }
 
     #[test]
     fn broadcast_rules() {
-        assert_eq!(broadcast_shapes("t", &[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(
+            broadcast_shapes("t", &[2, 1, 3], &[4, 1]).unwrap(),
+            vec![2, 4, 3]
+        );
         assert!(broadcast_shapes("t", &[2, 3], &[4]).is_err());
     }
 }

@@ -69,7 +69,10 @@ pub fn xpu_available() -> bool {
 fn xpu_only(op: &'static str, device: Device) -> Result<()> {
     match device {
         Device::Xpu => Ok(()),
-        Device::Cpu => Err(Error::invalid(op, "memory statistics are kept for Device::Xpu only; CPU tensors use the system allocator")),
+        Device::Cpu => Err(Error::invalid(
+            op,
+            "memory statistics are kept for Device::Xpu only; CPU tensors use the system allocator",
+        )),
     }
 }
 

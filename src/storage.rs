@@ -70,7 +70,13 @@ impl Storage {
         })
     }
 
-    pub(crate) fn binary(&self, l: &Layout, rhs: &Storage, r: &Layout, op: BinaryOp) -> Result<Storage> {
+    pub(crate) fn binary(
+        &self,
+        l: &Layout,
+        rhs: &Storage,
+        r: &Layout,
+        op: BinaryOp,
+    ) -> Result<Storage> {
         Ok(match (self, rhs) {
             (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(a.binary(l, b, r, op)?),
             (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.binary(l, b, r, op)?),
@@ -88,7 +94,10 @@ impl Storage {
     /// Softmax: the storage and the layout that views it in the input's dim order.
     pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<(Storage, Layout)> {
         Ok(match self {
-            Storage::Cpu(s) => (Storage::Cpu(s.softmax(layout, dim)?), Layout::contiguous(layout.shape())),
+            Storage::Cpu(s) => (
+                Storage::Cpu(s.softmax(layout, dim)?),
+                Layout::contiguous(layout.shape()),
+            ),
             Storage::Xpu(s) => {
                 let (st, l) = s.softmax(layout, dim)?;
                 (Storage::Xpu(st), l)
@@ -104,7 +113,11 @@ impl Storage {
         })
     }
 
-    pub(crate) fn cat(parts: &[(&Storage, &Layout)], dim: usize, out_shape: &[usize]) -> Result<Storage> {
+    pub(crate) fn cat(
+        parts: &[(&Storage, &Layout)],
+        dim: usize,
+        out_shape: &[usize],
+    ) -> Result<Storage> {
         let Some((first, _)) = parts.first() else {
             return Err(Error::invalid("cat", "expected at least one tensor"));
         };

@@ -8,7 +8,13 @@ use xpu::{DType, Device, Error, Tensor};
 
 fn step(x: &Tensor, w: &Tensor) -> f32 {
     let h = x.matmul(w).unwrap().gelu().unwrap().add(x).unwrap();
-    let s = h.softmax(-1).unwrap().sum(-1, false).unwrap().to_dtype(DType::F16).unwrap();
+    let s = h
+        .softmax(-1)
+        .unwrap()
+        .sum(-1, false)
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
     s.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()[0]
 }
 
@@ -28,20 +34,34 @@ fn caching_allocator_lifecycle() {
         assert_eq!(step(&x, &w), first, "the same inputs give the same output");
     }
     let after = xpu::memory_stats(Device::Xpu).unwrap();
-    assert_eq!(after.buffers_created, after_first.buffers_created, "steady state creates no wgpu buffers");
+    assert_eq!(
+        after.buffers_created, after_first.buffers_created,
+        "steady state creates no wgpu buffers"
+    );
     assert!(after.cache_hits > after_first.cache_hits);
-    assert_eq!(after.allocated, baseline.allocated, "dropping all temporaries returns allocated to baseline");
+    assert_eq!(
+        after.allocated, baseline.allocated,
+        "dropping all temporaries returns allocated to baseline"
+    );
     assert!(after.peak_allocated > baseline.allocated);
-    assert!(after.reserved > after.allocated, "freed buffers stay cached");
+    assert!(
+        after.reserved > after.allocated,
+        "freed buffers stay cached"
+    );
 
     xpu::empty_cache().unwrap();
     let emptied = xpu::memory_stats(Device::Xpu).unwrap();
-    assert_eq!(emptied.reserved, emptied.allocated, "empty_cache releases every cached buffer");
+    assert_eq!(
+        emptied.reserved, emptied.allocated,
+        "empty_cache releases every cached buffer"
+    );
 
     // A limit smaller than a request: a clear OutOfMemory, then the runtime keeps working.
     xpu::set_memory_limit(Some(emptied.reserved + (1 << 20))).unwrap();
     match Tensor::zeros(&[4 << 20], DType::F32, Device::Xpu) {
-        Err(Error::OutOfMemory { requested, limit, .. }) => {
+        Err(Error::OutOfMemory {
+            requested, limit, ..
+        }) => {
             assert_eq!(requested, 16 << 20);
             assert_eq!(limit, emptied.reserved + (1 << 20));
         }
@@ -58,12 +78,18 @@ fn caching_allocator_lifecycle() {
     // A tensor larger than the adapter's largest buffer is refused up front.
     let max = xpu::xpu_adapter().unwrap().max_buffer_size;
     let elems = (max / 4 + 1024) as usize;
-    assert!(matches!(Tensor::zeros(&[elems], DType::F32, Device::Xpu), Err(Error::OutOfMemory { .. })));
+    assert!(matches!(
+        Tensor::zeros(&[elems], DType::F32, Device::Xpu),
+        Err(Error::OutOfMemory { .. })
+    ));
 
     xpu::reset_peak_memory_stats().unwrap();
     let s = xpu::memory_stats(Device::Xpu).unwrap();
     assert_eq!(s.peak_allocated, s.allocated);
-    assert!(xpu::memory_stats(Device::Cpu).is_err(), "Cpu has no allocator statistics");
+    assert!(
+        xpu::memory_stats(Device::Cpu).is_err(),
+        "Cpu has no allocator statistics"
+    );
     upload_into_a_recycled_buffer_keeps_queue_order();
 }
 

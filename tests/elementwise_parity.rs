@@ -23,7 +23,10 @@ const UNARY: [UnaryOp; 20] = [
     UnaryOp::Silu,
     UnaryOp::Sin,
     UnaryOp::Cos,
-    UnaryOp::Affine { mul: 1.5, add: -0.25 },
+    UnaryOp::Affine {
+        mul: 1.5,
+        add: -0.25,
+    },
     UnaryOp::PowScalar(2.5),
     UnaryOp::MaxScalar(0.1),
     UnaryOp::MinScalar(-0.2),
@@ -35,7 +38,9 @@ const UNARY: [UnaryOp; 20] = [
 fn input(op: UnaryOp, shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     let x = randn(shape, DType::F32, seed);
     let x = match op {
-        UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::PowScalar(_) | UnaryOp::Recip => x.abs().unwrap().add_scalar(0.05).unwrap(),
+        UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::PowScalar(_) | UnaryOp::Recip => {
+            x.abs().unwrap().add_scalar(0.05).unwrap()
+        }
         UnaryOp::Exp | UnaryOp::Sin | UnaryOp::Cos => x.mul_scalar(3.0).unwrap(),
         _ => x.mul_scalar(2.0).unwrap(),
     };
@@ -44,7 +49,12 @@ fn input(op: UnaryOp, shape: &[usize], dtype: DType, seed: u64) -> Tensor {
 
 /// Rounds f64 values to what `dtype` can hold.
 fn round_to(dtype: DType, v: &[f64]) -> Vec<f64> {
-    let t = Tensor::from_vec(v.iter().map(|&x| x as f32).collect(), &[v.len()], Device::Cpu).unwrap();
+    let t = Tensor::from_vec(
+        v.iter().map(|&x| x as f32).collect(),
+        &[v.len()],
+        Device::Cpu,
+    )
+    .unwrap();
     values(&t.to_dtype(dtype).unwrap())
 }
 
@@ -64,14 +74,23 @@ fn unary_cpu_matches_reference_and_xpu_matches_cpu() {
                 let x = input(op, shape, dtype, (si * 100 + oi) as u64);
                 let cpu = x.unary(op).unwrap();
                 assert_eq!(cpu.shape(), *shape);
-                let want = round_to(dtype, &values(&x).iter().map(|&v| op.apply(v)).collect::<Vec<_>>());
+                let want = round_to(
+                    dtype,
+                    &values(&x).iter().map(|&v| op.apply(v)).collect::<Vec<_>>(),
+                );
                 let (atol, rtol) = tol(dtype);
                 let what = format!("{} {dtype} {shape:?}", op.name());
                 assert_close(&format!("cpu {what}"), &values(&cpu), &want, atol, rtol);
                 if devices.contains(&Device::Xpu) {
                     let gpu = x.to(Device::Xpu).unwrap().unary(op).unwrap();
                     assert_eq!(gpu.dtype(), dtype);
-                    assert_close(&format!("xpu {what}"), &values(&gpu), &values(&cpu), atol, rtol);
+                    assert_close(
+                        &format!("xpu {what}"),
+                        &values(&gpu),
+                        &values(&cpu),
+                        atol,
+                        rtol,
+                    );
                 }
             }
         }
@@ -80,16 +99,43 @@ fn unary_cpu_matches_reference_and_xpu_matches_cpu() {
 
 #[test]
 fn unary_special_values_agree() {
-    let specials: Vec<f32> = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 100.0, -100.0, 1e-30, -1e-30, 88.0, -88.0];
+    let specials: Vec<f32> = vec![
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        100.0,
+        -100.0,
+        1e-30,
+        -1e-30,
+        88.0,
+        -88.0,
+    ];
     let x = Tensor::from_vec(specials.clone(), &[specials.len()], Device::Cpu).unwrap();
     let xpu = common::xpu();
     for op in UNARY {
         let cpu = values(&x.unary(op).unwrap());
-        let want: Vec<f64> = specials.iter().map(|&v| (op.apply(v as f64) as f32) as f64).collect();
-        assert_close(&format!("cpu {} specials", op.name()), &cpu, &want, 1e-6, 1e-5);
+        let want: Vec<f64> = specials
+            .iter()
+            .map(|&v| (op.apply(v as f64) as f32) as f64)
+            .collect();
+        assert_close(
+            &format!("cpu {} specials", op.name()),
+            &cpu,
+            &want,
+            1e-6,
+            1e-5,
+        );
         if xpu {
             let gpu = values(&x.to(Device::Xpu).unwrap().unary(op).unwrap());
-            assert_close(&format!("xpu {} specials", op.name()), &gpu, &cpu, 1e-6, 1e-5);
+            assert_close(
+                &format!("xpu {} specials", op.name()),
+                &gpu,
+                &cpu,
+                1e-6,
+                1e-5,
+            );
         }
     }
 }
@@ -101,33 +147,68 @@ fn unary_on_views_and_large_tensors() {
     let views = [
         base.t().unwrap(),
         base.narrow(1, 3, 31).unwrap(),
-        base.narrow(0, 1, 1).unwrap().broadcast_to(&[6, 40]).unwrap(),
-        base.reshape(&[3, 11, 40]).unwrap().permute(&[2, 0, 1]).unwrap(),
+        base.narrow(0, 1, 1)
+            .unwrap()
+            .broadcast_to(&[6, 40])
+            .unwrap(),
+        base.reshape(&[3, 11, 40])
+            .unwrap()
+            .permute(&[2, 0, 1])
+            .unwrap(),
     ];
     for &dtype in &FLOATS {
         for v in &views {
             let v = v.to_dtype(dtype).unwrap();
             let cpu = v.gelu().unwrap();
-            let want = round_to(dtype, &values(&v).iter().map(|&x| UnaryOp::GeluErf.apply(x)).collect::<Vec<_>>());
+            let want = round_to(
+                dtype,
+                &values(&v)
+                    .iter()
+                    .map(|&x| UnaryOp::GeluErf.apply(x))
+                    .collect::<Vec<_>>(),
+            );
             let (atol, rtol) = tol(dtype);
             assert_close("cpu gelu view", &values(&cpu), &want, atol, rtol);
             if xpu {
                 // A strided view moved to Xpu, and a view taken on Xpu.
                 let on_xpu = v.to(Device::Xpu).unwrap().gelu().unwrap();
-                assert_close("xpu gelu moved view", &values(&on_xpu), &values(&cpu), atol, rtol);
+                assert_close(
+                    "xpu gelu moved view",
+                    &values(&on_xpu),
+                    &values(&cpu),
+                    atol,
+                    rtol,
+                );
             }
         }
         if xpu {
             let gb = base.to_dtype(dtype).unwrap().to(Device::Xpu).unwrap();
             let gv = gb.t().unwrap().narrow(0, 2, 37).unwrap().exp().unwrap();
-            let cv = base.to_dtype(dtype).unwrap().t().unwrap().narrow(0, 2, 37).unwrap().exp().unwrap();
+            let cv = base
+                .to_dtype(dtype)
+                .unwrap()
+                .t()
+                .unwrap()
+                .narrow(0, 2, 37)
+                .unwrap()
+                .exp()
+                .unwrap();
             let (atol, rtol) = tol(dtype);
-            assert_close("xpu exp of device view", &values(&gv), &values(&cv), atol, rtol);
+            assert_close(
+                "xpu exp of device view",
+                &values(&gv),
+                &values(&cv),
+                atol,
+                rtol,
+            );
         }
     }
     let big = randn(&[1 << 20 | 3], DType::F32, 9);
     let cpu = big.silu().unwrap();
-    let want: Vec<f64> = values(&big).iter().map(|&x| UnaryOp::Silu.apply(x)).collect();
+    let want: Vec<f64> = values(&big)
+        .iter()
+        .map(|&x| UnaryOp::Silu.apply(x))
+        .collect();
     assert_close("cpu silu 1M", &values(&cpu), &want, 2e-6, 1e-5);
     if xpu {
         let gpu = big.to(Device::Xpu).unwrap().silu().unwrap();
@@ -135,7 +216,15 @@ fn unary_on_views_and_large_tensors() {
     }
 }
 
-const BINARY: [BinaryOp; 7] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow];
+const BINARY: [BinaryOp; 7] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Maximum,
+    BinaryOp::Minimum,
+    BinaryOp::Pow,
+];
 
 const PAIRS: [(&[usize], &[usize]); 9] = [
     (&[1], &[1]),
@@ -167,15 +256,34 @@ fn binary_broadcasting_cpu_reference_and_xpu() {
                 let cpu = a.binary(&b, op).unwrap();
                 // Reference: broadcast on the host by explicit index arithmetic.
                 let shape = cpu.shape().to_vec();
-                let (va, vb) = (values(&a.broadcast_to(&shape).unwrap()), values(&b.broadcast_to(&shape).unwrap()));
-                let want = round_to(dtype, &va.iter().zip(&vb).map(|(&x, &y)| op.apply(x, y)).collect::<Vec<_>>());
+                let (va, vb) = (
+                    values(&a.broadcast_to(&shape).unwrap()),
+                    values(&b.broadcast_to(&shape).unwrap()),
+                );
+                let want = round_to(
+                    dtype,
+                    &va.iter()
+                        .zip(&vb)
+                        .map(|(&x, &y)| op.apply(x, y))
+                        .collect::<Vec<_>>(),
+                );
                 let (atol, rtol) = tol(dtype);
                 let what = format!("{} {dtype} {sa:?} {sb:?}", op.name());
                 assert_close(&format!("cpu {what}"), &values(&cpu), &want, atol, rtol);
                 if xpu {
-                    let gpu = a.to(Device::Xpu).unwrap().binary(&b.to(Device::Xpu).unwrap(), op).unwrap();
+                    let gpu = a
+                        .to(Device::Xpu)
+                        .unwrap()
+                        .binary(&b.to(Device::Xpu).unwrap(), op)
+                        .unwrap();
                     assert_eq!(gpu.shape(), &shape[..]);
-                    assert_close(&format!("xpu {what}"), &values(&gpu), &values(&cpu), atol, rtol);
+                    assert_close(
+                        &format!("xpu {what}"),
+                        &values(&gpu),
+                        &values(&cpu),
+                        atol,
+                        rtol,
+                    );
                 }
             }
         }
@@ -185,15 +293,29 @@ fn binary_broadcasting_cpu_reference_and_xpu() {
 #[test]
 fn binary_i32_and_views() {
     let xpu = common::xpu();
-    let a = Tensor::from_vec((0..35).map(|i| i * 7 - 100).collect::<Vec<i32>>(), &[5, 7], Device::Cpu).unwrap();
-    let b = Tensor::from_vec((0..7).map(|i| i - 3).collect::<Vec<i32>>(), &[7], Device::Cpu).unwrap();
+    let a = Tensor::from_vec(
+        (0..35).map(|i| i * 7 - 100).collect::<Vec<i32>>(),
+        &[5, 7],
+        Device::Cpu,
+    )
+    .unwrap();
+    let b = Tensor::from_vec(
+        (0..7).map(|i| i - 3).collect::<Vec<i32>>(),
+        &[7],
+        Device::Cpu,
+    )
+    .unwrap();
     for op in BINARY {
         let cpu = a.binary(&b, op).unwrap();
         let (va, vb) = (a.to_vec::<i32>().unwrap(), b.to_vec::<i32>().unwrap());
         let want: Vec<i32> = (0..35).map(|i| op.apply_i32(va[i], vb[i % 7])).collect();
         assert_eq!(cpu.to_vec::<i32>().unwrap(), want, "cpu i32 {}", op.name());
         if xpu {
-            let gpu = a.to(Device::Xpu).unwrap().binary(&b.to(Device::Xpu).unwrap(), op).unwrap();
+            let gpu = a
+                .to(Device::Xpu)
+                .unwrap()
+                .binary(&b.to(Device::Xpu).unwrap(), op)
+                .unwrap();
             assert_eq!(gpu.to_vec::<i32>().unwrap(), want, "xpu i32 {}", op.name());
         }
     }
@@ -203,11 +325,20 @@ fn binary_i32_and_views() {
     let cpu = x.t().unwrap().mul(&col).unwrap();
     let want: Vec<f64> = {
         let (vx, vc) = (values(&x), values(&col));
-        (0..13).flat_map(|i| (0..9).map(move |j| (i, j))).map(|(i, j)| vx[j * 13 + i] * vc[i]).collect()
+        (0..13)
+            .flat_map(|i| (0..9).map(move |j| (i, j)))
+            .map(|(i, j)| vx[j * 13 + i] * vc[i])
+            .collect()
     };
     assert_close("cpu strided mul", &values(&cpu), &want, 1e-6, 1e-6);
     if xpu {
-        let gpu = x.to(Device::Xpu).unwrap().t().unwrap().mul(&col.to(Device::Xpu).unwrap()).unwrap();
+        let gpu = x
+            .to(Device::Xpu)
+            .unwrap()
+            .t()
+            .unwrap()
+            .mul(&col.to(Device::Xpu).unwrap())
+            .unwrap();
         assert_close("xpu strided mul", &values(&gpu), &want, 1e-6, 1e-6);
     }
 }
@@ -224,10 +355,19 @@ fn scalar_forms_match_tensor_forms() {
             (x.div_scalar(0.75).unwrap(), x.div(&s).unwrap()),
             (x.maximum_scalar(0.75).unwrap(), x.maximum(&s).unwrap()),
             (x.minimum_scalar(0.75).unwrap(), x.minimum(&s).unwrap()),
-            (x.abs().unwrap().pow_scalar(0.75).unwrap(), x.abs().unwrap().pow(&s).unwrap()),
+            (
+                x.abs().unwrap().pow_scalar(0.75).unwrap(),
+                x.abs().unwrap().pow(&s).unwrap(),
+            ),
         ];
         for (i, (a, b)) in pairs.iter().enumerate() {
-            assert_close(&format!("{device} scalar form {i}"), &values(a), &values(b), 1e-6, 1e-6);
+            assert_close(
+                &format!("{device} scalar form {i}"),
+                &values(a),
+                &values(b),
+                1e-6,
+                1e-6,
+            );
         }
         let c = x.clamp(-0.5, 0.5).unwrap();
         assert!(values(&c).iter().all(|v| (-0.5..=0.5).contains(v)));
@@ -237,9 +377,14 @@ fn scalar_forms_match_tensor_forms() {
 #[test]
 fn casts_between_every_dtype_pair() {
     let xpu = common::xpu();
-    let raw: Vec<f32> = vec![0.0, 1.0, 2.5, -3.75, 100.0, 255.0, 300.0, -1.0, 0.33, 7.0, 65504.0, 1e-3, 42.0];
+    let raw: Vec<f32> = vec![
+        0.0, 1.0, 2.5, -3.75, 100.0, 255.0, 300.0, -1.0, 0.33, 7.0, 65504.0, 1e-3, 42.0,
+    ];
     for &from in &DType::ALL {
-        let src = Tensor::from_vec(raw.clone(), &[raw.len()], Device::Cpu).unwrap().to_dtype(from).unwrap();
+        let src = Tensor::from_vec(raw.clone(), &[raw.len()], Device::Cpu)
+            .unwrap()
+            .to_dtype(from)
+            .unwrap();
         for &to in &DType::ALL {
             let cpu = src.to_dtype(to).unwrap();
             assert_eq!(cpu.dtype(), to);
@@ -247,7 +392,13 @@ fn casts_between_every_dtype_pair() {
                 let gpu = src.to(Device::Xpu).unwrap().to_dtype(to).unwrap();
                 assert_eq!(values(&gpu), values(&cpu), "cast {from} -> {to}");
                 // A cast from an odd offset into packed 16/8-bit storage.
-                let gv = src.to(Device::Xpu).unwrap().narrow(0, 1, 11).unwrap().to_dtype(to).unwrap();
+                let gv = src
+                    .to(Device::Xpu)
+                    .unwrap()
+                    .narrow(0, 1, 11)
+                    .unwrap()
+                    .to_dtype(to)
+                    .unwrap();
                 let cv = src.narrow(0, 1, 11).unwrap().to_dtype(to).unwrap();
                 assert_eq!(values(&gv), values(&cv), "cast view {from} -> {to}");
             }
@@ -255,13 +406,22 @@ fn casts_between_every_dtype_pair() {
     }
     // Float -> int truncates toward zero and saturates; NaN -> 0.
     let f = Tensor::from_vec(vec![-1.7f32, 2.9, 1e10, f32::NAN, -1e10], &[5], Device::Cpu).unwrap();
-    assert_eq!(f.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap(), vec![-1, 2, i32::MAX, 0, i32::MIN]);
-    assert_eq!(f.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(), vec![0, 2, 255, 0, 0]);
+    assert_eq!(
+        f.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap(),
+        vec![-1, 2, i32::MAX, 0, i32::MIN]
+    );
+    assert_eq!(
+        f.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(),
+        vec![0, 2, 255, 0, 0]
+    );
     if xpu {
         let g = f.to(Device::Xpu).unwrap();
         let gi = g.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap();
         assert_eq!(&gi[..2], &[-1, 2]);
         assert_eq!(gi[3], 0);
-        assert_eq!(g.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(), vec![0, 2, 255, 0, 0]);
+        assert_eq!(
+            g.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(),
+            vec![0, 2, 255, 0, 0]
+        );
     }
 }

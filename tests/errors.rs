@@ -12,31 +12,89 @@ fn cpu(shape: &[usize]) -> Tensor {
 #[test]
 fn shape_errors() {
     let e = Tensor::from_vec(vec![1.0f32; 5], &[2, 3], Device::Cpu).unwrap_err();
-    assert!(matches!(e, Error::ShapeMismatch { op: "from_vec", .. }), "{e}");
-    assert!(e.to_string().contains("6 elements") && e.to_string().contains("5 elements"), "{e}");
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "from_vec", .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("6 elements") && e.to_string().contains("5 elements"),
+        "{e}"
+    );
     let e = cpu(&[2, 3]).add(&cpu(&[4])).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }), "{e}");
     let e = cpu(&[2, 3]).matmul(&cpu(&[4, 5])).unwrap_err();
-    assert!(matches!(e, Error::ShapeMismatch { op: "matmul", .. }) && e.to_string().contains("[4, 5]"), "{e}");
-    assert!(matches!(cpu(&[3]).matmul(&cpu(&[3, 1])), Err(Error::ShapeMismatch { .. })));
-    assert!(matches!(cpu(&[2, 3]).reshape(&[4]), Err(Error::ShapeMismatch { op: "reshape", .. })));
-    assert!(matches!(cpu(&[2, 3]).broadcast_to(&[3, 3]), Err(Error::ShapeMismatch { .. })));
-    assert!(matches!(Tensor::cat(&[&cpu(&[2, 3]), &cpu(&[2, 4])], 0), Err(Error::ShapeMismatch { op: "cat", .. })));
-    assert!(matches!(Tensor::cat(&[], 0), Err(Error::InvalidArgument { .. })));
-    assert!(matches!(cpu(&[2, 3]).narrow(1, 2, 2), Err(Error::InvalidArgument { op: "narrow", .. })));
-    assert!(matches!(cpu(&[2, 3]).permute(&[0, 0]), Err(Error::InvalidArgument { op: "permute", .. })));
-    assert!(matches!(cpu(&[2, 3]).to_scalar::<f32>(), Err(Error::ShapeMismatch { .. })));
-    assert!(matches!(cpu(&[2, 3]).chunk(4, 1), Err(Error::InvalidArgument { .. })));
-    assert!(matches!(Tensor::arange(0.0, 1.0, 0.0, DType::F32, Device::Cpu), Err(Error::InvalidArgument { .. })));
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "matmul", .. }) && e.to_string().contains("[4, 5]"),
+        "{e}"
+    );
+    assert!(matches!(
+        cpu(&[3]).matmul(&cpu(&[3, 1])),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        cpu(&[2, 3]).reshape(&[4]),
+        Err(Error::ShapeMismatch { op: "reshape", .. })
+    ));
+    assert!(matches!(
+        cpu(&[2, 3]).broadcast_to(&[3, 3]),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        Tensor::cat(&[&cpu(&[2, 3]), &cpu(&[2, 4])], 0),
+        Err(Error::ShapeMismatch { op: "cat", .. })
+    ));
+    assert!(matches!(
+        Tensor::cat(&[], 0),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        cpu(&[2, 3]).narrow(1, 2, 2),
+        Err(Error::InvalidArgument { op: "narrow", .. })
+    ));
+    assert!(matches!(
+        cpu(&[2, 3]).permute(&[0, 0]),
+        Err(Error::InvalidArgument { op: "permute", .. })
+    ));
+    assert!(matches!(
+        cpu(&[2, 3]).to_scalar::<f32>(),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        cpu(&[2, 3]).chunk(4, 1),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Tensor::arange(0.0, 1.0, 0.0, DType::F32, Device::Cpu),
+        Err(Error::InvalidArgument { .. })
+    ));
 }
 
 #[test]
 fn dim_errors() {
     let e = cpu(&[2, 3]).sum(2, false).unwrap_err();
-    assert!(matches!(e, Error::DimOutOfRange { dim: 2, rank: 2, .. }), "{e}");
-    assert!(matches!(cpu(&[2, 3]).softmax(-3), Err(Error::DimOutOfRange { dim: -3, .. })));
-    assert!(matches!(cpu(&[2, 3]).transpose(0, 5), Err(Error::DimOutOfRange { .. })));
-    assert!(matches!(cpu(&[]).sum(0, false), Err(Error::DimOutOfRange { .. })));
+    assert!(
+        matches!(
+            e,
+            Error::DimOutOfRange {
+                dim: 2,
+                rank: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        cpu(&[2, 3]).softmax(-3),
+        Err(Error::DimOutOfRange { dim: -3, .. })
+    ));
+    assert!(matches!(
+        cpu(&[2, 3]).transpose(0, 5),
+        Err(Error::DimOutOfRange { .. })
+    ));
+    assert!(matches!(
+        cpu(&[]).sum(0, false),
+        Err(Error::DimOutOfRange { .. })
+    ));
 }
 
 #[test]
@@ -44,17 +102,50 @@ fn dtype_errors() {
     let a = cpu(&[3]);
     let b = Tensor::zeros(&[3], DType::F16, Device::Cpu).unwrap();
     let e = a.add(&b).unwrap_err();
-    assert!(matches!(e, Error::DTypeMismatch { expected: DType::F32, got: DType::F16, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::DTypeMismatch {
+                expected: DType::F32,
+                got: DType::F16,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("f32") && e.to_string().contains("f16"));
     let e = a.to_vec::<i32>().unwrap_err();
-    assert!(matches!(e, Error::DTypeMismatch { op: "to_vec", .. }), "{e}");
+    assert!(
+        matches!(e, Error::DTypeMismatch { op: "to_vec", .. }),
+        "{e}"
+    );
     let i = Tensor::zeros(&[2, 2], DType::I32, Device::Cpu).unwrap();
-    assert!(matches!(i.matmul(&i), Err(Error::UnsupportedDType { dtype: DType::I32, .. })));
+    assert!(matches!(
+        i.matmul(&i),
+        Err(Error::UnsupportedDType {
+            dtype: DType::I32,
+            ..
+        })
+    ));
     if common::xpu() {
         let gi = i.to(Device::Xpu).unwrap();
         let e = gi.exp().unwrap_err();
-        assert!(matches!(e, Error::UnsupportedDType { op: "exp", dtype: DType::I32, device: Device::Xpu, .. }), "{e}");
-        assert!(matches!(gi.matmul(&gi), Err(Error::UnsupportedDType { .. })));
+        assert!(
+            matches!(
+                e,
+                Error::UnsupportedDType {
+                    op: "exp",
+                    dtype: DType::I32,
+                    device: Device::Xpu,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(matches!(
+            gi.matmul(&gi),
+            Err(Error::UnsupportedDType { .. })
+        ));
         let u = Tensor::zeros(&[4], DType::U8, Device::Xpu).unwrap();
         assert!(matches!(u.sum_all(), Err(Error::UnsupportedDType { .. })));
     }
@@ -67,7 +158,12 @@ fn device_errors() {
     }
     let a = cpu(&[3]);
     let g = a.to(Device::Xpu).unwrap();
-    for r in [a.add(&g), g.mul(&a), a.matmul(&g), Tensor::cat(&[&a, &g], 0)] {
+    for r in [
+        a.add(&g),
+        g.mul(&a),
+        a.matmul(&g),
+        Tensor::cat(&[&a, &g], 0),
+    ] {
         let e = r.unwrap_err();
         assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
         assert!(e.to_string().contains(".to(device)"), "{e}");
@@ -86,11 +182,19 @@ fn no_adapter_error_says_how_to_install_a_driver() {
     }
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new(exe)
-        .args(["--exact", "no_adapter_error_says_how_to_install_a_driver", "--test-threads=1"])
+        .args([
+            "--exact",
+            "no_adapter_error_says_how_to_install_a_driver",
+            "--test-threads=1",
+        ])
         .env("XPU_EXPECT_NO_ADAPTER", "1")
         .env("XPU_ADAPTER", "no-such-adapter-anywhere")
         .output()
         .unwrap();
-    assert!(out.status.success(), "child failed: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "child failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }

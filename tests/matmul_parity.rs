@@ -12,7 +12,9 @@ fn reference(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -
     for z in 0..batch {
         for i in 0..m {
             for j in 0..n {
-                out[(z * m + i) * n + j] = (0..k).map(|p| a[(z * m + i) * k + p] * b[(z * k + p) * n + j]).sum();
+                out[(z * m + i) * n + j] = (0..k)
+                    .map(|p| a[(z * m + i) * k + p] * b[(z * k + p) * n + j])
+                    .sum();
             }
         }
     }
@@ -20,7 +22,11 @@ fn reference(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -
 }
 
 fn tol(dtype: DType, k: usize) -> (f64, f64) {
-    let e = if dtype == DType::F32 { 1e-6 } else { eps(dtype) };
+    let e = if dtype == DType::F32 {
+        1e-6
+    } else {
+        eps(dtype)
+    };
     (4.0 * e * (k as f64).sqrt() + 1e-6, 4.0 * e)
 }
 
@@ -41,9 +47,19 @@ fn matmul_edge_sizes() {
                 let what = format!("{dtype} {m}x{k}x{n}");
                 assert_close(&format!("cpu {what}"), &values(&cpu), &want, atol, rtol);
                 if xpu {
-                    let gpu = a.to(Device::Xpu).unwrap().matmul(&b.to(Device::Xpu).unwrap()).unwrap();
+                    let gpu = a
+                        .to(Device::Xpu)
+                        .unwrap()
+                        .matmul(&b.to(Device::Xpu).unwrap())
+                        .unwrap();
                     assert_eq!(gpu.dtype(), dtype);
-                    assert_close(&format!("xpu {what}"), &values(&gpu), &values(&cpu), atol, rtol);
+                    assert_close(
+                        &format!("xpu {what}"),
+                        &values(&gpu),
+                        &values(&cpu),
+                        atol,
+                        rtol,
+                    );
                 }
             }
         }
@@ -64,19 +80,53 @@ fn matmul_batched_broadcast_and_transposed() {
         let bb = b.broadcast_to(&[2, 3, k, n]).unwrap();
         let want = reference(&values(&a), &values(&bb), 6, m, k, n);
         let (atol, rtol) = tol(dtype, k);
-        assert_close(&format!("cpu batched {dtype}"), &values(&cpu), &want, atol, rtol);
+        assert_close(
+            &format!("cpu batched {dtype}"),
+            &values(&cpu),
+            &want,
+            atol,
+            rtol,
+        );
         // Transposed lhs too.
         let at = randn(&[k, m], dtype, 3);
         let b2 = randn(&[k, n], dtype, 4);
         let cpu2 = at.t().unwrap().matmul(&b2).unwrap();
         let want2 = reference(&values(&at.t().unwrap()), &values(&b2), 1, m, k, n);
-        assert_close(&format!("cpu lhs^T {dtype}"), &values(&cpu2), &want2, atol, rtol);
+        assert_close(
+            &format!("cpu lhs^T {dtype}"),
+            &values(&cpu2),
+            &want2,
+            atol,
+            rtol,
+        );
         if xpu {
-            let gpu = a.to(Device::Xpu).unwrap().matmul(&bt.to(Device::Xpu).unwrap().transpose(-1, -2).unwrap()).unwrap();
+            let gpu = a
+                .to(Device::Xpu)
+                .unwrap()
+                .matmul(&bt.to(Device::Xpu).unwrap().transpose(-1, -2).unwrap())
+                .unwrap();
             assert_eq!(gpu.shape(), &[2, 3, m, n]);
-            assert_close(&format!("xpu batched {dtype}"), &values(&gpu), &values(&cpu), atol, rtol);
-            let gpu2 = at.to(Device::Xpu).unwrap().t().unwrap().matmul(&b2.to(Device::Xpu).unwrap()).unwrap();
-            assert_close(&format!("xpu lhs^T {dtype}"), &values(&gpu2), &values(&cpu2), atol, rtol);
+            assert_close(
+                &format!("xpu batched {dtype}"),
+                &values(&gpu),
+                &values(&cpu),
+                atol,
+                rtol,
+            );
+            let gpu2 = at
+                .to(Device::Xpu)
+                .unwrap()
+                .t()
+                .unwrap()
+                .matmul(&b2.to(Device::Xpu).unwrap())
+                .unwrap();
+            assert_close(
+                &format!("xpu lhs^T {dtype}"),
+                &values(&gpu2),
+                &values(&cpu2),
+                atol,
+                rtol,
+            );
         }
     }
 }
@@ -86,7 +136,11 @@ fn matmul_zero_sizes_and_large() {
     for device in common::devices() {
         let a = Tensor::zeros(&[3, 0], DType::F32, device).unwrap();
         let b = Tensor::zeros(&[0, 4], DType::F32, device).unwrap();
-        assert_eq!(a.matmul(&b).unwrap().to_vec::<f32>().unwrap(), vec![0.0; 12], "{device}: K = 0 gives zeros");
+        assert_eq!(
+            a.matmul(&b).unwrap().to_vec::<f32>().unwrap(),
+            vec![0.0; 12],
+            "{device}: K = 0 gives zeros"
+        );
         let e = Tensor::zeros(&[0, 5], DType::F32, device).unwrap();
         let w = Tensor::ones(&[5, 2], DType::F32, device).unwrap();
         assert_eq!(e.matmul(&w).unwrap().shape(), &[0, 2]);
@@ -97,9 +151,17 @@ fn matmul_zero_sizes_and_large() {
     let b = randn(&[k, n], DType::F32, 9);
     let (va, vb) = (values(&a), values(&b));
     let sample: Vec<(usize, usize)> = (0..64).map(|i| ((i * 37) % m, (i * 53) % n)).collect();
-    let want: Vec<f64> = sample.iter().map(|&(i, j)| (0..k).map(|p| va[i * k + p] * vb[p * n + j]).sum()).collect();
+    let want: Vec<f64> = sample
+        .iter()
+        .map(|&(i, j)| (0..k).map(|p| va[i * k + p] * vb[p * n + j]).sum())
+        .collect();
     for device in common::devices() {
-        let c = values(&a.to(device).unwrap().matmul(&b.to(device).unwrap()).unwrap());
+        let c = values(
+            &a.to(device)
+                .unwrap()
+                .matmul(&b.to(device).unwrap())
+                .unwrap(),
+        );
         let got: Vec<f64> = sample.iter().map(|&(i, j)| c[i * n + j]).collect();
         assert_close(&format!("{device} large sample"), &got, &want, 1e-4, 1e-5);
     }

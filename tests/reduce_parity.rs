@@ -6,7 +6,14 @@ mod common;
 use common::{assert_close, eps, randn, values, FLOATS};
 use xpu::{DType, Device, ReduceOp, Tensor};
 
-const OPS: [ReduceOp; 6] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin];
+const OPS: [ReduceOp; 6] = [
+    ReduceOp::Sum,
+    ReduceOp::Mean,
+    ReduceOp::Max,
+    ReduceOp::Min,
+    ReduceOp::ArgMax,
+    ReduceOp::ArgMin,
+];
 
 /// Reference reduction of `v` (row-major `shape`) along `dim`.
 fn reference(v: &[f64], shape: &[usize], dim: usize, op: ReduceOp) -> Vec<f64> {
@@ -47,7 +54,11 @@ fn reductions_along_each_dim() {
         for (si, shape) in shapes.iter().enumerate() {
             let x = randn(shape, dtype, si as u64);
             let xv = values(&x);
-            let gx = if xpu { Some(x.to(Device::Xpu).unwrap()) } else { None };
+            let gx = if xpu {
+                Some(x.to(Device::Xpu).unwrap())
+            } else {
+                None
+            };
             for dim in 0..shape.len() {
                 for op in OPS {
                     for keepdim in [false, true] {
@@ -73,7 +84,13 @@ fn reductions_along_each_dim() {
                             let gpu = gx.reduce(op, dim as isize, keepdim).unwrap();
                             assert_eq!(gpu.shape(), &want_shape[..]);
                             assert_eq!(gpu.dtype(), cpu.dtype());
-                            assert_close(&format!("xpu {what}"), &values(&gpu), &values(&cpu), atol, rtol);
+                            assert_close(
+                                &format!("xpu {what}"),
+                                &values(&gpu),
+                                &values(&cpu),
+                                atol,
+                                rtol,
+                            );
                         }
                     }
                 }
@@ -88,7 +105,12 @@ fn reductions_over_views_all_and_large() {
     let x = randn(&[65, 63], DType::F32, 3);
     let t = x.t().unwrap();
     let cpu = t.sum(1, false).unwrap();
-    let want = reference(&values(&t.contiguous().unwrap()), &[63, 65], 1, ReduceOp::Sum);
+    let want = reference(
+        &values(&t.contiguous().unwrap()),
+        &[63, 65],
+        1,
+        ReduceOp::Sum,
+    );
     assert_close("cpu sum transposed", &values(&cpu), &want, 1e-4, 1e-5);
     let big = randn(&[(1 << 20) + 7], DType::F32, 4);
     let s = big.sum_all().unwrap();
@@ -97,16 +119,43 @@ fn reductions_over_views_all_and_large() {
     assert_close("cpu sum 1M", &values(&s), &[want_sum], 0.05, 1e-4);
     let am = big.argmax_all().unwrap().to_scalar::<i32>().unwrap();
     let bv = values(&big);
-    assert_eq!(bv[am as usize], bv.iter().cloned().fold(f64::NEG_INFINITY, f64::max));
+    assert_eq!(
+        bv[am as usize],
+        bv.iter().cloned().fold(f64::NEG_INFINITY, f64::max)
+    );
     if xpu {
-        let g = x.to(Device::Xpu).unwrap().t().unwrap().sum(1, false).unwrap();
+        let g = x
+            .to(Device::Xpu)
+            .unwrap()
+            .t()
+            .unwrap()
+            .sum(1, false)
+            .unwrap();
         assert_close("xpu sum transposed", &values(&g), &want, 1e-4, 1e-5);
         let gb = big.to(Device::Xpu).unwrap();
-        assert_close("xpu sum 1M", &values(&gb.sum_all().unwrap()), &[want_sum], 0.05, 1e-4);
+        assert_close(
+            "xpu sum 1M",
+            &values(&gb.sum_all().unwrap()),
+            &[want_sum],
+            0.05,
+            1e-4,
+        );
         assert_eq!(gb.argmax_all().unwrap().to_scalar::<i32>().unwrap(), am);
-        assert_close("xpu mean_all", &values(&gb.mean_all().unwrap()), &values(&big.mean_all().unwrap()), 1e-6, 1e-4);
-        assert_eq!(values(&gb.max_all().unwrap()), values(&big.max_all().unwrap()));
-        assert_eq!(values(&gb.min_all().unwrap()), values(&big.min_all().unwrap()));
+        assert_close(
+            "xpu mean_all",
+            &values(&gb.mean_all().unwrap()),
+            &values(&big.mean_all().unwrap()),
+            1e-6,
+            1e-4,
+        );
+        assert_eq!(
+            values(&gb.max_all().unwrap()),
+            values(&big.max_all().unwrap())
+        );
+        assert_eq!(
+            values(&gb.min_all().unwrap()),
+            values(&big.min_all().unwrap())
+        );
     }
 }
 
@@ -114,15 +163,39 @@ fn reductions_over_views_all_and_large() {
 fn ties_nan_and_empty_dims() {
     for device in common::devices() {
         let x = Tensor::from_vec(vec![1.0f32, 3.0, 3.0, -1.0, -1.0, 2.0], &[6], device).unwrap();
-        assert_eq!(x.argmax(0, false).unwrap().to_scalar::<i32>().unwrap(), 1, "{device}: first max wins");
-        assert_eq!(x.argmin(0, false).unwrap().to_scalar::<i32>().unwrap(), 3, "{device}: first min wins");
+        assert_eq!(
+            x.argmax(0, false).unwrap().to_scalar::<i32>().unwrap(),
+            1,
+            "{device}: first max wins"
+        );
+        assert_eq!(
+            x.argmin(0, false).unwrap().to_scalar::<i32>().unwrap(),
+            3,
+            "{device}: first min wins"
+        );
         let n = Tensor::from_vec(vec![1.0f32, f32::NAN, 5.0], &[3], device).unwrap();
-        assert!(n.max_all().unwrap().to_scalar::<f32>().unwrap().is_nan(), "{device}: max propagates NaN");
-        assert!(n.min_all().unwrap().to_scalar::<f32>().unwrap().is_nan(), "{device}: min propagates NaN");
-        assert_eq!(n.argmax_all().unwrap().to_scalar::<i32>().unwrap(), 1, "{device}: argmax picks NaN");
+        assert!(
+            n.max_all().unwrap().to_scalar::<f32>().unwrap().is_nan(),
+            "{device}: max propagates NaN"
+        );
+        assert!(
+            n.min_all().unwrap().to_scalar::<f32>().unwrap().is_nan(),
+            "{device}: min propagates NaN"
+        );
+        assert_eq!(
+            n.argmax_all().unwrap().to_scalar::<i32>().unwrap(),
+            1,
+            "{device}: argmax picks NaN"
+        );
         let e = Tensor::zeros(&[3, 0], DType::F32, device).unwrap();
-        assert_eq!(e.sum(1, false).unwrap().to_vec::<f32>().unwrap(), vec![0.0; 3]);
-        assert!(e.max(1, false).is_err(), "{device}: max over an empty dim is an error");
+        assert_eq!(
+            e.sum(1, false).unwrap().to_vec::<f32>().unwrap(),
+            vec![0.0; 3]
+        );
+        assert!(
+            e.max(1, false).is_err(),
+            "{device}: max over an empty dim is an error"
+        );
         assert_eq!(e.sum(0, false).unwrap().shape(), &[0]);
     }
 }
@@ -133,7 +206,11 @@ fn softmax_along_each_dim() {
     let shapes: [&[usize]; 5] = [&[1], &[77], &[7, 257], &[3, 5, 33], &[4, 1]];
     for &dtype in &FLOATS {
         for (si, shape) in shapes.iter().enumerate() {
-            let x = randn(shape, DType::F32, 40 + si as u64).mul_scalar(4.0).unwrap().to_dtype(dtype).unwrap();
+            let x = randn(shape, DType::F32, 40 + si as u64)
+                .mul_scalar(4.0)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
             for dim in 0..shape.len() {
                 let cpu = x.softmax(dim as isize).unwrap();
                 assert_eq!(cpu.shape(), *shape);
@@ -143,19 +220,33 @@ fn softmax_along_each_dim() {
                 let maxes = reference(&xv, shape, dim, ReduceOp::Max);
                 let inner: usize = shape[dim + 1..].iter().product();
                 let len = shape[dim];
-                let e: Vec<f64> = xv.iter().enumerate().map(|(i, &v)| {
-                    let (o, r) = (i / (len * inner), i % inner);
-                    (v - maxes[o * inner + r]).exp()
-                }).collect();
+                let e: Vec<f64> = xv
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| {
+                        let (o, r) = (i / (len * inner), i % inner);
+                        (v - maxes[o * inner + r]).exp()
+                    })
+                    .collect();
                 let sums = reference(&e, shape, dim, ReduceOp::Sum);
-                let want: Vec<f64> = e.iter().enumerate().map(|(i, &v)| v / sums[(i / (len * inner)) * inner + i % inner]).collect();
+                let want: Vec<f64> = e
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| v / sums[(i / (len * inner)) * inner + i % inner])
+                    .collect();
                 let tol = 2.0 * eps(dtype) + 1e-6;
                 let what = format!("softmax {dtype} {shape:?} dim {dim}");
                 assert_close(&format!("cpu {what}"), &values(&cpu), &want, tol, tol);
                 if xpu {
                     let gpu = x.to(Device::Xpu).unwrap().softmax(dim as isize).unwrap();
                     assert_eq!(gpu.shape(), *shape);
-                    assert_close(&format!("xpu {what}"), &values(&gpu), &values(&cpu), tol, tol);
+                    assert_close(
+                        &format!("xpu {what}"),
+                        &values(&gpu),
+                        &values(&cpu),
+                        tol,
+                        tol,
+                    );
                 }
             }
         }
@@ -164,6 +255,9 @@ fn softmax_along_each_dim() {
     let big = Tensor::from_vec(vec![1000.0f32, 1001.0, -1000.0], &[3], Device::Cpu).unwrap();
     for device in common::devices() {
         let s = values(&big.to(device).unwrap().softmax(0).unwrap());
-        assert!(s.iter().all(|v| v.is_finite()) && (s.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{device}: {s:?}");
+        assert!(
+            s.iter().all(|v| v.is_finite()) && (s.iter().sum::<f64>() - 1.0).abs() < 1e-6,
+            "{device}: {s:?}"
+        );
     }
 }

@@ -2,8 +2,12 @@
 //! with no GPU needed; and every override constant each kernel is built with exists.
 
 fn validate(file: &str, source: &str) -> naga::Module {
-    let module = naga::front::wgsl::parse_str(source).unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(source)));
-    let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all());
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(source)));
+    let mut validator = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    );
     validator
         .validate(&module)
         .unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(source)));
@@ -17,9 +21,16 @@ fn every_shader_parses_and_validates() {
     for (file, source) in &sources {
         let module = validate(file, source);
         assert!(!module.entry_points.is_empty(), "{file} has no entry point");
-        let overrides: Vec<_> = module.overrides.iter().filter_map(|(_, o)| o.name.clone()).collect();
+        let overrides: Vec<_> = module
+            .overrides
+            .iter()
+            .filter_map(|(_, o)| o.name.clone())
+            .collect();
         for name in ["DT_IN", "DT_OUT", "WG", "VARIANT"] {
-            assert!(overrides.iter().any(|o| o == name), "{file} lacks override {name}");
+            assert!(
+                overrides.iter().any(|o| o == name),
+                "{file} lacks override {name}"
+            );
         }
     }
 }
@@ -34,6 +45,9 @@ fn shader_files_on_disk_are_the_ones_compiled() {
         if name == "common.wgsl" {
             continue;
         }
-        assert!(compiled.contains(&name.as_str()), "shaders/{name} is not compiled by the runtime");
+        assert!(
+            compiled.contains(&name.as_str()),
+            "shaders/{name} is not compiled by the runtime"
+        );
     }
 }

@@ -13,8 +13,8 @@
 
 mod convert;
 mod elem;
-pub mod gemm;
 mod elementwise;
+pub mod gemm;
 pub mod matmul;
 mod parallel;
 mod reduce;

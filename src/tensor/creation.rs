@@ -72,28 +72,53 @@ impl Tensor {
     /// `start, start + step, ...` below `end` (above it for a negative step), as a 1-D tensor.
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
-            return Err(Error::invalid("arange", format!("need finite bounds and a non-zero step, got {start}..{end} step {step}")));
+            return Err(Error::invalid(
+                "arange",
+                format!("need finite bounds and a non-zero step, got {start}..{end} step {step}"),
+            ));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
         let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
         let cpu = match dtype {
             DType::F32 => CpuStorage::from_vec(values.iter().map(|&v| v as f32).collect()),
-            DType::F16 => CpuStorage::from_vec(values.iter().map(|&v| half::f16::from_f64(v)).collect()),
-            DType::BF16 => CpuStorage::from_vec(values.iter().map(|&v| half::bf16::from_f64(v)).collect()),
-            DType::I32 => CpuStorage::from_vec(values.iter().map(|&v| <i32 as WithDType>::from_f64(v)).collect()),
-            DType::U8 => CpuStorage::from_vec(values.iter().map(|&v| <u8 as WithDType>::from_f64(v)).collect()),
+            DType::F16 => {
+                CpuStorage::from_vec(values.iter().map(|&v| half::f16::from_f64(v)).collect())
+            }
+            DType::BF16 => {
+                CpuStorage::from_vec(values.iter().map(|&v| half::bf16::from_f64(v)).collect())
+            }
+            DType::I32 => CpuStorage::from_vec(
+                values
+                    .iter()
+                    .map(|&v| <i32 as WithDType>::from_f64(v))
+                    .collect(),
+            ),
+            DType::U8 => CpuStorage::from_vec(
+                values
+                    .iter()
+                    .map(|&v| <u8 as WithDType>::from_f64(v))
+                    .collect(),
+            ),
         };
         place(cpu, &[n], device)
     }
 
     /// Standard normal values from `seed`: the same on every device.
     pub fn randn(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
-        place(f32_as(random::normal(seed, numel(shape)), dtype), shape, device)
+        place(
+            f32_as(random::normal(seed, numel(shape)), dtype),
+            shape,
+            device,
+        )
     }
 
     /// Uniform values in [0, 1) from `seed`: the same on every device.
     pub fn rand(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
-        place(f32_as(random::uniform(seed, numel(shape)), dtype), shape, device)
+        place(
+            f32_as(random::uniform(seed, numel(shape)), dtype),
+            shape,
+            device,
+        )
     }
 
     /// Zeros with this tensor's shape, dtype and device.

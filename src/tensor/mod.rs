@@ -26,7 +26,13 @@ pub struct Tensor(Arc<Inner>);
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tensor[{:?}, {}, {}]", self.shape(), self.dtype(), self.device())
+        write!(
+            f,
+            "Tensor[{:?}, {}, {}]",
+            self.shape(),
+            self.dtype(),
+            self.device()
+        )
     }
 }
 
@@ -144,17 +150,25 @@ impl Tensor {
         }
         match self.storage() {
             Storage::Cpu(s) => s.to_vec::<T>(self.layout()),
-            Storage::Xpu(s) => s.download(self.layout())?.to_vec::<T>(&Layout::contiguous(self.shape())),
+            Storage::Xpu(s) => s
+                .download(self.layout())?
+                .to_vec::<T>(&Layout::contiguous(self.shape())),
         }
     }
 
     /// The single element of a one-element tensor.
     pub fn to_scalar<T: WithDType>(&self) -> Result<T> {
         if self.numel() != 1 {
-            return Err(Error::shape("to_scalar", "a tensor with exactly one element", self.shape()));
+            return Err(Error::shape(
+                "to_scalar",
+                "a tensor with exactly one element",
+                self.shape(),
+            ));
         }
         let v = self.to_vec::<T>()?;
-        v.first().copied().ok_or_else(|| Error::invalid("to_scalar", "empty read-back"))
+        v.first()
+            .copied()
+            .ok_or_else(|| Error::invalid("to_scalar", "empty read-back"))
     }
 
     /// Errors with `DeviceMismatch` unless `other` is on this tensor's device.

@@ -40,7 +40,10 @@ mod tests {
         let v = super::normal(7, 200_000);
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
         let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
-        assert!(mean.abs() < 0.01 && (var - 1.0).abs() < 0.02, "{mean} {var}");
+        assert!(
+            mean.abs() < 0.01 && (var - 1.0).abs() < 0.02,
+            "{mean} {var}"
+        );
         assert_eq!(super::normal(7, 5), super::normal(7, 5));
         assert_ne!(super::normal(7, 5), super::normal(8, 5));
     }

@@ -13,7 +13,11 @@ impl Tensor {
         if numel(shape) != self.numel() {
             return Err(Error::ShapeMismatch {
                 op: "reshape",
-                expected: format!("a shape with {} elements (from {:?})", self.numel(), self.shape()),
+                expected: format!(
+                    "a shape with {} elements (from {:?})",
+                    self.numel(),
+                    self.shape()
+                ),
                 got: format!("{shape:?}"),
             });
         }
@@ -58,10 +62,15 @@ impl Tensor {
     pub fn chunk(&self, n: usize, dim: isize) -> Result<Vec<Tensor>> {
         let d = resolve_dim("chunk", dim, self.rank())?;
         let size = self.shape()[d];
-        if n == 0 || size % n != 0 {
-            return Err(Error::invalid("chunk", format!("dim {d} of size {size} does not split into {n} equal chunks")));
+        if n == 0 || !size.is_multiple_of(n) {
+            return Err(Error::invalid(
+                "chunk",
+                format!("dim {d} of size {size} does not split into {n} equal chunks"),
+            ));
         }
-        (0..n).map(|i| self.narrow(d as isize, i * size / n, size / n)).collect()
+        (0..n)
+            .map(|i| self.narrow(d as isize, i * size / n, size / n))
+            .collect()
     }
 
     /// Broadcasts to `shape` with NumPy rules (no copy: broadcast dims get stride 0).
@@ -84,7 +93,10 @@ impl Tensor {
     /// Concatenates tensors along `dim`; all must share device, dtype and every other dim.
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         let Some(first) = tensors.first() else {
-            return Err(Error::invalid("cat", "expected at least one tensor, got none"));
+            return Err(Error::invalid(
+                "cat",
+                "expected at least one tensor, got none",
+            ));
         };
         let d = resolve_dim("cat", dim, first.rank())?;
         let mut out_shape = first.shape().to_vec();
@@ -93,20 +105,31 @@ impl Tensor {
             first.same_device(t, "cat")?;
             first.same_dtype(t, "cat")?;
             let compatible = t.rank() == first.rank()
-                && t.shape().iter().zip(first.shape()).enumerate().all(|(i, (a, b))| i == d || a == b);
+                && t.shape()
+                    .iter()
+                    .zip(first.shape())
+                    .enumerate()
+                    .all(|(i, (a, b))| i == d || a == b);
             if !compatible {
                 let mut want = first.shape().to_vec();
                 want[d] = t.shape().get(d).copied().unwrap_or(0);
                 return Err(Error::ShapeMismatch {
                     op: "cat",
-                    expected: format!("{want:?} (all dims but {d} equal to those of {:?})", first.shape()),
+                    expected: format!(
+                        "{want:?} (all dims but {d} equal to those of {:?})",
+                        first.shape()
+                    ),
                     got: format!("{:?}", t.shape()),
                 });
             }
             out_shape[d] += t.shape()[d];
         }
-        let parts: Vec<(&Storage, &Layout)> = tensors.iter().map(|t| (t.storage(), t.layout())).collect();
+        let parts: Vec<(&Storage, &Layout)> =
+            tensors.iter().map(|t| (t.storage(), t.layout())).collect();
         let storage = Storage::cat(&parts, d, &out_shape)?;
-        Ok(Tensor::from_storage(storage, Layout::contiguous(&out_shape)))
+        Ok(Tensor::from_storage(
+            storage,
+            Layout::contiguous(&out_shape),
+        ))
     }
 }

@@ -51,7 +51,9 @@ impl PoolKind {
     fn usage(self) -> wgpu::BufferUsages {
         match self {
             PoolKind::Storage => {
-                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST
+                wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST
             }
             PoolKind::Staging => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         }
@@ -115,7 +117,10 @@ impl Drop for PooledBuffer {
             }
             st.cached += self.class;
             let stamp = self.last_batch.load(Ordering::Relaxed);
-            st.free.entry((self.kind, self.class)).or_default().push((buffer, stamp));
+            st.free
+                .entry((self.kind, self.class))
+                .or_default()
+                .push((buffer, stamp));
         }
     }
 }
@@ -153,11 +158,18 @@ impl Allocator {
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, PoolState>> {
-        self.state.lock().map_err(|_| Error::Gpu("allocator lock poisoned".into()))
+        self.state
+            .lock()
+            .map_err(|_| Error::Gpu("allocator lock poisoned".into()))
     }
 
     /// A buffer of at least `bytes` bytes from `kind`'s pool.
-    pub(crate) fn alloc(&self, device: &wgpu::Device, kind: PoolKind, bytes: u64) -> Result<Arc<PooledBuffer>> {
+    pub(crate) fn alloc(
+        &self,
+        device: &wgpu::Device,
+        kind: PoolKind,
+        bytes: u64,
+    ) -> Result<Arc<PooledBuffer>> {
         let class = size_class(bytes);
         let mut st = self.lock()?;
         let oom = |st: &PoolState, limit: u64| Error::OutOfMemory {
@@ -168,7 +180,9 @@ impl Allocator {
         if class > self.max_buffer_size {
             return Err(oom(&st, self.max_buffer_size));
         }
-        let (buffer, stamp) = if let Some(cached) = st.free.get_mut(&(kind, class)).and_then(Vec::pop) {
+        let (buffer, stamp) = if let Some(cached) =
+            st.free.get_mut(&(kind, class)).and_then(Vec::pop)
+        {
             st.cached -= class;
             st.stats.cache_hits += 1;
             cached
@@ -207,7 +221,11 @@ impl Allocator {
         }))
     }
 
-    fn create(device: &wgpu::Device, kind: PoolKind, class: u64) -> std::result::Result<wgpu::Buffer, ()> {
+    fn create(
+        device: &wgpu::Device,
+        kind: PoolKind,
+        class: u64,
+    ) -> std::result::Result<wgpu::Buffer, ()> {
         let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(match kind {
@@ -267,7 +285,7 @@ mod tests {
         assert_eq!(size_class(257), 512);
         assert_eq!(size_class(1 << 20), 1 << 20);
         let c = size_class((1 << 20) + 1);
-        assert!(c >= (1 << 20) + 1 && c <= (1 << 20) + (1 << 18));
+        assert!(((1 << 20) + 1..=(1 << 20) + (1 << 18)).contains(&c));
         for b in [3u64 << 20, 100 << 20, 5 << 30] {
             let c = size_class(b);
             assert!(c >= b && (c - b) * 4 <= b, "{b} -> {c}");

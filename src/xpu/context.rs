@@ -57,7 +57,10 @@ pub struct XpuFeatures {
 const WANTED: [(wgpu::Features, &str); 4] = [
     (wgpu::Features::SHADER_F16, "SHADER_F16"),
     (wgpu::Features::SUBGROUP, "SUBGROUP"),
-    (wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX, "EXPERIMENTAL_COOPERATIVE_MATRIX"),
+    (
+        wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
+        "EXPERIMENTAL_COOPERATIVE_MATRIX",
+    ),
     (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
 ];
 
@@ -102,8 +105,14 @@ fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
         name: info.name,
         backend: format!("{:?}", info.backend),
         device_type: format!("{:?}", info.device_type),
-        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
-        features: WANTED.iter().filter(|(f, _)| feats.contains(*f)).map(|(_, n)| *n).collect(),
+        driver: format!("{} {}", info.driver, info.driver_info)
+            .trim()
+            .to_string(),
+        features: WANTED
+            .iter()
+            .filter(|(f, _)| feats.contains(*f))
+            .map(|(_, n)| *n)
+            .collect(),
         max_buffer_size: limits.max_buffer_size,
         max_storage_binding: limits.max_storage_buffer_binding_size,
         max_workgroup_memory: limits.max_compute_workgroup_storage_size,
@@ -122,7 +131,10 @@ fn choose(adapters: &[wgpu::Adapter]) -> std::result::Result<usize, String> {
             return if i < adapters.len() {
                 Ok(i)
             } else {
-                Err(format!("XPU_ADAPTER={i} but only {} adapters exist", adapters.len()))
+                Err(format!(
+                    "XPU_ADAPTER={i} but only {} adapters exist",
+                    adapters.len()
+                ))
             };
         }
         let lower = want.to_lowercase();
@@ -226,7 +238,10 @@ pub fn list_adapters() -> Vec<AdapterSummary> {
 impl Context {
     /// Takes the first recorded device error, if any, as an `Error::Gpu`.
     pub(crate) fn take_device_error(&self) -> Result<()> {
-        let mut errs = self.device_errors.lock().map_err(|_| Error::Gpu("error log poisoned".into()))?;
+        let mut errs = self
+            .device_errors
+            .lock()
+            .map_err(|_| Error::Gpu("error log poisoned".into()))?;
         if errs.is_empty() {
             return Ok(());
         }

@@ -48,15 +48,21 @@ impl XpuStorage {
     /// Zero-filled storage.
     pub(crate) fn zeros(ctx: &Arc<Context>, dtype: DType, len: usize) -> Result<XpuStorage> {
         let s = Self::alloc(ctx, dtype, len)?;
-        ctx.stream.lock().map_err(|_| poisoned())?.clear(ctx, &s.buffer);
+        ctx.stream
+            .lock()
+            .map_err(|_| poisoned())?
+            .clear(ctx, &s.buffer);
         Ok(s)
     }
 
     /// Uploads contiguous host data.
     pub(crate) fn upload(ctx: &Arc<Context>, cpu: &CpuStorage) -> Result<XpuStorage> {
         let s = Self::alloc(ctx, cpu.dtype(), cpu.len())?;
-        if cpu.len() > 0 {
-            ctx.stream.lock().map_err(|_| poisoned())?.upload(ctx, &s.buffer, cpu.as_bytes());
+        if !cpu.is_empty() {
+            ctx.stream
+                .lock()
+                .map_err(|_| poisoned())?
+                .upload(ctx, &s.buffer, cpu.as_bytes());
         }
         Ok(s)
     }
@@ -65,7 +71,7 @@ impl XpuStorage {
     pub(crate) fn download(&self, layout: &Layout) -> Result<CpuStorage> {
         let size = self.dtype.size_in_bytes();
         let byte_off = layout.offset() * size;
-        let direct = layout.is_contiguous() && byte_off % 4 == 0;
+        let direct = layout.is_contiguous() && byte_off.is_multiple_of(4);
         let (src, off) = if direct {
             (None, byte_off as u64)
         } else {
@@ -73,7 +79,12 @@ impl XpuStorage {
         };
         let buf = src.as_ref().map_or(&self.buffer, |s| &s.buffer);
         let bytes = (layout.numel() * size) as u64;
-        let data = self.ctx.stream.lock().map_err(|_| poisoned())?.read(&self.ctx, buf, off, bytes)?;
+        let data = self
+            .ctx
+            .stream
+            .lock()
+            .map_err(|_| poisoned())?
+            .read(&self.ctx, buf, off, bytes)?;
         CpuStorage::from_bytes(self.dtype, &data)
     }
 

@@ -89,7 +89,11 @@ pub(crate) struct PipelineCache {
 
 impl PipelineCache {
     /// The pipeline for `key`, compiled on first use.
-    pub(crate) fn get(&self, device: &wgpu::Device, key: PipelineKey) -> Result<wgpu::ComputePipeline> {
+    pub(crate) fn get(
+        &self,
+        device: &wgpu::Device,
+        key: PipelineKey,
+    ) -> Result<wgpu::ComputePipeline> {
         let poisoned = || Error::Gpu("pipeline cache lock poisoned".into());
         if let Some(p) = self.pipelines.lock().map_err(|_| poisoned())?.get(&key) {
             return Ok(p.clone());

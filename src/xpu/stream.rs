@@ -57,8 +57,11 @@ impl Stream {
     }
 
     fn encoder(&mut self, device: &wgpu::Device) -> &mut wgpu::CommandEncoder {
-        self.encoder
-            .get_or_insert_with(|| device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("xpu-batch") }))
+        self.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("xpu-batch"),
+            })
+        })
     }
 
     fn stamp(&self, buf: &PooledBuffer) {
@@ -71,7 +74,8 @@ impl Stream {
             self.flush(ctx);
         }
         let slot = self.params.len() as u64;
-        self.params.extend_from_slice(bytemuck::cast_slice(&d.params));
+        self.params
+            .extend_from_slice(bytemuck::cast_slice(&d.params));
         let layout = d.pipeline.get_bind_group_layout(0);
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
@@ -108,7 +112,10 @@ impl Stream {
         }
         let encoder = self.encoder(&ctx.device);
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: None,
+            });
             pass.set_pipeline(&d.pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(d.workgroups[0], d.workgroups[1], d.workgroups[2]);
@@ -118,10 +125,24 @@ impl Stream {
     }
 
     /// Records a buffer-to-buffer copy (sizes and offsets multiples of 4).
-    pub(crate) fn copy(&mut self, ctx: &Context, src: &PooledBuffer, src_off: u64, dst: &PooledBuffer, dst_off: u64, bytes: u64) {
+    pub(crate) fn copy(
+        &mut self,
+        ctx: &Context,
+        src: &PooledBuffer,
+        src_off: u64,
+        dst: &PooledBuffer,
+        dst_off: u64,
+        bytes: u64,
+    ) {
         self.stamp(src);
         self.stamp(dst);
-        self.encoder(&ctx.device).copy_buffer_to_buffer(src.raw(), src_off, dst.raw(), dst_off, bytes);
+        self.encoder(&ctx.device).copy_buffer_to_buffer(
+            src.raw(),
+            src_off,
+            dst.raw(),
+            dst_off,
+            bytes,
+        );
     }
 
     /// Records zero-filling a buffer.
@@ -150,7 +171,9 @@ impl Stream {
 
     /// Submits the open batch (no wait).
     pub(crate) fn flush(&mut self, ctx: &Context) {
-        let Some(encoder) = self.encoder.take() else { return };
+        let Some(encoder) = self.encoder.take() else {
+            return;
+        };
         if !self.params.is_empty() {
             ctx.queue.write_buffer(&self.arena, 0, &self.params);
             self.params.clear();
@@ -161,18 +184,28 @@ impl Stream {
     }
 
     /// Copies `bytes` bytes from `src` at `offset` to the host; waits for the GPU.
-    pub(crate) fn read(&mut self, ctx: &Context, src: &PooledBuffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
+    pub(crate) fn read(
+        &mut self,
+        ctx: &Context,
+        src: &PooledBuffer,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<Vec<u8>> {
         if bytes == 0 {
             return Ok(Vec::new());
         }
         let padded = bytes.div_ceil(4) * 4;
-        let staging: Arc<PooledBuffer> = ctx.allocator.alloc(&ctx.device, PoolKind::Staging, padded)?;
+        let staging: Arc<PooledBuffer> =
+            ctx.allocator
+                .alloc(&ctx.device, PoolKind::Staging, padded)?;
         self.copy(ctx, src, offset, &staging, 0, padded);
         self.flush(ctx);
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.raw().map_async(wgpu::MapMode::Read, 0..padded, move |r| {
-            let _ = tx.send(r);
-        });
+        staging
+            .raw()
+            .map_async(wgpu::MapMode::Read, 0..padded, move |r| {
+                let _ = tx.send(r);
+            });
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;

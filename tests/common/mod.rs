@@ -6,14 +6,17 @@ use xpu::{DType, Device, Tensor};
 
 /// True when an Xpu test must not skip (CI, or the user asked for it).
 pub fn adapter_required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") || std::env::var("XPU_REQUIRE_ADAPTER").is_ok_and(|v| v == "1")
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+        || std::env::var("XPU_REQUIRE_ADAPTER").is_ok_and(|v| v == "1")
 }
 
 /// Whether Xpu tests run here: panics in CI without an adapter, prints why it skips otherwise.
 pub fn xpu() -> bool {
     match xpu::xpu_adapter() {
         Ok(_) => true,
-        Err(e) if adapter_required() => panic!("an Xpu adapter is required here (CI or XPU_REQUIRE_ADAPTER=1): {e}"),
+        Err(e) if adapter_required() => {
+            panic!("an Xpu adapter is required here (CI or XPU_REQUIRE_ADAPTER=1): {e}")
+        }
         Err(e) => {
             eprintln!("skipping Xpu part of this test: {e}");
             false
@@ -37,11 +40,36 @@ pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 pub fn values(t: &Tensor) -> Vec<f64> {
     let t = t.to(Device::Cpu).unwrap();
     match t.dtype() {
-        DType::F32 => t.to_vec::<f32>().unwrap().into_iter().map(f64::from).collect(),
-        DType::F16 => t.to_vec::<half::f16>().unwrap().into_iter().map(|x| x.to_f64()).collect(),
-        DType::BF16 => t.to_vec::<half::bf16>().unwrap().into_iter().map(|x| x.to_f64()).collect(),
-        DType::I32 => t.to_vec::<i32>().unwrap().into_iter().map(f64::from).collect(),
-        DType::U8 => t.to_vec::<u8>().unwrap().into_iter().map(f64::from).collect(),
+        DType::F32 => t
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::F16 => t
+            .to_vec::<half::f16>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x.to_f64())
+            .collect(),
+        DType::BF16 => t
+            .to_vec::<half::bf16>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x.to_f64())
+            .collect(),
+        DType::I32 => t
+            .to_vec::<i32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::U8 => t
+            .to_vec::<u8>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
     }
 }
 
@@ -57,7 +85,13 @@ pub fn eps(dtype: DType) -> f64 {
 
 /// Asserts |a - b| <= atol + rtol * |b| elementwise (NaNs must match, infinities must be equal).
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         if w.is_nan() {
             assert!(g.is_nan(), "{what}[{i}]: got {g}, want NaN");
@@ -67,7 +101,10 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64)
             assert_eq!(g, w, "{what}[{i}]");
             continue;
         }
-        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}[{i}]: got {g}, want {w} (atol {atol}, rtol {rtol})");
+        assert!(
+            (g - w).abs() <= atol + rtol * w.abs(),
+            "{what}[{i}]: got {g}, want {w} (atol {atol}, rtol {rtol})"
+        );
     }
 }
 

@@ -18,7 +18,10 @@ fn words(len: usize, dtype: DType) -> usize {
 }
 
 fn workgroups(out: &XpuStorage) -> [u32; 3] {
-    grid(words(out.len, out.dtype).div_ceil(256), out.ctx.limits.max_compute_workgroups_per_dimension)
+    grid(
+        words(out.len, out.dtype).div_ceil(256),
+        out.ctx.limits.max_compute_workgroups_per_dimension,
+    )
 }
 
 impl XpuStorage {
@@ -29,8 +32,11 @@ impl XpuStorage {
             return Ok(out);
         }
         let mut p = Params::new(out.len, "copy")?;
-        p.shape("copy", layout.shape(), &[layout.strides()])?
-            .set(OFFSET0, layout.offset(), "copy")?;
+        p.shape("copy", layout.shape(), &[layout.strides()])?.set(
+            OFFSET0,
+            layout.offset(),
+            "copy",
+        )?;
         let k = key(ShaderId::Elementwise, "copy_cast", self.dtype, dtype, 0);
         launch(&out, k, p, &[self], workgroups(&out))?;
         Ok(out)
@@ -42,12 +48,19 @@ impl XpuStorage {
         let size = self.dtype.size_in_bytes();
         let bytes = layout.numel() * size;
         let offset = layout.offset() * size;
-        if !layout.is_contiguous() || offset % 4 != 0 || bytes == 0 {
+        if !layout.is_contiguous() || !offset.is_multiple_of(4) || bytes == 0 {
             return self.copy_cast(layout, self.dtype);
         }
         let out = XpuStorage::alloc(&self.ctx, self.dtype, layout.numel())?;
         let mut stream = self.ctx.stream.lock().map_err(|_| crate::xpu::poisoned())?;
-        stream.copy(&self.ctx, &self.buffer, offset as u64, &out.buffer, 0, (bytes as u64).div_ceil(4) * 4);
+        stream.copy(
+            &self.ctx,
+            &self.buffer,
+            offset as u64,
+            &out.buffer,
+            0,
+            (bytes as u64).div_ceil(4) * 4,
+        );
         Ok(out)
     }
 
@@ -70,13 +83,25 @@ impl XpuStorage {
         p.shape(op.name(), layout.shape(), &[layout.strides()])?
             .set(OFFSET0, layout.offset(), op.name())?
             .scalars(a, b);
-        let k = key(ShaderId::Elementwise, "unary", self.dtype, self.dtype, op.code());
+        let k = key(
+            ShaderId::Elementwise,
+            "unary",
+            self.dtype,
+            self.dtype,
+            op.code(),
+        );
         launch(&out, k, p, &[self], workgroups(&out))?;
         Ok(out)
     }
 
     /// Applies a binary op; both layouts are already broadcast to the output shape.
-    pub(crate) fn binary(&self, lhs: &Layout, rhs: &XpuStorage, rhs_layout: &Layout, op: BinaryOp) -> Result<XpuStorage> {
+    pub(crate) fn binary(
+        &self,
+        lhs: &Layout,
+        rhs: &XpuStorage,
+        rhs_layout: &Layout,
+        op: BinaryOp,
+    ) -> Result<XpuStorage> {
         self.check_same_context(rhs, op.name())?;
         if !(self.dtype.is_float() || self.dtype == DType::I32) {
             return Err(Error::UnsupportedDType {
@@ -91,16 +116,30 @@ impl XpuStorage {
             return Ok(out);
         }
         let mut p = Params::new(out.len, op.name())?;
-        p.shape(op.name(), lhs.shape(), &[lhs.strides(), rhs_layout.strides()])?
-            .set(OFFSET0, lhs.offset(), op.name())?
-            .set(OFFSET1, rhs_layout.offset(), op.name())?;
-        let k = key(ShaderId::Elementwise, "binary", self.dtype, self.dtype, op.code());
+        p.shape(
+            op.name(),
+            lhs.shape(),
+            &[lhs.strides(), rhs_layout.strides()],
+        )?
+        .set(OFFSET0, lhs.offset(), op.name())?
+        .set(OFFSET1, rhs_layout.offset(), op.name())?;
+        let k = key(
+            ShaderId::Elementwise,
+            "binary",
+            self.dtype,
+            self.dtype,
+            op.code(),
+        );
         launch(&out, k, p, &[self, rhs], workgroups(&out))?;
         Ok(out)
     }
 
     /// Concatenates parts (same dtype, shapes equal but along `dim`) into a contiguous tensor.
-    pub(crate) fn cat(parts: &[(&XpuStorage, &Layout)], dim: usize, out_shape: &[usize]) -> Result<XpuStorage> {
+    pub(crate) fn cat(
+        parts: &[(&XpuStorage, &Layout)],
+        dim: usize,
+        out_shape: &[usize],
+    ) -> Result<XpuStorage> {
         let Some((first, _)) = parts.first() else {
             return Err(Error::invalid("cat", "expected at least one tensor"));
         };
@@ -124,7 +163,13 @@ impl XpuStorage {
                     .set(EXTRA + 1, out_shape[dim], "cat")?
                     .set(EXTRA + 2, start, "cat")?
                     .set(EXTRA + 3, len, "cat")?;
-                let k = key(ShaderId::Elementwise, "cat_part", first.dtype, first.dtype, 0);
+                let k = key(
+                    ShaderId::Elementwise,
+                    "cat_part",
+                    first.dtype,
+                    first.dtype,
+                    0,
+                );
                 launch(&out, k, p, &[storage], workgroups(&out))?;
             }
             start += len;

@@ -1,8 +1,8 @@
 //! Batched matrix product on Xpu (`shaders/matmul.wgsl`): strided operands are read in place,
 //! the product accumulates in f32, and 16-bit outputs get one cast at the end.
 
-use super::params::{Params, EXTRA, OFFSET0, OFFSET1, STRIDES0, STRIDES1};
 use super::launch;
+use super::params::{Params, EXTRA, OFFSET0, OFFSET1, STRIDES0, STRIDES1};
 use crate::layout::Layout;
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::xpu::XpuStorage;
@@ -10,7 +10,12 @@ use crate::{DType, Device, Error, Result};
 
 impl XpuStorage {
     /// `lhs` is [..batch, M, K], `rhs` [..batch, K, N] with identical (broadcast) batch dims.
-    pub(crate) fn matmul(&self, lhs: &Layout, rhs: &XpuStorage, rhs_layout: &Layout) -> Result<XpuStorage> {
+    pub(crate) fn matmul(
+        &self,
+        lhs: &Layout,
+        rhs: &XpuStorage,
+        rhs_layout: &Layout,
+    ) -> Result<XpuStorage> {
         self.check_same_context(rhs, "matmul")?;
         if !self.dtype.is_float() {
             return Err(Error::UnsupportedDType {
@@ -21,7 +26,11 @@ impl XpuStorage {
             });
         }
         let rank = lhs.rank();
-        let (m, k, n) = (lhs.shape()[rank - 2], lhs.shape()[rank - 1], rhs_layout.shape()[rank - 1]);
+        let (m, k, n) = (
+            lhs.shape()[rank - 2],
+            lhs.shape()[rank - 1],
+            rhs_layout.shape()[rank - 1],
+        );
         let batch_shape = &lhs.shape()[..rank - 2];
         let batch: usize = batch_shape.iter().product();
         let out = XpuStorage::alloc(&self.ctx, DType::F32, batch * m * n)?;

@@ -39,7 +39,13 @@ pub(crate) fn launch(
 }
 
 /// A key with the default 1-D workgroup size.
-pub(crate) fn key(shader: ShaderId, entry: &'static str, dt_in: DType, dt_out: DType, variant: u32) -> PipelineKey {
+pub(crate) fn key(
+    shader: ShaderId,
+    entry: &'static str,
+    dt_in: DType,
+    dt_out: DType,
+    variant: u32,
+) -> PipelineKey {
     PipelineKey {
         shader,
         entry,

@@ -24,11 +24,19 @@ pub(crate) struct Params(pub [u32; PARAM_WORDS]);
 
 /// Converts a size to a u32 kernel argument, or explains the limit.
 pub(crate) fn u32_arg(op: &'static str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::invalid(op, format!("size {v} exceeds the Xpu kernels' 32-bit index range")))
+    u32::try_from(v).map_err(|_| {
+        Error::invalid(
+            op,
+            format!("size {v} exceeds the Xpu kernels' 32-bit index range"),
+        )
+    })
 }
 
 /// Merges dims that are contiguous for every operand at once and drops size-1 dims.
-pub(crate) fn coalesce_joint(shape: &[usize], strides: &[&[usize]]) -> (Vec<usize>, Vec<Vec<usize>>) {
+pub(crate) fn coalesce_joint(
+    shape: &[usize],
+    strides: &[&[usize]],
+) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut out_shape: Vec<usize> = Vec::new();
     let mut out_strides: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
     for d in 0..shape.len() {
@@ -67,10 +75,18 @@ impl Params {
     }
 
     /// Writes a shape with one stride vector per operand (src0 at STRIDES0, src1 at STRIDES1).
-    pub(crate) fn shape(&mut self, op: &'static str, shape: &[usize], strides: &[&[usize]]) -> Result<&mut Self> {
+    pub(crate) fn shape(
+        &mut self,
+        op: &'static str,
+        shape: &[usize],
+        strides: &[&[usize]],
+    ) -> Result<&mut Self> {
         let (shape, strides) = coalesce_joint(shape, strides);
         if shape.len() > MAX_DIMS {
-            return Err(Error::invalid(op, format!("rank {} exceeds the maximum of {MAX_DIMS}", shape.len())));
+            return Err(Error::invalid(
+                op,
+                format!("rank {} exceeds the maximum of {MAX_DIMS}", shape.len()),
+            ));
         }
         self.0[RANK] = shape.len() as u32;
         for (d, &s) in shape.iter().enumerate() {

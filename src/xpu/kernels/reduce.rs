@@ -18,7 +18,11 @@ fn split(layout: &Layout, dim: usize) -> (Layout, usize, usize) {
     let mut strides = layout.strides().to_vec();
     let len = shape.remove(dim);
     let stride = strides.remove(dim);
-    (Layout::from_parts(shape, strides, layout.offset()), len, stride)
+    (
+        Layout::from_parts(shape, strides, layout.offset()),
+        len,
+        stride,
+    )
 }
 
 fn check_float(s: &XpuStorage, op: &'static str) -> Result<()> {
@@ -35,7 +39,12 @@ fn check_float(s: &XpuStorage, op: &'static str) -> Result<()> {
 }
 
 impl XpuStorage {
-    fn row_params(&self, layout: &Layout, dim: usize, op: &'static str) -> Result<(Params, usize, usize)> {
+    fn row_params(
+        &self,
+        layout: &Layout,
+        dim: usize,
+        op: &'static str,
+    ) -> Result<(Params, usize, usize)> {
         let (outer, len, stride) = split(layout, dim);
         let rows = outer.numel();
         let mut p = Params::new(rows, op)?;
@@ -51,15 +60,34 @@ impl XpuStorage {
         check_float(self, op.name())?;
         let (p, rows, len) = self.row_params(layout, dim, op.name())?;
         if len == 0 && op != ReduceOp::Sum && op != ReduceOp::Mean {
-            return Err(Error::invalid(op.name(), format!("cannot take {} over an empty dim {dim}", op.name())));
+            return Err(Error::invalid(
+                op.name(),
+                format!("cannot take {} over an empty dim {dim}", op.name()),
+            ));
         }
-        let word_dtype = if op.returns_index() { DType::I32 } else { DType::F32 };
+        let word_dtype = if op.returns_index() {
+            DType::I32
+        } else {
+            DType::F32
+        };
         let out = XpuStorage::alloc(&self.ctx, word_dtype, rows)?;
         if rows == 0 {
             return self.finish(out, op);
         }
-        let k = key(ShaderId::Reduce, "reduce", self.dtype, word_dtype, op.code());
-        launch(&out, k, p, &[self], grid(rows, self.ctx.limits.max_compute_workgroups_per_dimension))?;
+        let k = key(
+            ShaderId::Reduce,
+            "reduce",
+            self.dtype,
+            word_dtype,
+            op.code(),
+        );
+        launch(
+            &out,
+            k,
+            p,
+            &[self],
+            grid(rows, self.ctx.limits.max_compute_workgroups_per_dimension),
+        )?;
         self.finish(out, op)
     }
 
@@ -92,7 +120,13 @@ impl XpuStorage {
         let out = XpuStorage::alloc(&self.ctx, DType::F32, rows * len)?;
         if rows * len > 0 {
             let k = key(ShaderId::Reduce, "softmax", self.dtype, DType::F32, 0);
-            launch(&out, k, p, &[self], grid(rows, self.ctx.limits.max_compute_workgroups_per_dimension))?;
+            launch(
+                &out,
+                k,
+                p,
+                &[self],
+                grid(rows, self.ctx.limits.max_compute_workgroups_per_dimension),
+            )?;
         }
         if self.dtype == DType::F32 {
             return Ok((out, view));

@@ -18,7 +18,7 @@ fn thread_cpu() -> f64 {
 
 #[cfg(target_arch = "x86_64")]
 #[test]
-#[ignore]
+#[ignore = "manual timing probe of the f32 microkernel (prints GFLOP/s); timings never run in the test suite"]
 fn speed_kernel_f32() {
     use crate::cpu::gemm::avx512::AvxF32;
     let dummy = [0f32; 1];
