@@ -37,10 +37,12 @@ mod storage;
 mod tensor;
 mod xpu;
 
+pub use cpu::gemm::Activation;
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
 pub use ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
 pub use tensor::Tensor;
 pub use xpu::{AdapterSummary, MemoryStats, XpuFeatures};

@@ -10,6 +10,19 @@ use crate::ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
 use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
+/// Epilogue operands of a fused product (see `ops::fused`), views broadcast to the output.
+pub(crate) struct FusedArgs<'a> {
+    pub alpha: f32,
+    pub beta: f32,
+    pub c: Option<(&'a Storage, Layout)>,
+    pub bias: Option<(&'a Storage, Layout)>,
+    pub activation: crate::cpu::gemm::Activation,
+    pub residual: Option<(&'a Storage, Layout)>,
+    pub geglu: bool,
+    pub kernel: crate::ops::fused::MatmulKernel,
+    pub out_dtype: DType,
+}
+
 /// Tensor data on one device.
 pub(crate) enum Storage {
     Cpu(CpuStorage),
@@ -111,6 +124,46 @@ impl Storage {
             (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.matmul(l, b, r)?),
             _ => return Err(mismatch("matmul", self, rhs)),
         })
+    }
+
+    pub(crate) fn matmul_fused(
+        &self,
+        l: &Layout,
+        rhs: &Storage,
+        r: &Layout,
+        args: &FusedArgs,
+    ) -> Result<Storage> {
+        fn cpu<'a>(
+            op: &'static str,
+            x: Option<&(&'a Storage, Layout)>,
+        ) -> Result<Option<(&'a CpuStorage, Layout)>> {
+            match x {
+                None => Ok(None),
+                Some((Storage::Cpu(s), l)) => Ok(Some((s, l.clone()))),
+                Some((other, _)) => Err(Error::DeviceMismatch {
+                    op,
+                    lhs: Device::Cpu,
+                    rhs: other.device(),
+                }),
+            }
+        }
+        match (self, rhs) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => {
+                let f = crate::cpu::fused::CpuFused {
+                    alpha: args.alpha,
+                    beta: args.beta,
+                    c: cpu("matmul_fused", args.c.as_ref())?,
+                    bias: cpu("matmul_fused", args.bias.as_ref())?,
+                    activation: args.activation,
+                    residual: cpu("matmul_fused", args.residual.as_ref())?,
+                    geglu: args.geglu,
+                    out_dtype: args.out_dtype,
+                };
+                Ok(Storage::Cpu(a.matmul_fused(l, b, r, &f)?))
+            }
+            (Storage::Xpu(a), Storage::Xpu(b)) => Ok(Storage::Xpu(a.matmul_fused(l, b, r, args)?)),
+            _ => Err(mismatch("matmul_fused", self, rhs)),
+        }
     }
 
     pub(crate) fn cat(

@@ -19,7 +19,7 @@ use crate::{Device, Error, Result};
 use rayon::prelude::*;
 
 /// `(batch dims, M, K, N)` of a matmul, validated.
-fn dims(a: &Layout, b: &Layout) -> Result<(Vec<usize>, usize, usize, usize)> {
+pub(super) fn dims(a: &Layout, b: &Layout) -> Result<(Vec<usize>, usize, usize, usize)> {
     let (sa, sb) = (a.shape(), b.shape());
     let r = sa.len();
     if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sa[r - 1] != sb[r - 2] {
@@ -34,7 +34,12 @@ fn dims(a: &Layout, b: &Layout) -> Result<(Vec<usize>, usize, usize, usize)> {
     Ok((sa[..r - 2].to_vec(), sa[r - 2], sa[r - 1], sb[r - 1]))
 }
 
-fn batch_offset(index: usize, shape: &[usize], strides: &[usize], offset: usize) -> usize {
+pub(super) fn batch_offset(
+    index: usize,
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+) -> usize {
     let mut i = index;
     let mut off = offset;
     for (&d, &s) in shape.iter().zip(strides).rev() {
@@ -44,28 +49,54 @@ fn batch_offset(index: usize, shape: &[usize], strides: &[usize], offset: usize)
     off
 }
 
-/// Element types the engine multiplies.
-trait GemmElem: FloatElem {
-    fn gemm(a: MatRef<Self>, b: MatRef<Self>, c: &mut [f32], ldc: usize) -> Result<()>;
+/// Element types the engine multiplies, with their plain and GLU entry points.
+pub(super) trait GemmElem: FloatElem {
+    /// `C = epilogue(A @ B)`.
+    fn gemm(
+        a: MatRef<Self>,
+        b: MatRef<Self>,
+        c: &mut [f32],
+        ldc: usize,
+        ep: &Epilogue,
+    ) -> Result<()>;
+    /// `C = h * act(g)` over the column halves of `A @ B`.
+    fn glu(
+        a: MatRef<Self>,
+        b: MatRef<Self>,
+        c: &mut [f32],
+        ldc: usize,
+        ep: &Epilogue,
+    ) -> Result<()>;
 }
 
-impl GemmElem for f32 {
-    fn gemm(a: MatRef<f32>, b: MatRef<f32>, c: &mut [f32], ldc: usize) -> Result<()> {
-        gemm::gemm_f32(a, b, c, ldc, &Epilogue::default())
-    }
+macro_rules! gemm_elem {
+    ($t:ty, $plain:ident, $glu:ident) => {
+        impl GemmElem for $t {
+            fn gemm(
+                a: MatRef<Self>,
+                b: MatRef<Self>,
+                c: &mut [f32],
+                ldc: usize,
+                ep: &Epilogue,
+            ) -> Result<()> {
+                gemm::$plain(a, b, c, ldc, ep)
+            }
+            fn glu(
+                a: MatRef<Self>,
+                b: MatRef<Self>,
+                c: &mut [f32],
+                ldc: usize,
+                ep: &Epilogue,
+            ) -> Result<()> {
+                gemm::$glu(a, b, c, ldc, ep)
+            }
+        }
+    };
 }
 
-impl GemmElem for half::f16 {
-    fn gemm(a: MatRef<Self>, b: MatRef<Self>, c: &mut [f32], ldc: usize) -> Result<()> {
-        gemm::gemm_f16(a, b, c, ldc, &Epilogue::default())
-    }
-}
-
-impl GemmElem for half::bf16 {
-    fn gemm(a: MatRef<Self>, b: MatRef<Self>, c: &mut [f32], ldc: usize) -> Result<()> {
-        gemm::gemm_bf16(a, b, c, ldc, &Epilogue::default())
-    }
-}
+gemm_elem!(f32, gemm_f32, gemm_geglu_f32);
+gemm_elem!(half::f16, gemm_f16, gemm_geglu_f16);
+gemm_elem!(half::bf16, gemm_bf16, gemm_geglu_bf16);
 
 /// The f32 product of strided batched operands, contiguous `[..batch, M, N]`.
 fn matmul_to_f32<T: GemmElem>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Result<Vec<f32>> {
@@ -89,7 +120,7 @@ fn matmul_to_f32<T: GemmElem>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Res
         let b_off = batch_offset(bi, &batch_shape, &bl.strides()[..r - 2], bl.offset());
         let av = MatRef::new(a, a_off, m, k, sam, sak);
         let bv = MatRef::new(b, b_off, k, n, sbk, sbn);
-        T::gemm(av, bv, c, n)
+        T::gemm(av, bv, c, n, &Epilogue::default())
     };
     let small = m * n * k < (1 << 22);
     if batch > 1 && small {
@@ -116,7 +147,7 @@ pub fn matmul_f32_strided(
 }
 
 /// Rounds an f32 product to a 16-bit dtype.
-fn narrow<T: FloatElem>(c: Vec<f32>) -> Vec<T> {
+pub(super) fn narrow<T: FloatElem>(c: Vec<f32>) -> Vec<T> {
     let k = Kernels::current();
     let mut out = vec![T::zeroed(); c.len()];
     parallel::for_each_flat(&mut out, |start, chunk| {

@@ -14,6 +14,7 @@
 mod convert;
 mod elem;
 mod elementwise;
+pub(crate) mod fused;
 pub mod gemm;
 pub mod matmul;
 mod parallel;

@@ -4,5 +4,6 @@
 pub mod kinds;
 
 mod elementwise;
+pub mod fused;
 mod matmul;
 mod reduce;

@@ -82,3 +82,20 @@ impl XpuStorage {
         out.copy_cast(&Layout::contiguous(&[len]), self.dtype)
     }
 }
+
+impl XpuStorage {
+    /// Fused product on Xpu. Until the fused WGSL epilogues land, the Tensor layer computes
+    /// Xpu fused products with the unfused sequence; this entry point reports that.
+    pub(crate) fn matmul_fused(
+        &self,
+        _lhs: &Layout,
+        _rhs: &XpuStorage,
+        _rhs_layout: &Layout,
+        _args: &crate::storage::FusedArgs,
+    ) -> Result<XpuStorage> {
+        Err(Error::invalid(
+            "matmul_fused",
+            "fused epilogues are not implemented on Xpu yet",
+        ))
+    }
+}

@@ -1,0 +1,154 @@
+//! Fused matrix products on the CPU: the GEMM engine's epilogue (alpha, beta·C, bias,
+//! activation, residual) and its GLU kernel, applied per batch as each tile is stored.
+//!
+//! Invariants: `c` and `residual` arrive broadcast to the output shape and are gathered once to
+//! contiguous f32; `bias` is gathered to f32; the f32 result is rounded once to the output dtype.
+
+use super::gemm::{Activation, Epilogue, MatRef};
+use super::matmul::{batch_offset, dims, narrow, GemmElem};
+use super::storage::CpuStorage;
+use super::strided::check_layout;
+use crate::layout::Layout;
+use crate::{DType, Device, Error, Result};
+use rayon::prelude::*;
+
+/// Epilogue operands of a fused product, already on the CPU.
+pub(crate) struct CpuFused<'a> {
+    pub alpha: f32,
+    pub beta: f32,
+    pub c: Option<(&'a CpuStorage, Layout)>,
+    pub bias: Option<(&'a CpuStorage, Layout)>,
+    pub activation: Activation,
+    pub residual: Option<(&'a CpuStorage, Layout)>,
+    pub geglu: bool,
+    pub out_dtype: DType,
+}
+
+fn to_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
+    match s.try_cast(l, DType::F32)? {
+        CpuStorage::F32(v) => Ok(v),
+        _ => Err(Error::invalid(
+            "matmul_fused",
+            "internal: cast to f32 gave another dtype",
+        )),
+    }
+}
+
+fn fused_f32<T: GemmElem>(
+    a: &[T],
+    al: &Layout,
+    b: &[T],
+    bl: &Layout,
+    f: &CpuFused,
+) -> Result<Vec<f32>> {
+    let (batch_shape, m, k, n_prod) = dims(al, bl)?;
+    check_layout("matmul_fused", al, a.len())?;
+    check_layout("matmul_fused", bl, b.len())?;
+    let n = if f.geglu { n_prod / 2 } else { n_prod };
+    let batch: usize = batch_shape.iter().product();
+    let mut out = match &f.c {
+        Some((s, l)) if f.beta != 0.0 => to_f32(s, l)?,
+        _ => vec![0f32; batch * m * n],
+    };
+    let bias = f.bias.as_ref().map(|(s, l)| to_f32(s, l)).transpose()?;
+    let residual = f.residual.as_ref().map(|(s, l)| to_f32(s, l)).transpose()?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let r = al.rank();
+    let (sam, sak) = (al.strides()[r - 2], al.strides()[r - 1]);
+    let (sbk, sbn) = (bl.strides()[r - 2], bl.strides()[r - 1]);
+    let one = |bi: usize, c: &mut [f32]| -> Result<()> {
+        let a_off = batch_offset(bi, &batch_shape, &al.strides()[..r - 2], al.offset());
+        let b_off = batch_offset(bi, &batch_shape, &bl.strides()[..r - 2], bl.offset());
+        let av = MatRef::new(a, a_off, m, k, sam, sak);
+        let bv = MatRef::new(b, b_off, k, n_prod, sbk, sbn);
+        let mut ep =
+            Epilogue::default().with_scale(f.alpha, if f.c.is_some() { f.beta } else { 0.0 });
+        ep = ep.with_activation(f.activation);
+        if let Some(bias) = &bias {
+            ep = ep.with_bias(bias);
+        }
+        if let Some(res) = &residual {
+            ep = ep.with_residual(MatRef::new(res, bi * m * n, m, n, n, 1));
+        }
+        if k == 0 {
+            return zero_k(c, n, &ep, f.geglu);
+        }
+        if f.geglu {
+            T::glu(av, bv, c, n, &ep)
+        } else {
+            T::gemm(av, bv, c, n, &ep)
+        }
+    };
+    if batch > 1 && m * n * k < (1 << 22) {
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .try_for_each(|(bi, c)| one(bi, c))?;
+    } else {
+        for (bi, c) in out.chunks_mut(m * n).enumerate() {
+            one(bi, c)?;
+        }
+    }
+    Ok(out)
+}
+
+/// The epilogue over an empty product (K = 0): the engine is not called with K = 0.
+fn zero_k(c: &mut [f32], n: usize, ep: &Epilogue, geglu: bool) -> Result<()> {
+    let act = |x: f32| -> f32 {
+        let t = crate::cpu::CpuStorage::F32(vec![x]);
+        let op = match ep.activation {
+            Activation::None => return x,
+            Activation::Relu => crate::UnaryOp::Relu,
+            Activation::Gelu => crate::UnaryOp::GeluErf,
+            Activation::GeluTanh => crate::UnaryOp::GeluTanh,
+            Activation::Silu => crate::UnaryOp::Silu,
+        };
+        match t.unary(&Layout::contiguous(&[1]), op) {
+            Ok(CpuStorage::F32(v)) => v[0],
+            _ => f32::NAN,
+        }
+    };
+    for (i, v) in c.iter_mut().enumerate() {
+        let (row, col) = (i / n, i % n);
+        let bias = |j: usize| ep.bias.map_or(0.0, |b| b[j]);
+        let base = ep.beta * *v;
+        let y = if geglu {
+            bias(col) * act(bias(col + n))
+        } else {
+            act(base + bias(col))
+        };
+        *v = y + ep.residual.and_then(|r| r.get(row, col)).unwrap_or(0.0);
+    }
+    Ok(())
+}
+
+impl CpuStorage {
+    /// Fused product; `lhs`/`rhs` batch dims already broadcast; see [`CpuFused`].
+    pub(crate) fn matmul_fused(
+        &self,
+        lhs: &Layout,
+        rhs: &CpuStorage,
+        rhs_layout: &Layout,
+        f: &CpuFused,
+    ) -> Result<CpuStorage> {
+        let out = match (self, rhs) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => fused_f32(a, lhs, b, rhs_layout, f)?,
+            (CpuStorage::F16(a), CpuStorage::F16(b)) => fused_f32(a, lhs, b, rhs_layout, f)?,
+            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => fused_f32(a, lhs, b, rhs_layout, f)?,
+            _ => {
+                return Err(Error::UnsupportedDType {
+                    op: "matmul_fused",
+                    dtype: self.dtype(),
+                    device: Device::Cpu,
+                    hint: ": needs matching float operands".into(),
+                })
+            }
+        };
+        Ok(match f.out_dtype {
+            DType::F16 => CpuStorage::F16(narrow(out)),
+            DType::BF16 => CpuStorage::BF16(narrow(out)),
+            _ => CpuStorage::F32(out),
+        })
+    }
+}

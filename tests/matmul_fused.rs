@@ -1,0 +1,173 @@
+//! Fused matmul epilogues against the unfused sequence, on each device and dtype, plus the
+//! validation errors of the builder.
+
+mod common;
+
+use common::{assert_close, eps, randn, values, FLOATS};
+use xpu::{Activation, DType, Device, Error, MatmulKernel, Tensor};
+
+const ACTS: [Activation; 5] = [
+    Activation::None,
+    Activation::Relu,
+    Activation::Gelu,
+    Activation::GeluTanh,
+    Activation::Silu,
+];
+
+fn tol(dtype: DType, k: usize) -> f64 {
+    let e = if dtype == DType::F32 {
+        2e-6
+    } else {
+        2.0 * eps(dtype)
+    };
+    e * (k as f64).sqrt() * 4.0 + 1e-5
+}
+
+#[test]
+fn every_epilogue_matches_the_unfused_sequence() {
+    for device in common::devices() {
+        for &dtype in &FLOATS {
+            for &(m, k, n) in &[(1, 7, 3), (17, 63, 65), (65, 129, 17)] {
+                let a = randn(&[2, m, k], dtype, 1).to(device).unwrap();
+                let b = randn(&[k, n], dtype, 2).to(device).unwrap();
+                let bias = randn(&[n], dtype, 3).to(device).unwrap();
+                let c = randn(&[2, m, n], dtype, 4).to(device).unwrap();
+                let res = randn(&[m, n], dtype, 5).to(device).unwrap();
+                for act in ACTS {
+                    let cases = [
+                        a.matmul_fused(&b).activation(act),
+                        a.matmul_fused(&b).bias(&bias).activation(act),
+                        a.matmul_fused(&b)
+                            .alpha(0.5)
+                            .add_scaled(0.25, &c)
+                            .activation(act),
+                        a.matmul_fused(&b)
+                            .bias(&bias)
+                            .activation(act)
+                            .residual(&res),
+                        a.matmul_fused(&b)
+                            .alpha(2.0)
+                            .add_scaled(-1.0, &c)
+                            .bias(&bias)
+                            .activation(act)
+                            .residual(&res)
+                            .out_dtype(DType::F32),
+                    ];
+                    for (i, case) in cases.iter().enumerate() {
+                        let fused = case.run().unwrap();
+                        let unfused = case.run_unfused().unwrap();
+                        assert_eq!(fused.shape(), unfused.shape());
+                        assert_eq!(fused.dtype(), unfused.dtype());
+                        let t = tol(dtype, k);
+                        assert_close(
+                            &format!("{device} {dtype} {m}x{k}x{n} {act:?} case {i}"),
+                            &values(&fused),
+                            &values(&unfused),
+                            t,
+                            t,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn geglu_matches_the_unfused_sequence() {
+    for device in common::devices() {
+        for &dtype in &FLOATS {
+            let (m, k, n) = (33, 40, 2 * 24);
+            let x = randn(&[2, m, k], dtype, 7).to(device).unwrap();
+            let w = randn(&[k, n], dtype, 8).to(device).unwrap();
+            let bias = randn(&[n], dtype, 9).to(device).unwrap();
+            let res = randn(&[2, m, n / 2], dtype, 10).to(device).unwrap();
+            let case = x.matmul_fused(&w).bias(&bias).geglu().residual(&res);
+            let fused = case.run().unwrap();
+            assert_eq!(fused.shape(), &[2, m, n / 2]);
+            let t = tol(dtype, k);
+            assert_close(
+                &format!("{device} {dtype} geglu"),
+                &values(&fused),
+                &values(&case.run_unfused().unwrap()),
+                t,
+                t,
+            );
+            // The definition: h * gelu(g) over the column halves.
+            let y = x
+                .matmul(&w)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .add(&bias.to_dtype(DType::F32).unwrap())
+                .unwrap();
+            let want = y
+                .narrow(-1, 0, n / 2)
+                .unwrap()
+                .mul(&y.narrow(-1, n / 2, n / 2).unwrap().gelu().unwrap())
+                .unwrap();
+            let want = want.add(&res.to_dtype(DType::F32).unwrap()).unwrap();
+            assert_close(
+                &format!("{device} {dtype} geglu def"),
+                &values(&fused),
+                &values(&want),
+                4.0 * t,
+                4.0 * t,
+            );
+        }
+    }
+}
+
+#[test]
+fn builder_validates_operands() {
+    let a = randn(&[4, 6], DType::F32, 1);
+    let b = randn(&[6, 5], DType::F32, 2);
+    let e = a
+        .matmul_fused(&b)
+        .bias(&randn(&[4], DType::F32, 3))
+        .run()
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains("[5]"),
+        "{e}"
+    );
+    let e = a
+        .matmul_fused(&b)
+        .residual(&randn(&[3, 5], DType::F32, 3))
+        .run()
+        .unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    let e = a.matmul_fused(&b).geglu().run().unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("even"),
+        "{e}"
+    );
+    let e = a
+        .matmul_fused(&b)
+        .bias(&randn(&[5], DType::F16, 3))
+        .run()
+        .unwrap_err();
+    assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
+    let e = a.matmul_fused(&b).out_dtype(DType::BF16).run().unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    let e = a
+        .matmul_fused(&randn(&[5, 5], DType::F32, 3))
+        .run()
+        .unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    if common::xpu() {
+        let g = b.to(Device::Xpu).unwrap();
+        assert!(matches!(
+            a.matmul_fused(&g).run(),
+            Err(Error::DeviceMismatch { .. })
+        ));
+        let ga = a.to(Device::Xpu).unwrap();
+        assert!(matches!(
+            ga.matmul_fused(&g)
+                .bias(&Tensor::zeros(&[5], DType::F32, Device::Cpu).unwrap())
+                .run(),
+            Err(Error::DeviceMismatch { .. })
+        ));
+        let _ = MatmulKernel::Auto;
+    }
+}
