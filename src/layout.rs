@@ -344,37 +344,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn offsets_follow_strides() {
+    fn offsets_follow_strides() -> Result<()> {
         let l = Layout::contiguous(&[2, 3]).transpose(0, 1);
         assert_eq!(l.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
         assert!(!l.is_contiguous());
-        let b = Layout::contiguous(&[3]).broadcast_to(&[2, 3]).unwrap();
+        let b = Layout::contiguous(&[3]).broadcast_to(&[2, 3])?;
         assert_eq!(b.offsets().collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
         assert_eq!(Layout::contiguous(&[0, 3]).offsets().count(), 0);
         assert_eq!(
             Layout::contiguous(&[]).offsets().collect::<Vec<_>>(),
             vec![0]
         );
+        Ok(())
     }
 
     #[test]
-    fn coalesce_merges_contiguous_runs() {
+    fn coalesce_merges_contiguous_runs() -> Result<()> {
         let l = Layout::contiguous(&[2, 3, 4]);
         assert_eq!(l.coalesced().shape(), &[24]);
-        let n = l.narrow(2, 1, 2).unwrap();
+        let n = l.narrow(2, 1, 2)?;
         assert_eq!(n.coalesced().shape(), &[6, 2]);
         assert_eq!(
             n.coalesced().offsets().collect::<Vec<_>>(),
             n.offsets().collect::<Vec<_>>()
         );
+        Ok(())
     }
 
     #[test]
-    fn broadcast_rules() {
-        assert_eq!(
-            broadcast_shapes("t", &[2, 1, 3], &[4, 1]).unwrap(),
-            vec![2, 4, 3]
-        );
+    fn broadcast_rules() -> Result<()> {
+        assert_eq!(broadcast_shapes("t", &[2, 1, 3], &[4, 1])?, vec![2, 4, 3]);
         assert!(broadcast_shapes("t", &[2, 3], &[4]).is_err());
+        Ok(())
     }
 }
