@@ -117,6 +117,14 @@ pub fn shader_sources() -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// Compiles arbitrary WGSL on the Xpu the way the runtime compiles its own shaders, returning
+/// `Error::Shader` with the compiler's message on failure. For tests and shader development.
+#[doc(hidden)]
+pub fn compile_wgsl(source: &str) -> Result<()> {
+    let ctx = xpu::ctx()?;
+    xpu::pipelines::compile_module(&ctx.device, "user.wgsl", source).map(drop)
+}
+
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

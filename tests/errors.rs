@@ -198,3 +198,17 @@ fn no_adapter_error_says_how_to_install_a_driver() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }
+
+#[test]
+fn shader_failures_are_errors_with_the_compiler_message() {
+    if !common::xpu() {
+        return;
+    }
+    let e = xpu::compile_wgsl("@compute @workgroup_size(1) fn main() { let x: u32 = undefined_thing; }").unwrap_err();
+    assert!(matches!(e, Error::Shader { .. }), "{e}");
+    assert!(e.to_string().contains("undefined_thing"), "{e}");
+    // The runtime keeps working afterwards.
+    let t = Tensor::ones(&[3], DType::F32, Device::Xpu).unwrap();
+    assert_eq!(t.sum_all().unwrap().to_scalar::<f32>().unwrap(), 3.0);
+    assert!(xpu::compile_wgsl("@compute @workgroup_size(1) fn main() {}").is_ok());
+}

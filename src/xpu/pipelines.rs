@@ -63,6 +63,22 @@ pub fn dtype_code(dtype: DType) -> u32 {
     }
 }
 
+/// Compiles a WGSL module inside a validation error scope (the path every shader takes).
+pub(crate) fn compile_module(device: &wgpu::Device, file: &'static str, source: &str) -> Result<wgpu::ShaderModule> {
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(file),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    match pollster::block_on(scope.pop()) {
+        Some(e) => Err(Error::Shader {
+            shader: file,
+            msg: e.to_string(),
+        }),
+        None => Ok(module),
+    }
+}
+
 /// Identity of one compute pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PipelineKey {
@@ -103,17 +119,7 @@ impl PipelineCache {
             match modules.get(&key.shader) {
                 Some(m) => m.clone(),
                 None => {
-                    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-                    let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(key.shader.file()),
-                        source: wgpu::ShaderSource::Wgsl(key.shader.source().into()),
-                    });
-                    if let Some(e) = pollster::block_on(scope.pop()) {
-                        return Err(Error::Shader {
-                            shader: key.shader.file(),
-                            msg: e.to_string(),
-                        });
-                    }
+                    let m = compile_module(device, key.shader.file(), &key.shader.source())?;
                     modules.insert(key.shader, m.clone());
                     m
                 }

@@ -21,6 +21,17 @@ pub(crate) fn launch(
     workgroups: [u32; 3],
 ) -> Result<()> {
     let ctx = &out.ctx;
+    let max_binding = ctx.limits.max_storage_buffer_binding_size;
+    for s in std::iter::once(out).chain(inputs.iter().copied()) {
+        let bytes = (s.len * s.dtype.size_in_bytes()) as u64;
+        if bytes > max_binding {
+            return Err(crate::Error::OutOfMemory {
+                requested: bytes,
+                allocated: ctx.allocator.stats()?.allocated,
+                limit: max_binding,
+            });
+        }
+    }
     let pipeline = ctx.pipelines.get(&ctx.device, key)?;
     let mut bindings = vec![(1u32, &*out.buffer)];
     for (i, s) in inputs.iter().enumerate() {
