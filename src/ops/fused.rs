@@ -221,12 +221,6 @@ impl<'a> MatmulBuilder<'a> {
     /// Computes the fused product.
     pub fn run(&self) -> Result<Tensor> {
         let (out, out_dtype) = self.validate()?;
-        if self.lhs.device() == crate::Device::Xpu
-            && matches!(self.kernel, MatmulKernel::Auto | MatmulKernel::Simple)
-        {
-            // Interim Xpu path: the unfused sequence (fused WGSL epilogues replace it).
-            return self.run_unfused();
-        }
         let (a, b) = (self.lhs, self.rhs);
         let batch = &out[..out.len() - 2];
         let (m, k) = (a.shape()[a.rank() - 2], a.shape()[a.rank() - 1]);

@@ -39,6 +39,8 @@ pub struct AdapterSummary {
     pub max_invocations: u32,
     /// True if this is the adapter `Device::Xpu` uses.
     pub selected: bool,
+    /// The matrix-product path each float dtype takes on this adapter.
+    pub matmul_paths: Vec<(crate::DType, &'static str)>,
 }
 
 /// Features that `xpu` can use when present.
@@ -118,6 +120,7 @@ fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
         max_workgroup_memory: limits.max_compute_workgroup_storage_size,
         max_invocations: limits.max_compute_invocations_per_workgroup,
         selected: false,
+        matmul_paths: super::kernels::matmul_select::paths(feats),
     }
 }
 

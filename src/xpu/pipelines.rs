@@ -19,15 +19,26 @@ pub enum ShaderId {
     Elementwise,
     /// `shaders/reduce.wgsl`: reductions and softmax.
     Reduce,
-    /// `shaders/matmul.wgsl`: the tiled matrix product.
+    /// `shaders/matmul.wgsl`: the matmul prelude (loads, fused epilogue), the simple kernel and
+    /// the unfused epilogue pass.
     Matmul,
+    /// `shaders/matmul_tiled.wgsl` (after `matmul.wgsl`): cooperative-tile kernels.
+    MatmulTiled,
+    /// `shaders/matmul_coop.wgsl` (after `matmul.wgsl`): hardware cooperative matrices.
+    MatmulCoop,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 3] = [ShaderId::Elementwise, ShaderId::Reduce, ShaderId::Matmul];
+    pub const ALL: [ShaderId; 5] = [
+        ShaderId::Elementwise,
+        ShaderId::Reduce,
+        ShaderId::Matmul,
+        ShaderId::MatmulTiled,
+        ShaderId::MatmulCoop,
+    ];
 
     /// File name under `shaders/`.
     pub fn file(self) -> &'static str {
@@ -35,20 +46,42 @@ impl ShaderId {
             ShaderId::Elementwise => "elementwise.wgsl",
             ShaderId::Reduce => "reduce.wgsl",
             ShaderId::Matmul => "matmul.wgsl",
+            ShaderId::MatmulTiled => "matmul_tiled.wgsl",
+            ShaderId::MatmulCoop => "matmul_coop.wgsl",
         }
     }
 
-    fn family_source(self) -> &'static str {
+    /// The family files after the prelude: one file, or the matmul prelude then the family.
+    fn family_sources(self) -> &'static [&'static str] {
+        const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
         match self {
-            ShaderId::Elementwise => include_str!("../../shaders/elementwise.wgsl"),
-            ShaderId::Reduce => include_str!("../../shaders/reduce.wgsl"),
-            ShaderId::Matmul => include_str!("../../shaders/matmul.wgsl"),
+            ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
+            ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
+            ShaderId::Matmul => &[MATMUL],
+            ShaderId::MatmulTiled => &[MATMUL, include_str!("../../shaders/matmul_tiled.wgsl")],
+            ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
         }
     }
 
-    /// The full WGSL module exactly as compiled at run time (prelude + family).
+    /// The full WGSL module exactly as compiled at run time: the prelude and the family files,
+    /// in order, with their `enable` directives hoisted to the top (WGSL requires them before
+    /// any declaration; the files are otherwise concatenated unchanged).
     pub fn source(self) -> String {
-        format!("{COMMON}\n{}", self.family_source())
+        let mut enables = String::new();
+        let mut body = String::from(COMMON);
+        for file in self.family_sources() {
+            body.push('\n');
+            for line in file.lines() {
+                if line.trim_start().starts_with("enable ") {
+                    enables.push_str(line);
+                    enables.push('\n');
+                } else {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+            }
+        }
+        enables + &body
     }
 }
 
@@ -64,7 +97,11 @@ pub fn dtype_code(dtype: DType) -> u32 {
 }
 
 /// Compiles a WGSL module inside a validation error scope (the path every shader takes).
-pub(crate) fn compile_module(device: &wgpu::Device, file: &'static str, source: &str) -> Result<wgpu::ShaderModule> {
+pub(crate) fn compile_module(
+    device: &wgpu::Device,
+    file: &'static str,
+    source: &str,
+) -> Result<wgpu::ShaderModule> {
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(file),

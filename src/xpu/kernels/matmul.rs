@@ -1,101 +1,432 @@
-//! Batched matrix product on Xpu (`shaders/matmul.wgsl`): strided operands are read in place,
-//! the product accumulates in f32, and 16-bit outputs get one cast at the end.
+//! Batched matrix products on Xpu with fused epilogues:
+//! `out = act(alpha * A@B + beta * C + bias) + residual`, or GEGLU over the product's column
+//! halves (`shaders/matmul*.wgsl`).
+//!
+//! Invariants: A and B are read in place through their strides (transposed or broadcast
+//! operands need no copy); the product accumulates in f32; the epilogue runs in the kernel's
+//! store, except on the `Simple` engine (an f32 product, then one `epilogue` pass). Output
+//! words are written by exactly one invocation: 16-bit outputs are stored in column pairs with
+//! an even row pitch, so for odd N the kernel writes rows of N+1 (the last lane zero) and one
+//! strided copy packs them. C and residual arrive broadcast to `[..batch, M, N]`, bias as a
+//! 1-D view; operands that are absent are bound to A's buffer and never read. All indices are
+//! 32-bit: every buffer involved is checked to fit.
 
-use super::launch;
-use super::params::{Params, EXTRA, OFFSET0, OFFSET1, STRIDES0, STRIDES1};
+use super::matmul_select::{choose, Engine};
+use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1};
+use crate::cpu::gemm::Activation;
 use crate::layout::Layout;
+use crate::ops::fused::MatmulKernel;
+use crate::storage::{FusedArgs, Storage};
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
-use crate::xpu::XpuStorage;
+use crate::xpu::stream::Dispatch;
+use crate::xpu::{poisoned, XpuStorage};
 use crate::{DType, Device, Error, Result};
 
+/// First parameter word of the C / residual batch strides (see `shaders/matmul.wgsl`).
+const EPI_BATCH_STRIDES: usize = 51;
+
+type Operand<'a> = Option<(&'a XpuStorage, &'a Layout)>;
+
+/// The epilogue of one product, with Xpu operands.
+struct Epilogue<'a> {
+    op: &'static str,
+    alpha: f32,
+    beta: f32,
+    c: Operand<'a>,
+    bias: Operand<'a>,
+    residual: Operand<'a>,
+    activation: Activation,
+    geglu: bool,
+    kernel: MatmulKernel,
+    out_dtype: DType,
+}
+
+impl Epilogue<'_> {
+    fn flags(&self) -> u32 {
+        let act = match self.activation {
+            Activation::None => 0,
+            Activation::Relu => 1,
+            Activation::Gelu => 2,
+            Activation::GeluTanh => 3,
+            Activation::Silu => 4,
+        };
+        u32::from(self.c.is_some())
+            | u32::from(self.bias.is_some()) << 1
+            | u32::from(self.residual.is_some()) << 2
+            | u32::from(self.geglu) << 3
+            | act << 8
+    }
+
+    fn is_identity(&self) -> bool {
+        self.alpha == 1.0 && self.flags() == 0
+    }
+}
+
+/// Shape of one product: `[..batch, M, K] @ [..batch, K, np]` with N output columns.
+struct Problem<'a> {
+    lhs: &'a Layout,
+    rhs: &'a Layout,
+    batch_shape: &'a [usize],
+    batch: usize,
+    m: usize,
+    k: usize,
+    np: usize,
+    n: usize,
+    /// Output row pitch in elements (N, or N+1 for 16-bit outputs with odd N).
+    pitch: usize,
+}
+
+fn xpu_operand<'a>(op: &'static str, x: Option<&'a (&'a Storage, Layout)>) -> Result<Operand<'a>> {
+    match x {
+        None => Ok(None),
+        Some((Storage::Xpu(s), l)) => Ok(Some((s, l))),
+        Some((other, _)) => Err(Error::DeviceMismatch {
+            op,
+            lhs: Device::Xpu,
+            rhs: other.device(),
+        }),
+    }
+}
+
 impl XpuStorage {
-    /// `lhs` is [..batch, M, K], `rhs` [..batch, K, N] with identical (broadcast) batch dims.
+    /// `lhs` is [..batch, M, K], `rhs` [..batch, K, N] with identical (broadcast) batch dims;
+    /// the result has the inputs' dtype (the fused engine with no epilogue).
     pub(crate) fn matmul(
         &self,
         lhs: &Layout,
         rhs: &XpuStorage,
         rhs_layout: &Layout,
     ) -> Result<XpuStorage> {
-        self.check_same_context(rhs, "matmul")?;
-        if !self.dtype.is_float() {
+        let ep = Epilogue {
+            op: "matmul",
+            alpha: 1.0,
+            beta: 0.0,
+            c: None,
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+            geglu: false,
+            kernel: MatmulKernel::Auto,
+            out_dtype: self.dtype,
+        };
+        self.matmul_engine(lhs, rhs, rhs_layout, &ep)
+    }
+
+    /// The fused product of `ops::fused` (operands already validated and broadcast there).
+    pub(crate) fn matmul_fused(
+        &self,
+        lhs: &Layout,
+        rhs: &XpuStorage,
+        rhs_layout: &Layout,
+        args: &FusedArgs,
+    ) -> Result<XpuStorage> {
+        let op = "matmul_fused";
+        let ep = Epilogue {
+            op,
+            alpha: args.alpha,
+            beta: args.beta,
+            c: xpu_operand(op, args.c.as_ref())?,
+            bias: xpu_operand(op, args.bias.as_ref())?,
+            residual: xpu_operand(op, args.residual.as_ref())?,
+            activation: args.activation,
+            geglu: args.geglu,
+            kernel: args.kernel,
+            out_dtype: args.out_dtype,
+        };
+        self.matmul_engine(lhs, rhs, rhs_layout, &ep)
+    }
+
+    fn matmul_engine(
+        &self,
+        lhs: &Layout,
+        rhs: &XpuStorage,
+        rhs_layout: &Layout,
+        ep: &Epilogue,
+    ) -> Result<XpuStorage> {
+        let op = ep.op;
+        self.check_same_context(rhs, op)?;
+        if !self.dtype.is_float() || rhs.dtype != self.dtype {
             return Err(Error::UnsupportedDType {
-                op: "matmul",
-                dtype: self.dtype,
+                op,
+                dtype: if self.dtype.is_float() {
+                    rhs.dtype
+                } else {
+                    self.dtype
+                },
                 device: Device::Xpu,
-                hint: "; matmul takes f32, f16 or bf16".into(),
+                hint: "; matmul takes f32, f16 or bf16 operands of one dtype".into(),
             });
         }
+        if ep.out_dtype != self.dtype && ep.out_dtype != DType::F32 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "output dtype must be {} or f32, got {}",
+                    self.dtype, ep.out_dtype
+                ),
+            ));
+        }
+        for (s, _) in [ep.c, ep.bias, ep.residual].into_iter().flatten() {
+            self.check_same_context(s, op)?;
+            if s.dtype != self.dtype {
+                return Err(Error::invalid(
+                    op,
+                    format!("epilogue operands must be {}, got {}", self.dtype, s.dtype),
+                ));
+            }
+            u32_arg(op, s.len)?;
+        }
         let rank = lhs.rank();
-        let (m, k, n) = (
+        if rank < 2 || rhs_layout.rank() != rank {
+            return Err(Error::invalid(
+                op,
+                "operands must be [..batch, M, K] and [..batch, K, N]",
+            ));
+        }
+        let (m, k, np) = (
             lhs.shape()[rank - 2],
             lhs.shape()[rank - 1],
             rhs_layout.shape()[rank - 1],
         );
+        let n = if ep.geglu { np / 2 } else { np };
         let batch_shape = &lhs.shape()[..rank - 2];
         let batch: usize = batch_shape.iter().product();
-        let out = XpuStorage::alloc(&self.ctx, DType::F32, batch * m * n)?;
-        if out.len == 0 {
+        let pitch = if ep.out_dtype.size_in_bytes() == 2 && n % 2 == 1 {
+            n + 1
+        } else {
+            n
+        };
+        u32_arg(op, self.len)?;
+        u32_arg(op, rhs.len)?;
+        u32_arg(op, batch * m * pitch.max(np))?;
+        if EPI_BATCH_STRIDES + 2 * batch_shape.len() > crate::xpu::stream::PARAM_WORDS {
+            return Err(Error::invalid(
+                op,
+                format!("at most 6 batch dims, got {}", batch_shape.len()),
+            ));
+        }
+        if batch * m * n == 0 {
+            return XpuStorage::alloc(&self.ctx, ep.out_dtype, 0);
+        }
+        let pr = Problem {
+            lhs,
+            rhs: rhs_layout,
+            batch_shape,
+            batch,
+            m,
+            k,
+            np,
+            n,
+            pitch,
+        };
+        let engine = choose(op, ep.kernel, &self.ctx.features, m, n)?;
+        let out = match engine {
+            Engine::Simple => self.matmul_simple(rhs, &pr, ep)?,
+            _ => self.matmul_tiled(rhs, &pr, ep, engine)?,
+        };
+        if pitch == n {
             return Ok(out);
         }
-        if k == 0 {
-            let zeros = XpuStorage::zeros(&self.ctx, self.dtype, batch * m * n)?;
-            return Ok(zeros);
+        let packed = Layout::from_parts(vec![batch, m, n], vec![m * pitch, pitch, 1], 0);
+        out.copy_cast(&packed, ep.out_dtype)
+    }
+
+    /// One fused kernel over all batches (in chunks of the adapter's z limit).
+    fn matmul_tiled(
+        &self,
+        rhs: &XpuStorage,
+        pr: &Problem,
+        ep: &Epilogue,
+        engine: Engine,
+    ) -> Result<XpuStorage> {
+        let rank = pr.rhs.rank();
+        let b_col_major = pr.rhs.strides()[rank - 2] == 1 && pr.rhs.strides()[rank - 1] != 1;
+        let Some(geo) = engine.geometry(b_col_major) else {
+            return Err(Error::invalid(
+                ep.op,
+                format!("{engine:?} has no fused kernel"),
+            ));
+        };
+        let tile_cols = if ep.geglu { geo.tile_n / 2 } else { geo.tile_n };
+        let groups = [pr.n.div_ceil(tile_cols), pr.m.div_ceil(geo.tile_m)];
+        let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
+        let key = PipelineKey {
+            shader: geo.shader,
+            entry: geo.entry,
+            dt_in: self.dtype,
+            dt_out: ep.out_dtype,
+            workgroup: 256,
+            variant: u32::from(geo.entry == "mm_gemv" && b_col_major),
+        };
+        let bindings = self.bindings(rhs, ep);
+        self.per_batch_chunk(ep.op, pr.batch, |first, count| {
+            let p = params(pr, ep, pr.batch, first)?;
+            let grid = [groups[0], groups[1], count];
+            dispatch(&out, key, p, &bindings, grid, ep.op)
+        })?;
+        Ok(out)
+    }
+
+    /// The simple engine: the f32 product, then the epilogue pass (skipped when it is the
+    /// identity on an f32 output).
+    fn matmul_simple(&self, rhs: &XpuStorage, pr: &Problem, ep: &Epilogue) -> Result<XpuStorage> {
+        let prod = XpuStorage::alloc(&self.ctx, DType::F32, pr.batch * pr.m * pr.np)?;
+        let key = |entry, dt_out| PipelineKey {
+            shader: ShaderId::Matmul,
+            entry,
+            dt_in: self.dtype,
+            dt_out,
+            workgroup: 256,
+            variant: 0,
+        };
+        let groups = [pr.np.div_ceil(64), pr.m.div_ceil(64)];
+        self.per_batch_chunk(ep.op, pr.batch, |first, count| {
+            let p = params(pr, ep, pr.batch, first)?;
+            let grid = [groups[0], groups[1], count];
+            let bindings = [(2, self), (3, rhs)];
+            dispatch(&prod, key("matmul", DType::F32), p, &bindings, grid, ep.op)
+        })?;
+        if ep.out_dtype == DType::F32 && ep.is_identity() {
+            return Ok(prod);
         }
+        let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
+        let words = pr.batch * pr.m * pr.pitch / if ep.out_dtype == DType::F32 { 1 } else { 2 };
+        let p = params(pr, ep, words, 0)?;
+        let mut bindings = self.bindings(rhs, ep);
+        bindings[0] = (2, &prod);
+        bindings.remove(1);
+        let max = self.ctx.limits.max_compute_workgroups_per_dimension;
+        let grid = super::params::grid(words.div_ceil(256), max);
+        let grid = [grid[0] as usize, grid[1] as usize, 1];
+        dispatch(
+            &out,
+            key("epilogue", ep.out_dtype),
+            p,
+            &bindings,
+            grid,
+            ep.op,
+        )?;
+        Ok(out)
+    }
+
+    /// Bindings 2..=6: A, B, C, bias, residual (absent ones bound to A).
+    fn bindings<'a>(
+        &'a self,
+        rhs: &'a XpuStorage,
+        ep: &Epilogue<'a>,
+    ) -> Vec<(u32, &'a XpuStorage)> {
+        let or_a = |x: Operand<'a>| x.map_or(self, |(s, _)| s);
+        vec![
+            (2, self),
+            (3, rhs),
+            (4, or_a(ep.c)),
+            (5, or_a(ep.bias)),
+            (6, or_a(ep.residual)),
+        ]
+    }
+
+    /// Calls `f(first, count)` over the batch in chunks the z dimension allows.
+    fn per_batch_chunk(
+        &self,
+        op: &'static str,
+        batch: usize,
+        mut f: impl FnMut(usize, usize) -> Result<()>,
+    ) -> Result<()> {
         let max = self.ctx.limits.max_compute_workgroups_per_dimension as usize;
         let mut first = 0;
         while first < batch {
             let count = (batch - first).min(max);
-            let mut p = Params::new(batch, "matmul")?;
-            // Batch dims are not coalesced: their strides must stay per-operand exact.
-            p.0[super::params::RANK] = batch_shape.len() as u32;
-            for (d, &s) in batch_shape.iter().enumerate() {
-                p.set(super::params::SHAPE + d, s, "matmul")?;
-                p.set(STRIDES0 + d, lhs.strides()[d], "matmul")?;
-                p.set(STRIDES1 + d, rhs_layout.strides()[d], "matmul")?;
-            }
-            p.set(OFFSET0, lhs.offset(), "matmul")?
-                .set(OFFSET1, rhs_layout.offset(), "matmul")?
-                .set(EXTRA, m, "matmul")?
-                .set(EXTRA + 1, n, "matmul")?
-                .set(EXTRA + 2, k, "matmul")?
-                .set(EXTRA + 3, lhs.strides()[rank - 2], "matmul")?
-                .set(EXTRA + 4, lhs.strides()[rank - 1], "matmul")?
-                .set(EXTRA + 5, rhs_layout.strides()[rank - 2], "matmul")?
-                .set(EXTRA + 6, rhs_layout.strides()[rank - 1], "matmul")?
-                .set(EXTRA + 7, first, "matmul")?;
-            let key = PipelineKey {
-                shader: ShaderId::Matmul,
-                entry: "matmul",
-                dt_in: self.dtype,
-                dt_out: DType::F32,
-                workgroup: 256,
-                variant: 0,
-            };
-            let groups = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, count as u32];
-            launch(&out, key, p, &[self, rhs], groups)?;
+            u32_arg(op, count)?;
+            f(first, count)?;
             first += count;
         }
-        if self.dtype == DType::F32 {
-            return Ok(out);
-        }
-        let len = out.len;
-        out.copy_cast(&Layout::contiguous(&[len]), self.dtype)
+        Ok(())
     }
 }
 
-impl XpuStorage {
-    /// Fused product on Xpu. Until the fused WGSL epilogues land, the Tensor layer computes
-    /// Xpu fused products with the unfused sequence; this entry point reports that.
-    pub(crate) fn matmul_fused(
-        &self,
-        _lhs: &Layout,
-        _rhs: &XpuStorage,
-        _rhs_layout: &Layout,
-        _args: &crate::storage::FusedArgs,
-    ) -> Result<XpuStorage> {
-        Err(Error::invalid(
-            "matmul_fused",
-            "fused epilogues are not implemented on Xpu yet",
-        ))
+/// The parameter block of `shaders/matmul.wgsl` (its header lists the words).
+fn params(pr: &Problem, ep: &Epilogue, count: usize, first: usize) -> Result<Params> {
+    let op = ep.op;
+    let rank = pr.batch_shape.len();
+    let r2 = pr.lhs.rank() - 2;
+    let mut p = Params::new(count, op)?;
+    p.0[RANK] = rank as u32;
+    for (d, &s) in pr.batch_shape.iter().enumerate() {
+        p.set(SHAPE + d, s, op)?
+            .set(STRIDES0 + d, pr.lhs.strides()[d], op)?
+            .set(STRIDES1 + d, pr.rhs.strides()[d], op)?;
     }
+    p.set(OFFSET0, pr.lhs.offset(), op)?
+        .set(OFFSET1, pr.rhs.offset(), op)?
+        .scalars(ep.alpha, ep.beta);
+    let words = [
+        pr.m,
+        pr.n,
+        pr.k,
+        pr.lhs.strides()[r2],
+        pr.lhs.strides()[r2 + 1],
+        pr.rhs.strides()[r2],
+        pr.rhs.strides()[r2 + 1],
+        first,
+    ];
+    for (i, &w) in words.iter().enumerate() {
+        p.set(EXTRA + i, w, op)?;
+    }
+    p.0[EXTRA + 8] = ep.flags();
+    for (at, x) in [(EXTRA + 9, ep.c), (EXTRA + 12, ep.residual)] {
+        if let Some((_, l)) = x {
+            p.set(at, l.offset(), op)?
+                .set(at + 1, l.strides()[r2], op)?
+                .set(at + 2, l.strides()[r2 + 1], op)?;
+        }
+    }
+    for (j, x) in [ep.c, ep.residual].into_iter().enumerate() {
+        if let Some((_, l)) = x {
+            for d in 0..rank {
+                p.set(EPI_BATCH_STRIDES + j * rank + d, l.strides()[d], op)?;
+            }
+        }
+    }
+    if let Some((_, l)) = ep.bias {
+        p.set(EXTRA + 15, l.offset(), op)?.set(
+            EXTRA + 16,
+            l.strides().first().copied().unwrap_or(1),
+            op,
+        )?;
+    }
+    p.set(EXTRA + 17, pr.pitch, op)?
+        .set(EXTRA + 18, pr.np, op)?;
+    Ok(p)
+}
+
+/// Records one dispatch with explicit bindings (binding 1 is `out`).
+fn dispatch(
+    out: &XpuStorage,
+    key: PipelineKey,
+    params: Params,
+    inputs: &[(u32, &XpuStorage)],
+    groups: [usize; 3],
+    op: &'static str,
+) -> Result<()> {
+    let ctx = &out.ctx;
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    if groups.iter().any(|&g| g > max) {
+        return Err(Error::invalid(
+            op,
+            format!("a grid of {groups:?} workgroups exceeds the adapter's {max} per dimension"),
+        ));
+    }
+    let pipeline = ctx.pipelines.get(&ctx.device, key)?;
+    let mut bindings = vec![(1u32, &*out.buffer)];
+    bindings.extend(inputs.iter().map(|(b, s)| (*b, &*s.buffer)));
+    let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
+    stream.dispatch(
+        ctx,
+        Dispatch {
+            pipeline,
+            params: params.0,
+            bindings: &bindings,
+            workgroups: groups.map(|g| g as u32),
+        },
+    )
 }

@@ -4,6 +4,7 @@
 
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
+pub(crate) mod matmul_select;
 pub(crate) mod params;
 pub(crate) mod reduce;
 
