@@ -256,34 +256,10 @@ fn matmul(
     Ok(())
 }
 
-/// Single-precision FMA peak of this CPU (all cores), from a register-only loop.
+/// Single-precision FMA peak of this CPU (all cores), from a register-only AVX-512 FMA loop.
 fn cpu_fma_peak() -> f64 {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let iters = 20_000_000u64;
-    let start = Instant::now();
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            std::thread::spawn(move || {
-                // 16 independent chains of 16 lanes: the compiler keeps them in vector registers.
-                let mut acc = [[1.0f32; 16]; 16];
-                let m = std::hint::black_box([0.999_999f32; 16]);
-                let a = std::hint::black_box([1e-7f32; 16]);
-                for _ in 0..iters / 16 {
-                    for chain in acc.iter_mut() {
-                        for l in 0..16 {
-                            chain[l] = chain[l].mul_add(m[l], a[l]);
-                        }
-                    }
-                }
-                std::hint::black_box(acc);
-            })
-        })
-        .collect();
-    for h in handles {
-        let _ = h.join();
-    }
-    let s = start.elapsed().as_secs_f64();
-    (threads as f64 * iters as f64 * 16.0 * 2.0) / s / 1e9
+    xpu::cpu::gemm::measure_fma_peak_gflops(threads)
 }
 
 fn main() {
@@ -313,7 +289,10 @@ fn run(o: &Opts) -> xpu::Result<()> {
             println!(
                 "# {device}: copy bandwidth {peak_bw:.1} GB/s{}",
                 match (device, fma_peak) {
-                    (Device::Cpu, Some(p)) => format!(", f32 FMA peak {p:.1} GFLOP/s"),
+                    (Device::Cpu, Some(p)) => format!(
+                    ", f32 FMA peak {p:.1} GFLOP/s, bf16 dot-product peak {:.1} GFLOP/s",
+                    xpu::cpu::gemm::measure_bf16_dp_peak_gflops(std::thread::available_parallelism().map_or(1, |n| n.get()))
+                ),
                     _ => String::new(),
                 }
             );
