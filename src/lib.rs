@@ -32,6 +32,7 @@ mod device;
 mod dtype;
 mod error;
 pub mod layout;
+pub mod nn;
 pub mod ops;
 mod storage;
 mod tensor;

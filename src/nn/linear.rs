@@ -1,0 +1,170 @@
+//! `Linear`: `y = x @ Wᵀ + b` with PyTorch's weight layout `[out_features, in_features]`.
+//!
+//! Invariants: on Cpu the weight is prepacked once, at construction or `to(Device::Cpu)`, into
+//! the GEMM engine's panels (IPEX-style), and every forward only packs the activations; on Xpu the
+//! transposed weight is a view (never copied per call) and the bias is fused into the product's
+//! store. Both paths compute the same thing as `x.matmul(&w.t()?)?.add(&b)?`.
+
+use std::sync::Arc;
+
+use crate::cpu::gemm::Activation;
+use crate::cpu::prepack::PackedWeight;
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Layout, Result, Tensor};
+
+/// A fully connected layer.
+#[derive(Clone)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    /// Cpu only: the prepacked weight and the bias widened to f32, both made once.
+    packed: Option<Arc<(PackedWeight, Option<Vec<f32>>)>>,
+}
+
+impl std::fmt::Debug for Linear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Linear(in={}, out={}, bias={}, {}, prepacked={})",
+            self.in_features(),
+            self.out_features(),
+            self.bias.is_some(),
+            self.weight.device(),
+            self.packed.is_some()
+        )
+    }
+}
+
+impl Linear {
+    /// A layer from a `[out, in]` weight and an optional `[out]` bias (same device and dtype).
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
+        if weight.rank() != 2 {
+            return Err(Error::shape(
+                "Linear",
+                "a weight of shape [out_features, in_features]",
+                weight.shape(),
+            ));
+        }
+        if let Some(b) = &bias {
+            weight.same_device(b, "Linear")?;
+            weight.same_dtype(b, "Linear")?;
+            if b.shape() != [weight.shape()[0]] {
+                return Err(Error::shape(
+                    "Linear",
+                    format!("a bias of shape [{}]", weight.shape()[0]),
+                    b.shape(),
+                ));
+            }
+        }
+        if !weight.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op: "Linear",
+                dtype: weight.dtype(),
+                device: weight.device(),
+                hint: "; weights must be f32, f16 or bf16".into(),
+            });
+        }
+        let packed = match weight.storage() {
+            Storage::Cpu(s) => {
+                let bias32 = bias
+                    .as_ref()
+                    .map(|b| b.to_dtype(DType::F32)?.to_vec::<f32>())
+                    .transpose()?;
+                Some(Arc::new((
+                    PackedWeight::new(s, weight.t()?.layout())?,
+                    bias32,
+                )))
+            }
+            Storage::Xpu(_) => None,
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            packed,
+        })
+    }
+
+    /// Input features.
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+
+    /// The `[out, in]` weight.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// True when the Cpu prepacked path is in use.
+    pub fn is_prepacked(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    /// The layer on `device` (weights are prepacked again when moving to Cpu).
+    pub fn to(&self, device: Device) -> Result<Linear> {
+        Linear::new(
+            self.weight.to(device)?,
+            self.bias.as_ref().map(|b| b.to(device)).transpose()?,
+        )
+    }
+
+    /// The layer with weights converted to `dtype`.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Linear> {
+        Linear::new(
+            self.weight.to_dtype(dtype)?,
+            self.bias.as_ref().map(|b| b.to_dtype(dtype)).transpose()?,
+        )
+    }
+
+    /// `x @ Wᵀ + b` for `x` of shape `[..., in_features]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_act(x, Activation::None)
+    }
+
+    /// `act(x @ Wᵀ + b)` with the activation fused into the product's store.
+    pub fn forward_act(&self, x: &Tensor, activation: Activation) -> Result<Tensor> {
+        x.same_device(&self.weight, "Linear")?;
+        x.same_dtype(&self.weight, "Linear")?;
+        let k = self.in_features();
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != k {
+            return Err(Error::shape(
+                "Linear",
+                format!("an input of shape [..., {k}]"),
+                x.shape(),
+            ));
+        }
+        let mut out_shape = x.shape().to_vec();
+        let last = out_shape.len() - 1;
+        out_shape[last] = self.out_features();
+        let rows = x.numel() / k.max(1);
+        let x2 = x.reshape(&[rows, k])?;
+        match (&self.packed, x2.storage()) {
+            (Some(packed), Storage::Cpu(s)) => {
+                let (weight, bias) = &**packed;
+                let out = weight.apply(s, x2.layout(), bias.as_deref(), activation)?;
+                Tensor::from_storage(
+                    Storage::Cpu(out),
+                    Layout::contiguous(&[rows, self.out_features()]),
+                )
+                .reshape(&out_shape)
+            }
+            _ => {
+                let wt = self.weight.t()?;
+                let mut op = x2.matmul_fused(&wt).activation(activation);
+                if let Some(b) = &self.bias {
+                    op = op.bias(b);
+                }
+                op.run()?.reshape(&out_shape)
+            }
+        }
+    }
+}
