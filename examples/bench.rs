@@ -290,9 +290,11 @@ fn run(o: &Opts) -> xpu::Result<()> {
                 "# {device}: copy bandwidth {peak_bw:.1} GB/s{}",
                 match (device, fma_peak) {
                     (Device::Cpu, Some(p)) => format!(
-                    ", f32 FMA peak {p:.1} GFLOP/s, bf16 dot-product peak {:.1} GFLOP/s",
-                    xpu::cpu::gemm::measure_bf16_dp_peak_gflops(std::thread::available_parallelism().map_or(1, |n| n.get()))
-                ),
+                        ", f32 FMA peak {p:.1} GFLOP/s, bf16 dot-product peak {:.1} GFLOP/s",
+                        xpu::cpu::gemm::measure_bf16_dp_peak_gflops(
+                            std::thread::available_parallelism().map_or(1, |n| n.get())
+                        )
+                    ),
                     _ => String::new(),
                 }
             );

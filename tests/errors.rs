@@ -204,7 +204,10 @@ fn shader_failures_are_errors_with_the_compiler_message() {
     if !common::xpu() {
         return;
     }
-    let e = xpu::compile_wgsl("@compute @workgroup_size(1) fn main() { let x: u32 = undefined_thing; }").unwrap_err();
+    let e = xpu::compile_wgsl(
+        "@compute @workgroup_size(1) fn main() { let x: u32 = undefined_thing; }",
+    )
+    .unwrap_err();
     assert!(matches!(e, Error::Shader { .. }), "{e}");
     assert!(e.to_string().contains("undefined_thing"), "{e}");
     // The runtime keeps working afterwards.
