@@ -198,3 +198,28 @@ fn copy_makes_independent_contiguous_storage() {
         }
     }
 }
+
+#[test]
+fn transposed_gathers_match_index_arithmetic() {
+    // Batched transposes whose row count is not a multiple of the CPU's 32-row tiles.
+    for &(b, r, c) in &[(1, 33, 40), (3, 70, 45), (2, 1, 64), (5, 31, 33)] {
+        let host: Vec<f32> = (0..b * r * c).map(|i| i as f32).collect();
+        for device in common::devices() {
+            let x = Tensor::from_vec(host.clone(), &[b, r, c], device).unwrap();
+            let t = x.transpose(1, 2).unwrap().contiguous().unwrap();
+            let want: Vec<f64> = (0..b)
+                .flat_map(|z| {
+                    (0..c).flat_map(move |j| (0..r).map(move |i| ((z * r + i) * c + j) as f64))
+                })
+                .collect();
+            assert_eq!(values(&t), want, "{device} {b}x{r}x{c}");
+            let p = x.permute(&[2, 0, 1]).unwrap().contiguous().unwrap();
+            let want: Vec<f64> = (0..c)
+                .flat_map(|j| {
+                    (0..b).flat_map(move |z| (0..r).map(move |i| ((z * r + i) * c + j) as f64))
+                })
+                .collect();
+            assert_eq!(values(&p), want, "{device} permute {b}x{r}x{c}");
+        }
+    }
+}

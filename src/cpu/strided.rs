@@ -112,7 +112,57 @@ impl Rows {
 }
 
 /// Copies `layout`'s elements (row-major logical order) into `dst` (which has numel elements).
+/// Tile edge of the blocked transpose: a 32×32 tile of f32 is 4 KiB, so source and destination
+/// tiles stay in L1 while one is read along columns and the other written along rows.
+const TILE: usize = 32;
+
+/// Gathers a layout whose last two (coalesced) dims are a transposed matrix — inner stride > 1,
+/// the dim before it stride 1 — tile by tile, so both the reads and the writes stay local.
+/// Returns false (doing nothing) for any other layout.
+fn gather_transposed<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mut [T]) -> bool {
+    let l = layout.coalesced();
+    let r = l.rank();
+    if r < 2 || l.strides()[r - 2] != 1 || l.strides()[r - 1] <= 1 {
+        return false;
+    }
+    let (rows, cols, col_stride) = (l.shape()[r - 2], l.shape()[r - 1], l.strides()[r - 1]);
+    let outer = Layout::from_parts(
+        l.shape()[..r - 2].to_vec(),
+        l.strides()[..r - 2].to_vec(),
+        l.offset(),
+    );
+    let bases: Vec<usize> = outer.offsets().collect();
+    let plane = rows * cols;
+    // Tasks own whole bands of output rows; a band never crosses a matrix boundary below.
+    let band = TILE * cols;
+    parallel::for_each_chunk(dst, band, band, |start, chunk| {
+        let total = chunk.len() / cols;
+        let mut done = 0;
+        while done < total {
+            let pos = start + done * cols;
+            let (m, row0) = (pos / plane, (pos % plane) / cols);
+            let n = (rows - row0).min(total - done).min(TILE);
+            let Some(&base) = bases.get(m) else { return };
+            let out = &mut chunk[done * cols..(done + n) * cols];
+            for c in 0..cols {
+                let at = base + c * col_stride + row0;
+                let Some(column) = src.get(at..at + n) else {
+                    return;
+                };
+                for (i, &v) in column.iter().enumerate() {
+                    out[i * cols + c] = v;
+                }
+            }
+            done += n;
+        }
+    });
+    true
+}
+
 fn gather_into<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mut [T]) {
+    if layout.numel() >= TILE * TILE && gather_transposed(src, layout, dst) {
+        return;
+    }
     let rows = Rows::new(layout);
     let len = rows.len;
     if len == 0 {
