@@ -26,7 +26,15 @@ fn bench(c: &mut Criterion) {
                 };
                 g.bench_function("plain", |bch| bch.iter(|| sync(a.matmul(&b).unwrap())));
                 g.bench_function("bias_gelu_fused", |bch| {
-                    bch.iter(|| sync(a.matmul_fused(&b).bias(&bias).activation(Activation::Gelu).run().unwrap()))
+                    bch.iter(|| {
+                        sync(
+                            a.matmul_fused(&b)
+                                .bias(&bias)
+                                .activation(Activation::Gelu)
+                                .run()
+                                .unwrap(),
+                        )
+                    })
                 });
                 g.finish();
             }
