@@ -40,7 +40,7 @@ pub struct AdapterSummary {
     /// True if this is the adapter `Device::Xpu` uses.
     pub selected: bool,
     /// The matrix-product path each float dtype takes on this adapter.
-    pub matmul_paths: Vec<(crate::DType, &'static str)>,
+    pub matmul_paths: Vec<(crate::DType, String)>,
 }
 
 /// Features that `xpu` can use when present.

@@ -26,18 +26,21 @@ pub enum ShaderId {
     MatmulTiled,
     /// `shaders/matmul_coop.wgsl` (after `matmul.wgsl`): hardware cooperative matrices.
     MatmulCoop,
+    /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
+    MatmulSubgroup,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 5] = [
+    pub const ALL: [ShaderId; 6] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
+        ShaderId::MatmulSubgroup,
     ];
 
     /// File name under `shaders/`.
@@ -48,6 +51,7 @@ impl ShaderId {
             ShaderId::Matmul => "matmul.wgsl",
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
+            ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
         }
     }
 
@@ -60,6 +64,9 @@ impl ShaderId {
             ShaderId::Matmul => &[MATMUL],
             ShaderId::MatmulTiled => &[MATMUL, include_str!("../../shaders/matmul_tiled.wgsl")],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
+            ShaderId::MatmulSubgroup => {
+                &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
+            }
         }
     }
 

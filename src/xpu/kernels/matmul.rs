@@ -11,7 +11,7 @@
 //! 1-D view; operands that are absent are bound to A's buffer and never read. All indices are
 //! 32-bit: every buffer involved is checked to fit.
 
-use super::matmul_select::{choose, Engine};
+use super::matmul_select::{choose, subgroup_gemv, Engine};
 use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1};
 use crate::cpu::gemm::Activation;
 use crate::layout::Layout;
@@ -241,7 +241,8 @@ impl XpuStorage {
     ) -> Result<XpuStorage> {
         let rank = pr.rhs.rank();
         let b_col_major = pr.rhs.strides()[rank - 2] == 1 && pr.rhs.strides()[rank - 1] != 1;
-        let Some(geo) = engine.geometry(b_col_major) else {
+        let sg = subgroup_gemv(&self.ctx.features);
+        let Some(geo) = engine.geometry(b_col_major, sg) else {
             return Err(Error::invalid(
                 ep.op,
                 format!("{engine:?} has no fused kernel"),

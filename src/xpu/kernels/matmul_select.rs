@@ -32,8 +32,9 @@ pub(crate) struct Geometry {
 
 impl Engine {
     /// Entry point and tile of a fused engine (`None` for `Simple`). `b_col_major`: B's
-    /// columns are contiguous in K (picks the GEMV lane layout).
-    pub(crate) fn geometry(self, b_col_major: bool) -> Option<Geometry> {
+    /// columns are contiguous in K (picks the GEMV lane layout, and the subgroup GEMV when
+    /// `subgroup`).
+    pub(crate) fn geometry(self, b_col_major: bool, subgroup: bool) -> Option<Geometry> {
         let g = |shader, entry, tile_m, tile_n| {
             Some(Geometry {
                 shader,
@@ -47,6 +48,9 @@ impl Engine {
             Engine::Tiled(TileConfig::Large) => g(ShaderId::MatmulTiled, "mm_large", 128, 128),
             Engine::Tiled(TileConfig::Medium) => g(ShaderId::MatmulTiled, "mm_medium", 64, 64),
             Engine::Tiled(TileConfig::Skinny) => g(ShaderId::MatmulTiled, "mm_skinny", 16, 128),
+            Engine::Tiled(TileConfig::Gemv) if b_col_major && subgroup => {
+                g(ShaderId::MatmulSubgroup, "mm_gemv_sg", 4, 64)
+            }
             Engine::Tiled(TileConfig::Gemv) => g(
                 ShaderId::MatmulTiled,
                 "mm_gemv",
@@ -56,6 +60,12 @@ impl Engine {
             Engine::Coop => g(ShaderId::MatmulCoop, "mm_coop", 32, 32),
         }
     }
+}
+
+/// Whether the subgroup GEMV may run on an adapter with `features`: it needs SUBGROUP, and
+/// `XPU_MATMUL_SUBGROUP=0` turns it off (tests use that to cover the workgroup reduction).
+pub(crate) fn subgroup_gemv(features: &XpuFeatures) -> bool {
+    features.subgroup && std::env::var_os("XPU_MATMUL_SUBGROUP").is_none_or(|v| v != "0")
 }
 
 /// The automatic choice by shape: GEMV for a few rows, skinny tiles for up to 32 rows, large
@@ -100,27 +110,29 @@ pub(crate) fn choose(
 }
 
 /// The matmul path each float dtype uses on an adapter with `features` (for `xpu::devices()`).
-pub(crate) fn paths(features: wgpu::Features) -> Vec<(DType, &'static str)> {
-    let coop = features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
-        && features.contains(wgpu::Features::SUBGROUP);
-    let (f32_path, f16_path, bf16_path) = if coop {
-        (
-            "tiled f32 (gemv/skinny/medium/large, fused epilogue); coop-matrix 8x8 f32 when forced",
-            "tiled, f16 unpacked to f32 (fused epilogue); coop-matrix 8x8 f32 when forced",
-            "tiled, bf16 widened to f32 (fused epilogue); coop-matrix 8x8 f32 when forced",
-        )
-    } else {
-        (
-            "tiled f32 (gemv/skinny/medium/large, fused epilogue)",
-            "tiled, f16 unpacked to f32 (fused epilogue)",
-            "tiled, bf16 widened to f32 (fused epilogue)",
-        )
-    };
-    vec![
-        (DType::F32, f32_path),
-        (DType::F16, f16_path),
-        (DType::BF16, bf16_path),
+pub(crate) fn paths(features: wgpu::Features) -> Vec<(DType, String)> {
+    let mut extra = String::new();
+    if features.contains(wgpu::Features::SUBGROUP) {
+        extra.push_str("; gemv with subgroup reduction for K-contiguous B");
+    }
+    if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        && features.contains(wgpu::Features::SUBGROUP)
+    {
+        extra.push_str("; coop-matrix 8x8 f32 when forced");
+    }
+    [
+        (DType::F32, "f32"),
+        (DType::F16, "f16 unpacked to f32"),
+        (DType::BF16, "bf16 widened to f32"),
     ]
+    .into_iter()
+    .map(|(d, how)| {
+        let path = format!(
+            "tiled gemv/skinny/medium/large, {how}, f32 accumulation, fused epilogue{extra}"
+        );
+        (d, path)
+    })
+    .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,349 @@
+//! Every forced Xpu matmul kernel (Simple, each tile config; CoopMatrix where the adapter has
+//! it, a clear error where it does not) against the Cpu fused engine, over edge sizes,
+//! transposed operands, broadcast batches, each epilogue and each float dtype; plus one large
+//! product sampled against an f64 reference.
+
+mod common;
+
+use common::{assert_close, eps, randn, values, FLOATS};
+use xpu::{Activation, DType, Device, Error, MatmulKernel, Tensor, TileConfig};
+
+const SIZES: [usize; 9] = [1, 3, 17, 63, 64, 65, 127, 129, 257];
+
+const KERNELS: [MatmulKernel; 5] = [
+    MatmulKernel::Simple,
+    MatmulKernel::Tiled(TileConfig::Large),
+    MatmulKernel::Tiled(TileConfig::Medium),
+    MatmulKernel::Tiled(TileConfig::Skinny),
+    MatmulKernel::Tiled(TileConfig::Gemv),
+];
+
+fn tol(dtype: DType, k: usize) -> f64 {
+    let e = if dtype == DType::F32 {
+        2e-6
+    } else {
+        2.0 * eps(dtype)
+    };
+    e * (k.max(1) as f64).sqrt() * 4.0 + 1e-5
+}
+
+/// A `[rows, cols]` operand (or `[batch, rows, cols]`), stored transposed when `t`.
+fn operand(
+    batch: Option<usize>,
+    rows: usize,
+    cols: usize,
+    t: bool,
+    dtype: DType,
+    seed: u64,
+) -> Tensor {
+    let mut shape: Vec<usize> = batch.into_iter().collect();
+    if t {
+        shape.extend([cols, rows]);
+        randn(&shape, dtype, seed).transpose(-1, -2).unwrap()
+    } else {
+        shape.extend([rows, cols]);
+        randn(&shape, dtype, seed)
+    }
+}
+
+/// Operands of one case on `device`: a, b, bias (product columns), c and residual.
+struct Case {
+    a: Tensor,
+    b: Tensor,
+    bias: Tensor,
+    c: Tensor,
+    res: Tensor,
+}
+
+/// Case `ci` (its bits pick transposes, batching and C/residual layouts) with epilogue `e`.
+fn case(m: usize, k: usize, n: usize, ci: usize, e: usize, dtype: DType, device: Device) -> Case {
+    let (ta, tb) = (ci & 1 == 1, ci & 2 == 2);
+    let geglu = e == 4;
+    let np = if geglu { 2 * n } else { n };
+    // Batch layouts: none, A batched with B broadcast, B batched with A broadcast.
+    let (ba, bb, out_b) = match ci % 3 {
+        0 => (None, None, None),
+        1 => (Some(2), None, Some(2)),
+        _ => (None, Some(3), Some(3)),
+    };
+    let seed = (ci * 7919 + m * 31 + k * 17 + n) as u64;
+    let on = |t: Tensor| t.to(device).unwrap();
+    let full: Vec<usize> = out_b.into_iter().chain([m, n]).collect();
+    let c = match ci % 4 {
+        0 => randn(&full, dtype, seed + 3),
+        1 => randn(&[n], dtype, seed + 3),
+        2 => randn(&[m, 1], dtype, seed + 3),
+        _ => randn(&[m, n], dtype, seed + 3),
+    };
+    let res = if ci.is_multiple_of(2) {
+        randn(&full, dtype, seed + 4)
+    } else {
+        randn(&[m, n], dtype, seed + 4)
+            .transpose(0, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap()
+    };
+    Case {
+        a: on(operand(ba, m, k, ta, dtype, seed)),
+        b: on(operand(bb, k, np, tb, dtype, seed + 1)),
+        bias: on(randn(&[np], dtype, seed + 2)),
+        c: on(c),
+        res: on(res),
+    }
+}
+
+/// Runs epilogue `e` of case `cs` with `kernel`.
+fn run(cs: &Case, e: usize, kernel: MatmulKernel) -> xpu::Result<Tensor> {
+    let acts = [
+        Activation::None,
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+    ];
+    let act = acts[e % acts.len()];
+    let b = cs.a.matmul_fused(&cs.b).kernel(kernel);
+    match e {
+        0 => b.run(),
+        1 => b.bias(&cs.bias).activation(act).run(),
+        2 => b
+            .alpha(0.5)
+            .add_scaled(0.25, &cs.c)
+            .activation(Activation::Silu)
+            .run(),
+        3 => b
+            .bias(&cs.bias)
+            .activation(Activation::GeluTanh)
+            .residual(&cs.res)
+            .out_dtype(DType::F32)
+            .run(),
+        4 => b.bias(&cs.bias).geglu().residual(&cs.res).run(),
+        _ => b
+            .alpha(2.0)
+            .add_scaled(-1.0, &cs.c)
+            .bias(&cs.bias)
+            .activation(Activation::Relu)
+            .residual(&cs.res)
+            .run(),
+    }
+}
+
+#[test]
+fn every_forced_kernel_matches_the_cpu() {
+    if !common::xpu() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    let mut checked = 0;
+    for (ki, &kernel) in KERNELS.iter().enumerate() {
+        for (di, &dtype) in FLOATS.iter().enumerate() {
+            for i in 0..SIZES.len() {
+                let m = SIZES[i];
+                let k = SIZES[(i + 2 * ki + di + 4) % SIZES.len()];
+                let n = SIZES[(i * 5 + ki + 2 * di + 1) % SIZES.len()];
+                let ci = i + 3 * ki + di;
+                let e = ci % 6;
+                let cpu = case(m, k, n, ci, e, dtype, Device::Cpu);
+                let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
+                let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
+                let got = run(&gpu, e, kernel).unwrap();
+                assert_eq!(got.shape(), want.shape());
+                assert_eq!(got.dtype(), want.dtype());
+                let t = tol(dtype, k);
+                assert_close(
+                    &format!("{kernel:?} {dtype} {m}x{k}x{n} case {ci} epilogue {e}"),
+                    &values(&got),
+                    &values(&want),
+                    t,
+                    t,
+                );
+                checked += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{checked} forced-kernel cases in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn auto_matches_the_cpu_on_every_epilogue_and_k_zero() {
+    if !common::xpu() {
+        return;
+    }
+    for &dtype in &FLOATS {
+        for (ci, &(m, k, n)) in [
+            (2, 65, 127),
+            (17, 64, 3),
+            (65, 129, 64),
+            (129, 0, 17),
+            (3, 257, 1),
+            (64, 17, 63),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for e in 0..6 {
+                let ci = ci * 6 + e;
+                let cpu = case(m, k, n, ci, e, dtype, Device::Cpu);
+                let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
+                let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
+                let got = run(&gpu, e, MatmulKernel::Auto).unwrap();
+                let t = tol(dtype, k);
+                assert_close(
+                    &format!("auto {dtype} {m}x{k}x{n} case {ci} epilogue {e}"),
+                    &values(&got),
+                    &values(&want),
+                    t,
+                    t,
+                );
+            }
+        }
+    }
+}
+
+/// GEMV with K-contiguous B (`case` with ci & 2) on every dtype and epilogue.
+fn gemv_col_major_cases() {
+    for &dtype in &FLOATS {
+        for (i, &(m, k, n)) in [
+            (1, 65, 129),
+            (4, 257, 63),
+            (3, 17, 1),
+            (5, 64, 17),
+            (2, 129, 65),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for e in 0..6 {
+                let ci = 2 + 4 * (i * 6 + e);
+                let cpu = case(m, k, n, ci, e, dtype, Device::Cpu);
+                let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
+                let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
+                let got = run(&gpu, e, MatmulKernel::Tiled(TileConfig::Gemv)).unwrap();
+                let t = tol(dtype, k);
+                assert_close(
+                    &format!("gemv {dtype} {m}x{k}x{n} case {ci} epilogue {e}"),
+                    &values(&got),
+                    &values(&want),
+                    t,
+                    t,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gemv_col_major_with_subgroups() {
+    if common::xpu() {
+        gemv_col_major_cases();
+    }
+}
+
+/// The workgroup-reduction GEMV for K-contiguous B, which adapters with SUBGROUP skip: runs
+/// itself again in a child process with `XPU_MATMUL_SUBGROUP=0`.
+#[test]
+fn gemv_col_major_without_subgroups() {
+    if !common::xpu() {
+        return;
+    }
+    if std::env::var("XPU_MATMUL_SUBGROUP").is_ok_and(|v| v == "0")
+        || !xpu::xpu_features().unwrap().subgroup
+    {
+        gemv_col_major_cases();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["gemv_col_major_without_subgroups", "--exact", "--nocapture"])
+        .env("XPU_MATMUL_SUBGROUP", "0")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "child run failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn coop_matrix_is_refused_without_the_feature() {
+    if !common::xpu() {
+        return;
+    }
+    let a = randn(&[64, 32], DType::F32, 1).to(Device::Xpu).unwrap();
+    let b = randn(&[32, 48], DType::F32, 2).to(Device::Xpu).unwrap();
+    let r = a.matmul_fused(&b).kernel(MatmulKernel::CoopMatrix).run();
+    if xpu::xpu_features().unwrap().cooperative_matrix {
+        let want = a
+            .to(Device::Cpu)
+            .unwrap()
+            .matmul(&b.to(Device::Cpu).unwrap())
+            .unwrap();
+        assert_close("coop", &values(&r.unwrap()), &values(&want), 1e-4, 1e-4);
+    } else {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { .. })
+                && e.to_string().contains("EXPERIMENTAL_COOPERATIVE_MATRIX"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn devices_report_matmul_paths() {
+    for a in xpu::devices() {
+        let dts: Vec<DType> = a.matmul_paths.iter().map(|(d, _)| *d).collect();
+        assert_eq!(dts, FLOATS.to_vec(), "{}", a.name);
+        assert!(a.matmul_paths.iter().all(|(_, p)| p.contains("tiled")));
+    }
+}
+
+/// Large square product on Xpu, sampled against f64 dot products.
+#[test]
+fn large_product_against_f64_reference() {
+    if !common::xpu() {
+        return;
+    }
+    let s: usize = std::env::var("XPU_LARGE_MATMUL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(LARGE);
+    let a = randn(&[s, s], DType::F32, 11);
+    let b = randn(&[s, s], DType::F32, 12);
+    let start = std::time::Instant::now();
+    let y = a
+        .to(Device::Xpu)
+        .unwrap()
+        .matmul(&b.to(Device::Xpu).unwrap())
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{s}^3 f32 on Xpu in {secs:.2} s ({:.2} GFLOP/s)",
+        2.0 * (s as f64).powi(3) / secs / 1e9
+    );
+    let (av, bv) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+    for t in 0..256 {
+        let (i, j) = ((t * 7919 + 13) % s, (t * 104_729 + 5) % s);
+        let want: f64 = (0..s)
+            .map(|p| f64::from(av[i * s + p]) * f64::from(bv[p * s + j]))
+            .sum();
+        let got = f64::from(y[i * s + j]);
+        assert!(
+            (got - want).abs() <= 1e-5 * (s as f64).sqrt() * 4.0,
+            "[{i},{j}]: got {got}, want {want}"
+        );
+    }
+}
+
+/// Side of the large product. 2048^3 takes about 50 s on lavapipe with 2 cores (0.35 GFLOP/s),
+/// too long for CI; 1536^3 takes about 15 s there. `XPU_LARGE_MATMUL=2048` runs the full size.
+const LARGE: usize = 1536;
