@@ -35,7 +35,13 @@ fn main() -> xpu::Result<()> {
         return Ok(());
     }
     let (ax, wx) = (a.to(Device::Xpu)?, w.to(Device::Xpu)?);
-    let run = || -> xpu::Result<Vec<f32>> { ax.matmul(&wx)?.gelu()?.softmax(-1)?.sum(-1, false)?.to_vec() };
+    let run = || -> xpu::Result<Vec<f32>> {
+        ax.matmul(&wx)?
+            .gelu()?
+            .softmax(-1)?
+            .sum(-1, false)?
+            .to_vec()
+    };
     let t = Instant::now();
     run()?; // first run compiles the pipelines
     let cold_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -49,7 +55,9 @@ fn main() -> xpu::Result<()> {
         .zip(&cpu_host)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
-    println!("xpu: same chain (compute, read back) in {xpu_ms:.2} ms; max |xpu - cpu| = {max_err:.2e}");
+    println!(
+        "xpu: same chain (compute, read back) in {xpu_ms:.2} ms; max |xpu - cpu| = {max_err:.2e}"
+    );
     let half = ax
         .to_dtype(DType::F16)?
         .matmul(&wx.to_dtype(DType::F16)?)?

@@ -13,7 +13,7 @@ use half::{bf16, f16};
 pub(crate) const BLOCK: usize = 512;
 
 /// A float element type the CPU kernels support.
-pub(crate) trait FloatElem: WithDType + bytemuck::Zeroable {
+pub(crate) trait FloatElem: WithDType + bytemuck::Zeroable + super::pool::Recycle {
     /// The slice itself when `Self` is `f32`.
     fn as_f32(s: &[Self]) -> Option<&[f32]>;
     /// The slice itself when `Self` is `f32`.

@@ -48,7 +48,8 @@ fn unary_float<T: FloatElem>(
 ) -> Result<Vec<T>> {
     let n = check_layout("unary", layout, src.len())?;
     let input = contiguous_cow(src, layout);
-    let mut out = vec![T::zeroed(); n];
+    // Every element is written below, so a recycled buffer is fine.
+    let mut out = super::pool::take::<T>(n);
     parallel::for_each_chunk(&mut out, 64, 64 * unary_cost(op), |start, chunk| {
         if let Some(s) = input.get(start..start + chunk.len()) {
             T::unary(k, op, s, chunk);
@@ -195,12 +196,13 @@ fn arg<'a, T: Copy>(
 /// Walks the joint rows of two checked layouts, calling `piece(lhs, rhs, dst)` per row piece.
 fn drive<T, F>(a: &[T], al: &Layout, b: &[T], bl: &Layout, op: BinaryOp, piece: F) -> Result<Vec<T>>
 where
-    T: Copy + Send + Sync + bytemuck::Zeroable,
+    T: Copy + Send + Sync + super::pool::Recycle,
     F: Fn(Arg<'_, T>, Arg<'_, T>, &mut [T]) + Sync,
 {
     let n = check_layout(op.name(), al, a.len())?;
     check_layout(op.name(), bl, b.len())?;
-    let mut out = vec![T::zeroed(); n];
+    // Every element is written below, so a recycled buffer is fine.
+    let mut out = super::pool::take::<T>(n);
     if n == 0 {
         return Ok(out);
     }

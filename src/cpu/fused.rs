@@ -25,13 +25,9 @@ pub(crate) struct CpuFused<'a> {
 }
 
 fn to_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
-    match s.try_cast(l, DType::F32)? {
-        CpuStorage::F32(v) => Ok(v),
-        _ => Err(Error::invalid(
-            "matmul_fused",
-            "internal: cast to f32 gave another dtype",
-        )),
-    }
+    s.try_cast(l, DType::F32)?
+        .into_f32()
+        .ok_or_else(|| Error::invalid("matmul_fused", "internal: cast to f32 gave another dtype"))
 }
 
 fn fused_f32<T: GemmElem>(
@@ -104,10 +100,11 @@ fn zero_k(c: &mut [f32], n: usize, ep: &Epilogue, geglu: bool) -> Result<()> {
             Activation::GeluTanh => crate::UnaryOp::GeluTanh,
             Activation::Silu => crate::UnaryOp::Silu,
         };
-        match t.unary(&Layout::contiguous(&[1]), op) {
-            Ok(CpuStorage::F32(v)) => v[0],
-            _ => f32::NAN,
-        }
+        t.unary(&Layout::contiguous(&[1]), op)
+            .ok()
+            .and_then(CpuStorage::into_f32)
+            .and_then(|v| v.first().copied())
+            .unwrap_or(f32::NAN)
     };
     for (i, v) in c.iter_mut().enumerate() {
         let (row, col) = (i / n, i % n);

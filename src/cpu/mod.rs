@@ -18,6 +18,7 @@ pub(crate) mod fused;
 pub mod gemm;
 pub mod matmul;
 mod parallel;
+mod pool;
 pub(crate) mod prepack;
 mod reduce;
 pub mod simd;

@@ -27,6 +27,29 @@ pub enum CpuStorage {
     U8(Vec<u8>),
 }
 
+impl Drop for CpuStorage {
+    /// Large buffers go back to the recycling pool (see `cpu::pool`).
+    fn drop(&mut self) {
+        match self {
+            CpuStorage::F32(v) => super::pool::give(std::mem::take(v)),
+            CpuStorage::F16(v) => super::pool::give(std::mem::take(v)),
+            CpuStorage::BF16(v) => super::pool::give(std::mem::take(v)),
+            CpuStorage::I32(v) => super::pool::give(std::mem::take(v)),
+            CpuStorage::U8(v) => super::pool::give(std::mem::take(v)),
+        }
+    }
+}
+
+impl CpuStorage {
+    /// The f32 vector of an f32 storage, moved out (`None` for other dtypes).
+    pub(crate) fn into_f32(mut self) -> Option<Vec<f32>> {
+        match &mut self {
+            CpuStorage::F32(v) => Some(std::mem::take(v)),
+            _ => None,
+        }
+    }
+}
+
 /// Applies an expression to the inner vector whatever the dtype, producing a storage of the same
 /// dtype: `map_storage!(s, v => expr)`.
 macro_rules! map_storage {
