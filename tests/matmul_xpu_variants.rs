@@ -344,6 +344,6 @@ fn large_product_against_f64_reference() {
     }
 }
 
-/// Side of the large product. 2048^3 takes about 50 s on lavapipe with 2 cores (0.35 GFLOP/s),
-/// too long for CI; 1536^3 takes about 15 s there. `XPU_LARGE_MATMUL=2048` runs the full size.
-const LARGE: usize = 1536;
+/// Side of the large product (issue 3 asks for at least 2048^3 on both devices). On lavapipe it
+/// takes 25-50 s (0.35-0.7 GFLOP/s on 2 cores); `XPU_LARGE_MATMUL=N` picks another size.
+const LARGE: usize = 2048;
