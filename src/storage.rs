@@ -23,6 +23,38 @@ pub(crate) struct FusedArgs<'a> {
     pub out_dtype: DType,
 }
 
+/// Geometry of a normalisation (`ops::norm`): a contiguous input viewed as
+/// `[batch, channels, inner]`, normalised over each of `groups` channel groups per batch item
+/// (so a row is `channels / groups * inner` contiguous elements). Layer norm is
+/// `groups == 1, inner == 1` with `channels` the last dim. Invariant: `groups` divides
+/// `channels` and `groups > 0` (checked by the Tensor layer).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NormSpec {
+    pub batch: usize,
+    pub channels: usize,
+    pub groups: usize,
+    pub inner: usize,
+    pub eps: f32,
+    pub silu: bool,
+}
+
+impl NormSpec {
+    /// Number of normalised rows (`batch * groups`).
+    pub(crate) fn rows(&self) -> usize {
+        self.batch * self.groups
+    }
+
+    /// Channels per group.
+    pub(crate) fn cpg(&self) -> usize {
+        self.channels / self.groups.max(1)
+    }
+
+    /// Elements per normalised row.
+    pub(crate) fn row_len(&self) -> usize {
+        self.cpg() * self.inner
+    }
+}
+
 /// Tensor data on one device.
 pub(crate) enum Storage {
     Cpu(CpuStorage),
@@ -164,6 +196,102 @@ impl Storage {
             (Storage::Xpu(a), Storage::Xpu(b)) => Ok(Storage::Xpu(a.matmul_fused(l, b, r, args)?)),
             _ => Err(mismatch("matmul_fused", self, rhs)),
         }
+    }
+
+    /// Layer norm over the last dim of `layout` (weight/bias: `[C]` views on this device).
+    pub(crate) fn layer_norm(
+        &self,
+        layout: &Layout,
+        weight: Option<(&Storage, &Layout)>,
+        bias: Option<(&Storage, &Layout)>,
+        eps: f32,
+    ) -> Result<Storage> {
+        let shape = layout.shape();
+        let channels = shape.last().copied().unwrap_or(1);
+        let spec = NormSpec {
+            batch: shape[..shape.len().saturating_sub(1)].iter().product(),
+            channels,
+            groups: 1,
+            inner: 1,
+            eps,
+            silu: false,
+        };
+        self.norm("layer_norm", layout, weight, bias, &spec)
+    }
+
+    /// Group norm of an `[N, C, *spatial]` view with `groups` dividing `C`, optionally followed
+    /// by SiLU (weight/bias: `[C]` views on this device).
+    pub(crate) fn group_norm(
+        &self,
+        layout: &Layout,
+        groups: usize,
+        weight: Option<(&Storage, &Layout)>,
+        bias: Option<(&Storage, &Layout)>,
+        eps: f32,
+        silu: bool,
+    ) -> Result<Storage> {
+        let shape = layout.shape();
+        let spec = NormSpec {
+            batch: shape.first().copied().unwrap_or(1),
+            channels: shape.get(1).copied().unwrap_or(1),
+            groups,
+            inner: shape.get(2..).map_or(1, |s| s.iter().product()),
+            eps,
+            silu,
+        };
+        let op = if silu {
+            "group_norm_silu"
+        } else {
+            "group_norm"
+        };
+        self.norm(op, layout, weight, bias, &spec)
+    }
+
+    fn norm(
+        &self,
+        op: &'static str,
+        layout: &Layout,
+        weight: Option<(&Storage, &Layout)>,
+        bias: Option<(&Storage, &Layout)>,
+        spec: &NormSpec,
+    ) -> Result<Storage> {
+        type Operand<'a> = Option<(&'a Storage, &'a Layout)>;
+        fn cpu<'a>(
+            op: &'static str,
+            x: Operand<'a>,
+        ) -> Result<Option<(&'a CpuStorage, &'a Layout)>> {
+            match x {
+                None => Ok(None),
+                Some((Storage::Cpu(c), l)) => Ok(Some((c, l))),
+                Some((other, _)) => Err(Error::DeviceMismatch {
+                    op,
+                    lhs: Device::Cpu,
+                    rhs: other.device(),
+                }),
+            }
+        }
+        fn xpu<'a>(
+            op: &'static str,
+            x: Operand<'a>,
+        ) -> Result<Option<(&'a XpuStorage, &'a Layout)>> {
+            match x {
+                None => Ok(None),
+                Some((Storage::Xpu(c), l)) => Ok(Some((c, l))),
+                Some((other, _)) => Err(Error::DeviceMismatch {
+                    op,
+                    lhs: Device::Xpu,
+                    rhs: other.device(),
+                }),
+            }
+        }
+        Ok(match self {
+            Storage::Cpu(s) => {
+                Storage::Cpu(s.norm(op, layout, cpu(op, weight)?, cpu(op, bias)?, spec)?)
+            }
+            Storage::Xpu(s) => {
+                Storage::Xpu(s.norm(op, layout, xpu(op, weight)?, xpu(op, bias)?, spec)?)
+            }
+        })
     }
 
     pub(crate) fn cat(

@@ -17,6 +17,7 @@ mod elementwise;
 pub(crate) mod fused;
 pub mod gemm;
 pub mod matmul;
+mod norm;
 mod parallel;
 mod pool;
 pub(crate) mod prepack;

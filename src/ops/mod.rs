@@ -6,4 +6,5 @@ pub mod kinds;
 mod elementwise;
 pub mod fused;
 mod matmul;
+mod norm;
 mod reduce;

@@ -28,19 +28,22 @@ pub enum ShaderId {
     MatmulCoop,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
+    /// `shaders/norm.wgsl`: layer norm and group norm (optionally with fused SiLU).
+    Norm,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 6] = [
+    pub const ALL: [ShaderId; 7] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulSubgroup,
+        ShaderId::Norm,
     ];
 
     /// File name under `shaders/`.
@@ -52,6 +55,7 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
+            ShaderId::Norm => "norm.wgsl",
         }
     }
 
@@ -67,6 +71,7 @@ impl ShaderId {
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }
+            ShaderId::Norm => &[include_str!("../../shaders/norm.wgsl")],
         }
     }
 

@@ -5,6 +5,7 @@
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
 pub(crate) mod matmul_select;
+pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod reduce;
 

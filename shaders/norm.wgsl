@@ -1,0 +1,85 @@
+// norm.wgsl: layer norm and group norm (optionally followed by SiLU). One workgroup per
+// normalised row: the input is contiguous [batch, channels, inner], a row is one (batch item,
+// channel group) = `len` contiguous elements starting at row * len.
+// params: [0] rows, [30] eps (f32), [32] len, [33] inner, [34] groups, [35] channels per group,
+// [36] element offset of x (src0), [37] of the weight (src1), [38] of the bias (src2).
+// VARIANT bits: 1 has weight, 2 has bias, 4 fused SiLU. Absent operands are bound to x and never
+// read. Statistics are two-pass in f32, shifted by the row's first element (robust to a large
+// offset), biased variance; dst is f32, one word per element (16-bit outputs are cast after).
+
+@group(0) @binding(4) var<storage, read> src2: array<u32>;
+
+var<workgroup> norm_acc: array<f32, 256>;
+
+fn load2(i: u32) -> f32 {
+    let e = epw(DT_IN);
+    return bits_to_f32(lane_bits(src2[i / e], i % e, DT_IN), DT_IN);
+}
+
+// Workgroup sum of `v` (tree in workgroup memory); every invocation gets the total.
+fn norm_sum(lid: u32, v: f32) -> f32 {
+    norm_acc[lid] = v;
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        workgroupBarrier();
+        if (lid < s) {
+            norm_acc[lid] = norm_acc[lid] + norm_acc[lid + s];
+        }
+    }
+    workgroupBarrier();
+    let total = norm_acc[0];
+    // The next call overwrites the slots: let every invocation read the total first.
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(WG)
+fn norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    let rows = p(0u);
+    let len = p(32u);
+    let inner = p(33u);
+    let groups = p(34u);
+    let cpg = p(35u);
+    // Uniform control flow: every invocation takes part in the barriers, even on a tail row.
+    let in_range = row < rows;
+    let base = select(0u, row * len, in_range);
+    let x_at = base + p(36u);
+    var x0 = 0.0;
+    if (in_range) {
+        x0 = load0(x_at);
+    }
+    var s = 0.0;
+    if (in_range) {
+        for (var j = lid; j < len; j = j + WG) {
+            s = s + (load0(x_at + j) - x0);
+        }
+    }
+    let shifted_mean = norm_sum(lid, s) / f32(max(len, 1u));
+    var q = 0.0;
+    if (in_range) {
+        for (var j = lid; j < len; j = j + WG) {
+            let d = (load0(x_at + j) - x0) - shifted_mean;
+            q = q + d * d;
+        }
+    }
+    let variance = norm_sum(lid, q) / f32(max(len, 1u));
+    let rstd = 1.0 / sqrt(variance + pf(30u));
+    if (in_range) {
+        let g = row % max(groups, 1u);
+        for (var j = lid; j < len; j = j + WG) {
+            let c = g * cpg + j / max(inner, 1u);
+            var y = ((load0(x_at + j) - x0) - shifted_mean) * rstd;
+            if ((VARIANT & 1u) != 0u) {
+                y = y * load1(p(37u) + c);
+            }
+            if ((VARIANT & 2u) != 0u) {
+                y = y + load2(p(38u) + c);
+            }
+            if ((VARIANT & 4u) != 0u) {
+                y = y / (1.0 + exp(-y));
+            }
+            dst[base + j] = bitcast<u32>(y);
+        }
+    }
+}
