@@ -108,10 +108,11 @@ fn matmul_to_f32<T: GemmElem>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Res
         .checked_mul(n)
         .and_then(|x| x.checked_mul(batch))
         .ok_or_else(|| Error::invalid("matmul", "output size overflows usize"))?;
-    let mut out = vec![0f32; mn];
     if mn == 0 || k == 0 {
-        return Ok(out);
+        return Ok(vec![0f32; mn]);
     }
+    // The engine writes every element (beta = 0 never reads C), so a recycled buffer is fine.
+    let mut out = super::pool::take::<f32>(mn);
     let r = al.rank();
     let (sam, sak) = (al.strides()[r - 2], al.strides()[r - 1]);
     let (sbk, sbn) = (bl.strides()[r - 2], bl.strides()[r - 1]);
@@ -149,7 +150,7 @@ pub fn matmul_f32_strided(
 /// Rounds an f32 product to a 16-bit dtype.
 pub(super) fn narrow<T: FloatElem>(c: Vec<f32>) -> Vec<T> {
     let k = Kernels::current();
-    let mut out = vec![T::zeroed(); c.len()];
+    let mut out = super::pool::take::<T>(c.len());
     parallel::for_each_flat(&mut out, |start, chunk| {
         if let Some(s) = c.get(start..start + chunk.len()) {
             T::store(k, s, chunk);

@@ -35,7 +35,8 @@ fn softmax_float<T: FloatElem>(
     } else {
         Cow::Owned(gather(src, &layout.permute(&perm)?))
     };
-    let mut out = vec![T::zeroed(); n];
+    // Every row is written below, so a recycled buffer is fine.
+    let mut out = super::pool::take::<T>(n);
     parallel::for_each_chunk(&mut out, r, r * 8, |start, chunk| {
         let mut a = vec![0f32; if T::as_f32(chunk).is_some() { 0 } else { r }];
         let mut b = a.clone();
