@@ -19,7 +19,7 @@ pub mod gemm;
 pub mod matmul;
 mod norm;
 mod parallel;
-mod pool;
+pub(crate) mod pool;
 pub(crate) mod prepack;
 mod reduce;
 pub mod simd;

@@ -85,6 +85,20 @@ pub(crate) fn give<T: Recycle>(v: Vec<T>) {
     }
 }
 
+/// Frees every kept buffer of every dtype.
+pub(crate) fn clear() {
+    fn one<T: Recycle>() {
+        if let Ok(mut free) = T::free_list().lock() {
+            free.clear();
+        }
+    }
+    one::<f32>();
+    one::<f16>();
+    one::<bf16>();
+    one::<i32>();
+    one::<u8>();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
