@@ -8,3 +8,4 @@ pub mod fused;
 mod matmul;
 mod norm;
 mod reduce;
+mod resize;

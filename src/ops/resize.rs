@@ -1,0 +1,171 @@
+//! Resizing and padding ops composed from views and `cat` (so they run unchanged on every
+//! device): nearest-neighbour upsampling and interpolation, constant padding, and diffusers'
+//! sinusoidal timestep embedding.
+//!
+//! Invariants: nearest interpolation follows PyTorch's `mode="nearest"` index rule
+//! `src = floor(dst * in / out)`; an integer scale factor is a broadcast view plus one copy;
+//! other sizes are built from runs of repeated source rows, one `cat` per resized dim.
+
+use crate::{DType, Error, Result, Tensor};
+
+impl Tensor {
+    /// Repeats every element `factor` times along `dim` (a broadcast view, then one copy).
+    fn repeat_each(&self, dim: usize, factor: usize) -> Result<Tensor> {
+        let mut shape = self.shape().to_vec();
+        let x = self.unsqueeze(dim as isize + 1)?;
+        let mut b = x.shape().to_vec();
+        b[dim + 1] = factor;
+        shape[dim] *= factor;
+        x.broadcast_to(&b)?.reshape(&shape)
+    }
+
+    /// Nearest-neighbour resize of one dim to `out` elements (PyTorch's index rule).
+    fn nearest_dim(&self, dim: usize, out: usize) -> Result<Tensor> {
+        let input = self.shape()[dim];
+        if out == input {
+            return Ok(self.clone());
+        }
+        if input == 0 || out == 0 {
+            let mut shape = self.shape().to_vec();
+            shape[dim] = out;
+            return Tensor::zeros(&shape, self.dtype(), self.device());
+        }
+        if out % input == 0 {
+            return self.repeat_each(dim, out / input);
+        }
+        // Runs of equal source indices: (source, count).
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for i in 0..out {
+            let src = (i * input / out).min(input - 1);
+            match runs.last_mut() {
+                Some((s, n)) if *s == src => *n += 1,
+                _ => runs.push((src, 1)),
+            }
+        }
+        let pieces = runs
+            .iter()
+            .map(|&(src, n)| {
+                let slice = self.narrow(dim as isize, src, 1)?;
+                let mut shape = slice.shape().to_vec();
+                shape[dim] = n;
+                slice.broadcast_to(&shape)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = pieces.iter().collect();
+        Tensor::cat(&refs, dim as isize)
+    }
+
+    /// `[N, C, H, W]` → `[N, C, H·s, W·s]` by nearest neighbour (diffusers' `Upsample2D`).
+    pub fn upsample_nearest2d(&self, scale: usize) -> Result<Tensor> {
+        if self.rank() != 4 || scale == 0 {
+            return Err(Error::invalid(
+                "upsample_nearest2d",
+                format!(
+                    "expected a [N, C, H, W] tensor and a scale >= 1, got {:?} and {scale}",
+                    self.shape()
+                ),
+            ));
+        }
+        self.repeat_each(2, scale)?.repeat_each(3, scale)
+    }
+
+    /// Nearest-neighbour interpolation of the trailing spatial dims of `[N, C, *spatial]` to
+    /// `size` (one entry per spatial dim), like `F.interpolate(mode="nearest", size=...)`.
+    pub fn interpolate_nearest(&self, size: &[usize]) -> Result<Tensor> {
+        if self.rank() < 3 || size.len() != self.rank() - 2 {
+            return Err(Error::ShapeMismatch {
+                op: "interpolate_nearest",
+                expected: format!(
+                    "{} output sizes for a [N, C, *spatial] tensor",
+                    self.rank().saturating_sub(2)
+                ),
+                got: format!("{size:?} for {:?}", self.shape()),
+            });
+        }
+        let mut x = self.clone();
+        for (i, &out) in size.iter().enumerate() {
+            x = x.nearest_dim(i + 2, out)?;
+        }
+        Ok(x)
+    }
+
+    /// Pads the last `pads.len() / 2` dims with `value`; `pads` is PyTorch's `F.pad` order:
+    /// `(last_left, last_right, second_last_left, second_last_right, ...)`.
+    pub fn pad(&self, pads: &[usize], value: f64) -> Result<Tensor> {
+        if pads.len() % 2 != 0 || pads.len() / 2 > self.rank() {
+            return Err(Error::invalid(
+                "pad",
+                format!(
+                    "expected an even number of pads covering at most {} dims, got {pads:?}",
+                    self.rank()
+                ),
+            ));
+        }
+        let mut x = self.clone();
+        for (i, pair) in pads.chunks(2).enumerate() {
+            let dim = self.rank() - 1 - i;
+            let mut parts = Vec::with_capacity(3);
+            for (&n, before) in pair.iter().zip([true, false]) {
+                if n > 0 {
+                    let mut shape = x.shape().to_vec();
+                    shape[dim] = n;
+                    parts.push((before, Tensor::full(value, &shape, x.dtype(), x.device())?));
+                }
+            }
+            if parts.is_empty() {
+                continue;
+            }
+            let mut refs: Vec<&Tensor> = parts.iter().filter(|(b, _)| *b).map(|(_, t)| t).collect();
+            refs.push(&x);
+            refs.extend(parts.iter().filter(|(b, _)| !*b).map(|(_, t)| t));
+            x = Tensor::cat(&refs, dim as isize)?;
+        }
+        Ok(x)
+    }
+
+    /// Sinusoidal embedding of 1-D timesteps `[B]` into `[B, dim]`, as diffusers'
+    /// `get_timestep_embedding(timesteps, dim, flip_sin_to_cos, downscale_freq_shift, scale=1,
+    /// max_period=10000)`: `exponent = -ln(max_period) * k / (half - downscale_freq_shift)`,
+    /// `emb = t * exp(exponent)`, then `[sin, cos]` (or `[cos, sin]` when flipped), zero-padded
+    /// when `dim` is odd. Computed in f32; the result has `dtype`.
+    pub fn timestep_embedding(
+        &self,
+        dim: usize,
+        flip_sin_to_cos: bool,
+        downscale_freq_shift: f64,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        if self.rank() != 1 || dim < 2 {
+            return Err(Error::invalid(
+                "timestep_embedding",
+                format!(
+                    "expected 1-D timesteps and dim >= 2, got {:?} and {dim}",
+                    self.shape()
+                ),
+            ));
+        }
+        let half = dim / 2;
+        let denom = half as f64 - downscale_freq_shift;
+        if denom == 0.0 {
+            return Err(Error::invalid(
+                "timestep_embedding",
+                "half of dim equals downscale_freq_shift (division by zero)",
+            ));
+        }
+        let device = self.device();
+        let k = Tensor::arange(0.0, half as f64, 1.0, DType::F32, device)?;
+        let freqs = k.mul_scalar(-(10000f64.ln()) / denom)?.exp()?;
+        let t = self.to_dtype(DType::F32)?.unsqueeze(1)?;
+        let args = t.mul(&freqs.unsqueeze(0)?)?;
+        let (sin, cos) = (args.sin()?, args.cos()?);
+        let mut emb = if flip_sin_to_cos {
+            Tensor::cat(&[&cos, &sin], 1)?
+        } else {
+            Tensor::cat(&[&sin, &cos], 1)?
+        };
+        if dim % 2 == 1 {
+            emb = emb.pad(&[0, 1], 0.0)?;
+        }
+        emb.to_dtype(dtype)
+    }
+}
