@@ -30,7 +30,7 @@ impl Tensor {
             shape[dim] = out;
             return Tensor::zeros(&shape, self.dtype(), self.device());
         }
-        if out % input == 0 {
+        if out.is_multiple_of(input) {
             return self.repeat_each(dim, out / input);
         }
         // Runs of equal source indices: (source, count).
@@ -92,7 +92,7 @@ impl Tensor {
     /// Pads the last `pads.len() / 2` dims with `value`; `pads` is PyTorch's `F.pad` order:
     /// `(last_left, last_right, second_last_left, second_last_right, ...)`.
     pub fn pad(&self, pads: &[usize], value: f64) -> Result<Tensor> {
-        if pads.len() % 2 != 0 || pads.len() / 2 > self.rank() {
+        if !pads.len().is_multiple_of(2) || pads.len() / 2 > self.rank() {
             return Err(Error::invalid(
                 "pad",
                 format!(
