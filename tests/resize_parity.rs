@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_close, randn, values};
-use xpu::{DType, Device, Error, Tensor};
+use xpu::{DType, Error, Tensor};
 
 /// Reference nearest resize of [N, C, H, W] values.
 fn nearest(
