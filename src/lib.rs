@@ -43,6 +43,7 @@ pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use ops::conv::Conv2dParams;
 pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
 pub use ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
 pub use tensor::Tensor;

@@ -77,6 +77,14 @@ impl Storage {
         }
     }
 
+    /// Number of elements held.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(s) => s.len(),
+            Storage::Xpu(s) => s.len,
+        }
+    }
+
     pub(crate) fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),

@@ -3,6 +3,7 @@
 
 pub mod kinds;
 
+pub mod conv;
 mod elementwise;
 pub mod fused;
 mod matmul;
