@@ -49,14 +49,17 @@ fn direct(
     (out, ho, wo)
 }
 
+/// (input [N, C, H, W], weight (O, kh, kw), params).
+type Case = (
+    (usize, usize, usize, usize),
+    (usize, usize, usize),
+    Conv2dParams,
+);
+
 #[test]
 fn conv2d_matches_direct_loops() {
     let devices = common::devices();
-    let configs: &[(
-        (usize, usize, usize, usize),
-        (usize, usize, usize),
-        Conv2dParams,
-    )] = &[
+    let configs: &[Case] = &[
         (
             (2, 3, 7, 7),
             (5, 3, 3),
