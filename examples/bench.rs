@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick]`
 //!
-//! FAMILY: `elementwise`, `reduce`, `matmul` (none means all). Prints a table, or one JSON
+//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv` (none means all). Prints a table, or one JSON
 //! object per line with `op`, `variant`, `device`, `dtype`, `shape`, `median_ms`, `gflops` or
 //! `gbps`, and `peak_fraction`. Peaks are measured in the same run: memory bandwidth by a large
 //! copy on each device, and the CPU's FMA rate by a register-only FMA loop.
@@ -57,16 +57,21 @@ fn parse() -> Result<Opts, String> {
                     .and_then(|d| DType::parse(&d))
                     .ok_or("--dtype takes f32, f16 or bf16")?,
             ),
-            "elementwise" | "reduce" | "matmul" => o.families.push(a),
+            "elementwise" | "reduce" | "matmul" | "conv" => o.families.push(a),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; families: elementwise reduce matmul"
+                    "unknown argument {other:?}; families: elementwise reduce matmul conv"
                 ))
             }
         }
     }
     if o.families.is_empty() {
-        o.families = vec!["elementwise".into(), "reduce".into(), "matmul".into()];
+        o.families = vec![
+            "elementwise".into(),
+            "reduce".into(),
+            "matmul".into(),
+            "conv".into(),
+        ];
     }
     if o.devices.is_empty() {
         o.devices.push(Device::Cpu);
@@ -267,6 +272,44 @@ fn matmul(
     Ok(())
 }
 
+/// SD 1.5's 3x3 convolutions (batch 2, padding 1): 320 ch at 64x64, 640 at 32x32, 1280 at 16x16.
+fn conv(
+    o: &Opts,
+    device: Device,
+    dtype: DType,
+    peak_flops: Option<f64>,
+    rows: &mut Vec<Row>,
+) -> xpu::Result<()> {
+    let shapes: Vec<(usize, usize)> = if o.quick {
+        vec![(64, 16)]
+    } else {
+        vec![(320, 64), (640, 32), (1280, 16)]
+    };
+    let p = xpu::Conv2dParams {
+        padding: (1, 1),
+        ..Default::default()
+    };
+    for (c, hw) in shapes {
+        let x = Tensor::randn(&[2, c, hw, hw], dtype, device, 1)?;
+        let w = Tensor::randn(&[c, c, 3, 3], dtype, device, 2)?.mul_scalar(0.02)?;
+        let b = Tensor::randn(&[c], dtype, device, 3)?;
+        let ms = time(device, o.quick, || x.conv2d(&w, Some(&b), p))?;
+        let gflops = 2.0 * (2 * c * c * 9 * hw * hw) as f64 / (ms / 1e3) / 1e9;
+        rows.push(Row {
+            op: "conv2d_3x3".into(),
+            variant: "im2col".into(),
+            device,
+            dtype,
+            shape: vec![2, c, hw, hw],
+            median_ms: ms,
+            gflops: Some(gflops),
+            gbps: None,
+            peak_fraction: peak_flops.map(|pk| gflops / pk),
+        });
+    }
+    Ok(())
+}
+
 /// Single-precision FMA peak of this CPU (all cores), from a register-only AVX-512 FMA loop.
 fn cpu_fma_peak() -> f64 {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -289,7 +332,7 @@ fn main() {
 
 fn run(o: &Opts) -> xpu::Result<()> {
     let mut rows = Vec::new();
-    let fma_peak = if o.families.iter().any(|f| f == "matmul") {
+    let fma_peak = if o.families.iter().any(|f| f == "matmul" || f == "conv") {
         Some(cpu_fma_peak())
     } else {
         None
@@ -315,6 +358,17 @@ fn run(o: &Opts) -> xpu::Result<()> {
                 match fam.as_str() {
                     "elementwise" => elementwise(o, device, dtype, peak_bw, &mut rows)?,
                     "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,
+                    "conv" => conv(
+                        o,
+                        device,
+                        dtype,
+                        if device == Device::Cpu {
+                            fma_peak
+                        } else {
+                            None
+                        },
+                        &mut rows,
+                    )?,
                     _ => matmul(
                         o,
                         device,
