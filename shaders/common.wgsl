@@ -146,3 +146,42 @@ fn strided(i: u32, strides_at: u32) -> u32 {
 fn linear_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }
+
+// Activations shared by the elementwise ops and the fused epilogues.
+
+fn erf_approx(x: f32) -> f32 {
+    // Abramowitz-Stegun 7.1.26 is only 1.5e-7 absolute; use erf(x) = 1 - erfc with a
+    // Numerical-Recipes style Chebyshev fit (|rel err| < 1.2e-7 everywhere).
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+        + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+        + t * (-0.82215223 + t * 0.17087277)))))))));
+    let erf_abs = 1.0 - r;
+    return select(erf_abs, -erf_abs, x < 0.0);
+}
+
+fn tanh_stable(x: f32) -> f32 {
+    let e = exp(-2.0 * abs(x));
+    let t = (1.0 - e) / (1.0 + e);
+    return select(t, -t, x < 0.0);
+}
+
+fn sigmoid(x: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+// Exact GELU (PyTorch's default): x * Phi(x).
+fn gelu_erf(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752));
+}
+
+// GELU, tanh approximation (PyTorch's approximate="tanh").
+fn gelu_tanh(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + tanh_stable(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+}
+
+// SiLU (swish): x * sigmoid(x).
+fn silu(x: f32) -> f32 {
+    return x * sigmoid(x);
+}

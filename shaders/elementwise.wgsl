@@ -2,28 +2,6 @@
 // Each invocation writes one output word (1, 2 or 4 elements, see common.wgsl). params[0] is the
 // number of output elements; VARIANT is the op code (UnaryOp::code / BinaryOp::code).
 
-fn erf_approx(x: f32) -> f32 {
-    // Abramowitz-Stegun 7.1.26 is only 1.5e-7 absolute; use erf(x) = 1 - erfc with a
-    // Numerical-Recipes style Chebyshev fit (|rel err| < 1.2e-7 everywhere).
-    let z = abs(x);
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
-        + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
-        + t * (-0.82215223 + t * 0.17087277)))))))));
-    let erf_abs = 1.0 - r;
-    return select(erf_abs, -erf_abs, x < 0.0);
-}
-
-fn tanh_stable(x: f32) -> f32 {
-    let e = exp(-2.0 * abs(x));
-    let t = (1.0 - e) / (1.0 + e);
-    return select(t, -t, x < 0.0);
-}
-
-fn sigmoid(x: f32) -> f32 {
-    return 1.0 / (1.0 + exp(-x));
-}
-
 // sin and cos with Cody-Waite reduction by pi/2 and minimax polynomials on [-pi/4, pi/4]:
 // accurate to a few ulp for |x| < 1e5 (the GPU builtins promise only 2^-11 absolute).
 fn sincos_reduced(x: f32, want_cos: bool) -> f32 {
@@ -115,11 +93,9 @@ fn unary_op(op: u32, x: f32, a: f32, b: f32) -> f32 {
         case 6u: { return tanh_stable(x); }
         case 7u: { return sigmoid(x); }
         case 8u: { return select(max(x, 0.0), x, is_nan(x)); }
-        case 9u: { return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752)); }
-        case 10u: {
-            return 0.5 * x * (1.0 + tanh_stable(0.79788456080286536 * (x + 0.044715 * x * x * x)));
-        }
-        case 11u: { return x * sigmoid(x); }
+        case 9u: { return gelu_erf(x); }
+        case 10u: { return gelu_tanh(x); }
+        case 11u: { return silu(x); }
         case 12u: { return sincos_reduced(x, false); }
         case 13u: { return sincos_reduced(x, true); }
         case 14u: { return x * a + b; }

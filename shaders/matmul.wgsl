@@ -95,31 +95,13 @@ fn stage_b(buf: u32, base: u32, tile: u32, k0: u32, tn: u32, tk: u32, lid: u32, 
     }
 }
 
-fn erf_approx(x: f32) -> f32 {
-    let z = abs(x);
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
-        + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
-        + t * (-0.82215223 + t * 0.17087277)))))))));
-    let erf_abs = 1.0 - r;
-    return select(erf_abs, -erf_abs, x < 0.0);
-}
-
-fn tanh_stable(x: f32) -> f32 {
-    let e = exp(-2.0 * abs(x));
-    let t = (1.0 - e) / (1.0 + e);
-    return select(t, -t, x < 0.0);
-}
-
 // Activation codes: 0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh), 4 silu.
 fn activate(x: f32) -> f32 {
     switch (p(40u) >> 8u) {
         case 1u: { return select(max(x, 0.0), x, is_nan(x)); }
-        case 2u: { return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752)); }
-        case 3u: {
-            return 0.5 * x * (1.0 + tanh_stable(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-        }
-        case 4u: { return x * (1.0 / (1.0 + exp(-x))); }
+        case 2u: { return gelu_erf(x); }
+        case 3u: { return gelu_tanh(x); }
+        case 4u: { return silu(x); }
         default: { return x; }
     }
 }
