@@ -5,6 +5,7 @@ pub mod kinds;
 
 pub mod conv;
 mod elementwise;
+mod ffn;
 pub mod fused;
 mod matmul;
 mod norm;
