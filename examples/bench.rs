@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick]`
 //!
-//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv` (none means all). Prints a table, or one JSON
+//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn` (none means all). Prints a table, or one JSON
 //! object per line with `op`, `variant`, `device`, `dtype`, `shape`, `median_ms`, `gflops` or
 //! `gbps`, and `peak_fraction`. Peaks are measured in the same run: memory bandwidth by a large
 //! copy on each device, and the CPU's FMA rate by a register-only FMA loop.
@@ -57,10 +57,10 @@ fn parse() -> Result<Opts, String> {
                     .and_then(|d| DType::parse(&d))
                     .ok_or("--dtype takes f32, f16 or bf16")?,
             ),
-            "elementwise" | "reduce" | "matmul" | "conv" => o.families.push(a),
+            "elementwise" | "reduce" | "matmul" | "conv" | "ffn" => o.families.push(a),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; families: elementwise reduce matmul conv"
+                    "unknown argument {other:?}; families: elementwise reduce matmul conv ffn"
                 ))
             }
         }
@@ -71,6 +71,7 @@ fn parse() -> Result<Opts, String> {
             "reduce".into(),
             "matmul".into(),
             "conv".into(),
+            "ffn".into(),
         ];
     }
     if o.devices.is_empty() {
@@ -310,6 +311,49 @@ fn conv(
     Ok(())
 }
 
+/// SD 1.5's GEGLU feed-forward at 2×4096 tokens, dim 320 (inner 1280), fused and unfused.
+fn ffn(
+    o: &Opts,
+    device: Device,
+    dtype: DType,
+    peak_flops: Option<f64>,
+    rows: &mut Vec<Row>,
+) -> xpu::Result<()> {
+    let (tokens, dim) = if o.quick {
+        (2 * 256, 64)
+    } else {
+        (2 * 4096, 320)
+    };
+    let inner = 4 * dim;
+    let x = Tensor::randn(&[tokens, dim], dtype, device, 1)?;
+    let w1 = Tensor::randn(&[2 * inner, dim], dtype, device, 2)?.mul_scalar(0.05)?;
+    let b1 = Tensor::randn(&[2 * inner], dtype, device, 3)?;
+    let w2 = Tensor::randn(&[dim, inner], dtype, device, 4)?.mul_scalar(0.05)?;
+    let b2 = Tensor::randn(&[dim], dtype, device, 5)?;
+    let flops = 2.0 * (tokens * dim * 2 * inner + tokens * inner * dim) as f64;
+    let fused = time(device, o.quick, || {
+        x.ffn_geglu(&w1, Some(&b1), &w2, Some(&b2), Some(&x))
+    })?;
+    let unfused = time(device, o.quick, || {
+        x.ffn_geglu_unfused(&w1, Some(&b1), &w2, Some(&b2), Some(&x))
+    })?;
+    for (variant, ms) in [("fused", fused), ("unfused", unfused)] {
+        let gflops = flops / (ms / 1e3) / 1e9;
+        rows.push(Row {
+            op: "ffn_geglu".into(),
+            variant: variant.into(),
+            device,
+            dtype,
+            shape: vec![tokens, dim, inner],
+            median_ms: ms,
+            gflops: Some(gflops),
+            gbps: None,
+            peak_fraction: peak_flops.map(|pk| gflops / pk),
+        });
+    }
+    Ok(())
+}
+
 /// Single-precision FMA peak of this CPU (all cores), from a register-only AVX-512 FMA loop.
 fn cpu_fma_peak() -> f64 {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -332,7 +376,11 @@ fn main() {
 
 fn run(o: &Opts) -> xpu::Result<()> {
     let mut rows = Vec::new();
-    let fma_peak = if o.families.iter().any(|f| f == "matmul" || f == "conv") {
+    let fma_peak = if o
+        .families
+        .iter()
+        .any(|f| f == "matmul" || f == "conv" || f == "ffn")
+    {
         Some(cpu_fma_peak())
     } else {
         None
@@ -359,6 +407,17 @@ fn run(o: &Opts) -> xpu::Result<()> {
                     "elementwise" => elementwise(o, device, dtype, peak_bw, &mut rows)?,
                     "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,
                     "conv" => conv(
+                        o,
+                        device,
+                        dtype,
+                        if device == Device::Cpu {
+                            fma_peak
+                        } else {
+                            None
+                        },
+                        &mut rows,
+                    )?,
+                    "ffn" => ffn(
                         o,
                         device,
                         dtype,
