@@ -26,6 +26,60 @@ struct Row {
     peak_fraction: Option<f64>,
 }
 
+// Row constructors take one argument per table column.
+#[allow(clippy::too_many_arguments)]
+impl Row {
+    /// A row measured in GFLOP/s (`peak` in GFLOP/s when known).
+    fn flops(
+        op: &str,
+        variant: &str,
+        device: Device,
+        dtype: DType,
+        shape: Vec<usize>,
+        ms: f64,
+        flops: f64,
+        peak: Option<f64>,
+    ) -> Row {
+        let gflops = flops / (ms / 1e3) / 1e9;
+        Row {
+            op: op.into(),
+            variant: variant.into(),
+            device,
+            dtype,
+            shape,
+            median_ms: ms,
+            gflops: Some(gflops),
+            gbps: None,
+            peak_fraction: peak.map(|p| gflops / p),
+        }
+    }
+
+    /// A row measured in GB/s against the device's copy bandwidth.
+    fn bytes(
+        op: &str,
+        variant: &str,
+        device: Device,
+        dtype: DType,
+        shape: Vec<usize>,
+        ms: f64,
+        bytes: f64,
+        peak: f64,
+    ) -> Row {
+        let gbps = bytes / (ms / 1e3) / 1e9;
+        Row {
+            op: op.into(),
+            variant: variant.into(),
+            device,
+            dtype,
+            shape,
+            median_ms: ms,
+            gflops: None,
+            gbps: Some(gbps),
+            peak_fraction: Some(gbps / peak),
+        }
+    }
+}
+
 struct Opts {
     families: Vec<String>,
     devices: Vec<Device>,
@@ -180,18 +234,16 @@ fn elementwise(
         ];
         for (name, bytes, f) in cases {
             let ms = time(device, o.quick, f)?;
-            let gbps = bytes / (ms / 1e3) / 1e9;
-            rows.push(Row {
-                op: name.into(),
-                variant: "contiguous".into(),
+            rows.push(Row::bytes(
+                name,
+                "contiguous",
                 device,
                 dtype,
-                shape: vec![n],
-                median_ms: ms,
-                gflops: None,
-                gbps: Some(gbps),
-                peak_fraction: Some(gbps / peak_bw),
-            });
+                vec![n],
+                ms,
+                bytes,
+                peak_bw,
+            ));
         }
     }
     Ok(())
@@ -216,18 +268,16 @@ fn reduce(
     ];
     for (name, variant, bytes, f) in cases {
         let ms = time(device, o.quick, f)?;
-        let gbps = bytes / (ms / 1e3) / 1e9;
-        rows.push(Row {
-            op: name.into(),
-            variant: variant.into(),
+        rows.push(Row::bytes(
+            name,
+            variant,
             device,
             dtype,
-            shape: vec![r, c],
-            median_ms: ms,
-            gflops: None,
-            gbps: Some(gbps),
-            peak_fraction: Some(gbps / peak_bw),
-        });
+            vec![r, c],
+            ms,
+            bytes,
+            peak_bw,
+        ));
     }
     Ok(())
 }
@@ -257,18 +307,16 @@ fn matmul(
         let a = Tensor::randn(&[m, k], dtype, device, 1)?;
         let b = Tensor::randn(&[k, n], dtype, device, 2)?;
         let ms = time(device, o.quick, || a.matmul(&b))?;
-        let gflops = 2.0 * (m * n * k) as f64 / (ms / 1e3) / 1e9;
-        rows.push(Row {
-            op: "matmul".into(),
-            variant: "default".into(),
+        rows.push(Row::flops(
+            "matmul",
+            "default",
             device,
             dtype,
-            shape: vec![m, k, n],
-            median_ms: ms,
-            gflops: Some(gflops),
-            gbps: None,
-            peak_fraction: peak_flops.map(|p| gflops / p),
-        });
+            vec![m, k, n],
+            ms,
+            2.0 * (m * n * k) as f64,
+            peak_flops,
+        ));
     }
     Ok(())
 }
@@ -295,18 +343,16 @@ fn conv(
         let w = Tensor::randn(&[c, c, 3, 3], dtype, device, 2)?.mul_scalar(0.02)?;
         let b = Tensor::randn(&[c], dtype, device, 3)?;
         let ms = time(device, o.quick, || x.conv2d(&w, Some(&b), p))?;
-        let gflops = 2.0 * (2 * c * c * 9 * hw * hw) as f64 / (ms / 1e3) / 1e9;
-        rows.push(Row {
-            op: "conv2d_3x3".into(),
-            variant: "im2col".into(),
+        rows.push(Row::flops(
+            "conv2d_3x3",
+            "im2col",
             device,
             dtype,
-            shape: vec![2, c, hw, hw],
-            median_ms: ms,
-            gflops: Some(gflops),
-            gbps: None,
-            peak_fraction: peak_flops.map(|pk| gflops / pk),
-        });
+            vec![2, c, hw, hw],
+            ms,
+            2.0 * (2 * c * c * 9 * hw * hw) as f64,
+            peak_flops,
+        ));
     }
     Ok(())
 }
@@ -338,18 +384,16 @@ fn ffn(
         x.ffn_geglu_unfused(&w1, Some(&b1), &w2, Some(&b2), Some(&x))
     })?;
     for (variant, ms) in [("fused", fused), ("unfused", unfused)] {
-        let gflops = flops / (ms / 1e3) / 1e9;
-        rows.push(Row {
-            op: "ffn_geglu".into(),
-            variant: variant.into(),
+        rows.push(Row::flops(
+            "ffn_geglu",
+            variant,
             device,
             dtype,
-            shape: vec![tokens, dim, inner],
-            median_ms: ms,
-            gflops: Some(gflops),
-            gbps: None,
-            peak_fraction: peak_flops.map(|pk| gflops / pk),
-        });
+            vec![tokens, dim, inner],
+            ms,
+            flops,
+            peak_flops,
+        ));
     }
     Ok(())
 }
@@ -401,44 +445,19 @@ fn run(o: &Opts) -> xpu::Result<()> {
                 }
             );
         }
+        let flop_peak = if device == Device::Cpu {
+            fma_peak
+        } else {
+            None
+        };
         for &dtype in &o.dtypes {
             for fam in &o.families {
                 match fam.as_str() {
                     "elementwise" => elementwise(o, device, dtype, peak_bw, &mut rows)?,
                     "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,
-                    "conv" => conv(
-                        o,
-                        device,
-                        dtype,
-                        if device == Device::Cpu {
-                            fma_peak
-                        } else {
-                            None
-                        },
-                        &mut rows,
-                    )?,
-                    "ffn" => ffn(
-                        o,
-                        device,
-                        dtype,
-                        if device == Device::Cpu {
-                            fma_peak
-                        } else {
-                            None
-                        },
-                        &mut rows,
-                    )?,
-                    _ => matmul(
-                        o,
-                        device,
-                        dtype,
-                        if device == Device::Cpu {
-                            fma_peak
-                        } else {
-                            None
-                        },
-                        &mut rows,
-                    )?,
+                    "conv" => conv(o, device, dtype, flop_peak, &mut rows)?,
+                    "ffn" => ffn(o, device, dtype, flop_peak, &mut rows)?,
+                    _ => matmul(o, device, dtype, flop_peak, &mut rows)?,
                 }
             }
         }
