@@ -34,6 +34,7 @@ mod error;
 pub mod layout;
 pub mod nn;
 pub mod ops;
+pub mod schedulers;
 mod storage;
 mod tensor;
 mod xpu;
