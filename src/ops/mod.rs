@@ -3,6 +3,7 @@
 
 pub mod kinds;
 
+mod attention;
 pub mod conv;
 mod elementwise;
 mod ffn;

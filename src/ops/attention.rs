@@ -1,0 +1,216 @@
+//! Scaled dot-product attention: [`Tensor::scaled_dot_product_attention`] (fused) and
+//! [`Tensor::scaled_dot_product_attention_unfused`] (the reference with materialised scores).
+//!
+//! Semantics (PyTorch's `F.scaled_dot_product_attention`): `out = softmax(q·kᵀ·scale + mask)·v`
+//! over `[..., Lq, D] x [..., Lk, D] x [..., Lk, Dv] -> [..., Lq, Dv]`.
+//!
+//! Invariants:
+//! - q, k and v have rank >= 3, the same leading dims, device and float dtype; the output has
+//!   q's dtype and is contiguous. f16/bf16 inputs are computed in f32 (scores, softmax
+//!   statistics and P·V) and rounded once.
+//! - `mask` broadcasts to `[..., Lq, Lk]`; a `U8` mask is boolean (nonzero keeps the key, as a
+//!   PyTorch bool mask), any other mask must have q's dtype and is added to the scaled scores.
+//! - `scale` defaults to `1/sqrt(D)` (1 when `D == 0`) and must be finite.
+//! - A query row whose keys are all masked out (or `Lk == 0`) yields zeros, as PyTorch >= 2.5
+//!   does; `Lq == 0` or an empty batch gives an empty output. Nothing here panics.
+//! - Views (e.g. diffusers' `[B, L, H, D] -> transpose(1, 2)`) are read in place by strides.
+
+use crate::layout::broadcast_shapes;
+use crate::{DType, Error, Result, Tensor};
+
+/// The checked geometry of one attention call.
+pub(crate) struct AttnShape {
+    /// Leading (batch) dims, shared by q, k, v and the output.
+    pub lead: Vec<usize>,
+    /// Query rows.
+    pub lq: usize,
+    /// Key/value rows.
+    pub lk: usize,
+    /// Value head dim.
+    pub dv: usize,
+    /// The softmax scale.
+    pub scale: f32,
+}
+
+impl AttnShape {
+    /// The output shape `[..., Lq, Dv]`.
+    pub(crate) fn out_shape(&self) -> Vec<usize> {
+        let mut s = self.lead.clone();
+        s.extend([self.lq, self.dv]);
+        s
+    }
+
+    /// The score shape `[..., Lq, Lk]` the mask broadcasts to.
+    pub(crate) fn score_shape(&self) -> Vec<usize> {
+        let mut s = self.lead.clone();
+        s.extend([self.lq, self.lk]);
+        s
+    }
+}
+
+/// Checks q, k, v, the mask and the scale; returns the geometry.
+pub(crate) fn check(
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: Option<f64>,
+) -> Result<AttnShape> {
+    for t in [k, v] {
+        q.same_device(t, op)?;
+        q.same_dtype(t, op)?;
+    }
+    if !q.dtype().is_float() {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: q.dtype(),
+            device: q.device(),
+            hint: ": attention needs f32, f16 or bf16 q, k and v".into(),
+        });
+    }
+    let r = q.rank();
+    if r < 3 || k.rank() != r || v.rank() != r {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: "q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] of the same rank >= 3"
+                .into(),
+            got: format!("q {:?}, k {:?}, v {:?}", q.shape(), k.shape(), v.shape()),
+        });
+    }
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let lead = &qs[..r - 2];
+    if &ks[..r - 2] != lead
+        || &vs[..r - 2] != lead
+        || ks[r - 1] != qs[r - 1]
+        || vs[r - 2] != ks[r - 2]
+    {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: "q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] with equal leading dims"
+                .into(),
+            got: format!("q {qs:?}, k {ks:?}, v {vs:?}"),
+        });
+    }
+    let d = qs[r - 1];
+    let scale = match scale {
+        Some(s) if s.is_finite() => s,
+        Some(s) => return Err(Error::invalid(op, format!("scale must be finite, got {s}"))),
+        None if d == 0 => 1.0,
+        None => 1.0 / (d as f64).sqrt(),
+    };
+    let shape = AttnShape {
+        lead: lead.to_vec(),
+        lq: qs[r - 2],
+        lk: ks[r - 2],
+        dv: vs[r - 1],
+        scale: scale as f32,
+    };
+    if let Some(m) = mask {
+        q.same_device(m, op)?;
+        if m.dtype() != DType::U8 && m.dtype() != q.dtype() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "mask must be u8 (boolean, nonzero keeps) or {} (additive), got {}",
+                    q.dtype(),
+                    m.dtype()
+                ),
+            ));
+        }
+        let scores = shape.score_shape();
+        let ok = m.rank() <= scores.len()
+            && broadcast_shapes(op, &scores, m.shape()).is_ok_and(|b| b == scores);
+        if !ok {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: format!("a mask that broadcasts to the scores {scores:?}"),
+                got: format!("{:?}", m.shape()),
+            });
+        }
+    }
+    Ok(shape)
+}
+
+/// The mask as an f32 additive mask (`0` keeps, `-inf` drops for a boolean mask).
+fn additive_f32(mask: &Tensor) -> Result<Tensor> {
+    let m = mask.to_dtype(DType::F32)?;
+    if mask.dtype() == DType::U8 {
+        // keep = min(m, 1) in {0, 1}; log(keep) in {-inf, 0}.
+        m.minimum_scalar(1.0)?.log()
+    } else {
+        Ok(m)
+    }
+}
+
+/// Softmax along the last dim that gives an all-zero row where every entry is `-inf`.
+fn safe_softmax(s: &Tensor) -> Result<Tensor> {
+    // A finite row max keeps `-inf - max` at `-inf` (exp = 0) instead of NaN; every row that
+    // has a finite entry sums to >= 1, so the clamp of the sum only touches all-masked rows.
+    let max = s.max(-1, true)?.maximum_scalar(f64::from(f32::MIN))?;
+    let e = s.sub(&max)?.exp()?;
+    let sum = e
+        .sum(-1, true)?
+        .maximum_scalar(f64::from(f32::MIN_POSITIVE))?;
+    e.div(&sum)
+}
+
+impl Tensor {
+    /// Fused scaled dot-product attention, `softmax(q·kᵀ·scale + mask)·v` for `self = q`
+    /// `[..., Lq, D]`, `k` `[..., Lk, D]`, `v` `[..., Lk, Dv]` (same leading dims, rank >= 3;
+    /// `[B, H, L, D]` is the main case). `mask` broadcasts to `[..., Lq, Lk]`: `U8` is boolean
+    /// (nonzero keeps), a float mask in q's dtype is additive. `scale` defaults to `1/sqrt(D)`.
+    /// The output is `[..., Lq, Dv]` in q's dtype; rows with every key masked out are zero.
+    /// The score matrix is never materialised: memory stays O(Lq·Dv) beyond the inputs.
+    pub fn scaled_dot_product_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        scale: Option<f64>,
+    ) -> Result<Tensor> {
+        let op = "scaled_dot_product_attention";
+        let shape = check(op, self, k, v, mask, scale)?;
+        if let Some(empty) = empty_output(self, &shape)? {
+            return Ok(empty);
+        }
+        self.scaled_dot_product_attention_unfused(k, v, mask, scale)
+    }
+
+    /// The same computed as matmul -> scale -> (mask) -> softmax -> matmul with materialised
+    /// `[..., Lq, Lk]` f32 scores (the reference for tests and the `unfused` bench rows).
+    pub fn scaled_dot_product_attention_unfused(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        scale: Option<f64>,
+    ) -> Result<Tensor> {
+        let op = "scaled_dot_product_attention_unfused";
+        let shape = check(op, self, k, v, mask, scale)?;
+        if let Some(empty) = empty_output(self, &shape)? {
+            return Ok(empty);
+        }
+        let kt = k.t()?;
+        let scores = self
+            .matmul_fused(&kt)
+            .alpha(f64::from(shape.scale))
+            .out_dtype(DType::F32)
+            .run()?;
+        let p = match mask {
+            Some(m) => safe_softmax(&scores.add(&additive_f32(m)?)?)?,
+            None => scores.softmax(-1)?,
+        };
+        p.matmul(&v.to_dtype(DType::F32)?)?.to_dtype(self.dtype())
+    }
+}
+
+/// The output when there is nothing to compute: empty (`Lq == 0`, empty batch) or all-zero
+/// (`Lk == 0`: every row has all keys masked out).
+pub(crate) fn empty_output(q: &Tensor, s: &AttnShape) -> Result<Option<Tensor>> {
+    let out = s.out_shape();
+    if crate::layout::numel(&out) == 0 || s.lk == 0 {
+        return Ok(Some(Tensor::zeros(&out, q.dtype(), q.device())?));
+    }
+    Ok(None)
+}
