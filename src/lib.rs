@@ -44,10 +44,10 @@ pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::Layout;
-pub use ops::conv::Conv2dParams;
+pub use ops::conv::{Conv2dBuilder, Conv2dParams};
 pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
 pub use ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
-pub use tensor::Tensor;
+pub use tensor::{MemoryFormat, Tensor};
 pub use xpu::{AdapterSummary, MemoryStats, XpuFeatures};
 
 /// Every GPU adapter wgpu can see (name, backend, driver, the features `xpu` uses, limits);

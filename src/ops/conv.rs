@@ -1,15 +1,24 @@
 //! 2-D convolution with PyTorch semantics (`F.conv2d`: stride, padding, dilation, groups, bias)
-//! on NCHW input, on every device.
+//! on NCHW and channels-last input, on every device, with a fused epilogue
+//! ([`Conv2dBuilder`]: `act(conv(x, w) + bias) + residual`).
 //!
-//! This first engine lowers the convolution to a matrix product: the padded input is viewed
-//! (without a copy) as `[N, G, C/G, kh, kw, Ho, Wo]` through strides, permuted to
-//! `[G, N·Ho·Wo, C/G·kh·kw]`, gathered once (the im2col copy) and multiplied by the weights
-//! `[G, C/G·kh·kw, O/G]` with the bias fused into the product's store. Invariant: the strided
-//! view never reaches outside the padded input (checked against its storage). The implicit-GEMM
-//! kernels of issue 4 (no im2col buffer, channels-last) replace the gather without changing
-//! results.
+//! Memory formats follow PyTorch: the output is channels-last when the input or the weight is
+//! (by [`Tensor::memory_format`]), NCHW otherwise; its shape is always `[N, O, Ho, Wo]`.
+//!
+//! Engines:
+//! - im2col (every device; the Xpu's until its implicit-GEMM kernel lands): the padded input is
+//!   viewed (without a copy) as `[N, G, C/G, kh, kw, Ho, Wo]` through strides, permuted to
+//!   `[G, N·Ho·Wo, C/G·kh·kw]`, gathered once (the im2col copy) and multiplied by the weights
+//!   `[G, C/G·kh·kw, O/G]` with the whole epilogue fused into the product's store. Its rows
+//!   `[N·Ho·Wo, O]` are the NHWC output, so a channels-last result costs no extra pass.
+//!   Invariant: the strided view never reaches outside the padded input (checked against its
+//!   storage).
+//!
+//! Semantics are defined by [`Conv2dBuilder::run_unfused`] (separate ops, f32 until one final
+//! rounding), which the tests compare the fused engines against.
 
-use crate::{Error, Layout, Result, Tensor};
+use crate::cpu::gemm::Activation;
+use crate::{DType, Error, Layout, MemoryFormat, Result, Tensor};
 
 /// Stride, padding and dilation of a 2-D convolution, `(height, width)` each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,61 +44,48 @@ impl Default for Conv2dParams {
     }
 }
 
-impl Tensor {
-    /// `F.conv2d(self, weight, bias, stride, padding, dilation, groups)` for `self` of shape
-    /// `[N, C, H, W]` and `weight` of shape `[O, C/groups, kh, kw]`; returns `[N, O, Ho, Wo]`.
-    pub fn conv2d(
-        &self,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
+/// The validated geometry of one convolution: input `[n, c, h, w]`, weight `[o, c/g, kh, kw]`,
+/// output `[n, o, ho, wo]`. Invariant: every field is consistent (checked by [`ConvGeom::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ConvGeom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub ho: usize,
+    pub wo: usize,
+    pub p: Conv2dParams,
+}
+
+impl ConvGeom {
+    /// Checks an input shape against a weight shape and parameters.
+    pub(crate) fn new(
+        op: &'static str,
+        x: &[usize],
+        wt: &[usize],
         p: Conv2dParams,
-    ) -> Result<Tensor> {
-        let op = "conv2d";
-        self.same_device(weight, op)?;
-        self.same_dtype(weight, op)?;
-        if self.rank() != 4 || weight.rank() != 4 {
+    ) -> Result<Self> {
+        let (&[n, c, h, w], &[o, cg, kh, kw]) = (x, wt) else {
             return Err(Error::ShapeMismatch {
                 op,
                 expected: "input [N, C, H, W] and weight [O, C/groups, kh, kw]".into(),
-                got: format!("{:?} and {:?}", self.shape(), weight.shape()),
+                got: format!("{x:?} and {wt:?}"),
             });
-        }
-        let (n, c, h, w) = (
-            self.shape()[0],
-            self.shape()[1],
-            self.shape()[2],
-            self.shape()[3],
-        );
-        let (o, cg, kh, kw) = (
-            weight.shape()[0],
-            weight.shape()[1],
-            weight.shape()[2],
-            weight.shape()[3],
-        );
+        };
         let g = p.groups;
         let zero = [p.stride.0, p.stride.1, p.dilation.0, p.dilation.1, g].contains(&0);
         if zero || c % g != 0 || o % g != 0 || cg != c / g {
             return Err(Error::invalid(
                 op,
-                format!("need non-zero stride/dilation/groups, C={c} and O={o} divisible by groups={g}, and weight dim 1 = C/groups; got weight {:?}", weight.shape()),
+                format!("need non-zero stride/dilation/groups, C={c} and O={o} divisible by groups={g}, and weight dim 1 = C/groups; got weight {wt:?}"),
             ));
         }
-        if let Some(b) = bias {
-            self.same_device(b, op)?;
-            self.same_dtype(b, op)?;
-            if b.shape() != [o] {
-                return Err(Error::shape(
-                    op,
-                    format!("a bias of shape [{o}]"),
-                    b.shape(),
-                ));
-            }
-        }
         let (hp, wp) = (h + 2 * p.padding.0, w + 2 * p.padding.1);
-        let (ekh, ekw) = (
-            p.dilation.0 * (kh.max(1) - 1) + 1,
-            p.dilation.1 * (kw.max(1) - 1) + 1,
-        );
+        let ekh = p.dilation.0 * (kh.max(1) - 1) + 1;
+        let ekw = p.dilation.1 * (kw.max(1) - 1) + 1;
         if kh == 0 || kw == 0 || hp < ekh || wp < ekw {
             return Err(Error::invalid(
                 op,
@@ -100,55 +96,274 @@ impl Tensor {
             ));
         }
         let (ho, wo) = ((hp - ekh) / p.stride.0 + 1, (wp - ekw) / p.stride.1 + 1);
-        let x = self
-            .pad(&[p.padding.1, p.padding.1, p.padding.0, p.padding.0], 0.0)?
-            .contiguous()?;
-        // Unfold view [N, G, C/G, kh, kw, Ho, Wo] over the padded contiguous input.
-        let (sn, sc, sh) = (c * hp * wp, hp * wp, wp);
-        let unfold = Layout::from_parts(
-            vec![n, g, cg, kh, kw, ho, wo],
-            vec![
-                sn,
-                cg * sc,
-                sc,
-                p.dilation.0 * sh,
-                p.dilation.1,
-                p.stride.0 * sh,
-                p.stride.1,
-            ],
-            x.layout().offset(),
-        );
-        if unfold.max_offset() > x.storage().len() {
-            return Err(Error::invalid(
-                op,
-                "internal: unfold view outside the input",
-            ));
-        }
-        let cols = x
-            .with_layout(unfold)
-            .permute(&[1, 0, 5, 6, 2, 3, 4])?
-            .reshape(&[g, n * ho * wo, cg * kh * kw])?;
-        let wmat = weight.reshape(&[g, o / g, cg * kh * kw])?.transpose(1, 2)?;
-        let mut outs = Vec::with_capacity(g);
-        for gi in 0..g {
-            let a = cols.narrow(0, gi, 1)?.squeeze(0)?;
-            let b = wmat.narrow(0, gi, 1)?.squeeze(0)?;
-            let bias_g = bias.map(|t| t.narrow(0, gi * (o / g), o / g)).transpose()?;
-            let mut mm = a.matmul_fused(&b);
-            if let Some(bg) = &bias_g {
-                mm = mm.bias(bg);
-            }
-            outs.push(mm.run()?);
-        }
-        let refs: Vec<&Tensor> = outs.iter().collect();
-        // [N·Ho·Wo, O] -> [N, O, Ho, Wo]
-        let y = if g == 1 {
-            outs[0].clone()
-        } else {
-            Tensor::cat(&refs, 1)?
-        };
-        y.reshape(&[n, ho, wo, o])?
-            .permute(&[0, 3, 1, 2])?
-            .contiguous()
+        Ok(ConvGeom {
+            n,
+            c,
+            h,
+            w,
+            o,
+            kh,
+            kw,
+            ho,
+            wo,
+            p,
+        })
     }
+
+    /// `[N, O, Ho, Wo]`.
+    pub(crate) fn out_shape(&self) -> [usize; 4] {
+        [self.n, self.o, self.ho, self.wo]
+    }
+
+    /// Rows of the product: output pixels `N·Ho·Wo`.
+    pub(crate) fn m(&self) -> usize {
+        self.n * self.ho * self.wo
+    }
+}
+
+/// A convolution with a fused epilogue, `act(conv2d(x, w) + bias) + residual`; made by
+/// [`Tensor::conv2d_fused`], computed by [`Conv2dBuilder::run`].
+#[derive(Clone, Debug)]
+pub struct Conv2dBuilder<'a> {
+    x: &'a Tensor,
+    weight: &'a Tensor,
+    params: Conv2dParams,
+    bias: Option<&'a Tensor>,
+    residual: Option<&'a Tensor>,
+    activation: Activation,
+}
+
+impl Tensor {
+    /// `F.conv2d(self, weight, bias, stride, padding, dilation, groups)` for `self` of shape
+    /// `[N, C, H, W]` (NCHW or channels-last) and `weight` of shape `[O, C/groups, kh, kw]`;
+    /// returns `[N, O, Ho, Wo]`, channels-last when the input or weight is.
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        p: Conv2dParams,
+    ) -> Result<Tensor> {
+        let mut b = self.conv2d_fused(weight, p);
+        b.bias = bias;
+        b.run()
+    }
+
+    /// Starts a convolution with a fused epilogue; add `.bias()`, `.activation()`,
+    /// `.residual()` and finish with [`Conv2dBuilder::run`].
+    pub fn conv2d_fused<'a>(
+        &'a self,
+        weight: &'a Tensor,
+        params: Conv2dParams,
+    ) -> Conv2dBuilder<'a> {
+        Conv2dBuilder {
+            x: self,
+            weight,
+            params,
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+        }
+    }
+}
+
+/// The output format PyTorch picks: channels-last when the input or the weight is.
+pub(crate) fn output_format(x: &Tensor, weight: &Tensor) -> MemoryFormat {
+    if x.memory_format() == MemoryFormat::ChannelsLast
+        || weight.memory_format() == MemoryFormat::ChannelsLast
+    {
+        MemoryFormat::ChannelsLast
+    } else {
+        MemoryFormat::Contiguous
+    }
+}
+
+impl<'a> Conv2dBuilder<'a> {
+    /// Adds a per-output-channel bias (`[O]`).
+    pub fn bias(mut self, bias: &'a Tensor) -> Self {
+        self.bias = Some(bias);
+        self
+    }
+
+    /// Applies an activation after the bias.
+    pub fn activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+
+    /// Adds `residual` last; it broadcasts to the output `[N, O, Ho, Wo]` and may have any
+    /// layout (NCHW, channels-last, strided views).
+    pub fn residual(mut self, residual: &'a Tensor) -> Self {
+        self.residual = Some(residual);
+        self
+    }
+
+    /// Checks every operand; returns the geometry and the output format.
+    pub(crate) fn validate(&self) -> Result<(ConvGeom, MemoryFormat)> {
+        let op = "conv2d";
+        let (x, wt) = (self.x, self.weight);
+        x.same_device(wt, op)?;
+        x.same_dtype(wt, op)?;
+        if !x.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: x.dtype(),
+                device: x.device(),
+                hint: "; conv2d takes f32, f16 or bf16".into(),
+            });
+        }
+        let g = ConvGeom::new(op, x.shape(), wt.shape(), self.params)?;
+        if let Some(b) = self.bias {
+            x.same_device(b, op)?;
+            x.same_dtype(b, op)?;
+            if b.shape() != [g.o] {
+                return Err(Error::shape(
+                    op,
+                    format!("a bias of shape [{}]", g.o),
+                    b.shape(),
+                ));
+            }
+        }
+        if let Some(r) = self.residual {
+            x.same_device(r, "conv2d residual")?;
+            x.same_dtype(r, "conv2d residual")?;
+            r.layout()
+                .broadcast_to(&g.out_shape())
+                .map_err(|_| Error::ShapeMismatch {
+                    op: "conv2d residual",
+                    expected: format!("a shape that broadcasts to the output {:?}", g.out_shape()),
+                    got: format!("{:?}", r.shape()),
+                })?;
+        }
+        Ok((g, output_format(x, wt)))
+    }
+
+    /// Computes the fused convolution.
+    pub fn run(&self) -> Result<Tensor> {
+        let (g, fmt) = self.validate()?;
+        let nhwc = im2col(self.x, self.weight, &g, self, self.x.dtype())?;
+        finish(nhwc, &g, fmt)
+    }
+
+    /// The same result by separate ops: convolution in f32, `+ bias`, activation, `+ residual`,
+    /// one rounding to the input dtype (the semantics' definition; for tests and benchmarks).
+    pub fn run_unfused(&self) -> Result<Tensor> {
+        let (g, fmt) = self.validate()?;
+        let plain = Conv2dBuilder {
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+            ..self.clone()
+        };
+        let f32_ = |t: &Tensor| t.to_dtype(DType::F32);
+        let mut y = finish(
+            im2col(self.x, self.weight, &g, &plain, DType::F32)?,
+            &g,
+            fmt,
+        )?;
+        if let Some(b) = self.bias {
+            y = y.add(&f32_(b)?.reshape(&[1, g.o, 1, 1])?)?;
+        }
+        y = match self.activation {
+            Activation::None => y,
+            Activation::Relu => y.relu()?,
+            Activation::Gelu => y.gelu()?,
+            Activation::GeluTanh => y.gelu_tanh()?,
+            Activation::Silu => y.silu()?,
+        };
+        if let Some(r) = self.residual {
+            y = y.add(&f32_(r)?)?;
+        }
+        y.to_dtype(self.x.dtype())?.to_memory_format(fmt)
+    }
+}
+
+/// `[N·Ho·Wo, O]` rows (NHWC) to the `[N, O, Ho, Wo]` tensor in `fmt`.
+fn finish(rows: Tensor, g: &ConvGeom, fmt: MemoryFormat) -> Result<Tensor> {
+    let y = rows
+        .reshape(&[g.n, g.ho, g.wo, g.o])?
+        .permute(&[0, 3, 1, 2])?;
+    y.to_memory_format(fmt)
+}
+
+/// The im2col engine: `[N·Ho·Wo, O]` rows of `act(conv + bias) + residual` in `out_dtype`.
+fn im2col(
+    x: &Tensor,
+    weight: &Tensor,
+    g: &ConvGeom,
+    ep: &Conv2dBuilder,
+    out_dtype: DType,
+) -> Result<Tensor> {
+    let op = "conv2d";
+    let p = g.p;
+    let (n, c, kh, kw, ho, wo, o) = (g.n, g.c, g.kh, g.kw, g.ho, g.wo, g.o);
+    let (hp, wp) = (g.h + 2 * p.padding.0, g.w + 2 * p.padding.1);
+    let groups = p.groups;
+    let cg = c / groups;
+    let xp = x
+        .pad(&[p.padding.1, p.padding.1, p.padding.0, p.padding.0], 0.0)?
+        .contiguous()?;
+    // Unfold view [N, G, C/G, kh, kw, Ho, Wo] over the padded contiguous input.
+    let (sn, sc, sh) = (c * hp * wp, hp * wp, wp);
+    let unfold = Layout::from_parts(
+        vec![n, groups, cg, kh, kw, ho, wo],
+        vec![
+            sn,
+            cg * sc,
+            sc,
+            p.dilation.0 * sh,
+            p.dilation.1,
+            p.stride.0 * sh,
+            p.stride.1,
+        ],
+        xp.layout().offset(),
+    );
+    if unfold.max_offset() > xp.storage().len() {
+        return Err(Error::invalid(
+            op,
+            "internal: unfold view outside the input",
+        ));
+    }
+    let cols = xp
+        .with_layout(unfold)
+        .permute(&[1, 0, 5, 6, 2, 3, 4])?
+        .reshape(&[groups, g.m(), cg * kh * kw])?;
+    let wmat = weight
+        .reshape(&[groups, o / groups, cg * kh * kw])?
+        .transpose(1, 2)?;
+    // The residual as [N·Ho·Wo, O] rows (a view for channels-last data, else one copy).
+    let residual = ep
+        .residual
+        .map(|r| {
+            r.broadcast_to(&g.out_shape())?
+                .permute(&[0, 2, 3, 1])?
+                .reshape(&[g.m(), o])
+        })
+        .transpose()?;
+    let og = o / groups;
+    let mut outs = Vec::with_capacity(groups);
+    for gi in 0..groups {
+        let a = cols.narrow(0, gi, 1)?.squeeze(0)?;
+        let b = wmat.narrow(0, gi, 1)?.squeeze(0)?;
+        let bias_g = ep.bias.map(|t| t.narrow(0, gi * og, og)).transpose()?;
+        let res_g = residual
+            .as_ref()
+            .map(|t| t.narrow(1, gi * og, og))
+            .transpose()?;
+        let mut mm = a
+            .matmul_fused(&b)
+            .activation(ep.activation)
+            .out_dtype(out_dtype);
+        if let Some(bg) = &bias_g {
+            mm = mm.bias(bg);
+        }
+        if let Some(rg) = &res_g {
+            mm = mm.residual(rg);
+        }
+        outs.push(mm.run()?);
+    }
+    if groups == 1 {
+        return Ok(outs.swap_remove(0));
+    }
+    let refs: Vec<&Tensor> = outs.iter().collect();
+    Tensor::cat(&refs, 1)
 }

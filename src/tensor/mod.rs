@@ -6,8 +6,11 @@
 //! checks devices (no silent copies between devices) and dtypes before touching data.
 
 mod creation;
+mod format;
 mod random;
 mod views;
+
+pub use format::MemoryFormat;
 
 use std::sync::Arc;
 

@@ -1,0 +1,159 @@
+//! `Conv2d`: PyTorch's `nn.Conv2d` (weight `[out, in/groups, kh, kw]`, optional bias `[out]`)
+//! with a fused epilogue: `forward_fused(x, residual, act) = act(conv(x) + b) + residual`.
+//!
+//! Invariants: weight and bias share one device and dtype, checked at construction together with
+//! the parameters; the output format follows [`Tensor::conv2d`] (channels-last in,
+//! channels-last out); every forward computes exactly what [`Tensor::conv2d_fused`] computes.
+
+use crate::cpu::gemm::Activation;
+use crate::ops::conv::ConvGeom;
+use crate::{Conv2dParams, DType, Device, Error, Result, Tensor};
+
+/// A 2-D convolution layer.
+#[derive(Clone)]
+pub struct Conv2d {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    params: Conv2dParams,
+}
+
+impl std::fmt::Debug for Conv2d {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Conv2d(in={}, out={}, kernel={:?}, {:?}, bias={}, {}, {})",
+            self.in_channels(),
+            self.out_channels(),
+            self.kernel_size(),
+            self.params,
+            self.bias.is_some(),
+            self.weight.dtype(),
+            self.weight.device(),
+        )
+    }
+}
+
+impl Conv2d {
+    /// A layer from a `[out, in/groups, kh, kw]` weight, an optional `[out]` bias (same device
+    /// and dtype) and the stride/padding/dilation/groups parameters.
+    pub fn new(weight: Tensor, bias: Option<Tensor>, params: Conv2dParams) -> Result<Conv2d> {
+        let op = "Conv2d";
+        let &[o, cg, kh, kw] = weight.shape() else {
+            return Err(Error::shape(
+                op,
+                "a weight of shape [out, in/groups, kh, kw]",
+                weight.shape(),
+            ));
+        };
+        if !weight.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: weight.dtype(),
+                device: weight.device(),
+                hint: "; weights must be f32, f16 or bf16".into(),
+            });
+        }
+        if let Some(b) = &bias {
+            weight.same_device(b, op)?;
+            weight.same_dtype(b, op)?;
+            if b.shape() != [o] {
+                return Err(Error::shape(
+                    op,
+                    format!("a bias of shape [{o}]"),
+                    b.shape(),
+                ));
+            }
+        }
+        // Validate the parameters against the smallest input the kernel fits.
+        let (g, d, pd) = (params.groups, params.dilation, params.padding);
+        let fit = |k: usize, dil: usize, pad: usize| {
+            (dil * k.saturating_sub(1) + 1)
+                .saturating_sub(2 * pad)
+                .max(1)
+        };
+        ConvGeom::new(
+            op,
+            &[1, cg * g, fit(kh, d.0, pd.0), fit(kw, d.1, pd.1)],
+            weight.shape(),
+            params,
+        )?;
+        Ok(Conv2d {
+            weight,
+            bias,
+            params,
+        })
+    }
+
+    /// Input channels (`C`).
+    pub fn in_channels(&self) -> usize {
+        self.weight.shape()[1] * self.params.groups
+    }
+
+    /// Output channels (`O`).
+    pub fn out_channels(&self) -> usize {
+        self.weight.shape()[0]
+    }
+
+    /// `(kh, kw)`.
+    pub fn kernel_size(&self) -> (usize, usize) {
+        (self.weight.shape()[2], self.weight.shape()[3])
+    }
+
+    /// Stride, padding, dilation and groups.
+    pub fn params(&self) -> Conv2dParams {
+        self.params
+    }
+
+    /// The `[out, in/groups, kh, kw]` weight.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// The layer on `device`.
+    pub fn to(&self, device: Device) -> Result<Conv2d> {
+        Conv2d::new(
+            self.weight.to(device)?,
+            self.bias.as_ref().map(|b| b.to(device)).transpose()?,
+            self.params,
+        )
+    }
+
+    /// The layer with weights converted to `dtype`.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Conv2d> {
+        Conv2d::new(
+            self.weight.to_dtype(dtype)?,
+            self.bias.as_ref().map(|b| b.to_dtype(dtype)).transpose()?,
+            self.params,
+        )
+    }
+
+    /// `conv2d(x, W) + b` for `x` of shape `[N, in, H, W]` (NCHW or channels-last).
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_fused(x, None, Activation::None)
+    }
+
+    /// `act(conv2d(x, W) + b) + residual` in one pass over the output (`residual` broadcasts to
+    /// the output, any layout).
+    pub fn forward_fused(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        activation: Activation,
+    ) -> Result<Tensor> {
+        let mut op = x
+            .conv2d_fused(&self.weight, self.params)
+            .activation(activation);
+        if let Some(b) = &self.bias {
+            op = op.bias(b);
+        }
+        if let Some(r) = residual {
+            op = op.residual(r);
+        }
+        op.run()
+    }
+}
