@@ -17,20 +17,32 @@ fn unit(seed: u64, index: u64) -> f64 {
     (mix(seed, index) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
+/// `n` values `f(i)`, filled in parallel chunks (each value depends only on its index, so the
+/// result does not depend on the thread count).
+fn fill(n: usize, f: impl Fn(u64) -> f32 + Sync) -> Vec<f32> {
+    use rayon::prelude::*;
+    let mut out = vec![0f32; n];
+    out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
+        let base = (c << 16) as u64;
+        for (j, v) in chunk.iter_mut().enumerate() {
+            *v = f(base + j as u64);
+        }
+    });
+    out
+}
+
 /// `n` uniform values in [0, 1).
 pub(crate) fn uniform(seed: u64, n: usize) -> Vec<f32> {
-    (0..n as u64).map(|i| unit(seed, i) as f32).collect()
+    fill(n, |i| unit(seed, i) as f32)
 }
 
 /// `n` standard normal values (Box–Muller on two independent uniforms per element).
 pub(crate) fn normal(seed: u64, n: usize) -> Vec<f32> {
-    (0..n as u64)
-        .map(|i| {
-            let u1 = 1.0 - unit(seed, 2 * i); // (0, 1]
-            let u2 = unit(seed, 2 * i + 1);
-            ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
-        })
-        .collect()
+    fill(n, |i| {
+        let u1 = 1.0 - unit(seed, 2 * i); // (0, 1]
+        let u2 = unit(seed, 2 * i + 1);
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    })
 }
 
 #[cfg(test)]
