@@ -2,6 +2,8 @@
 //! tolerances, and small data builders.
 #![allow(dead_code)]
 
+pub mod fixtures;
+
 use xpu::{DType, Device, Tensor};
 
 /// True when an Xpu test must not skip (CI, or the user asked for it).
