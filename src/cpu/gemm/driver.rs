@@ -63,11 +63,17 @@ pub(crate) trait Kernel: Sync {
     /// Packs A rows `row0..row0 + rows` (`rows <= MR`), units `u0..u1`, into `dst`
     /// (`MR * (u1 - u0)` elements, zero padded).
     fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [Self::PA]);
+    /// Called on the worker thread before a task's first [`Kernel::tile`] (the AMX kernel loads
+    /// its tile configuration here); nothing else runs on that thread until [`Kernel::end`].
+    fn begin(&self) {}
+    /// Called on the worker thread after a task's last [`Kernel::tile`].
+    fn end(&self) {}
     /// Multiplies an A micro-panel by a B micro-panel over `kcu` units and stores the tile.
     ///
     /// # Safety
     /// `a` holds `MR * kcu` and `b` `32 * kcu` elements; the tile lies inside C; the epilogue's
-    /// bias and residual have been validated against the output shape.
+    /// bias and residual have been validated against the output shape; [`Kernel::begin`] ran
+    /// on this thread (with no [`Kernel::end`] since).
     unsafe fn tile(&self, kcu: usize, a: *const Self::PA, b: *const Self::PB, t: &Tile, ep: &EpCtx);
 }
 
@@ -154,6 +160,7 @@ fn run_task<K: Kernel>(
     let l = &b.layout;
     let mr = K::MR;
     with_scratch(Slot::A, |scratch| {
+        kern.begin();
         for bi in 0..l.nblk {
             let (u0, u1) = l.block(bi);
             let kcu = u1 - u0;
@@ -194,5 +201,6 @@ fn run_task<K: Kernel>(
                 qb = qe;
             }
         }
+        kern.end();
     });
 }

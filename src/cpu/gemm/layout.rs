@@ -11,6 +11,8 @@
 //! - GLU layout: panel `p` holds output columns `16p..16p + 16` of the first half of B in lanes
 //!   0..16 and the same columns of the second half in lanes 16..32, and K is never split (one
 //!   block), so a tile's accumulators hold both halves and the final values at once.
+//! - AMX layout ([`PackKind::Amx`], built by [`super::amx_pack`]): the bf16 pair layout with
+//!   the pair count padded to whole 16-pair AMX steps and K blocks of whole steps.
 //! - The layout depends only on the element kind, never on the kernel path, so a [`PackedB`]
 //!   built under one path works under every other.
 
@@ -35,6 +37,8 @@ pub enum PackKind {
     F32,
     /// One u32 = two bf16 per unit.
     Bf16,
+    /// bf16 pairs as [`PackKind::Bf16`], padded to whole AMX steps (see [`super::amx_pack`]).
+    Amx,
 }
 
 /// Geometry of a packed B.
@@ -56,6 +60,7 @@ impl BLayout {
         let (per_unit, max) = match kind {
             PackKind::F32 => (1, KCU_F32),
             PackKind::Bf16 => (2, KCU_BF16),
+            PackKind::Amx => return super::amx_pack::layout(k, n, glu),
         };
         let units = k.div_ceil(per_unit);
         let kcu = if glu || units == 0 {
@@ -166,6 +171,9 @@ impl sealed::Sealed for bf16 {
         match layout.kind {
             PackKind::F32 => pack_b_f32(b, layout, buf.slice_mut::<f32>(layout.len())),
             PackKind::Bf16 => pack_b_bf16(b, layout, buf.slice_mut::<u32>(layout.len())),
+            PackKind::Amx => {
+                super::amx_pack::pack_b_amx(b, layout, buf.slice_mut::<u32>(layout.len()))
+            }
         }
     }
 }

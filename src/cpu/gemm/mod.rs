@@ -9,7 +9,8 @@
 //! - Every public entry point validates all views, `ldc`, the bias length and the residual
 //!   shape before any unchecked access, and reports problems as [`crate::Error`]; nothing here
 //!   panics on bad input.
-//! - Paths: [`GemmPath::Avx512`] (14×32 f32 FMA kernel; `vdpbf16ps` for bf16; f16 widened with
+//! - Paths: [`GemmPath::Avx512`] (14×32 f32 FMA kernel; for bf16 Intel AMX tiles when the CPU
+//!   and OS allow them, else `vdpbf16ps` or widening, see [`bf16_method`]; f16 widened with
 //!   F16C while packing) and [`GemmPath::Fallback`] (portable Rust over the same packed layouts).
 //!   The path is chosen per call from the CPU features, `XPU_CPU_SIMD=fallback` (read once) and
 //!   [`set_gemm_override`]; a path the CPU cannot run silently degrades to the fallback.
@@ -17,6 +18,9 @@
 //! - Small products run on the calling thread; larger ones split over rayon's pool.
 
 mod act;
+#[cfg(target_arch = "x86_64")]
+mod amx;
+mod amx_pack;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
@@ -33,8 +37,9 @@ mod portable;
 mod tests;
 mod types;
 
+pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 pub use layout::{PackElem, PackedB};
-pub use peak::{measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
+pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
 
 use crate::{DType, Error, Result};
@@ -186,6 +191,9 @@ impl Runner for bf16 {
             data: b.slice::<u32>(l.len()),
             layout: l,
         };
+        if l.kind == PackKind::Amx {
+            return amx_pack::run(path, a, view, c, ldc, ep);
+        }
         #[cfg(target_arch = "x86_64")]
         if path == GemmPath::Avx512 {
             if let Some(k) = avx512::AvxBf16::new(a) {

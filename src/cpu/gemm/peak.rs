@@ -115,6 +115,19 @@ pub fn measure_fma_peak_gflops(threads: usize) -> f64 {
     probe(threads, portable_block)
 }
 
+/// Peak AMX bf16 throughput in GFLOP/s with `threads` threads: four independent `tdpbf16ps`
+/// on register-resident tiles per round (16 × 16 × 32 × 2 flops each) for about 100 ms. 0 when
+/// AMX is unavailable (see [`super::amx_unavailable_reason`]).
+pub fn measure_amx_peak_gflops(threads: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if super::amx::amx_status().is_ok() {
+        // SAFETY: AMX was checked and granted just above.
+        return probe(threads, || unsafe { super::amx::peak_iters(ITERS) });
+    }
+    let _ = threads;
+    0.0
+}
+
 /// Peak bf16 dot-product throughput in GFLOP/s with `threads` threads: independent
 /// `_mm512_dpbf16_ps` chains for about 100 ms, counting 64 flops per instruction. 0 when the
 /// CPU lacks AVX512_BF16.
@@ -134,26 +147,33 @@ thread_local! {
     pub(crate) static BF16_KIND: std::cell::Cell<Option<PackKind>> = const { std::cell::Cell::new(None) };
 }
 
-/// The layout (and so the kernel) bf16 GEMMs use: [`PackKind::Bf16`] runs `vdpbf16ps`,
-/// [`PackKind::F32`] widens bf16 to f32 while packing and runs the FMA kernel.
+/// The layout (and so the kernel) bf16 GEMMs use: [`PackKind::Amx`] runs AMX tiles,
+/// [`PackKind::Bf16`] runs `vdpbf16ps`, [`PackKind::F32`] widens bf16 to f32 while packing and
+/// runs the FMA kernel.
 ///
-/// Chosen once per process: `XPU_CPU_BF16=dot|widen` if set, else widen when the CPU lacks
-/// AVX512_BF16, else a ~1 ms calibration comparing the two instructions' flop rates (on the
-/// Sapphire Rapids this was written on `vdpbf16ps` delivers about half the flops of the FMA
-/// pipes, so widening wins; on CPUs with full-rate `vdpbf16ps` the dot kernel wins).
+/// Chosen once per process: [`PackKind::F32`] under `XPU_CPU_SIMD=fallback`; else
+/// `XPU_CPU_BF16=dot|widen` if set; else (default, or `XPU_CPU_BF16=amx`) [`PackKind::Amx`]
+/// when AMX is usable; else widen when the CPU lacks AVX512_BF16, else a ~1 ms calibration
+/// comparing the two instructions' flop rates (on the Sapphire Rapids this was written on
+/// `vdpbf16ps` delivers about half the flops of the FMA pipes, so widening wins; on CPUs with
+/// full-rate `vdpbf16ps` the dot kernel wins).
 pub(crate) fn bf16_kind() -> PackKind {
     #[cfg(test)]
     if let Some(k) = BF16_KIND.with(|c| c.get()) {
         return k;
     }
     static KIND: std::sync::OnceLock<PackKind> = std::sync::OnceLock::new();
-    *KIND.get_or_init(
-        || match std::env::var("XPU_CPU_BF16").as_deref().map(str::trim) {
+    *KIND.get_or_init(|| {
+        if super::env_fallback() {
+            return PackKind::F32;
+        }
+        match std::env::var("XPU_CPU_BF16").as_deref().map(str::trim) {
             Ok("dot") => PackKind::Bf16,
             Ok("widen") => PackKind::F32,
+            _ if super::amx_unavailable_reason().is_none() => PackKind::Amx,
             _ => calibrate(),
-        },
-    )
+        }
+    })
 }
 
 fn calibrate() -> PackKind {

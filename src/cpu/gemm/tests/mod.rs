@@ -3,6 +3,7 @@
 //! Tests call the path-explicit hook (`gemm_with_path`) so they can run in parallel without
 //! touching the process-wide override.
 
+mod amx;
 mod epilogue;
 mod misc;
 mod shapes;
