@@ -109,6 +109,55 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A model configuration (e.g. diffusers' `config.json`) has a value `xpu` does not support
+    /// or that is inconsistent; `key` names the offending key.
+    #[error("config key `{key}`: {msg}")]
+    Config {
+        /// The configuration key.
+        key: String,
+        /// What is wrong and what is supported.
+        msg: String,
+    },
+    /// A weight file does not match the model: every missing, unexpected and mis-shaped tensor
+    /// is listed in one error.
+    #[error("{file}: weights do not match the model: {}", crate::error::weights_summary(.missing, .unexpected, .mismatched))]
+    Weights {
+        /// The weight file (or source) checked.
+        file: String,
+        /// Tensors the model needs that the file lacks.
+        missing: Vec<String>,
+        /// Tensors in the file that the model does not use.
+        unexpected: Vec<String>,
+        /// Tensors whose shape differs: `name: expected [..], file has [..]`.
+        mismatched: Vec<String>,
+    },
+    /// A file is truncated, corrupt or not in the expected format.
+    #[error("{file}: {msg}")]
+    InvalidFile {
+        /// The file.
+        file: String,
+        /// What is wrong with it.
+        msg: String,
+    },
+}
+
+/// The message of [`Error::Weights`]: counts and names of each kind of problem.
+pub(crate) fn weights_summary(
+    missing: &[String],
+    unexpected: &[String],
+    mismatched: &[String],
+) -> String {
+    let mut parts = Vec::new();
+    for (what, names) in [
+        ("missing", missing),
+        ("unexpected", unexpected),
+        ("mis-shaped", mismatched),
+    ] {
+        if !names.is_empty() {
+            parts.push(format!("{} {what}: [{}]", names.len(), names.join(", ")));
+        }
+    }
+    parts.join("; ")
 }
 
 impl Error {

@@ -1,8 +1,23 @@
 //! Neural-network layers built on the Tensor API. Each layer works on both devices and picks the
 //! fastest path for its device (prepacked weights on Cpu, fused epilogues on Xpu).
 
+mod attention;
+mod config;
 mod conv;
+mod layers;
 mod linear;
+mod resnet;
+mod transformer;
+mod unet;
+mod weights;
 
 pub use conv::Conv2d;
 pub use linear::Linear;
+
+pub use attention::Attention;
+pub use config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
+pub use layers::{GroupNorm, LayerNorm};
+pub use resnet::{Downsample2D, ResnetBlock2D, Upsample2D};
+pub use transformer::{BasicTransformerBlock, FeedForward, Transformer2DModel};
+pub use unet::{DownBlock, MidBlock, TimestepEmbedding, UNet2DConditionModel, UpBlock};
+pub use weights::WeightStore;

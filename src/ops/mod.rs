@@ -5,6 +5,8 @@ pub mod kinds;
 
 mod attention;
 pub mod conv;
+#[doc(hidden)]
+pub mod conv_xpu;
 mod elementwise;
 mod ffn;
 pub mod fused;

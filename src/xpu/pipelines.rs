@@ -30,13 +30,15 @@ pub enum ShaderId {
     MatmulSubgroup,
     /// `shaders/norm.wgsl`: layer norm and group norm (optionally with fused SiLU).
     Norm,
+    /// `shaders/conv.wgsl`: implicit-GEMM 2-D convolution with a fused epilogue.
+    Conv,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 7] = [
+    pub const ALL: [ShaderId; 8] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -44,6 +46,7 @@ impl ShaderId {
         ShaderId::MatmulCoop,
         ShaderId::MatmulSubgroup,
         ShaderId::Norm,
+        ShaderId::Conv,
     ];
 
     /// File name under `shaders/`.
@@ -56,6 +59,7 @@ impl ShaderId {
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::Norm => "norm.wgsl",
+            ShaderId::Conv => "conv.wgsl",
         }
     }
 
@@ -72,6 +76,7 @@ impl ShaderId {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }
             ShaderId::Norm => &[include_str!("../../shaders/norm.wgsl")],
+            ShaderId::Conv => &[include_str!("../../shaders/conv.wgsl")],
         }
     }
 

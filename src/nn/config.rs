@@ -1,0 +1,649 @@
+//! [`UNetConfig`]: the architecture of a `UNet2DConditionModel`, read from diffusers'
+//! `unet/config.json`.
+//!
+//! Invariants:
+//! - Every key of the JSON object is either understood (its value is parsed and used), accepted
+//!   because it cannot change the result of the supported architecture (`sample_size`, `dropout`
+//!   at inference, `_`-prefixed bookkeeping keys, ...), or rejected with [`Error::Config`] naming
+//!   the key. A value is never silently ignored, and an unknown key is an error.
+//! - After [`UNetConfig::validate`] (run by every constructor) the per-level lists all have one
+//!   entry per down block, every channel count is divisible by `norm_num_groups`, and every
+//!   attention level's channels divide evenly into its heads.
+//! - Heads follow diffusers' naming quirk: `num_attention_heads` defaults to
+//!   `attention_head_dim`, so SD 1.x's `attention_head_dim: 8` means 8 heads per transformer;
+//!   the head size is `channels / heads` of the level.
+
+use serde_json::{Map, Value};
+
+use crate::{Error, Result};
+
+/// The down block kinds of SD 1.x/2.x UNets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DownBlockType {
+    /// `CrossAttnDownBlock2D`: ResNet + Transformer2DModel pairs, then a strided conv.
+    CrossAttnDownBlock2D,
+    /// `DownBlock2D`: ResNets, then a strided conv.
+    DownBlock2D,
+}
+
+/// The up block kinds of SD 1.x/2.x UNets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpBlockType {
+    /// `CrossAttnUpBlock2D`: (skip concat, ResNet, Transformer2DModel) triples, then upsampling.
+    CrossAttnUpBlock2D,
+    /// `UpBlock2D`: (skip concat, ResNet) pairs, then upsampling.
+    UpBlock2D,
+}
+
+/// The activation named by `act_fn` (diffusers' `get_activation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActFn {
+    /// `silu` / `swish`.
+    Silu,
+    /// `gelu` (exact erf form).
+    Gelu,
+    /// `relu`.
+    Relu,
+}
+
+/// The architecture of a diffusers `UNet2DConditionModel` (SD 1.x / 2.x family). Per-level lists
+/// are already expanded to one entry per down block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UNetConfig {
+    /// Latent channels in (`in_channels`).
+    pub in_channels: usize,
+    /// Latent channels out (`out_channels`).
+    pub out_channels: usize,
+    /// `center_input_sample`: feed `2 * sample - 1`.
+    pub center_input_sample: bool,
+    /// `flip_sin_to_cos` of the sinusoidal timestep embedding.
+    pub flip_sin_to_cos: bool,
+    /// `freq_shift` (diffusers' `downscale_freq_shift`).
+    pub freq_shift: f64,
+    /// `down_block_types`, one per level.
+    pub down_block_types: Vec<DownBlockType>,
+    /// `up_block_types`, one per level (deepest first).
+    pub up_block_types: Vec<UpBlockType>,
+    /// Whether the `UNetMidBlock2DCrossAttn` exists (`mid_block_type` not null).
+    pub mid_block: bool,
+    /// `only_cross_attention` per down level (up levels use the reversed list).
+    pub only_cross_attention: Vec<bool>,
+    /// `block_out_channels`, one per level.
+    pub block_out_channels: Vec<usize>,
+    /// `layers_per_block` per down level (up levels have one more, reversed).
+    pub layers_per_block: Vec<usize>,
+    /// `downsample_padding` of the strided convs (0 pads right/bottom by one, as diffusers).
+    pub downsample_padding: usize,
+    /// `mid_block_scale_factor`: the mid block's ResNet outputs are divided by it.
+    pub mid_block_scale_factor: f64,
+    /// `act_fn` of the ResNets and the time embedding.
+    pub act_fn: ActFn,
+    /// `norm_num_groups` of every GroupNorm.
+    pub norm_num_groups: usize,
+    /// `norm_eps` of the ResNet and output GroupNorms.
+    pub norm_eps: f64,
+    /// `cross_attention_dim` per level (the text encoder's width).
+    pub cross_attention_dim: Vec<usize>,
+    /// `transformer_layers_per_block` per level.
+    pub transformer_layers_per_block: Vec<usize>,
+    /// `attention_head_dim` per level as written in the config (see [`UNetConfig::heads`]).
+    pub attention_head_dim: Vec<usize>,
+    /// `num_attention_heads` per level, if the config sets it.
+    pub num_attention_heads: Option<Vec<usize>>,
+    /// `use_linear_projection`: Linear (true) or 1x1 conv (false) proj_in/proj_out.
+    pub use_linear_projection: bool,
+    /// `upcast_attention`: softmax in f32 (always true of our kernels, which accumulate in f32).
+    pub upcast_attention: bool,
+    /// `time_embedding_dim` (default `4 * block_out_channels[0]`).
+    pub time_embedding_dim: Option<usize>,
+    /// `conv_in_kernel` (odd).
+    pub conv_in_kernel: usize,
+    /// `conv_out_kernel` (odd).
+    pub conv_out_kernel: usize,
+    /// `sample_size` (informational: the latent size the model was trained at).
+    pub sample_size: Option<usize>,
+}
+
+fn cfg_err(key: &str, msg: impl Into<String>) -> Error {
+    Error::Config {
+        key: key.to_string(),
+        msg: msg.into(),
+    }
+}
+
+fn as_usize(key: &str, v: &Value) -> Result<usize> {
+    v.as_u64()
+        .and_then(|x| usize::try_from(x).ok())
+        .ok_or_else(|| cfg_err(key, format!("expected a non-negative integer, got {v}")))
+}
+
+fn as_f64(key: &str, v: &Value) -> Result<f64> {
+    v.as_f64()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| cfg_err(key, format!("expected a finite number, got {v}")))
+}
+
+fn as_bool(key: &str, v: &Value) -> Result<bool> {
+    v.as_bool()
+        .ok_or_else(|| cfg_err(key, format!("expected true or false, got {v}")))
+}
+
+fn as_str<'a>(key: &str, v: &'a Value) -> Result<&'a str> {
+    v.as_str()
+        .ok_or_else(|| cfg_err(key, format!("expected a string, got {v}")))
+}
+
+/// An int (repeated per level later) or a list of ints.
+fn usize_or_list(key: &str, v: &Value) -> Result<Vec<usize>> {
+    match v {
+        Value::Array(items) => items.iter().map(|x| as_usize(key, x)).collect(),
+        _ => Ok(vec![as_usize(key, v)?]),
+    }
+}
+
+fn require(key: &str, v: &Value, ok: bool, supported: &str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(cfg_err(
+            key,
+            format!("value {v} is not supported; supported: {supported}"),
+        ))
+    }
+}
+
+/// Expands a one-entry list to `n` levels; any other length must equal `n`.
+fn per_level<T: Clone>(key: &str, v: Vec<T>, scalar: bool, n: usize) -> Result<Vec<T>> {
+    if scalar && v.len() == 1 {
+        return Ok(vec![v[0].clone(); n]);
+    }
+    if v.len() != n {
+        return Err(cfg_err(
+            key,
+            format!(
+                "has {} entries but there are {n} down blocks (give one value or one per level)",
+                v.len()
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+impl UNetConfig {
+    /// diffusers' Stable Diffusion 1.5 UNet (`runwayml/stable-diffusion-v1-5/unet/config.json`).
+    pub fn sd15() -> UNetConfig {
+        use DownBlockType::*;
+        use UpBlockType::*;
+        UNetConfig {
+            in_channels: 4,
+            out_channels: 4,
+            center_input_sample: false,
+            flip_sin_to_cos: true,
+            freq_shift: 0.0,
+            down_block_types: vec![
+                CrossAttnDownBlock2D,
+                CrossAttnDownBlock2D,
+                CrossAttnDownBlock2D,
+                DownBlock2D,
+            ],
+            up_block_types: vec![
+                UpBlock2D,
+                CrossAttnUpBlock2D,
+                CrossAttnUpBlock2D,
+                CrossAttnUpBlock2D,
+            ],
+            mid_block: true,
+            only_cross_attention: vec![false; 4],
+            block_out_channels: vec![320, 640, 1280, 1280],
+            layers_per_block: vec![2; 4],
+            downsample_padding: 1,
+            mid_block_scale_factor: 1.0,
+            act_fn: ActFn::Silu,
+            norm_num_groups: 32,
+            norm_eps: 1e-5,
+            cross_attention_dim: vec![768; 4],
+            transformer_layers_per_block: vec![1; 4],
+            attention_head_dim: vec![8; 4],
+            num_attention_heads: None,
+            use_linear_projection: false,
+            upcast_attention: false,
+            time_embedding_dim: None,
+            conv_in_kernel: 3,
+            conv_out_kernel: 3,
+            sample_size: Some(64),
+        }
+    }
+
+    /// diffusers' Stable Diffusion 2.1 UNet (`stabilityai/stable-diffusion-2-1/unet`): linear
+    /// projections, heads `[5, 10, 20, 20]`, a 1024-wide text encoder, upcast attention.
+    pub fn sd21() -> UNetConfig {
+        UNetConfig {
+            cross_attention_dim: vec![1024; 4],
+            attention_head_dim: vec![5, 10, 20, 20],
+            use_linear_projection: true,
+            upcast_attention: true,
+            sample_size: Some(96),
+            ..UNetConfig::sd15()
+        }
+    }
+
+    /// A tiny SD 1.x-shaped config for tests and examples: channels `[32, 64]`, one layer per
+    /// block, 8 groups, 4 heads, cross-attention width 32.
+    pub fn tiny() -> UNetConfig {
+        use DownBlockType::*;
+        use UpBlockType::*;
+        UNetConfig {
+            down_block_types: vec![CrossAttnDownBlock2D, DownBlock2D],
+            up_block_types: vec![UpBlock2D, CrossAttnUpBlock2D],
+            only_cross_attention: vec![false; 2],
+            block_out_channels: vec![32, 64],
+            layers_per_block: vec![1; 2],
+            norm_num_groups: 8,
+            cross_attention_dim: vec![32; 2],
+            transformer_layers_per_block: vec![1; 2],
+            attention_head_dim: vec![4; 2],
+            sample_size: Some(16),
+            ..UNetConfig::sd15()
+        }
+    }
+
+    /// Reads and validates a diffusers `config.json`.
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<UNetConfig> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            context: format!("reading UNet config {}", path.display()),
+            source,
+        })?;
+        UNetConfig::from_json_str(&text).map_err(|e| match e {
+            Error::InvalidFile { msg, .. } => Error::InvalidFile {
+                file: path.display().to_string(),
+                msg,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates the text of a diffusers `config.json`.
+    pub fn from_json_str(text: &str) -> Result<UNetConfig> {
+        let value: Value = serde_json::from_str(text).map_err(|e| Error::InvalidFile {
+            file: "config.json".into(),
+            msg: format!("not valid JSON: {e}"),
+        })?;
+        let Value::Object(map) = value else {
+            return Err(Error::InvalidFile {
+                file: "config.json".into(),
+                msg: "expected a JSON object at the top level".into(),
+            });
+        };
+        UNetConfig::from_map(&map)
+    }
+
+    fn from_map(map: &Map<String, Value>) -> Result<UNetConfig> {
+        let mut c = UNetConfig::sd15();
+        // diffusers' constructor defaults where SD 1.5's config differs from them.
+        c.block_out_channels = vec![320, 640, 1280, 1280];
+        c.cross_attention_dim = vec![1280];
+        c.sample_size = None;
+        let mut lists: Vec<(&str, Vec<usize>, bool)> = Vec::new();
+        let mut only_cross: (Vec<bool>, bool) = (vec![false], true);
+        let mut mid_only_cross: Option<bool> = None;
+        for (key, v) in map {
+            let k = key.as_str();
+            match k {
+                _ if k.starts_with('_') => {}
+                "in_channels" => c.in_channels = as_usize(k, v)?,
+                "out_channels" => c.out_channels = as_usize(k, v)?,
+                "sample_size" => {
+                    c.sample_size = match v {
+                        Value::Null => None,
+                        Value::Array(a) => a.first().map(|x| as_usize(k, x)).transpose()?,
+                        _ => Some(as_usize(k, v)?),
+                    }
+                }
+                "center_input_sample" => c.center_input_sample = as_bool(k, v)?,
+                "flip_sin_to_cos" => c.flip_sin_to_cos = as_bool(k, v)?,
+                "freq_shift" => c.freq_shift = as_f64(k, v)?,
+                "down_block_types" => c.down_block_types = parse_down(k, v)?,
+                "up_block_types" => c.up_block_types = parse_up(k, v)?,
+                "mid_block_type" => {
+                    c.mid_block = match v {
+                        Value::Null => false,
+                        Value::String(s) if s == "UNetMidBlock2DCrossAttn" => true,
+                        _ => {
+                            return Err(cfg_err(
+                                k,
+                                format!("value {v} is not supported; supported: \"UNetMidBlock2DCrossAttn\" or null"),
+                            ))
+                        }
+                    }
+                }
+                "only_cross_attention" => {
+                    only_cross = match v {
+                        Value::Array(a) => (
+                            a.iter().map(|x| as_bool(k, x)).collect::<Result<_>>()?,
+                            false,
+                        ),
+                        _ => (vec![as_bool(k, v)?], true),
+                    }
+                }
+                "mid_block_only_cross_attention" => {
+                    mid_only_cross = match v {
+                        Value::Null => None,
+                        _ => Some(as_bool(k, v)?),
+                    }
+                }
+                "block_out_channels" => {
+                    let Value::Array(a) = v else {
+                        return Err(cfg_err(k, format!("expected a list of integers, got {v}")));
+                    };
+                    c.block_out_channels = a.iter().map(|x| as_usize(k, x)).collect::<Result<_>>()?;
+                }
+                "layers_per_block"
+                | "cross_attention_dim"
+                | "transformer_layers_per_block"
+                | "attention_head_dim" => {
+                    if let Value::Array(a) = v {
+                        if a.iter().any(Value::is_array) {
+                            return Err(cfg_err(k, "nested per-layer lists are not supported"));
+                        }
+                    }
+                    lists.push((k, usize_or_list(k, v)?, !v.is_array()));
+                }
+                "num_attention_heads" => {
+                    if !v.is_null() {
+                        lists.push((k, usize_or_list(k, v)?, !v.is_array()));
+                    }
+                }
+                "downsample_padding" => c.downsample_padding = as_usize(k, v)?,
+                "mid_block_scale_factor" => c.mid_block_scale_factor = as_f64(k, v)?,
+                "act_fn" => {
+                    c.act_fn = match as_str(k, v)? {
+                        "silu" | "swish" => ActFn::Silu,
+                        "gelu" => ActFn::Gelu,
+                        "relu" => ActFn::Relu,
+                        _ => return Err(cfg_err(k, format!("value {v} is not supported; supported: \"silu\", \"swish\", \"gelu\", \"relu\""))),
+                    }
+                }
+                "norm_num_groups" => {
+                    require(k, v, !v.is_null(), "an integer (GroupNorm everywhere)")?;
+                    c.norm_num_groups = as_usize(k, v)?;
+                }
+                "norm_eps" => c.norm_eps = as_f64(k, v)?,
+                "use_linear_projection" => c.use_linear_projection = as_bool(k, v)?,
+                "upcast_attention" => c.upcast_attention = as_bool(k, v)?,
+                "dual_cross_attention" => require(k, v, v == &Value::Bool(false), "false")?,
+                "time_embedding_dim" => {
+                    c.time_embedding_dim = match v {
+                        Value::Null => None,
+                        _ => Some(as_usize(k, v)?),
+                    }
+                }
+                "conv_in_kernel" => c.conv_in_kernel = as_usize(k, v)?,
+                "conv_out_kernel" => c.conv_out_kernel = as_usize(k, v)?,
+                "dropout" => {
+                    as_f64(k, v)?; // inference: dropout is the identity
+                }
+                "resnet_out_scale_factor" => {
+                    // diffusers passes it only to block types we do not support.
+                    as_f64(k, v)?;
+                }
+                "addition_embed_type_num_heads" => {
+                    // used only by addition_embed_type "text", which must be null here.
+                    as_usize(k, v)?;
+                }
+                "resnet_time_scale_shift" => require(k, v, v == "default", "\"default\"")?,
+                "time_embedding_type" => require(k, v, v == "positional", "\"positional\"")?,
+                "attention_type" => require(k, v, v == "default", "\"default\"")?,
+                "resnet_skip_time_act" | "class_embeddings_concat" => {
+                    require(k, v, v == &Value::Bool(false), "false")?
+                }
+                "encoder_hid_dim"
+                | "encoder_hid_dim_type"
+                | "class_embed_type"
+                | "addition_embed_type"
+                | "addition_time_embed_dim"
+                | "num_class_embeds"
+                | "time_embedding_act_fn"
+                | "timestep_post_act"
+                | "time_cond_proj_dim"
+                | "projection_class_embeddings_input_dim"
+                | "cross_attention_norm"
+                | "reverse_transformer_layers_per_block" => require(k, v, v.is_null(), "null")?,
+                _ => {
+                    return Err(cfg_err(
+                        k,
+                        "unknown key for UNet2DConditionModel (not supported by xpu)",
+                    ))
+                }
+            }
+        }
+        let n = c.down_block_types.len();
+        c.only_cross_attention = per_level("only_cross_attention", only_cross.0, only_cross.1, n)?;
+        // diffusers: a bool only_cross_attention also sets the mid block's unless given; the mid
+        // block (UNetMidBlock2DCrossAttn) does not use it, so only check it is false.
+        let mid_only = mid_only_cross.unwrap_or(false);
+        if mid_only {
+            return Err(cfg_err(
+                "mid_block_only_cross_attention",
+                "true is not supported (UNetMidBlock2DCrossAttn has no such option)",
+            ));
+        }
+        c.layers_per_block = vec![2];
+        c.transformer_layers_per_block = vec![1];
+        c.attention_head_dim = vec![8];
+        for (key, values, scalar) in lists {
+            let v = per_level(key, values, scalar, n)?;
+            match key {
+                "layers_per_block" => c.layers_per_block = v,
+                "cross_attention_dim" => c.cross_attention_dim = v,
+                "transformer_layers_per_block" => c.transformer_layers_per_block = v,
+                "attention_head_dim" => c.attention_head_dim = v,
+                _ => c.num_attention_heads = Some(v),
+            }
+        }
+        for (key, list) in [
+            ("layers_per_block", &mut c.layers_per_block),
+            (
+                "transformer_layers_per_block",
+                &mut c.transformer_layers_per_block,
+            ),
+            ("attention_head_dim", &mut c.attention_head_dim),
+            ("cross_attention_dim", &mut c.cross_attention_dim),
+        ] {
+            if list.len() == 1 && n != 1 {
+                *list = per_level(key, list.clone(), true, n)?;
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the invariants in the module docs; every constructor runs it.
+    pub fn validate(&self) -> Result<()> {
+        let n = self.down_block_types.len();
+        if n == 0 {
+            return Err(cfg_err("down_block_types", "needs at least one block"));
+        }
+        if self.up_block_types.len() != n {
+            return Err(cfg_err(
+                "up_block_types",
+                format!(
+                    "has {} entries, down_block_types has {n}",
+                    self.up_block_types.len()
+                ),
+            ));
+        }
+        let lens = [
+            ("block_out_channels", self.block_out_channels.len()),
+            ("only_cross_attention", self.only_cross_attention.len()),
+            ("layers_per_block", self.layers_per_block.len()),
+            ("cross_attention_dim", self.cross_attention_dim.len()),
+            (
+                "transformer_layers_per_block",
+                self.transformer_layers_per_block.len(),
+            ),
+            ("attention_head_dim", self.attention_head_dim.len()),
+            (
+                "num_attention_heads",
+                self.num_attention_heads.as_ref().map_or(n, Vec::len),
+            ),
+        ];
+        for (key, len) in lens {
+            if len != n {
+                return Err(cfg_err(
+                    key,
+                    format!("has {len} entries but there are {n} down blocks"),
+                ));
+            }
+        }
+        let g = self.norm_num_groups;
+        if g == 0 {
+            return Err(cfg_err("norm_num_groups", "must be > 0"));
+        }
+        for &ch in &self.block_out_channels {
+            if ch == 0 || !ch.is_multiple_of(g) {
+                return Err(cfg_err(
+                    "norm_num_groups",
+                    format!("{g} groups do not divide the {ch} channels of a level (block_out_channels)"),
+                ));
+            }
+        }
+        for (key, v) in [
+            ("in_channels", self.in_channels),
+            ("out_channels", self.out_channels),
+        ] {
+            if v == 0 {
+                return Err(cfg_err(key, "must be > 0"));
+            }
+        }
+        for (key, k) in [
+            ("conv_in_kernel", self.conv_in_kernel),
+            ("conv_out_kernel", self.conv_out_kernel),
+        ] {
+            if k.is_multiple_of(2) {
+                return Err(cfg_err(key, format!("must be odd, got {k}")));
+            }
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return Err(cfg_err("norm_eps", "must be finite and >= 0"));
+        }
+        if self.mid_block_scale_factor == 0.0 || !self.mid_block_scale_factor.is_finite() {
+            return Err(cfg_err(
+                "mid_block_scale_factor",
+                "must be finite and non-zero",
+            ));
+        }
+        if self.downsample_padding > 1 {
+            return Err(cfg_err(
+                "downsample_padding",
+                format!("{} is not supported (0 or 1)", self.downsample_padding),
+            ));
+        }
+        if self.layers_per_block.contains(&0) {
+            return Err(cfg_err("layers_per_block", "must be >= 1"));
+        }
+        if self.transformer_layers_per_block.contains(&0) {
+            return Err(cfg_err("transformer_layers_per_block", "must be >= 1"));
+        }
+        if self.time_embedding_dim == Some(0) {
+            return Err(cfg_err("time_embedding_dim", "must be > 0"));
+        }
+        if self.block_out_channels[0] < 2 {
+            return Err(cfg_err(
+                "block_out_channels",
+                "the first level needs >= 2 channels (sinusoidal embedding size)",
+            ));
+        }
+        let half = (self.block_out_channels[0] / 2) as f64;
+        if half == self.freq_shift {
+            return Err(cfg_err(
+                "freq_shift",
+                "equals half the embedding size (division by zero)",
+            ));
+        }
+        let attn_levels = (0..n).filter(|&i| {
+            self.down_block_types[i] == DownBlockType::CrossAttnDownBlock2D
+                || self.up_block_types[n - 1 - i] == UpBlockType::CrossAttnUpBlock2D
+                || (self.mid_block && i == n - 1)
+        });
+        for i in attn_levels {
+            let heads = self.heads(i);
+            let ch = self.block_out_channels[i];
+            let key = if self.num_attention_heads.is_some() {
+                "num_attention_heads"
+            } else {
+                "attention_head_dim"
+            };
+            if heads == 0 || !ch.is_multiple_of(heads) {
+                return Err(cfg_err(
+                    key,
+                    format!("level {i}: {ch} channels do not split into {heads} heads (diffusers reads this key as the number of heads)"),
+                ));
+            }
+            if self.cross_attention_dim[i] == 0 {
+                return Err(cfg_err("cross_attention_dim", "must be > 0"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of levels (down blocks).
+    pub fn levels(&self) -> usize {
+        self.down_block_types.len()
+    }
+
+    /// Attention heads of level `level` (counted from the top, as down blocks): diffusers'
+    /// `num_attention_heads or attention_head_dim`.
+    pub fn heads(&self, level: usize) -> usize {
+        match &self.num_attention_heads {
+            Some(h) => h[level],
+            None => self.attention_head_dim[level],
+        }
+    }
+
+    /// Width of the time embedding: `time_embedding_dim` or `4 * block_out_channels[0]`.
+    pub fn time_embed_dim(&self) -> usize {
+        self.time_embedding_dim
+            .unwrap_or(4 * self.block_out_channels[0])
+    }
+}
+
+fn parse_down(key: &str, v: &Value) -> Result<Vec<DownBlockType>> {
+    let Value::Array(a) = v else {
+        return Err(cfg_err(
+            key,
+            format!("expected a list of block names, got {v}"),
+        ));
+    };
+    a.iter()
+        .map(|x| match x.as_str() {
+            Some("CrossAttnDownBlock2D") => Ok(DownBlockType::CrossAttnDownBlock2D),
+            Some("DownBlock2D") => Ok(DownBlockType::DownBlock2D),
+            _ => Err(cfg_err(
+                key,
+                format!("block {x} is not supported; supported: \"CrossAttnDownBlock2D\", \"DownBlock2D\""),
+            )),
+        })
+        .collect()
+}
+
+fn parse_up(key: &str, v: &Value) -> Result<Vec<UpBlockType>> {
+    let Value::Array(a) = v else {
+        return Err(cfg_err(
+            key,
+            format!("expected a list of block names, got {v}"),
+        ));
+    };
+    a.iter()
+        .map(|x| match x.as_str() {
+            Some("CrossAttnUpBlock2D") => Ok(UpBlockType::CrossAttnUpBlock2D),
+            Some("UpBlock2D") => Ok(UpBlockType::UpBlock2D),
+            _ => Err(cfg_err(
+                key,
+                format!(
+                    "block {x} is not supported; supported: \"CrossAttnUpBlock2D\", \"UpBlock2D\""
+                ),
+            )),
+        })
+        .collect()
+}

@@ -1,0 +1,226 @@
+//! Small layers of the UNet: [`GroupNorm`], [`LayerNorm`], a dense projection with a fused
+//! residual, and the private convolution wrapper the blocks call.
+//!
+//! Invariants: parameters keep diffusers' layouts (`[C]` norm affines, `[out, in]` Linear
+//! weights, `[O, C, kh, kw]` conv weights) and are only ever read through [`ParamSource`];
+//! every layer can be rebuilt with each tensor mapped (`map`), which is how whole models move
+//! between devices and dtypes.
+
+use crate::cpu::gemm::Activation;
+use crate::nn::config::ActFn;
+use crate::nn::weights::{Init, ParamSource};
+use crate::nn::Linear;
+use crate::{Conv2dParams, Result, Tensor};
+
+/// A function applied to every parameter when a model is moved or converted.
+pub(crate) type MapFn<'a> = dyn FnMut(&Tensor) -> Result<Tensor> + 'a;
+
+/// `{prefix}.{name}`, or `name` when the prefix is empty.
+pub(crate) fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// Applies an activation (unfused).
+pub(crate) fn act(x: &Tensor, f: ActFn) -> Result<Tensor> {
+    match f {
+        ActFn::Silu => x.silu(),
+        ActFn::Gelu => x.gelu(),
+        ActFn::Relu => x.relu(),
+    }
+}
+
+/// The matrix-engine epilogue for an activation.
+pub(crate) fn epilogue(f: ActFn) -> Activation {
+    match f {
+        ActFn::Silu => Activation::Silu,
+        ActFn::Gelu => Activation::Gelu,
+        ActFn::Relu => Activation::Relu,
+    }
+}
+
+/// Group normalisation over `[N, C, *spatial]` with a per-channel affine (PyTorch's
+/// `nn.GroupNorm(groups, C, eps, affine=True)`).
+#[derive(Clone, Debug)]
+pub struct GroupNorm {
+    weight: Tensor,
+    bias: Tensor,
+    groups: usize,
+    eps: f64,
+}
+
+impl GroupNorm {
+    pub(crate) fn load(
+        src: &mut dyn ParamSource,
+        prefix: &str,
+        channels: usize,
+        groups: usize,
+        eps: f64,
+    ) -> Result<GroupNorm> {
+        Ok(GroupNorm {
+            weight: src.get(&join(prefix, "weight"), &[channels], Init::Ones)?,
+            bias: src.get(&join(prefix, "bias"), &[channels], Init::Zeros)?,
+            groups,
+            eps,
+        })
+    }
+
+    pub(crate) fn map(&self, f: &mut MapFn) -> Result<GroupNorm> {
+        Ok(GroupNorm {
+            weight: f(&self.weight)?,
+            bias: f(&self.bias)?,
+            ..self.clone()
+        })
+    }
+
+    /// Normalises `x` (`[N, C, ...]`).
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.group_norm(self.groups, Some(&self.weight), Some(&self.bias), self.eps)
+    }
+
+    /// Normalises then applies `f` (SiLU fused into the normalisation pass).
+    pub fn forward_act(&self, x: &Tensor, f: ActFn) -> Result<Tensor> {
+        match f {
+            ActFn::Silu => {
+                x.group_norm_silu(self.groups, Some(&self.weight), Some(&self.bias), self.eps)
+            }
+            _ => act(&self.forward(x)?, f),
+        }
+    }
+}
+
+/// Layer normalisation over the last dim with a per-channel affine (`nn.LayerNorm(C, eps)`).
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub(crate) fn load(
+        src: &mut dyn ParamSource,
+        prefix: &str,
+        channels: usize,
+        eps: f64,
+    ) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: src.get(&join(prefix, "weight"), &[channels], Init::Ones)?,
+            bias: src.get(&join(prefix, "bias"), &[channels], Init::Zeros)?,
+            eps,
+        })
+    }
+
+    pub(crate) fn map(&self, f: &mut MapFn) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: f(&self.weight)?,
+            bias: f(&self.bias)?,
+            eps: self.eps,
+        })
+    }
+
+    /// Normalises `x` over its last dim.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.layer_norm(Some(&self.weight), Some(&self.bias), self.eps)
+    }
+}
+
+/// Loads a `Linear` stored as `{prefix}.weight` `[out, in]` and optionally `{prefix}.bias`.
+pub(crate) fn load_linear(
+    src: &mut dyn ParamSource,
+    prefix: &str,
+    in_features: usize,
+    out_features: usize,
+    bias: bool,
+) -> Result<Linear> {
+    let w = src.get(
+        &join(prefix, "weight"),
+        &[out_features, in_features],
+        Init::FanIn(in_features),
+    )?;
+    let b = if bias {
+        Some(src.get(&join(prefix, "bias"), &[out_features], Init::Zeros)?)
+    } else {
+        None
+    };
+    Linear::new(w, b)
+}
+
+/// Rebuilds a `Linear` with every parameter mapped.
+pub(crate) fn map_linear(l: &Linear, f: &mut MapFn) -> Result<Linear> {
+    let b = l.bias().map(&mut *f).transpose()?;
+    Linear::new(f(l.weight())?, b)
+}
+
+/// `x @ Wᵀ + b + residual` for `x` `[..., in]`: on Cpu the prepacked product then one add; on
+/// Xpu one fused product whose store adds the bias and the residual (any strided view).
+pub(crate) fn linear_residual(l: &Linear, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+    match residual {
+        None => l.forward(x),
+        Some(r) if l.is_prepacked() => l.forward(x)?.add(r),
+        Some(r) => {
+            let wt = l.weight().t()?;
+            let mut op = x.matmul_fused(&wt).residual(r);
+            if let Some(b) = l.bias() {
+                op = op.bias(b);
+            }
+            op.run()
+        }
+    }
+}
+
+/// A 2-D convolution with PyTorch's `nn.Conv2d` parameters (`{prefix}.weight`
+/// `[O, C, k, k]`, `{prefix}.bias` `[O]`).
+#[derive(Clone, Debug)]
+pub(crate) struct Conv {
+    weight: Tensor,
+    bias: Tensor,
+    params: Conv2dParams,
+}
+
+impl Conv {
+    pub(crate) fn load(
+        src: &mut dyn ParamSource,
+        prefix: &str,
+        in_ch: usize,
+        out_ch: usize,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    ) -> Result<Conv> {
+        Ok(Conv {
+            weight: src.get(
+                &join(prefix, "weight"),
+                &[out_ch, in_ch, kernel, kernel],
+                Init::FanIn(in_ch * kernel * kernel),
+            )?,
+            bias: src.get(&join(prefix, "bias"), &[out_ch], Init::Zeros)?,
+            params: Conv2dParams {
+                stride: (stride, stride),
+                padding: (padding, padding),
+                ..Conv2dParams::default()
+            },
+        })
+    }
+
+    pub(crate) fn map(&self, f: &mut MapFn) -> Result<Conv> {
+        Ok(Conv {
+            weight: f(&self.weight)?,
+            bias: f(&self.bias)?,
+            params: self.params,
+        })
+    }
+
+    /// `conv(x) + bias`, NCHW in and out.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv2d(&self.weight, Some(&self.bias), self.params)
+    }
+
+    /// `conv(x) + bias + residual`.
+    pub(crate) fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        self.forward(x)?.add(residual)
+    }
+}

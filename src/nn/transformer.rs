@@ -1,0 +1,226 @@
+//! diffusers' `FeedForward` (GEGLU), `BasicTransformerBlock` and `Transformer2DModel`
+//! (continuous input, conv or linear projections), as in SD 1.x/2.x.
+//!
+//! Invariants:
+//! - Every sub-layer adds its residual in the store of its last product (attention `to_out.0`,
+//!   the FFN's second product, `proj_out`); the FFN is [`Tensor::ffn_geglu`] (GEGLU gate fused
+//!   into the first product's store).
+//! - `Transformer2DModel` normalises with `GroupNorm(eps = 1e-6)` (diffusers hard-codes it) and
+//!   runs on tokens `[B, H·W, C]` taken as a strided view of the NCHW input; a 1x1 conv
+//!   projection is the same product as a Linear over channels, so both projection kinds run as
+//!   products over tokens (diffusers' parameter shapes are kept: `[O, C, 1, 1]` for convs).
+
+use crate::nn::attention::{Attention, AttentionDims};
+use crate::nn::layers::{
+    join, linear_residual, load_linear, map_linear, GroupNorm, LayerNorm, MapFn,
+};
+use crate::nn::weights::{Init, ParamSource};
+use crate::nn::Linear;
+use crate::{Error, Result, Tensor};
+
+/// diffusers' `FeedForward(dim, activation_fn="geglu")`: `net.0.proj` `[2·4·dim, dim]`, then
+/// `net.2` `[dim, 4·dim]`.
+#[derive(Clone, Debug)]
+pub struct FeedForward {
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+}
+
+impl FeedForward {
+    pub(crate) fn load(src: &mut dyn ParamSource, prefix: &str, dim: usize) -> Result<FeedForward> {
+        let inner = 4 * dim;
+        Ok(FeedForward {
+            w1: src.get(
+                &join(prefix, "net.0.proj.weight"),
+                &[2 * inner, dim],
+                Init::FanIn(dim),
+            )?,
+            b1: src.get(&join(prefix, "net.0.proj.bias"), &[2 * inner], Init::Zeros)?,
+            w2: src.get(
+                &join(prefix, "net.2.weight"),
+                &[dim, inner],
+                Init::FanIn(inner),
+            )?,
+            b2: src.get(&join(prefix, "net.2.bias"), &[dim], Init::Zeros)?,
+        })
+    }
+
+    pub(crate) fn map(&self, f: &mut MapFn) -> Result<FeedForward> {
+        Ok(FeedForward {
+            w1: f(&self.w1)?,
+            b1: f(&self.b1)?,
+            w2: f(&self.w2)?,
+            b2: f(&self.b2)?,
+        })
+    }
+
+    /// `net.2(h * gelu(g)) + residual` with `[h | g] = net.0.proj(x)`.
+    pub fn forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+        x.ffn_geglu(&self.w1, Some(&self.b1), &self.w2, Some(&self.b2), residual)
+    }
+}
+
+/// diffusers' `BasicTransformerBlock` with `norm_type="layer_norm"`: self-attention (or
+/// cross-attention when `only_cross_attention`), cross-attention, GEGLU feed-forward, each
+/// pre-normalised and residual.
+#[derive(Clone, Debug)]
+pub struct BasicTransformerBlock {
+    norm1: LayerNorm,
+    attn1: Attention,
+    norm2: LayerNorm,
+    attn2: Attention,
+    norm3: LayerNorm,
+    ff: FeedForward,
+}
+
+/// Shapes of one transformer (block or model).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TransformerDims {
+    pub channels: usize,
+    pub heads: usize,
+    pub cross_dim: usize,
+    pub groups: usize,
+    pub layers: usize,
+    pub linear_projection: bool,
+    pub only_cross_attention: bool,
+}
+
+impl BasicTransformerBlock {
+    pub(crate) fn load(
+        src: &mut dyn ParamSource,
+        prefix: &str,
+        d: TransformerDims,
+    ) -> Result<BasicTransformerBlock> {
+        let dim = d.channels;
+        let dims = |cross: Option<usize>| AttentionDims {
+            query_dim: dim,
+            cross_dim: cross,
+            heads: d.heads,
+            head_dim: dim / d.heads,
+        };
+        let attn1_cross = d.only_cross_attention.then_some(d.cross_dim);
+        Ok(BasicTransformerBlock {
+            norm1: LayerNorm::load(src, &join(prefix, "norm1"), dim, 1e-5)?,
+            attn1: Attention::load(src, &join(prefix, "attn1"), dims(attn1_cross))?,
+            norm2: LayerNorm::load(src, &join(prefix, "norm2"), dim, 1e-5)?,
+            attn2: Attention::load(src, &join(prefix, "attn2"), dims(Some(d.cross_dim)))?,
+            norm3: LayerNorm::load(src, &join(prefix, "norm3"), dim, 1e-5)?,
+            ff: FeedForward::load(src, &join(prefix, "ff"), dim)?,
+        })
+    }
+
+    pub(crate) fn map(&self, f: &mut MapFn) -> Result<BasicTransformerBlock> {
+        Ok(BasicTransformerBlock {
+            norm1: self.norm1.map(f)?,
+            attn1: self.attn1.map(f)?,
+            norm2: self.norm2.map(f)?,
+            attn2: self.attn2.map(f)?,
+            norm3: self.norm3.map(f)?,
+            ff: self.ff.map(f)?,
+        })
+    }
+
+    /// `x` `[B, L, dim]`, `context` `[B, Lk, cross_dim]` -> `[B, L, dim]`.
+    pub fn forward(&self, x: &Tensor, context: &Tensor) -> Result<Tensor> {
+        let ctx1 = self.attn1.is_cross().then_some(context);
+        let h = self.attn1.forward(&self.norm1.forward(x)?, ctx1, Some(x))?;
+        let h = self
+            .attn2
+            .forward(&self.norm2.forward(&h)?, Some(context), Some(&h))?;
+        self.ff.forward(&self.norm3.forward(&h)?, Some(&h))
+    }
+}
+
+/// diffusers' `Transformer2DModel` over an NCHW feature map (SD's spatial transformer).
+#[derive(Clone, Debug)]
+pub struct Transformer2DModel {
+    norm: GroupNorm,
+    proj_in: Linear,
+    blocks: Vec<BasicTransformerBlock>,
+    proj_out: Linear,
+}
+
+/// Loads a projection stored as a Linear `[o, i]` or a 1x1 conv `[o, i, 1, 1]`, as a Linear.
+fn load_proj(
+    src: &mut dyn ParamSource,
+    prefix: &str,
+    i: usize,
+    o: usize,
+    linear: bool,
+) -> Result<Linear> {
+    if linear {
+        return load_linear(src, prefix, i, o, true);
+    }
+    let w = src.get(&join(prefix, "weight"), &[o, i, 1, 1], Init::FanIn(i))?;
+    let b = src.get(&join(prefix, "bias"), &[o], Init::Zeros)?;
+    let s = w.shape().to_vec();
+    Linear::new(w.reshape(&[s[0], s[1]])?, Some(b))
+}
+
+impl Transformer2DModel {
+    pub(crate) fn load(
+        src: &mut dyn ParamSource,
+        prefix: &str,
+        d: TransformerDims,
+    ) -> Result<Transformer2DModel> {
+        let c = d.channels;
+        let norm = GroupNorm::load(src, &join(prefix, "norm"), c, d.groups, 1e-6)?;
+        let proj_in = load_proj(src, &join(prefix, "proj_in"), c, c, d.linear_projection)?;
+        let blocks = (0..d.layers)
+            .map(|i| {
+                BasicTransformerBlock::load(
+                    src,
+                    &join(prefix, &format!("transformer_blocks.{i}")),
+                    d,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let proj_out = load_proj(src, &join(prefix, "proj_out"), c, c, d.linear_projection)?;
+        Ok(Transformer2DModel {
+            norm,
+            proj_in,
+            blocks,
+            proj_out,
+        })
+    }
+
+    pub(crate) fn map(&self, f: &mut MapFn) -> Result<Transformer2DModel> {
+        Ok(Transformer2DModel {
+            norm: self.norm.map(f)?,
+            proj_in: map_linear(&self.proj_in, f)?,
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| b.map(f))
+                .collect::<Result<_>>()?,
+            proj_out: map_linear(&self.proj_out, f)?,
+        })
+    }
+
+    /// The transformer blocks.
+    pub fn blocks(&self) -> &[BasicTransformerBlock] {
+        &self.blocks
+    }
+
+    /// `x` `[B, C, H, W]`, `context` `[B, Lk, cross_dim]` -> `[B, C, H, W]` (with the input added).
+    pub fn forward(&self, x: &Tensor, context: &Tensor) -> Result<Tensor> {
+        if x.rank() != 4 || x.shape()[1] != self.proj_in.in_features() {
+            return Err(Error::shape(
+                "Transformer2DModel",
+                format!("[B, {}, H, W]", self.proj_in.in_features()),
+                x.shape(),
+            ));
+        }
+        let (b, c, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
+        let tokens = |t: &Tensor| t.reshape(&[b, c, h * w])?.permute(&[0, 2, 1]);
+        let mut t = self.proj_in.forward(&tokens(&self.norm.forward(x)?)?)?;
+        for block in &self.blocks {
+            t = block.forward(&t, context)?;
+        }
+        // proj_out over tokens plus the input, read as tokens; back to NCHW.
+        let y = linear_residual(&self.proj_out, &t, Some(&tokens(x)?))?;
+        y.permute(&[0, 2, 1])?.reshape(&[b, c, h, w])
+    }
+}

@@ -1,0 +1,112 @@
+//! The UNet's time embedding: diffusers' `Timesteps` (sinusoidal, via
+//! [`Tensor::timestep_embedding`]) followed by `TimestepEmbedding` (`linear_1`, activation,
+//! `linear_2`).
+//!
+//! Invariants: timesteps may be a scalar, `[1]` or `[B]`, of any float dtype or i32, on the
+//! model's device; a scalar or `[1]` is broadcast to the batch (diffusers' `expand`). The
+//! sinusoid is computed in f32 and cast to the model dtype before `linear_1`, as diffusers does.
+
+use crate::nn::config::ActFn;
+use crate::nn::layers::{epilogue, join, load_linear, map_linear, MapFn};
+use crate::nn::weights::ParamSource;
+use crate::nn::Linear;
+use crate::{DType, Error, Result, Tensor};
+
+/// diffusers' `TimestepEmbedding` with its `Timesteps` projection.
+#[derive(Clone, Debug)]
+pub struct TimestepEmbedding {
+    linear_1: Linear,
+    linear_2: Linear,
+    act: ActFn,
+    channels: usize,
+    flip_sin_to_cos: bool,
+    freq_shift: f64,
+}
+
+/// Shapes and options of the time embedding.
+pub(crate) struct TimeDims {
+    pub channels: usize,
+    pub embed_dim: usize,
+    pub act: ActFn,
+    pub flip_sin_to_cos: bool,
+    pub freq_shift: f64,
+}
+
+impl TimestepEmbedding {
+    pub(crate) fn load(
+        src: &mut dyn ParamSource,
+        prefix: &str,
+        d: TimeDims,
+    ) -> Result<TimestepEmbedding> {
+        Ok(TimestepEmbedding {
+            linear_1: load_linear(
+                src,
+                &join(prefix, "linear_1"),
+                d.channels,
+                d.embed_dim,
+                true,
+            )?,
+            linear_2: load_linear(
+                src,
+                &join(prefix, "linear_2"),
+                d.embed_dim,
+                d.embed_dim,
+                true,
+            )?,
+            act: d.act,
+            channels: d.channels,
+            flip_sin_to_cos: d.flip_sin_to_cos,
+            freq_shift: d.freq_shift,
+        })
+    }
+
+    pub(crate) fn map(&self, f: &mut MapFn) -> Result<TimestepEmbedding> {
+        Ok(TimestepEmbedding {
+            linear_1: map_linear(&self.linear_1, f)?,
+            linear_2: map_linear(&self.linear_2, f)?,
+            ..self.clone()
+        })
+    }
+
+    /// The sinusoidal projection (`time_proj`) of timesteps for a batch of `batch`, in `dtype`:
+    /// `[batch, channels]`.
+    pub fn project(&self, timestep: &Tensor, batch: usize, dtype: DType) -> Result<Tensor> {
+        let t = match timestep.shape() {
+            [] => timestep.reshape(&[1])?,
+            [_] => timestep.clone(),
+            s => {
+                return Err(Error::shape(
+                    "UNet2DConditionModel timestep",
+                    format!("a scalar, [1] or [{batch}]"),
+                    s,
+                ))
+            }
+        };
+        let t = match t.shape()[0] {
+            n if n == batch => t,
+            1 => t.broadcast_to(&[batch])?,
+            _ => {
+                return Err(Error::shape(
+                    "UNet2DConditionModel timestep",
+                    format!("a scalar, [1] or [{batch}] (one per sample)"),
+                    timestep.shape(),
+                ))
+            }
+        };
+        if !(t.dtype().is_float() || t.dtype() == DType::I32) {
+            return Err(Error::UnsupportedDType {
+                op: "UNet2DConditionModel timestep",
+                dtype: t.dtype(),
+                device: t.device(),
+                hint: "; timesteps must be f32, f16, bf16 or i32".into(),
+            });
+        }
+        t.timestep_embedding(self.channels, self.flip_sin_to_cos, self.freq_shift, dtype)
+    }
+
+    /// `linear_2(act(linear_1(t_emb)))` for a projected `t_emb` `[B, channels]`.
+    pub fn forward(&self, t_emb: &Tensor) -> Result<Tensor> {
+        let h = self.linear_1.forward_act(t_emb, epilogue(self.act))?;
+        self.linear_2.forward(&h)
+    }
+}

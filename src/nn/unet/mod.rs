@@ -1,0 +1,411 @@
+//! [`UNet2DConditionModel`]: diffusers' conditional UNet (SD 1.x / 2.x family), configured by a
+//! [`UNetConfig`] and loaded from `diffusion_pytorch_model.safetensors` by diffusers' own
+//! parameter names, or built with seeded random weights.
+//!
+//! Invariants:
+//! - The block structure, channel bookkeeping, skip order, head counts and upsample sizes follow
+//!   `diffusers/models/unets/unet_2d_condition.py` (0.42): up level `i` serves down level
+//!   `n-1-i` and uses that level's heads, cross-attention width, transformer depth and
+//!   `only_cross_attention`, with one more ResNet than the down level.
+//! - Loading checks the whole file against the model's parameter list before reading any data
+//!   (one [`crate::Error::Weights`] lists every missing, unexpected and mis-shaped tensor).
+//! - All parameters have the model's dtype and live on its device; `forward` checks its inputs
+//!   against both and keeps no intermediate tensor beyond the skip connections still needed.
+
+mod blocks;
+mod embeddings;
+
+use std::path::Path;
+
+pub use blocks::{DownBlock, MidBlock, UpBlock};
+pub use embeddings::TimestepEmbedding;
+
+use crate::nn::config::{DownBlockType, UNetConfig, UpBlockType};
+use crate::nn::layers::{Conv, GroupNorm, MapFn};
+use crate::nn::resnet::ResnetDims;
+use crate::nn::transformer::TransformerDims;
+use crate::nn::weights::{ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
+use crate::{DType, Device, Error, Result, Tensor};
+use blocks::{LevelDims, UpChannels};
+use embeddings::TimeDims;
+
+/// diffusers' `UNet2DConditionModel`; see the module docs.
+#[derive(Clone, Debug)]
+pub struct UNet2DConditionModel {
+    config: UNetConfig,
+    dtype: DType,
+    device: Device,
+    conv_in: Conv,
+    time_embedding: TimestepEmbedding,
+    down_blocks: Vec<DownBlock>,
+    mid_block: Option<MidBlock>,
+    up_blocks: Vec<UpBlock>,
+    conv_norm_out: GroupNorm,
+    conv_out: Conv,
+}
+
+fn check_float(op: &'static str, dtype: DType, device: Device) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedDType {
+            op,
+            dtype,
+            device,
+            hint: "; models run in f32, f16 or bf16".into(),
+        })
+    }
+}
+
+impl UNet2DConditionModel {
+    /// The architecture of `config` with seeded random weights (normal, scaled by
+    /// `1/sqrt(fan_in)`; norm scales 1, biases 0): the same values on every device.
+    pub fn random(config: &UNetConfig, dtype: DType, device: Device, seed: u64) -> Result<Self> {
+        config.validate()?;
+        check_float("UNet2DConditionModel::random", dtype, device)?;
+        let mut src = RandomSource {
+            dtype,
+            device,
+            seed,
+        };
+        Self::build(config, &mut src, dtype, device)
+    }
+
+    /// Loads the weights of `config` from a diffusers `diffusion_pytorch_model.safetensors`
+    /// (f32, f16 or bf16 on disk), converted to `dtype` on `device`.
+    pub fn from_safetensors(
+        config: &UNetConfig,
+        path: impl AsRef<Path>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        check_float("UNet2DConditionModel::from_safetensors", dtype, device)?;
+        let store = WeightStore::open(path)?;
+        store.check(&Self::parameter_shapes(config)?)?;
+        let mut src = StoreSource {
+            store: &store,
+            dtype,
+            device,
+        };
+        Self::build(config, &mut src, dtype, device)
+    }
+
+    /// Loads a diffusers model folder (`config.json` and `diffusion_pytorch_model.safetensors`,
+    /// e.g. a pipeline's `unet/`).
+    pub fn from_pretrained(dir: impl AsRef<Path>, dtype: DType, device: Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let config = UNetConfig::from_file(dir.join("config.json"))?;
+        Self::from_safetensors(
+            &config,
+            dir.join("diffusion_pytorch_model.safetensors"),
+            dtype,
+            device,
+        )
+    }
+
+    /// Every parameter of the architecture as `(diffusers name, shape)`, in construction order.
+    pub fn parameter_shapes(config: &UNetConfig) -> Result<Vec<(String, Vec<usize>)>> {
+        config.validate()?;
+        let mut rec = Recorder {
+            entries: Vec::new(),
+        };
+        Self::build(config, &mut rec, DType::F32, Device::Cpu)?;
+        Ok(rec.entries)
+    }
+
+    fn build(
+        c: &UNetConfig,
+        src: &mut dyn ParamSource,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Self> {
+        let n = c.levels();
+        let ch = &c.block_out_channels;
+        let temb = c.time_embed_dim();
+        let resnet = |in_ch, out_ch| ResnetDims {
+            in_ch,
+            out_ch,
+            temb,
+            groups: c.norm_num_groups,
+            eps: c.norm_eps,
+            act: c.act_fn,
+            output_scale_factor: 1.0,
+        };
+        let transformer = |level: usize, only_cross: bool| TransformerDims {
+            channels: ch[level],
+            heads: c.heads(level),
+            cross_dim: c.cross_attention_dim[level],
+            groups: c.norm_num_groups,
+            layers: c.transformer_layers_per_block[level],
+            linear_projection: c.use_linear_projection,
+            only_cross_attention: only_cross,
+        };
+        let conv_in = Conv::load(
+            src,
+            "conv_in",
+            c.in_channels,
+            ch[0],
+            c.conv_in_kernel,
+            1,
+            c.conv_in_kernel / 2,
+        )?;
+        let time_embedding = TimestepEmbedding::load(
+            src,
+            "time_embedding",
+            TimeDims {
+                channels: ch[0],
+                embed_dim: temb,
+                act: c.act_fn,
+                flip_sin_to_cos: c.flip_sin_to_cos,
+                freq_shift: c.freq_shift,
+            },
+        )?;
+        let mut down_blocks = Vec::with_capacity(n);
+        let mut out_ch = ch[0];
+        for (i, kind) in c.down_block_types.iter().enumerate() {
+            let in_ch = out_ch;
+            out_ch = ch[i];
+            let attn = *kind == DownBlockType::CrossAttnDownBlock2D;
+            let d = LevelDims {
+                resnet: resnet(in_ch, out_ch),
+                transformer: attn.then(|| transformer(i, c.only_cross_attention[i])),
+                layers: c.layers_per_block[i],
+                resample: (i + 1 < n).then_some(c.downsample_padding),
+            };
+            down_blocks.push(DownBlock::load(src, &format!("down_blocks.{i}"), d)?);
+        }
+        let mid_block = if c.mid_block {
+            let r = ResnetDims {
+                output_scale_factor: c.mid_block_scale_factor,
+                ..resnet(ch[n - 1], ch[n - 1])
+            };
+            Some(MidBlock::load(
+                src,
+                "mid_block",
+                r,
+                transformer(n - 1, false),
+            )?)
+        } else {
+            None
+        };
+        let mut up_blocks = Vec::with_capacity(n);
+        let mut out_ch = ch[n - 1];
+        for (i, kind) in c.up_block_types.iter().enumerate() {
+            let level = n - 1 - i;
+            let prev_out = out_ch;
+            out_ch = ch[level];
+            let skip_last = ch[level.saturating_sub(1)];
+            let attn = *kind == UpBlockType::CrossAttnUpBlock2D;
+            let d = LevelDims {
+                resnet: resnet(0, out_ch),
+                transformer: attn.then(|| transformer(level, c.only_cross_attention[level])),
+                layers: c.layers_per_block[level] + 1,
+                resample: (i + 1 < n).then_some(0),
+            };
+            let chans = UpChannels {
+                prev_out,
+                skip_last,
+            };
+            up_blocks.push(UpBlock::load(src, &format!("up_blocks.{i}"), d, chans)?);
+        }
+        let conv_norm_out =
+            GroupNorm::load(src, "conv_norm_out", ch[0], c.norm_num_groups, c.norm_eps)?;
+        let conv_out = Conv::load(
+            src,
+            "conv_out",
+            ch[0],
+            c.out_channels,
+            c.conv_out_kernel,
+            1,
+            c.conv_out_kernel / 2,
+        )?;
+        Ok(UNet2DConditionModel {
+            config: c.clone(),
+            dtype,
+            device,
+            conv_in,
+            time_embedding,
+            down_blocks,
+            mid_block,
+            up_blocks,
+            conv_norm_out,
+            conv_out,
+        })
+    }
+
+    fn map(&self, dtype: DType, device: Device, f: &mut MapFn) -> Result<Self> {
+        Ok(UNet2DConditionModel {
+            config: self.config.clone(),
+            dtype,
+            device,
+            conv_in: self.conv_in.map(f)?,
+            time_embedding: self.time_embedding.map(f)?,
+            down_blocks: self
+                .down_blocks
+                .iter()
+                .map(|b| b.map(f))
+                .collect::<Result<_>>()?,
+            mid_block: self.mid_block.as_ref().map(|m| m.map(f)).transpose()?,
+            up_blocks: self
+                .up_blocks
+                .iter()
+                .map(|b| b.map(f))
+                .collect::<Result<_>>()?,
+            conv_norm_out: self.conv_norm_out.map(f)?,
+            conv_out: self.conv_out.map(f)?,
+        })
+    }
+
+    /// The model with every parameter on `device` (prepacked again for Cpu).
+    pub fn to(&self, device: Device) -> Result<Self> {
+        self.map(self.dtype, device, &mut |t| t.to(device))
+    }
+
+    /// The model with every parameter converted to `dtype` (f32, f16 or bf16).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Self> {
+        check_float("UNet2DConditionModel::to_dtype", dtype, self.device)?;
+        self.map(dtype, self.device, &mut |t| t.to_dtype(dtype))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &UNetConfig {
+        &self.config
+    }
+
+    /// The parameters' dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The parameters' device.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The time embedding (`time_proj` + `time_embedding`).
+    pub fn time_embedding(&self) -> &TimestepEmbedding {
+        &self.time_embedding
+    }
+
+    /// The down levels.
+    pub fn down_blocks(&self) -> &[DownBlock] {
+        &self.down_blocks
+    }
+
+    /// The mid block (absent when `mid_block_type` is null).
+    pub fn mid_block(&self) -> Option<&MidBlock> {
+        self.mid_block.as_ref()
+    }
+
+    /// The up levels.
+    pub fn up_blocks(&self) -> &[UpBlock] {
+        &self.up_blocks
+    }
+
+    fn check_input(&self, what: &'static str, t: &Tensor) -> Result<()> {
+        if t.device() != self.device {
+            return Err(Error::DeviceMismatch {
+                op: what,
+                lhs: t.device(),
+                rhs: self.device,
+            });
+        }
+        if t.dtype() != self.dtype {
+            return Err(Error::DTypeMismatch {
+                op: what,
+                expected: self.dtype,
+                got: t.dtype(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The embedding `temb` `[B, time_embed_dim]` of `timestep` (scalar, `[1]` or `[B]`; f32,
+    /// f16, bf16 or i32; moved to the model's device as diffusers does) for a batch of `batch`.
+    pub fn time_embed(&self, timestep: &Tensor, batch: usize) -> Result<Tensor> {
+        let t = timestep.to(self.device)?;
+        let e = &self.time_embedding;
+        e.forward(&e.project(&t, batch, self.dtype)?)
+    }
+
+    /// Predicts the noise (or v) for `sample` `[B, in_channels, H, W]` at `timestep` (scalar,
+    /// `[1]` or `[B]`) given `encoder_hidden_states` `[B, L, cross_attention_dim]`. `sample` and
+    /// `encoder_hidden_states` must have the model's dtype and device.
+    pub fn forward(
+        &self,
+        sample: &Tensor,
+        timestep: &Tensor,
+        encoder_hidden_states: &Tensor,
+    ) -> Result<Tensor> {
+        let op = "UNet2DConditionModel::forward";
+        let c = &self.config;
+        self.check_input("UNet2DConditionModel sample", sample)?;
+        self.check_input(
+            "UNet2DConditionModel encoder_hidden_states",
+            encoder_hidden_states,
+        )?;
+        if sample.rank() != 4 || sample.shape()[1] != c.in_channels {
+            return Err(Error::shape(
+                op,
+                format!("sample [B, {}, H, W]", c.in_channels),
+                sample.shape(),
+            ));
+        }
+        let b = sample.shape()[0];
+        let ehs = encoder_hidden_states;
+        if ehs.rank() != 3 || ehs.shape()[0] != b || ehs.shape()[2] != c.cross_attention_dim[0] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "encoder_hidden_states [{b}, L, {}]",
+                    c.cross_attention_dim[0]
+                ),
+                ehs.shape(),
+            ));
+        }
+        // diffusers forwards upsample sizes when H or W is not a multiple of 2^(levels - 1).
+        let factor = u32::try_from(c.levels() - 1)
+            .ok()
+            .and_then(|s| 1usize.checked_shl(s))
+            .unwrap_or(0);
+        let forward_size = sample.shape()[2..]
+            .iter()
+            .any(|&d| factor == 0 || !d.is_multiple_of(factor));
+
+        let temb = self.time_embed(timestep, b)?;
+        let x = if c.center_input_sample {
+            sample.affine(2.0, -1.0)?
+        } else {
+            sample.clone()
+        };
+        let mut h = self.conv_in.forward(&x)?;
+        let mut skips = vec![h.clone()];
+        for block in &self.down_blocks {
+            let (out, s) = block.forward(&h, &temb, Some(ehs))?;
+            h = out;
+            skips.extend(s);
+        }
+        if let Some(mid) = &self.mid_block {
+            h = mid.forward(&h, &temb, ehs)?;
+        }
+        let n_up = self.up_blocks.len();
+        for (i, block) in self.up_blocks.iter().enumerate() {
+            let take = block.resnets().len();
+            let Some(rest) = skips.len().checked_sub(take) else {
+                return Err(Error::invalid(
+                    op,
+                    "internal: fewer skip tensors than up-block ResNets",
+                ));
+            };
+            let res = skips.split_off(rest);
+            let size = match skips.last() {
+                Some(s) if forward_size && i + 1 < n_up => Some((s.shape()[2], s.shape()[3])),
+                _ => None,
+            };
+            h = block.forward(&h, &res, &temb, Some(ehs), size)?;
+        }
+        let h = self.conv_norm_out.forward_act(&h, c.act_fn)?;
+        self.conv_out.forward(&h)
+    }
+}

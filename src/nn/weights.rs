@@ -1,0 +1,303 @@
+//! Weight loading: [`WeightStore`] (a memory-mapped safetensors file) and the parameter sources
+//! the model constructors read from.
+//!
+//! Invariants:
+//! - The file is memory-mapped and its header parsed by the `safetensors` crate, which checks
+//!   that the header length fits in the file, that every tensor's byte range is in bounds,
+//!   contiguous and matches `shape × dtype`, and that the ranges cover the data exactly. Nothing
+//!   is allocated from a size in the header before that check, so a truncated or corrupt file
+//!   is an [`Error::InvalidFile`], never a panic or a huge allocation.
+//! - Models are built in two passes: [`Recorder`] collects the `(name, shape)` of every
+//!   parameter (building a throw-away model whose every dim is 1, which costs nothing), the file
+//!   header is checked against that list ([`WeightStore::check`]: all missing, unexpected and
+//!   mis-shaped tensors in one [`Error::Weights`]), and only then is data read and converted.
+//! - Constructors take parameters only through [`ParamSource::get`] and never read a
+//!   placeholder's shape back, so the recording pass and the real one build the same tree.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype as StDtype, Metadata, SafeTensors};
+
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// How a parameter is initialised when no file provides it ([`RandomSource`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Init {
+    /// Normal values scaled by `1/sqrt(fan_in)` (Linear and conv weights).
+    FanIn(usize),
+    /// All ones (norm scales).
+    Ones,
+    /// All zeros (biases).
+    Zeros,
+}
+
+/// Where model constructors get their parameters from.
+pub(crate) trait ParamSource {
+    /// The parameter `name` with `shape`.
+    fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor>;
+}
+
+/// Records every requested parameter; returns all-ones-shaped placeholders (no memory).
+pub(crate) struct Recorder {
+    pub(crate) entries: Vec<(String, Vec<usize>)>,
+}
+
+impl ParamSource for Recorder {
+    fn get(&mut self, name: &str, shape: &[usize], _init: Init) -> Result<Tensor> {
+        self.entries.push((name.to_string(), shape.to_vec()));
+        Tensor::zeros(&vec![1; shape.len()], DType::F32, Device::Cpu)
+    }
+}
+
+/// Seeded random parameters: each tensor's values depend only on `seed` and its name.
+pub(crate) struct RandomSource {
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+    pub(crate) seed: u64,
+}
+
+/// FNV-1a of a name, mixed with a seed.
+fn name_seed(seed: u64, name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+impl ParamSource for RandomSource {
+    fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor> {
+        match init {
+            Init::Ones => Tensor::ones(shape, self.dtype, self.device),
+            Init::Zeros => Tensor::zeros(shape, self.dtype, self.device),
+            Init::FanIn(fan_in) => {
+                let t = Tensor::randn(shape, DType::F32, Device::Cpu, name_seed(self.seed, name))?;
+                t.mul_scalar(1.0 / (fan_in.max(1) as f64).sqrt())?
+                    .to_dtype(self.dtype)?
+                    .to(self.device)
+            }
+        }
+    }
+}
+
+/// Reads parameters from a [`WeightStore`], converting to `dtype` on `device`.
+pub(crate) struct StoreSource<'a> {
+    pub(crate) store: &'a WeightStore,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+}
+
+impl ParamSource for StoreSource<'_> {
+    fn get(&mut self, name: &str, shape: &[usize], _init: Init) -> Result<Tensor> {
+        let t = self.store.tensor(name, self.dtype, self.device)?;
+        if t.shape() != shape {
+            return Err(Error::Weights {
+                file: self.store.path.display().to_string(),
+                missing: vec![],
+                unexpected: vec![],
+                mismatched: vec![format!(
+                    "{name}: expected {shape:?}, file has {:?}",
+                    t.shape()
+                )],
+            });
+        }
+        Ok(t)
+    }
+}
+
+/// A safetensors file, memory-mapped, with its header parsed and validated.
+pub struct WeightStore {
+    path: PathBuf,
+    mmap: memmap2::Mmap,
+    header_len: usize,
+    metadata: Metadata,
+}
+
+impl std::fmt::Debug for WeightStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "WeightStore({}, {} tensors)",
+            self.path.display(),
+            self.metadata.tensors().len()
+        )
+    }
+}
+
+fn describe(e: safetensors::SafeTensorError, file_len: usize) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::HeaderTooSmall => format!(
+            "truncated: {file_len} bytes, but a safetensors file starts with an 8-byte header length"
+        ),
+        E::HeaderTooLarge => {
+            "corrupt header: the header length is larger than safetensors allows (100 MB)".into()
+        }
+        E::InvalidHeaderLength => format!(
+            "truncated or corrupt: the header length points past the end of the {file_len}-byte file"
+        ),
+        E::MetadataIncompleteBuffer => format!(
+            "truncated or corrupt: the header's tensors do not cover the {file_len}-byte file's data exactly"
+        ),
+        E::InvalidHeader(e) => format!("corrupt header: not UTF-8 ({e})"),
+        E::InvalidHeaderDeserialization(e) => format!("corrupt header: not valid JSON ({e})"),
+        E::InvalidOffset(name) => {
+            format!("corrupt header: tensor {name} has offsets that overlap or leave gaps")
+        }
+        E::TensorInvalidInfo => {
+            "corrupt header: a tensor's byte range does not match its shape and dtype".into()
+        }
+        other => format!("corrupt safetensors file: {other}"),
+    }
+}
+
+fn dtype_of(d: StDtype) -> Option<DType> {
+    match d {
+        StDtype::F32 => Some(DType::F32),
+        StDtype::F16 => Some(DType::F16),
+        StDtype::BF16 => Some(DType::BF16),
+        StDtype::I32 => Some(DType::I32),
+        _ => None,
+    }
+}
+
+impl WeightStore {
+    /// Opens and memory-maps `path` and validates its header (see the module docs).
+    pub fn open(path: impl AsRef<Path>) -> Result<WeightStore> {
+        let path = path.as_ref().to_path_buf();
+        let file = std::fs::File::open(&path).map_err(|source| Error::Io {
+            context: format!("opening weights {}", path.display()),
+            source,
+        })?;
+        let len = file
+            .metadata()
+            .map_err(|source| Error::Io {
+                context: format!("reading the size of {}", path.display()),
+                source,
+            })?
+            .len();
+        let invalid = |msg: String| Error::InvalidFile {
+            file: path.display().to_string(),
+            msg,
+        };
+        if len < 8 {
+            return Err(invalid(format!(
+                "truncated: {len} bytes, but a safetensors file starts with an 8-byte header length"
+            )));
+        }
+        // SAFETY: the map is read-only; like every reader of a mapped file we rely on the file not
+        // being truncated by another process while the store is alive.
+        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io {
+            context: format!("memory-mapping {}", path.display()),
+            source,
+        })?;
+        let (header_len, metadata) =
+            SafeTensors::read_metadata(&mmap).map_err(|e| invalid(describe(e, mmap.len())))?;
+        Ok(WeightStore {
+            path,
+            mmap,
+            header_len,
+            metadata,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.metadata.tensors().into_keys().collect();
+        names.sort();
+        names
+    }
+
+    /// The shape of tensor `name`, if the file has it.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.metadata.info(name).map(|i| i.shape.as_slice())
+    }
+
+    /// The dtype tensor `name` is stored in, if the file has it and `xpu` can read it
+    /// (f32, f16, bf16, i32).
+    pub fn dtype(&self, name: &str) -> Option<DType> {
+        self.metadata.info(name).and_then(|i| dtype_of(i.dtype))
+    }
+
+    /// Tensor `name` converted to `dtype` on `device`. The file may store f32, f16, bf16 (or
+    /// i32, e.g. timesteps).
+    pub fn tensor(&self, name: &str, dtype: DType, device: Device) -> Result<Tensor> {
+        let file = self.path.display().to_string();
+        let info = self.metadata.info(name).ok_or_else(|| Error::Weights {
+            file: file.clone(),
+            missing: vec![name.to_string()],
+            unexpected: vec![],
+            mismatched: vec![],
+        })?;
+        let on_disk = dtype_of(info.dtype).ok_or_else(|| Error::InvalidFile {
+            file: file.clone(),
+            msg: format!(
+                "tensor {name} is stored as {:?}; supported: F32, F16, BF16, I32",
+                info.dtype
+            ),
+        })?;
+        let start = 8 + self.header_len;
+        let (s, e) = info.data_offsets;
+        let bytes = self
+            .mmap
+            .get(start + s..start + e)
+            .ok_or_else(|| Error::InvalidFile {
+                file: file.clone(),
+                msg: format!("tensor {name}: byte range {s}..{e} is outside the file"),
+            })?;
+        let shape = info.shape.clone();
+        let t = match on_disk {
+            DType::F32 => Tensor::from_vec(pod_vec::<f32>(bytes), &shape, Device::Cpu)?,
+            DType::F16 => Tensor::from_vec(pod_vec::<half::f16>(bytes), &shape, Device::Cpu)?,
+            DType::BF16 => Tensor::from_vec(pod_vec::<half::bf16>(bytes), &shape, Device::Cpu)?,
+            _ => Tensor::from_vec(pod_vec::<i32>(bytes), &shape, Device::Cpu)?,
+        };
+        t.to_dtype(dtype)?.to(device)
+    }
+
+    /// Compares the file with the `(name, shape)` list a model needs; every missing, unexpected
+    /// and mis-shaped tensor is reported in one [`Error::Weights`] (each list sorted by name).
+    pub fn check(&self, expected: &[(String, Vec<usize>)]) -> Result<()> {
+        let mut missing = Vec::new();
+        let mut mismatched = Vec::new();
+        let mut wanted = HashSet::new();
+        for (name, shape) in expected {
+            wanted.insert(name.as_str());
+            match self.shape(name) {
+                None => missing.push(name.clone()),
+                Some(s) if s != shape.as_slice() => {
+                    mismatched.push(format!("{name}: expected {shape:?}, file has {s:?}"))
+                }
+                Some(_) => {}
+            }
+        }
+        let unexpected: Vec<String> = self
+            .names()
+            .into_iter()
+            .filter(|n| !wanted.contains(n.as_str()))
+            .collect();
+        missing.sort();
+        mismatched.sort();
+        if missing.is_empty() && unexpected.is_empty() && mismatched.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Weights {
+            file: self.path.display().to_string(),
+            missing,
+            unexpected,
+            mismatched,
+        })
+    }
+}
+
+/// Little-endian bytes to a vector of `T` (copies, so the map's alignment does not matter).
+fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
+    bytemuck::pod_collect_to_vec(bytes)
+}

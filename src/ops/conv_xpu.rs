@@ -1,0 +1,124 @@
+//! conv2d on Xpu as an implicit GEMM on the matrix engine's tiling (`shaders/conv.wgsl`,
+//! `xpu::kernels::conv`), with PyTorch semantics (`F.conv2d`: stride, padding, dilation,
+//! groups) and a fused epilogue `act(conv + bias) + residual`.
+//!
+//! Invariants: no im2col buffer: the kernel gathers input tiles through the input's strides, so
+//! NCHW, channels-last (`x_nhwc.permute([0, 3, 1, 2])`) and other strided views are read in
+//! place, and so are the weight, bias and residual views. Extra memory is the output only (plus
+//! an f32 staging output for 16-bit results whose elements cannot be stored in pairs, see the
+//! kernel module). The result has shape `[N, O, Ho, Wo]` and the input's dtype; its strides are
+//! NCHW-contiguous, or channels-last `[Ho·Wo·O, 1, Wo·O, O]` when asked (PyTorch gives a
+//! channels-last output for a channels-last input). Every check happens here, before any GPU
+//! work is recorded.
+
+use crate::cpu::gemm::Activation;
+use crate::ops::conv::ConvGeom;
+use crate::storage::Storage;
+use crate::xpu::kernels::conv::{conv2d, ConvLaunch, Operand};
+use crate::{Conv2dParams, Device, Error, Layout, Result, Tensor};
+
+/// Tile config of the Xpu implicit-GEMM convolution. Every config computes every shape; the
+/// choice only changes speed (`Auto` picks by shape).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvTile {
+    /// Chosen from the problem's shape.
+    #[default]
+    Auto,
+    /// 128 pixels × 128 output channels per workgroup (8×8 registers per invocation).
+    Large,
+    /// 64 × 64 per workgroup (4×4 registers per invocation).
+    Medium,
+    /// 128 pixels × 16 output channels per workgroup, for few output channels.
+    Narrow,
+}
+
+/// Epilogue and output options of [`conv2d_xpu`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConvXpuArgs<'a> {
+    /// `[O]`, added to every output channel.
+    pub bias: Option<&'a Tensor>,
+    /// Added after the activation; any view broadcastable to `[N, O, Ho, Wo]`.
+    pub residual: Option<&'a Tensor>,
+    /// Applied to `conv + bias`.
+    pub activation: Activation,
+    /// Give the output channels-last strides `[Ho·Wo·O, 1, Wo·O, O]` (else NCHW-contiguous).
+    pub channels_last_out: bool,
+    /// Kernel config (tests force each one).
+    pub tile: ConvTile,
+}
+
+fn xpu_operand<'a>(op: &'static str, t: &'a Tensor) -> Result<Operand<'a>> {
+    match t.storage() {
+        Storage::Xpu(s) => Ok((s, t.layout())),
+        Storage::Cpu(_) => Err(Error::DeviceMismatch {
+            op,
+            lhs: Device::Xpu,
+            rhs: Device::Cpu,
+        }),
+    }
+}
+
+/// `F.conv2d(input, weight, bias, stride, padding, dilation, groups)` on Xpu, followed by the
+/// fused `activation` and `residual` add, for `input` `[N, C, H, W]` (any strides) and `weight`
+/// `[O, C/groups, kh, kw]`; returns `[N, O, Ho, Wo]` in the input's dtype (f32, f16 or bf16).
+/// Every operand must be on `Device::Xpu` with the input's dtype.
+pub fn conv2d_xpu(
+    input: &Tensor,
+    weight: &Tensor,
+    p: Conv2dParams,
+    args: &ConvXpuArgs,
+) -> Result<Tensor> {
+    let op = "conv2d";
+    let geom = ConvGeom::new(op, input.shape(), weight.shape(), p)?;
+    let (n, o, ho, wo) = (geom.n, geom.o, geom.ho, geom.wo);
+    let mut operands = vec![weight];
+    if let Some(b) = args.bias {
+        if b.shape() != [o] {
+            return Err(Error::shape(
+                op,
+                format!("a bias of shape [{o}]"),
+                b.shape(),
+            ));
+        }
+        operands.push(b);
+    }
+    let out_shape = [n, o, ho, wo];
+    let residual = args
+        .residual
+        .map(|r| {
+            r.broadcast_to(&out_shape).map_err(|_| {
+                Error::shape(
+                    op,
+                    format!("a residual broadcastable to the output {out_shape:?}"),
+                    r.shape(),
+                )
+            })
+        })
+        .transpose()?;
+    operands.extend(residual.as_ref());
+    for t in operands {
+        input.same_device(t, op)?;
+        input.same_dtype(t, op)?;
+    }
+    let (pix, chan) = (ho * wo, o);
+    let (strides, out_strides) = if args.channels_last_out {
+        (vec![pix * chan, 1, wo * chan, chan], [pix * chan, 1, chan])
+    } else {
+        (vec![chan * pix, pix, wo, 1], [chan * pix, pix, 1])
+    };
+    let launch = ConvLaunch {
+        shape: geom,
+        input: xpu_operand(op, input)?,
+        weight: xpu_operand(op, weight)?,
+        bias: args.bias.map(|b| xpu_operand(op, b)).transpose()?,
+        residual: residual.as_ref().map(|r| xpu_operand(op, r)).transpose()?,
+        activation: args.activation,
+        out_strides,
+        tile: args.tile,
+    };
+    let out = conv2d(&launch)?;
+    Ok(Tensor::from_storage(
+        Storage::Xpu(out),
+        Layout::from_parts(out_shape.to_vec(), strides, 0),
+    ))
+}

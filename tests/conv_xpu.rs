@@ -1,0 +1,455 @@
+//! The Xpu implicit-GEMM conv2d (`xpu::ops::conv_xpu::conv2d_xpu`) against the Cpu conv2d
+//! (itself tested against direct loops in conv_parity.rs), computed in f32 from the same
+//! (16-bit-exact) inputs with the epilogue applied by separate Cpu ops: odd channel and spatial
+//! sizes, strides, paddings, dilation, groups, 1×1 / 3×3 / 5×5 kernels, NCHW and channels-last
+//! inputs and outputs, every float dtype, every epilogue, every tile config; a larger case; the
+//! allocator's peak (no im2col buffer); errors.
+//!
+//! The Xpu result is rounded once from an f32 accumulator, so it must match the f32 reference
+//! to the accumulation-order difference plus one rounding of its dtype.
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard};
+
+use common::{assert_close, eps, randn, values, FLOATS};
+use xpu::ops::conv_xpu::{conv2d_xpu, ConvTile, ConvXpuArgs};
+use xpu::{Activation, Conv2dParams, DType, Device, Error, Tensor};
+
+/// The Xpu tests of this file run one at a time, so the peak-memory test sees only its own
+/// allocations.
+static GPU: Mutex<()> = Mutex::new(());
+
+fn gpu_lock() -> MutexGuard<'static, ()> {
+    GPU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const TILES: [ConvTile; 4] = [
+    ConvTile::Auto,
+    ConvTile::Large,
+    ConvTile::Medium,
+    ConvTile::Narrow,
+];
+
+/// Input `[n, c, h, w]`, `o` output channels, a `kh × kw` kernel and the parameters.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    n: usize,
+    c: usize,
+    hw: (usize, usize),
+    o: usize,
+    k: (usize, usize),
+    p: Conv2dParams,
+}
+
+/// Which epilogue operands a run uses.
+#[derive(Clone, Copy, Debug)]
+struct Epi {
+    bias: bool,
+    residual: bool,
+    act: Activation,
+}
+
+const EPIS: [Epi; 6] = [
+    Epi {
+        bias: false,
+        residual: false,
+        act: Activation::None,
+    },
+    Epi {
+        bias: true,
+        residual: false,
+        act: Activation::None,
+    },
+    Epi {
+        bias: false,
+        residual: true,
+        act: Activation::None,
+    },
+    Epi {
+        bias: false,
+        residual: false,
+        act: Activation::Silu,
+    },
+    Epi {
+        bias: true,
+        residual: true,
+        act: Activation::Silu,
+    },
+    Epi {
+        bias: true,
+        residual: false,
+        act: Activation::Gelu,
+    },
+];
+
+/// How one run lays out its data.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    dtype: DType,
+    nhwc_in: bool,
+    nhwc_out: bool,
+    epi: Epi,
+    tile: ConvTile,
+    /// Weight given as a `[kh, kw, C/g, O]` array viewed as `[O, C/g, kh, kw]` (output channels
+    /// adjacent in memory), else contiguous.
+    w_hwio: bool,
+    seed: u64,
+}
+
+fn params(stride: usize, padding: usize, dilation: usize, groups: usize) -> Conv2dParams {
+    Conv2dParams {
+        stride: (stride, stride),
+        padding: (padding, padding),
+        dilation: (dilation, dilation),
+        groups,
+    }
+}
+
+fn out_size(c: &Case) -> (usize, usize) {
+    let f =
+        |i: usize, k: usize, s: usize, pd: usize, d: usize| (i + 2 * pd - d * (k - 1) - 1) / s + 1;
+    (
+        f(c.hw.0, c.k.0, c.p.stride.0, c.p.padding.0, c.p.dilation.0),
+        f(c.hw.1, c.k.1, c.p.stride.1, c.p.padding.1, c.p.dilation.1),
+    )
+}
+
+fn f32_cpu(t: &Tensor) -> Tensor {
+    t.to(Device::Cpu).unwrap().to_dtype(DType::F32).unwrap()
+}
+
+fn activate(y: Tensor, act: Activation) -> Tensor {
+    match act {
+        Activation::None => y,
+        Activation::Relu => y.relu().unwrap(),
+        Activation::Gelu => y.gelu().unwrap(),
+        Activation::GeluTanh => y.gelu_tanh().unwrap(),
+        Activation::Silu => y.silu().unwrap(),
+    }
+}
+
+/// Runs one case on the Xpu and compares it with the f32 Cpu reference.
+fn check(case: &Case, r: Run) {
+    let Case { n, c, hw, o, k, p } = *case;
+    let (ho, wo) = out_size(case);
+    let dt = r.dtype;
+    // Channels-last tensors: NHWC arrays viewed as [N, C, H, W] (the view is made on each
+    // device, since a copy to another device is contiguous).
+    let make = |shape: [usize; 4], nhwc: bool, seed: u64| {
+        let [a, b, c, d] = shape;
+        let base = if nhwc {
+            randn(&[a, c, d, b], dt, seed)
+        } else {
+            randn(&shape, dt, seed)
+        };
+        let view = |t: Tensor| {
+            if nhwc {
+                t.permute(&[0, 3, 1, 2]).unwrap()
+            } else {
+                t
+            }
+        };
+        (view(base.clone()), view(base.to(Device::Xpu).unwrap()))
+    };
+    let (x_cpu, x) = make([n, c, hw.0, hw.1], r.nhwc_in, r.seed);
+    // The residual is read through its strides: give it the output's format.
+    let (res_cpu, res) = make([n, o, ho, wo], r.nhwc_out, r.seed + 3);
+    let w_cpu = if r.w_hwio {
+        randn(&[k.0, k.1, c / p.groups, o], dt, r.seed + 1)
+            .permute(&[3, 2, 0, 1])
+            .unwrap()
+    } else {
+        randn(&[o, c / p.groups, k.0, k.1], dt, r.seed + 1)
+    };
+    let b_cpu = randn(&[o], dt, r.seed + 2);
+    let mut want = f32_cpu(&x_cpu)
+        .conv2d(
+            &f32_cpu(&w_cpu),
+            r.epi.bias.then(|| f32_cpu(&b_cpu)).as_ref(),
+            p,
+        )
+        .unwrap();
+    want = activate(want, r.epi.act);
+    if r.epi.residual {
+        want = want.add(&f32_cpu(&res_cpu)).unwrap();
+    }
+    let w = if r.w_hwio {
+        w_cpu
+            .permute(&[2, 3, 1, 0])
+            .unwrap()
+            .to(Device::Xpu)
+            .unwrap()
+            .permute(&[3, 2, 0, 1])
+            .unwrap()
+    } else {
+        w_cpu.to(Device::Xpu).unwrap()
+    };
+    let b = b_cpu.to(Device::Xpu).unwrap();
+    let args = ConvXpuArgs {
+        bias: r.epi.bias.then_some(&b),
+        residual: r.epi.residual.then_some(&res),
+        activation: r.epi.act,
+        channels_last_out: r.nhwc_out,
+        tile: r.tile,
+    };
+    let what = format!("{case:?} {r:?}");
+    let got = conv2d_xpu(&x, &w, p, &args).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(got.shape(), &[n, o, ho, wo], "{what}");
+    assert_eq!(got.dtype(), dt, "{what}");
+    let strides = if r.nhwc_out {
+        [ho * wo * o, 1, wo * o, o]
+    } else {
+        [o * ho * wo, ho * wo, wo, 1]
+    };
+    assert_eq!(got.strides(), &strides, "{what}");
+    let kk = ((c / p.groups) * k.0 * k.1) as f64;
+    let acc = 2e-6 * kk.sqrt() + 1e-6;
+    let rtol = if dt == DType::F32 { acc } else { eps(dt) };
+    assert_close(&what, &values(&got), &values(&want), acc, rtol);
+}
+
+#[test]
+fn odd_sizes_every_dtype_layout_and_epilogue() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let mut seed = 0;
+    for (ci, &c) in [3, 5, 33].iter().enumerate() {
+        for (si, &s) in [1, 7, 13].iter().enumerate() {
+            let case = Case {
+                n: 1 + (ci + si) % 2,
+                c,
+                hw: (s, s),
+                o: [5, 33, 3][(ci + si) % 3],
+                k: (3, 3),
+                p: params(1, 1, 1, 1),
+            };
+            for &dtype in &FLOATS {
+                for nhwc in [false, true] {
+                    for &epi in &EPIS[..5] {
+                        seed += 10;
+                        let run = Run {
+                            dtype,
+                            nhwc_in: nhwc,
+                            nhwc_out: nhwc,
+                            epi,
+                            tile: ConvTile::Auto,
+                            w_hwio: false,
+                            seed,
+                        };
+                        check(&case, run);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn strides_paddings_dilation_groups_kernels_tiles() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let case = |n, c, hw, o, k, p| Case { n, c, hw, o, k, p };
+    let cases = [
+        // 1x1, stride 1, even pixel count and channels: 16-bit pairs on both layouts.
+        case(2, 5, (8, 6), 6, (1, 1), params(1, 0, 1, 1)),
+        case(1, 33, (7, 7), 20, (1, 1), params(2, 0, 1, 1)),
+        case(2, 3, (13, 13), 8, (3, 3), params(2, 1, 1, 1)),
+        case(1, 6, (10, 12), 4, (3, 3), params(2, 1, 1, 2)),
+        case(1, 5, (13, 7), 7, (5, 5), params(1, 2, 1, 1)),
+        case(1, 4, (12, 12), 6, (5, 5), params(2, 2, 1, 1)),
+        case(1, 5, (13, 13), 5, (3, 3), params(1, 2, 2, 1)),
+        case(2, 6, (9, 8), 6, (3, 3), params(1, 1, 1, 6)),
+        case(1, 33, (7, 5), 66, (3, 3), params(1, 1, 1, 33)),
+        case(1, 8, (6, 6), 4, (3, 3), params(1, 0, 2, 2)),
+        case(1, 3, (1, 1), 5, (1, 1), params(1, 0, 1, 1)),
+        case(
+            1,
+            4,
+            (5, 9),
+            34,
+            (3, 2),
+            Conv2dParams {
+                stride: (1, 2),
+                padding: (2, 0),
+                dilation: (2, 3),
+                groups: 2,
+            },
+        ),
+        case(2, 17, (6, 6), 140, (3, 3), params(1, 1, 1, 1)),
+    ];
+    let layouts = [(false, false), (true, true), (false, true), (true, false)];
+    let mut seed = 1000;
+    for (ci, case) in cases.iter().enumerate() {
+        for (di, &dtype) in FLOATS.iter().enumerate() {
+            for (li, &(nhwc_in, nhwc_out)) in layouts.iter().enumerate() {
+                seed += 10;
+                let run = Run {
+                    dtype,
+                    nhwc_in,
+                    nhwc_out,
+                    epi: EPIS[(ci + di + li) % EPIS.len()],
+                    tile: TILES[(ci + 2 * di + li) % TILES.len()],
+                    w_hwio: (ci + li) % 3 == 1,
+                    seed,
+                };
+                check(case, run);
+            }
+        }
+    }
+}
+
+#[test]
+fn larger_case_every_tile() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let case = Case {
+        n: 1,
+        c: 64,
+        hw: (32, 32),
+        o: 64,
+        k: (3, 3),
+        p: params(1, 1, 1, 1),
+    };
+    let epi = EPIS[4];
+    let runs = [
+        (DType::F32, false, ConvTile::Auto),
+        (DType::F16, true, ConvTile::Large),
+        (DType::BF16, false, ConvTile::Narrow),
+    ];
+    for (i, (dtype, nhwc, tile)) in runs.into_iter().enumerate() {
+        let run = Run {
+            dtype,
+            nhwc_in: nhwc,
+            nhwc_out: nhwc,
+            epi,
+            tile,
+            w_hwio: i == 1,
+            seed: 7 + i as u64,
+        };
+        check(&case, run);
+    }
+}
+
+/// Bytes of a tensor in the allocator's size classes (a lower bound on what it holds).
+fn bytes(t: &Tensor) -> u64 {
+    (t.numel() * t.dtype().size_in_bytes()) as u64
+}
+
+#[test]
+fn no_im2col_buffer() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    // im2col of this conv is [4096, 144]: 9x the input, 36x the output.
+    for (dtype, nhwc) in [(DType::F32, false), (DType::F16, true)] {
+        let x = if nhwc {
+            randn(&[1, 64, 64, 16], dtype, 1)
+                .to(Device::Xpu)
+                .unwrap()
+                .permute(&[0, 3, 1, 2])
+                .unwrap()
+        } else {
+            randn(&[1, 16, 64, 64], dtype, 1).to(Device::Xpu).unwrap()
+        };
+        let w = randn(&[4, 16, 3, 3], dtype, 2).to(Device::Xpu).unwrap();
+        let b = randn(&[4], dtype, 3).to(Device::Xpu).unwrap();
+        xpu::synchronize().unwrap();
+        let before = xpu::memory_stats(Device::Xpu).unwrap().allocated;
+        xpu::reset_peak_memory_stats().unwrap();
+        let args = ConvXpuArgs {
+            bias: Some(&b),
+            activation: Activation::Silu,
+            channels_last_out: nhwc,
+            ..Default::default()
+        };
+        let y = conv2d_xpu(&x, &w, params(1, 1, 1, 1), &args).unwrap();
+        xpu::synchronize().unwrap();
+        let peak = xpu::memory_stats(Device::Xpu).unwrap().peak_allocated;
+        let im2col = (4096 * 144 * dtype.size_in_bytes()) as u64;
+        let extra = peak - before;
+        // The output (rounded to its 256-byte size class) is the only new buffer.
+        assert!(
+            extra <= bytes(&y).div_ceil(256) * 256,
+            "{dtype}: conv allocated {extra} bytes beyond its operands (output {} bytes, \
+             im2col would be {im2col})",
+            bytes(&y)
+        );
+        assert!(extra * 8 < im2col);
+        let _ = (bytes(&x), bytes(&w));
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
+    let x = gx(randn(&[1, 4, 6, 6], DType::F32, 1));
+    let w = gx(randn(&[2, 4, 3, 3], DType::F32, 2));
+    let p = Conv2dParams::default();
+    let none = ConvXpuArgs::default();
+    // Cpu operands.
+    let e = conv2d_xpu(&randn(&[1, 4, 6, 6], DType::F32, 1), &w, p, &none).unwrap_err();
+    assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    let e = conv2d_xpu(&x, &randn(&[2, 4, 3, 3], DType::F32, 2), p, &none).unwrap_err();
+    assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    // Dtypes.
+    let e = conv2d_xpu(&x, &w.to_dtype(DType::F16).unwrap(), p, &none).unwrap_err();
+    assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
+    let xi = x.to_dtype(DType::I32).unwrap();
+    let e = conv2d_xpu(&xi, &w.to_dtype(DType::I32).unwrap(), p, &none).unwrap_err();
+    assert!(matches!(e, Error::UnsupportedDType { .. }), "{e}");
+    // Shapes and parameters.
+    let bad_bias = gx(randn(&[3], DType::F32, 3));
+    let args = ConvXpuArgs {
+        bias: Some(&bad_bias),
+        ..Default::default()
+    };
+    let e = conv2d_xpu(&x, &w, p, &args).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    let bad_res = gx(randn(&[1, 2, 5, 4], DType::F32, 4));
+    let args = ConvXpuArgs {
+        residual: Some(&bad_res),
+        ..Default::default()
+    };
+    let e = conv2d_xpu(&x, &w, p, &args).unwrap_err();
+    assert!(e.to_string().contains("broadcastable"), "{e}");
+    let e = conv2d_xpu(&x, &gx(randn(&[2, 3, 3, 3], DType::F32, 5)), p, &none).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    let e = conv2d_xpu(&x, &gx(randn(&[2, 4, 9, 3], DType::F32, 5)), p, &none).unwrap_err();
+    assert!(e.to_string().contains("does not fit"), "{e}");
+    let e = conv2d_xpu(&x, &w, params(0, 0, 1, 1), &none).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    let x3 = gx(randn(&[4, 6, 6], DType::F32, 6));
+    let e = conv2d_xpu(&x3, &w, p, &none).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    // A broadcast residual ([O, 1, 1]) works.
+    let r = gx(randn(&[2, 1, 1], DType::F32, 7));
+    let args = ConvXpuArgs {
+        residual: Some(&r),
+        ..Default::default()
+    };
+    let got = conv2d_xpu(&x, &w, p, &args).unwrap();
+    let want = f32_cpu(&x)
+        .conv2d(&f32_cpu(&w), None, p)
+        .unwrap()
+        .add(&f32_cpu(&r))
+        .unwrap();
+    assert_close(
+        "broadcast residual",
+        &values(&got),
+        &values(&want),
+        1e-5,
+        1e-5,
+    );
+}
