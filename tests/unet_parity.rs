@@ -348,9 +348,11 @@ fn xpu_memory_is_flat_across_steps() {
     let step = || {
         let y = unet.forward(&x, &t, &ctx).unwrap();
         drop(y.to_vec::<f32>().unwrap());
+        drop(y);
         xpu::synchronize().unwrap();
         xpu::memory_stats(Device::Xpu).unwrap()
     };
+    xpu::synchronize().unwrap(); // finish the uploads
     let before = xpu::memory_stats(Device::Xpu).unwrap();
     let first = step();
     let second = step();

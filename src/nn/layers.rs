@@ -9,7 +9,7 @@
 use crate::cpu::gemm::Activation;
 use crate::nn::config::ActFn;
 use crate::nn::weights::{Init, ParamSource};
-use crate::nn::Linear;
+use crate::nn::{Conv2d, Linear};
 use crate::{Conv2dParams, Result, Tensor};
 
 /// A function applied to every parameter when a model is moved or converted.
@@ -173,12 +173,11 @@ pub(crate) fn linear_residual(l: &Linear, x: &Tensor, residual: Option<&Tensor>)
 }
 
 /// A 2-D convolution with PyTorch's `nn.Conv2d` parameters (`{prefix}.weight`
-/// `[O, C, k, k]`, `{prefix}.bias` `[O]`).
+/// `[O, C, k, k]`, `{prefix}.bias` `[O]`) on [`Conv2d`], whose store adds the bias and an
+/// optional residual.
 #[derive(Clone, Debug)]
 pub(crate) struct Conv {
-    weight: Tensor,
-    bias: Tensor,
-    params: Conv2dParams,
+    conv: Conv2d,
 }
 
 impl Conv {
@@ -191,36 +190,37 @@ impl Conv {
         stride: usize,
         padding: usize,
     ) -> Result<Conv> {
+        let weight = src.get(
+            &join(prefix, "weight"),
+            &[out_ch, in_ch, kernel, kernel],
+            Init::FanIn(in_ch * kernel * kernel),
+        )?;
+        let bias = src.get(&join(prefix, "bias"), &[out_ch], Init::Zeros)?;
+        let params = Conv2dParams {
+            stride: (stride, stride),
+            padding: (padding, padding),
+            ..Conv2dParams::default()
+        };
         Ok(Conv {
-            weight: src.get(
-                &join(prefix, "weight"),
-                &[out_ch, in_ch, kernel, kernel],
-                Init::FanIn(in_ch * kernel * kernel),
-            )?,
-            bias: src.get(&join(prefix, "bias"), &[out_ch], Init::Zeros)?,
-            params: Conv2dParams {
-                stride: (stride, stride),
-                padding: (padding, padding),
-                ..Conv2dParams::default()
-            },
+            conv: Conv2d::new(weight, Some(bias), params)?,
         })
     }
 
     pub(crate) fn map(&self, f: &mut MapFn) -> Result<Conv> {
+        let c = &self.conv;
+        let bias = c.bias().map(&mut *f).transpose()?;
         Ok(Conv {
-            weight: f(&self.weight)?,
-            bias: f(&self.bias)?,
-            params: self.params,
+            conv: Conv2d::new(f(c.weight())?, bias, c.params())?,
         })
     }
 
     /// `conv(x) + bias`, NCHW in and out.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.conv2d(&self.weight, Some(&self.bias), self.params)
+        self.conv.forward(x)
     }
 
-    /// `conv(x) + bias + residual`.
+    /// `conv(x) + bias + residual` in one pass (`residual` broadcasts to the output).
     pub(crate) fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        self.forward(x)?.add(residual)
+        self.conv.forward_fused(x, Some(residual), Activation::None)
     }
 }

@@ -3,6 +3,7 @@
 
 mod attention;
 mod config;
+mod config_json;
 mod conv;
 mod layers;
 mod linear;

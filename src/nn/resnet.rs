@@ -81,9 +81,11 @@ impl ResnetBlock2D {
             });
         }
         let h = self.norm1.forward_act(x, self.act)?;
-        let h = self.conv1.forward(&h)?;
+        // conv1's store adds the projected time embedding, broadcast over H and W.
         let t = self.time_emb_proj.forward(&act(temb, self.act)?)?;
-        let h = h.add(&t.unsqueeze(2)?.unsqueeze(3)?)?;
+        let h = self
+            .conv1
+            .forward_residual(&h, &t.unsqueeze(2)?.unsqueeze(3)?)?;
         let h = self.norm2.forward_act(&h, self.act)?;
         let shortcut = match &self.conv_shortcut {
             Some(c) => c.forward(x)?,

@@ -1,0 +1,323 @@
+//! Parsing diffusers' `unet/config.json` into a [`UNetConfig`].
+//!
+//! Invariant: every key of the JSON object is either understood (parsed and used), accepted
+//! because it cannot change the result of the supported architecture (`sample_size`, `dropout`
+//! at inference, `_`-prefixed bookkeeping keys, ...), or rejected with [`Error::Config`]
+//! naming the key; an unknown key is an error. Missing keys take diffusers' constructor
+//! defaults. The result is validated ([`UNetConfig::validate`]) before it is returned.
+
+use serde_json::{Map, Value};
+
+use crate::nn::config::{cfg_err, ActFn, DownBlockType, UNetConfig, UpBlockType};
+use crate::{Error, Result};
+
+fn as_usize(key: &str, v: &Value) -> Result<usize> {
+    v.as_u64()
+        .and_then(|x| usize::try_from(x).ok())
+        .ok_or_else(|| cfg_err(key, format!("expected a non-negative integer, got {v}")))
+}
+
+fn as_f64(key: &str, v: &Value) -> Result<f64> {
+    v.as_f64()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| cfg_err(key, format!("expected a finite number, got {v}")))
+}
+
+fn as_bool(key: &str, v: &Value) -> Result<bool> {
+    v.as_bool()
+        .ok_or_else(|| cfg_err(key, format!("expected true or false, got {v}")))
+}
+
+fn as_str<'a>(key: &str, v: &'a Value) -> Result<&'a str> {
+    v.as_str()
+        .ok_or_else(|| cfg_err(key, format!("expected a string, got {v}")))
+}
+
+/// An int (repeated per level later) or a list of ints.
+fn usize_or_list(key: &str, v: &Value) -> Result<Vec<usize>> {
+    match v {
+        Value::Array(items) => items.iter().map(|x| as_usize(key, x)).collect(),
+        _ => Ok(vec![as_usize(key, v)?]),
+    }
+}
+
+fn require(key: &str, v: &Value, ok: bool, supported: &str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(cfg_err(
+            key,
+            format!("value {v} is not supported; supported: {supported}"),
+        ))
+    }
+}
+
+/// Expands a one-entry list to `n` levels; any other length must equal `n`.
+fn per_level<T: Clone>(key: &str, v: Vec<T>, scalar: bool, n: usize) -> Result<Vec<T>> {
+    if scalar && v.len() == 1 {
+        return Ok(vec![v[0].clone(); n]);
+    }
+    if v.len() != n {
+        return Err(cfg_err(
+            key,
+            format!(
+                "has {} entries but there are {n} down blocks (give one value or one per level)",
+                v.len()
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+impl UNetConfig {
+    /// Reads and validates a diffusers `config.json`.
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<UNetConfig> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            context: format!("reading UNet config {}", path.display()),
+            source,
+        })?;
+        UNetConfig::from_json_str(&text).map_err(|e| match e {
+            Error::InvalidFile { msg, .. } => Error::InvalidFile {
+                file: path.display().to_string(),
+                msg,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates the text of a diffusers `config.json`.
+    pub fn from_json_str(text: &str) -> Result<UNetConfig> {
+        let value: Value = serde_json::from_str(text).map_err(|e| Error::InvalidFile {
+            file: "config.json".into(),
+            msg: format!("not valid JSON: {e}"),
+        })?;
+        let Value::Object(map) = value else {
+            return Err(Error::InvalidFile {
+                file: "config.json".into(),
+                msg: "expected a JSON object at the top level".into(),
+            });
+        };
+        UNetConfig::from_map(&map)
+    }
+
+    fn from_map(map: &Map<String, Value>) -> Result<UNetConfig> {
+        let mut c = UNetConfig::sd15();
+        // diffusers' constructor defaults where SD 1.5's config differs from them.
+        c.block_out_channels = vec![320, 640, 1280, 1280];
+        c.cross_attention_dim = vec![1280];
+        c.sample_size = None;
+        let mut lists: Vec<(&str, Vec<usize>, bool)> = Vec::new();
+        let mut only_cross: (Vec<bool>, bool) = (vec![false], true);
+        let mut mid_only_cross: Option<bool> = None;
+        for (key, v) in map {
+            let k = key.as_str();
+            match k {
+                _ if k.starts_with('_') => {}
+                "in_channels" => c.in_channels = as_usize(k, v)?,
+                "out_channels" => c.out_channels = as_usize(k, v)?,
+                "sample_size" => {
+                    c.sample_size = match v {
+                        Value::Null => None,
+                        Value::Array(a) => a.first().map(|x| as_usize(k, x)).transpose()?,
+                        _ => Some(as_usize(k, v)?),
+                    }
+                }
+                "center_input_sample" => c.center_input_sample = as_bool(k, v)?,
+                "flip_sin_to_cos" => c.flip_sin_to_cos = as_bool(k, v)?,
+                "freq_shift" => c.freq_shift = as_f64(k, v)?,
+                "down_block_types" => c.down_block_types = parse_down(k, v)?,
+                "up_block_types" => c.up_block_types = parse_up(k, v)?,
+                "mid_block_type" => {
+                    c.mid_block = match v {
+                        Value::Null => false,
+                        Value::String(s) if s == "UNetMidBlock2DCrossAttn" => true,
+                        _ => {
+                            return Err(cfg_err(
+                                k,
+                                format!("value {v} is not supported; supported: \"UNetMidBlock2DCrossAttn\" or null"),
+                            ))
+                        }
+                    }
+                }
+                "only_cross_attention" => {
+                    only_cross = match v {
+                        Value::Array(a) => (
+                            a.iter().map(|x| as_bool(k, x)).collect::<Result<_>>()?,
+                            false,
+                        ),
+                        _ => (vec![as_bool(k, v)?], true),
+                    }
+                }
+                "mid_block_only_cross_attention" => {
+                    mid_only_cross = match v {
+                        Value::Null => None,
+                        _ => Some(as_bool(k, v)?),
+                    }
+                }
+                "block_out_channels" => {
+                    let Value::Array(a) = v else {
+                        return Err(cfg_err(k, format!("expected a list of integers, got {v}")));
+                    };
+                    c.block_out_channels = a.iter().map(|x| as_usize(k, x)).collect::<Result<_>>()?;
+                }
+                "layers_per_block"
+                | "cross_attention_dim"
+                | "transformer_layers_per_block"
+                | "attention_head_dim" => {
+                    if let Value::Array(a) = v {
+                        if a.iter().any(Value::is_array) {
+                            return Err(cfg_err(k, "nested per-layer lists are not supported"));
+                        }
+                    }
+                    lists.push((k, usize_or_list(k, v)?, !v.is_array()));
+                }
+                "num_attention_heads" => {
+                    if !v.is_null() {
+                        lists.push((k, usize_or_list(k, v)?, !v.is_array()));
+                    }
+                }
+                "downsample_padding" => c.downsample_padding = as_usize(k, v)?,
+                "mid_block_scale_factor" => c.mid_block_scale_factor = as_f64(k, v)?,
+                "act_fn" => {
+                    c.act_fn = match as_str(k, v)? {
+                        "silu" | "swish" => ActFn::Silu,
+                        "gelu" => ActFn::Gelu,
+                        "relu" => ActFn::Relu,
+                        _ => return Err(cfg_err(k, format!("value {v} is not supported; supported: \"silu\", \"swish\", \"gelu\", \"relu\""))),
+                    }
+                }
+                "norm_num_groups" => {
+                    require(k, v, !v.is_null(), "an integer (GroupNorm everywhere)")?;
+                    c.norm_num_groups = as_usize(k, v)?;
+                }
+                "norm_eps" => c.norm_eps = as_f64(k, v)?,
+                "use_linear_projection" => c.use_linear_projection = as_bool(k, v)?,
+                "upcast_attention" => c.upcast_attention = as_bool(k, v)?,
+                "dual_cross_attention" => require(k, v, v == &Value::Bool(false), "false")?,
+                "time_embedding_dim" => {
+                    c.time_embedding_dim = match v {
+                        Value::Null => None,
+                        _ => Some(as_usize(k, v)?),
+                    }
+                }
+                "conv_in_kernel" => c.conv_in_kernel = as_usize(k, v)?,
+                "conv_out_kernel" => c.conv_out_kernel = as_usize(k, v)?,
+                "dropout" => {
+                    as_f64(k, v)?; // inference: dropout is the identity
+                }
+                "resnet_out_scale_factor" => {
+                    // diffusers passes it only to block types we do not support.
+                    as_f64(k, v)?;
+                }
+                "addition_embed_type_num_heads" => {
+                    // used only by addition_embed_type "text", which must be null here.
+                    as_usize(k, v)?;
+                }
+                "resnet_time_scale_shift" => require(k, v, v == "default", "\"default\"")?,
+                "time_embedding_type" => require(k, v, v == "positional", "\"positional\"")?,
+                "attention_type" => require(k, v, v == "default", "\"default\"")?,
+                "resnet_skip_time_act" | "class_embeddings_concat" => {
+                    require(k, v, v == &Value::Bool(false), "false")?
+                }
+                "encoder_hid_dim"
+                | "encoder_hid_dim_type"
+                | "class_embed_type"
+                | "addition_embed_type"
+                | "addition_time_embed_dim"
+                | "num_class_embeds"
+                | "time_embedding_act_fn"
+                | "timestep_post_act"
+                | "time_cond_proj_dim"
+                | "projection_class_embeddings_input_dim"
+                | "cross_attention_norm"
+                | "reverse_transformer_layers_per_block" => require(k, v, v.is_null(), "null")?,
+                _ => {
+                    return Err(cfg_err(
+                        k,
+                        "unknown key for UNet2DConditionModel (not supported by xpu)",
+                    ))
+                }
+            }
+        }
+        let n = c.down_block_types.len();
+        c.only_cross_attention = per_level("only_cross_attention", only_cross.0, only_cross.1, n)?;
+        // diffusers: a bool only_cross_attention also sets the mid block's unless given; the mid
+        // block (UNetMidBlock2DCrossAttn) does not use it, so only check it is false.
+        let mid_only = mid_only_cross.unwrap_or(false);
+        if mid_only {
+            return Err(cfg_err(
+                "mid_block_only_cross_attention",
+                "true is not supported (UNetMidBlock2DCrossAttn has no such option)",
+            ));
+        }
+        c.layers_per_block = vec![2];
+        c.transformer_layers_per_block = vec![1];
+        c.attention_head_dim = vec![8];
+        for (key, values, scalar) in lists {
+            let v = per_level(key, values, scalar, n)?;
+            match key {
+                "layers_per_block" => c.layers_per_block = v,
+                "cross_attention_dim" => c.cross_attention_dim = v,
+                "transformer_layers_per_block" => c.transformer_layers_per_block = v,
+                "attention_head_dim" => c.attention_head_dim = v,
+                _ => c.num_attention_heads = Some(v),
+            }
+        }
+        for (key, list) in [
+            ("layers_per_block", &mut c.layers_per_block),
+            (
+                "transformer_layers_per_block",
+                &mut c.transformer_layers_per_block,
+            ),
+            ("attention_head_dim", &mut c.attention_head_dim),
+            ("cross_attention_dim", &mut c.cross_attention_dim),
+        ] {
+            if list.len() == 1 && n != 1 {
+                *list = per_level(key, list.clone(), true, n)?;
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+fn parse_down(key: &str, v: &Value) -> Result<Vec<DownBlockType>> {
+    let Value::Array(a) = v else {
+        return Err(cfg_err(
+            key,
+            format!("expected a list of block names, got {v}"),
+        ));
+    };
+    a.iter()
+        .map(|x| match x.as_str() {
+            Some("CrossAttnDownBlock2D") => Ok(DownBlockType::CrossAttnDownBlock2D),
+            Some("DownBlock2D") => Ok(DownBlockType::DownBlock2D),
+            _ => Err(cfg_err(
+                key,
+                format!("block {x} is not supported; supported: \"CrossAttnDownBlock2D\", \"DownBlock2D\""),
+            )),
+        })
+        .collect()
+}
+
+fn parse_up(key: &str, v: &Value) -> Result<Vec<UpBlockType>> {
+    let Value::Array(a) = v else {
+        return Err(cfg_err(
+            key,
+            format!("expected a list of block names, got {v}"),
+        ));
+    };
+    a.iter()
+        .map(|x| match x.as_str() {
+            Some("CrossAttnUpBlock2D") => Ok(UpBlockType::CrossAttnUpBlock2D),
+            Some("UpBlock2D") => Ok(UpBlockType::UpBlock2D),
+            _ => Err(cfg_err(
+                key,
+                format!(
+                    "block {x} is not supported; supported: \"CrossAttnUpBlock2D\", \"UpBlock2D\""
+                ),
+            )),
+        })
+        .collect()
+}
