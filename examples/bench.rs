@@ -2,9 +2,10 @@
 //!
 //! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick]`
 //!
-//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn` (none means all). Prints a table, or one JSON
+//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn`, `attention` (none means all). Prints a table, or one JSON
 //! object per line with `op`, `variant`, `device`, `dtype`, `shape`, `median_ms`, `gflops` or
-//! `gbps`, and `peak_fraction`. Peaks are measured in the same run: memory bandwidth by a large
+//! `gbps`, `peak_fraction`, and for the `attention` family `speedup` (unfused time / this row's)
+//! and `peak_mem_mb` (allocator peak on Xpu, peak resident set on Cpu, above the start). Peaks are measured in the same run: memory bandwidth by a large
 //! copy on each device, and the CPU's FMA rate by a register-only FMA loop.
 
 use std::time::Instant;
@@ -24,6 +25,8 @@ struct Row {
     gflops: Option<f64>,
     gbps: Option<f64>,
     peak_fraction: Option<f64>,
+    speedup: Option<f64>,
+    peak_mem_mb: Option<f64>,
 }
 
 // Row constructors take one argument per table column.
@@ -51,6 +54,8 @@ impl Row {
             gflops: Some(gflops),
             gbps: None,
             peak_fraction: peak.map(|p| gflops / p),
+            speedup: None,
+            peak_mem_mb: None,
         }
     }
 
@@ -76,6 +81,8 @@ impl Row {
             gflops: None,
             gbps: Some(gbps),
             peak_fraction: Some(gbps / peak),
+            speedup: None,
+            peak_mem_mb: None,
         }
     }
 }
@@ -111,10 +118,12 @@ fn parse() -> Result<Opts, String> {
                     .and_then(|d| DType::parse(&d))
                     .ok_or("--dtype takes f32, f16 or bf16")?,
             ),
-            "elementwise" | "reduce" | "matmul" | "conv" | "ffn" => o.families.push(a),
+            "elementwise" | "reduce" | "matmul" | "conv" | "ffn" | "attention" => {
+                o.families.push(a)
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; families: elementwise reduce matmul conv ffn"
+                    "unknown argument {other:?}; families: elementwise reduce matmul conv ffn attention"
                 ))
             }
         }
@@ -126,6 +135,7 @@ fn parse() -> Result<Opts, String> {
             "matmul".into(),
             "conv".into(),
             "ffn".into(),
+            "attention".into(),
         ];
     }
     if o.devices.is_empty() {
@@ -398,6 +408,84 @@ fn ffn(
     Ok(())
 }
 
+/// Peak memory in MB that `f` needs above what is in use when it starts: the Xpu allocator's
+/// peak, or on Cpu the peak resident set (Linux `VmHWM`, reset through `/proc/self/clear_refs`;
+/// `None` where that is unavailable).
+fn peak_mem_mb(device: Device, f: impl Fn() -> xpu::Result<Tensor>) -> xpu::Result<Option<f64>> {
+    if device == Device::Xpu {
+        xpu::synchronize()?;
+        xpu::reset_peak_memory_stats()?;
+        let before = xpu::memory_stats(device)?.allocated;
+        let t = f()?;
+        xpu::synchronize()?;
+        drop(t);
+        let peak = xpu::memory_stats(device)?.peak_allocated;
+        return Ok(Some(peak.saturating_sub(before) as f64 / 1e6));
+    }
+    let status_kb = |key: &str| -> Option<f64> {
+        let s = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = s.lines().find(|l| l.starts_with(key))?;
+        line.split_whitespace().nth(1)?.parse::<f64>().ok()
+    };
+    xpu::empty_cache()?; // recycled CPU buffers would hide the op's own allocations
+    if std::fs::write("/proc/self/clear_refs", "5").is_err() {
+        return Ok(None);
+    }
+    let Some(before) = status_kb("VmRSS:") else {
+        return Ok(None);
+    };
+    drop(f()?);
+    Ok(status_kb("VmHWM:").map(|hwm| (hwm - before).max(0.0) / 1e3))
+}
+
+/// SD 1.5's largest attention: batch 2, 8 heads, 4096 tokens, head dim 40; self-attention and
+/// cross-attention to 77 text tokens, fused and unfused (materialised scores).
+fn attention(
+    o: &Opts,
+    device: Device,
+    dtype: DType,
+    peak_flops: Option<f64>,
+    rows: &mut Vec<Row>,
+) -> xpu::Result<()> {
+    let (b, h, l, d) = if o.quick || device == Device::Xpu {
+        (1, 2, 512, 40)
+    } else {
+        (2, 8, 4096, 40)
+    };
+    for (name, lk) in [("attention_self", l), ("attention_cross", 77)] {
+        let q = Tensor::randn(&[b, h, l, d], dtype, device, 1)?;
+        let k = Tensor::randn(&[b, h, lk, d], dtype, device, 2)?;
+        let v = Tensor::randn(&[b, h, lk, d], dtype, device, 3)?;
+        let flops = 2.0 * (b * h * l * lk * 2 * d) as f64;
+        let fused = || q.scaled_dot_product_attention(&k, &v, None, None);
+        let unfused = || q.scaled_dot_product_attention_unfused(&k, &v, None, None);
+        let (fused_ms, unfused_ms) = (
+            time(device, o.quick, fused)?,
+            time(device, o.quick, unfused)?,
+        );
+        let (fused_mem, unfused_mem) = (peak_mem_mb(device, fused)?, peak_mem_mb(device, unfused)?);
+        for (variant, ms, mem) in [
+            ("fused", fused_ms, fused_mem),
+            ("unfused", unfused_ms, unfused_mem),
+        ] {
+            let mut row = Row::flops(
+                name,
+                variant,
+                device,
+                dtype,
+                vec![b, h, l, lk, d],
+                ms,
+                flops,
+                peak_flops,
+            );
+            row.speedup = Some(unfused_ms / ms);
+            row.peak_mem_mb = mem;
+            rows.push(row);
+        }
+    }
+    Ok(())
+}
+
 /// Single-precision FMA peak of this CPU (all cores), from a register-only AVX-512 FMA loop.
 fn cpu_fma_peak() -> f64 {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -423,7 +511,7 @@ fn run(o: &Opts) -> xpu::Result<()> {
     let fma_peak = if o
         .families
         .iter()
-        .any(|f| f == "matmul" || f == "conv" || f == "ffn")
+        .any(|f| f == "matmul" || f == "conv" || f == "ffn" || f == "attention")
     {
         Some(cpu_fma_peak())
     } else {
@@ -457,6 +545,7 @@ fn run(o: &Opts) -> xpu::Result<()> {
                     "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,
                     "conv" => conv(o, device, dtype, flop_peak, &mut rows)?,
                     "ffn" => ffn(o, device, dtype, flop_peak, &mut rows)?,
+                    "attention" => attention(o, device, dtype, flop_peak, &mut rows)?,
                     _ => matmul(o, device, dtype, flop_peak, &mut rows)?,
                 }
             }
@@ -466,8 +555,8 @@ fn run(o: &Opts) -> xpu::Result<()> {
         let num = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.4}"));
         if o.json {
             println!(
-                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{}}}",
-                r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction)
+                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{},\"speedup\":{},\"peak_mem_mb\":{}}}",
+                r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction), num(r.speedup), num(r.peak_mem_mb)
             );
         } else {
             let rate = r
@@ -478,8 +567,16 @@ fn run(o: &Opts) -> xpu::Result<()> {
             let frac = r
                 .peak_fraction
                 .map_or(String::new(), |f| format!("{:5.1}% of peak", f * 100.0));
+            let extra = match (r.speedup, r.peak_mem_mb) {
+                (None, None) => String::new(),
+                (s, m) => format!(
+                    "  {:>6} speedup  {:>9} MB peak",
+                    s.map_or("-".into(), |s| format!("{s:.2}x")),
+                    m.map_or("-".into(), |m| format!("{m:.1}"))
+                ),
+            };
             println!(
-                "{:<20} {:<12} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}",
+                "{:<20} {:<12} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}{extra}",
                 r.op,
                 r.variant,
                 r.device.to_string(),

@@ -302,6 +302,42 @@ impl Storage {
         })
     }
 
+    /// Fused scaled dot-product attention of `self = q` with `k`, `v` and an optional mask
+    /// whose layout is broadcast to the scores `[..., Lq, Lk]` (see `ops::attention`).
+    pub(crate) fn attention(
+        &self,
+        q: &Layout,
+        k: (&Storage, &Layout),
+        v: (&Storage, &Layout),
+        mask: Option<(&Storage, &Layout)>,
+        shape: &crate::ops::attention::AttnShape,
+    ) -> Result<Storage> {
+        let op = "scaled_dot_product_attention";
+        match (self, k.0, v.0, mask) {
+            (Storage::Cpu(qs), Storage::Cpu(ks), Storage::Cpu(vs), m) => {
+                let m = match m {
+                    None => None,
+                    Some((Storage::Cpu(ms), ml)) => Some((ms, ml)),
+                    Some((other, _)) => return Err(mismatch(op, self, other)),
+                };
+                Ok(Storage::Cpu(qs.attention(q, (ks, k.1), (vs, v.1), m, shape)?))
+            }
+            (Storage::Xpu(qs), Storage::Xpu(ks), Storage::Xpu(vs), m) => {
+                let m = match m {
+                    None => None,
+                    Some((Storage::Xpu(ms), ml)) => Some((ms, ml)),
+                    Some((other, _)) => return Err(mismatch(op, self, other)),
+                };
+                Ok(Storage::Xpu(qs.attention(q, (ks, k.1), (vs, v.1), m, shape)?))
+            }
+            (_, ks, vs, _) => Err(mismatch(
+                op,
+                self,
+                if ks.device() != self.device() { ks } else { vs },
+            )),
+        }
+    }
+
     pub(crate) fn cat(
         parts: &[(&Storage, &Layout)],
         dim: usize,

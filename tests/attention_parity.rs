@@ -109,17 +109,10 @@ fn reference(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f
     .run()
 }
 
-#[test]
-fn cpu_matches_materialised_reference() {
+/// Cpu fused and unfused against the f64 reference over `cases` (`[Lq, Lk, D, Dv]`), each dtype.
+fn check_cpu_reference(cases: &[[usize; 4]]) {
     for &dtype in &FLOATS {
-        for &(lq, lk, d, dv) in &[
-            (1, 1, 40, 40),
-            (77, 77, 64, 64),
-            (257, 77, 40, 40),
-            (257, 257, 80, 80),
-            (33, 77, 160, 160),
-            (65, 19, 128, 96),
-        ] {
+        for &[lq, lk, d, dv] in cases {
             let [q, k, v] = qkv([2, 3, lq, lk, d, dv], dtype, 11);
             let scale = 1.0 / (d as f64).sqrt();
             let want = reference(&q, &k, &v, None, scale);
@@ -127,25 +120,37 @@ fn cpu_matches_materialised_reference() {
             let fused = q.scaled_dot_product_attention(&k, &v, None, None).unwrap();
             assert_eq!(fused.shape(), &[2, 3, lq, dv]);
             assert_eq!(fused.dtype(), dtype);
-            assert_close(
-                &format!("fused {what}"),
-                &values(&fused),
-                &want,
-                tol(dtype),
-                tol(dtype),
-            );
+            let t = tol(dtype);
+            assert_close(&format!("fused {what}"), &values(&fused), &want, t, t);
             let unfused = q
                 .scaled_dot_product_attention_unfused(&k, &v, None, None)
                 .unwrap();
-            assert_close(
-                &format!("unfused {what}"),
-                &values(&unfused),
-                &want,
-                tol(dtype),
-                tol(dtype),
-            );
+            assert_close(&format!("unfused {what}"), &values(&unfused), &want, t, t);
         }
     }
+}
+
+/// seq 1, 77, 257 (self and cross), every head dim the UNet uses, Dv != D, odd sizes.
+const CASES: [[usize; 4]; 8] = [
+    [1, 1, 40, 40],
+    [77, 77, 64, 64],
+    [257, 77, 40, 40],
+    [257, 257, 80, 80],
+    [33, 77, 160, 160],
+    [65, 19, 128, 96],
+    [7, 130, 5, 3],
+    [1, 257, 160, 40],
+];
+
+#[test]
+fn cpu_matches_materialised_reference() {
+    check_cpu_reference(&CASES);
+}
+
+#[test]
+fn cpu_fallback_matches_materialised_reference() {
+    use xpu::cpu::{with_simd_level, SimdLevel};
+    with_simd_level(SimdLevel::Fallback, || check_cpu_reference(&CASES[..6]));
 }
 
 /// Boolean and additive masks with broadcasting, incl. fully masked rows (zeros) and an
@@ -236,6 +241,32 @@ fn empty_inputs_do_not_panic() {
                 assert_eq!(out.shape(), &[1, 2, lq, 6]);
                 assert!(values(&out).iter().all(|&x| x == 0.0));
             }
+        }
+        // D = 0: every score is 0, so each row is the mean of v (default scale 1).
+        let q = Tensor::zeros(&[1, 2, 3, 0], DType::F32, device).unwrap();
+        let k = Tensor::zeros(&[1, 2, 4, 0], DType::F32, device).unwrap();
+        let v = randn(&[1, 2, 4, 5], DType::F32, 3).to(device).unwrap();
+        let vv = values(&v);
+        let want: Vec<f64> = (0..2 * 3 * 5)
+            .map(|i| {
+                let (h, c) = (i / 15, i % 5);
+                (0..4).map(|j| vv[(h * 4 + j) * 5 + c]).sum::<f64>() / 4.0
+            })
+            .collect();
+        for fused in [true, false] {
+            let out = if fused {
+                q.scaled_dot_product_attention(&k, &v, None, None)
+            } else {
+                q.scaled_dot_product_attention_unfused(&k, &v, None, None)
+            }
+            .unwrap();
+            assert_close(
+                &format!("{device} D=0 fused={fused}"),
+                &values(&out),
+                &want,
+                1e-6,
+                1e-6,
+            );
         }
         let q = Tensor::zeros(&[0, 2, 3, 8], DType::F16, device).unwrap();
         let out = q.scaled_dot_product_attention(&q, &q, None, None).unwrap();

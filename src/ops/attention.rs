@@ -15,7 +15,7 @@
 //!   does; `Lq == 0` or an empty batch gives an empty output. Nothing here panics.
 //! - Views (e.g. diffusers' `[B, L, H, D] -> transpose(1, 2)`) are read in place by strides.
 
-use crate::layout::broadcast_shapes;
+use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Error, Result, Tensor};
 
 /// The checked geometry of one attention call.
@@ -26,6 +26,8 @@ pub(crate) struct AttnShape {
     pub lq: usize,
     /// Key/value rows.
     pub lk: usize,
+    /// Query/key head dim.
+    pub d: usize,
     /// Value head dim.
     pub dv: usize,
     /// The softmax scale.
@@ -33,6 +35,11 @@ pub(crate) struct AttnShape {
 }
 
 impl AttnShape {
+    /// Number of heads (product of the leading dims).
+    pub(crate) fn heads(&self) -> usize {
+        self.lead.iter().product()
+    }
+
     /// The output shape `[..., Lq, Dv]`.
     pub(crate) fn out_shape(&self) -> Vec<usize> {
         let mut s = self.lead.clone();
@@ -103,6 +110,7 @@ pub(crate) fn check(
         lead: lead.to_vec(),
         lq: qs[r - 2],
         lk: ks[r - 2],
+        d,
         dv: vs[r - 1],
         scale: scale as f32,
     };
@@ -174,7 +182,24 @@ impl Tensor {
         if let Some(empty) = empty_output(self, &shape)? {
             return Ok(empty);
         }
-        self.scaled_dot_product_attention_unfused(k, v, mask, scale)
+        if self.device() == crate::Device::Xpu {
+            return self.scaled_dot_product_attention_unfused(k, v, mask, scale);
+        }
+        let mask = match mask {
+            Some(m) => Some((m.storage(), m.layout().broadcast_to(&shape.score_shape())?)),
+            None => None,
+        };
+        let s = self.storage().attention(
+            self.layout(),
+            (k.storage(), k.layout()),
+            (v.storage(), v.layout()),
+            mask.as_ref().map(|(s, l)| (*s, l)),
+            &shape,
+        )?;
+        Ok(Tensor::from_storage(
+            s,
+            Layout::contiguous(&shape.out_shape()),
+        ))
     }
 
     /// The same computed as matmul -> scale -> (mask) -> softmax -> matmul with materialised

@@ -3,7 +3,7 @@
 
 pub mod kinds;
 
-mod attention;
+pub(crate) mod attention;
 pub mod conv;
 #[doc(hidden)]
 pub mod conv_xpu;

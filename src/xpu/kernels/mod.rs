@@ -2,6 +2,7 @@
 //! shader cannot (dtype support, 32-bit index range), builds the parameter block and records
 //! one or more dispatches; none of them waits for the GPU.
 
+pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;

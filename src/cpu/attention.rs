@@ -1,0 +1,476 @@
+//! Fused scaled dot-product attention on the CPU: [`CpuStorage::attention`].
+//!
+//! Algorithm (flash-attention's blocked online softmax): K and V of each head are packed once
+//! into f32 blocks of [`KB`] keys (K transposed, `[D][KB]`; V `[KB][Dv rounded up to 16]`,
+//! zero-padded). Work is split over rayon into tasks of one head × a block of query rows; a task
+//! packs its queries (pre-multiplied by `scale·log2 e`, so the softmax uses `exp2`), then for
+//! every key block and every tile of [`MR`] query rows computes the `MR × KB` scores, adds the
+//! mask, updates the running row max `m` and sum `l`, rescales the running output and adds
+//! `P · V` (`portable` or `avx512` kernels, chosen by `Kernels::level()`). The output is
+//! `o / l` rounded once to the input dtype.
+//!
+//! Invariants:
+//! - Memory beyond the inputs and output is O((Lk + Lq_block)·(D + Dv)) per head: the packed
+//!   K/V and per-task tiles; no `Lq × Lk` buffer exists.
+//! - Inputs are read in place through their strides (any view, e.g. a transposed
+//!   `[B, L, H, D]`); the mask through its broadcast strides. All layouts are checked against
+//!   their storages before any access.
+//! - Rows whose keys are all masked out (`m` stays `-inf`) are written as zeros, as PyTorch does.
+//! - Results do not depend on the thread count (each row is computed by one task, in key order).
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod portable;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::elem::FloatElem;
+use super::simd::{Kernels, SimdLevel};
+use super::storage::CpuStorage;
+use super::strided::check_layout;
+use crate::layout::Layout;
+use crate::ops::attention::AttnShape;
+use crate::{Device, Error, Result};
+
+/// Query rows per register tile.
+pub(crate) const MR: usize = 6;
+/// Keys per block.
+pub(crate) const KB: usize = 64;
+/// `exp2` argument below which the result is exactly 0 (keeps `-inf - m` from making NaN and
+/// the AVX-512 kernel away from subnormal results, which cost a microcode assist).
+const MIN_EXP2: f32 = -125.0;
+/// Query tiles per task at most (48 rows: Q, O and one K/V block stay near L1).
+const MAX_TILES_PER_TASK: usize = 8;
+
+/// One tile step's read-only operands, all packed f32.
+pub(crate) struct Tile<'a> {
+    /// `MR × d` queries, pre-scaled by `scale·log2 e`.
+    q: &'a [f32],
+    /// `d × KB` keys (transposed block).
+    kt: &'a [f32],
+    /// `KB × dvp` values.
+    v: &'a [f32],
+    /// `MR × KB` additive mask in log2 units (`-inf` drops), if any.
+    bias: Option<&'a [f32]>,
+    d: usize,
+    /// Value columns rounded up to a multiple of 16.
+    dvp: usize,
+    /// Valid keys in this block (`1..=KB`); the rest are padding.
+    valid: usize,
+}
+
+/// The running state of one tile of `MR` query rows.
+pub(crate) struct State<'a> {
+    /// Running row maxima (log2 units).
+    m: &'a mut [f32; MR],
+    /// Running row sums, split over 16 lanes per row (their total is the sum).
+    l: &'a mut [[f32; 16]; MR],
+    /// `MR × dvp` unnormalised output.
+    o: &'a mut [f32],
+    /// `MR × KB` scratch for the block's probabilities.
+    p: &'a mut [f32],
+}
+
+impl Tile<'_> {
+    /// True when every slice is long enough for the kernels' unchecked accesses.
+    fn fits(&self, st: &State) -> bool {
+        self.q.len() >= MR * self.d
+            && self.kt.len() >= self.d * KB
+            && self.v.len() >= KB * self.dvp
+            && self.bias.is_none_or(|b| b.len() >= MR * KB)
+            && self.dvp.is_multiple_of(16)
+            && (1..=KB).contains(&self.valid)
+            && st.o.len() >= MR * self.dvp
+            && st.p.len() >= MR * KB
+    }
+}
+
+/// Runs one tile step on the kernels of `level`.
+fn tile(level: SimdLevel, t: &Tile, st: &mut State) {
+    if !t.fits(st) {
+        return; // unreachable by construction; never read out of bounds
+    }
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx512 {
+        // SAFETY: `Avx512` is only reported when the CPU has AVX-512F/DQ and FMA
+        // (`Kernels::new` clamps to the hardware); `fits` checked the slice lengths.
+        return unsafe { avx512::tile(t, st) };
+    }
+    let _ = level;
+    portable::tile(t, st);
+}
+
+/// A mask operand: element type, storage and its layout broadcast to `[..., Lq, Lk]`.
+#[derive(Clone, Copy)]
+enum MaskData<'a> {
+    Bool(&'a [u8]),
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    Bf16(&'a [bf16]),
+}
+
+impl MaskData<'_> {
+    /// Element `i` as an additive mask in log2 units.
+    fn get(self, i: usize) -> f32 {
+        let add = |x: f32| x * std::f32::consts::LOG2_E;
+        match self {
+            MaskData::Bool(m) => match m.get(i) {
+                Some(0) | None => f32::NEG_INFINITY,
+                Some(_) => 0.0,
+            },
+            MaskData::F32(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x)),
+            MaskData::F16(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x.to_f32())),
+            MaskData::Bf16(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x.to_f32())),
+        }
+    }
+}
+
+/// A strided `[..., rows, cols]` operand.
+struct View<'a, T> {
+    data: &'a [T],
+    layout: &'a Layout,
+}
+
+/// Storage offset of element `(0, 0)` of head `h` (row-major over the leading dims) of a
+/// `[..., rows, cols]` layout.
+fn head_base(layout: &Layout, mut h: usize) -> usize {
+    let r = layout.rank();
+    let mut off = layout.offset();
+    for (&d, &s) in layout.shape()[..r - 2]
+        .iter()
+        .zip(&layout.strides()[..r - 2])
+        .rev()
+    {
+        off += (h % d.max(1)) * s;
+        h /= d.max(1);
+    }
+    off
+}
+
+/// Row and column strides of a `[..., rows, cols]` layout.
+fn mat_strides(layout: &Layout) -> (usize, usize) {
+    let st = layout.strides();
+    (st[st.len() - 2], st[st.len() - 1])
+}
+
+/// Widens the `cols` elements of the row starting at storage offset `at` into `dst`, times `mul`.
+fn load_row<T: FloatElem>(
+    k: Kernels,
+    v: &View<T>,
+    (at, cols): (usize, usize),
+    mul: f32,
+    dst: &mut [f32],
+) {
+    let (_, cs) = mat_strides(v.layout);
+    let dst = &mut dst[..cols];
+    match v.data.get(at..at + cols) {
+        Some(src) if cs == 1 => match T::as_f32(src) {
+            Some(src) => dst.iter_mut().zip(src).for_each(|(o, &x)| *o = x * mul),
+            None => {
+                T::load(k, src, dst);
+                if mul != 1.0 {
+                    dst.iter_mut().for_each(|o| *o *= mul);
+                }
+            }
+        },
+        _ => {
+            for (c, o) in dst.iter_mut().enumerate() {
+                *o = v.data.get(at + c * cs).map_or(0.0, |x| x.to_f32() * mul);
+            }
+        }
+    }
+}
+
+/// Packed K and V of every head.
+struct PackedKv {
+    kt: Vec<f32>,
+    v: Vec<f32>,
+    /// Floats per head in `kt` / `v`.
+    kt_head: usize,
+    v_head: usize,
+}
+
+fn pack_kv<T: FloatElem>(
+    k: Kernels,
+    kv: (&View<T>, &View<T>),
+    s: &AttnShape,
+    dvp: usize,
+) -> PackedKv {
+    let (d, dk, dv, lk) = (s.d, s.d.max(1), s.dv, s.lk);
+    let blocks = lk.div_ceil(KB);
+    let (kt_head, v_head) = (blocks * dk * KB, blocks * KB * dvp);
+    let heads = s.heads();
+    let mut kt = vec![0f32; heads * kt_head];
+    let mut v = vec![0f32; heads * v_head];
+    let (kview, vview) = kv;
+    let (krs, _) = mat_strides(kview.layout);
+    let (vrs, _) = mat_strides(vview.layout);
+    kt.par_chunks_mut(kt_head.max(1))
+        .zip(v.par_chunks_mut(v_head.max(1)))
+        .enumerate()
+        .for_each(|(h, (kt, vh))| {
+            let (kb0, vb0) = (head_base(kview.layout, h), head_base(vview.layout, h));
+            let mut row = vec![0f32; dk];
+            for j in 0..lk {
+                load_row(k, kview, (kb0 + j * krs, d), 1.0, &mut row);
+                let blk = &mut kt[(j / KB) * dk * KB..][..dk * KB];
+                for (di, &x) in row.iter().enumerate() {
+                    blk[di * KB + j % KB] = x;
+                }
+                load_row(k, vview, (vb0 + j * vrs, dv), 1.0, &mut vh[j * dvp..]);
+            }
+        });
+    PackedKv {
+        kt,
+        v,
+        kt_head,
+        v_head,
+    }
+}
+
+/// Everything a task reads.
+struct Ctx<'a, T> {
+    k: Kernels,
+    q: View<'a, T>,
+    kv: PackedKv,
+    mask: Option<(MaskData<'a>, &'a Layout)>,
+    s: &'a AttnShape,
+    dvp: usize,
+    /// `scale · log2 e`.
+    qmul: f32,
+}
+
+/// Computes query rows `q0..q0 + out.len() / dv` of head `h` into `out`.
+fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut [T]) {
+    // A zero head dim is packed as one zero column (scores 0, uniform weights).
+    let (d, dk, dv, dvp, lk) = (c.s.d, c.s.d.max(1), c.s.dv, c.dvp, c.s.lk);
+    let rows = out.len() / dv.max(1);
+    let tiles = rows.div_ceil(MR);
+    let mut q = vec![0f32; tiles * MR * dk];
+    let (qrs, _) = mat_strides(c.q.layout);
+    let qb = head_base(c.q.layout, h);
+    for (r, qr) in q.chunks_mut(dk).take(rows).enumerate() {
+        load_row(c.k, &c.q, (qb + (q0 + r) * qrs, d), c.qmul, qr);
+    }
+    let mut o = vec![0f32; tiles * MR * dvp];
+    let mut m = vec![[f32::NEG_INFINITY; MR]; tiles];
+    let mut l = vec![[[0f32; 16]; MR]; tiles];
+    let mut p = vec![0f32; MR * KB];
+    let mut bias = vec![0f32; if c.mask.is_some() { MR * KB } else { 0 }];
+    let kt_all = &c.kv.kt[h * c.kv.kt_head..][..c.kv.kt_head];
+    let v_all = &c.kv.v[h * c.kv.v_head..][..c.kv.v_head];
+    let level = c.k.level();
+    for (b, (kt, v)) in kt_all
+        .chunks(dk * KB)
+        .zip(v_all.chunks(KB * dvp))
+        .enumerate()
+    {
+        let k0 = b * KB;
+        let valid = (lk - k0).min(KB);
+        for t in 0..tiles {
+            if let Some((data, mv)) = &c.mask {
+                let (rs, cs) = mat_strides(mv);
+                let base = head_base(mv, h);
+                for r in 0..MR {
+                    let row = &mut bias[r * KB..(r + 1) * KB];
+                    let qi = q0 + t * MR + r;
+                    if t * MR + r >= rows {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    for (j, x) in row.iter_mut().take(valid).enumerate() {
+                        *x = data.get(base + qi * rs + (k0 + j) * cs);
+                    }
+                }
+            }
+            let tl = Tile {
+                q: &q[t * MR * dk..(t + 1) * MR * dk],
+                kt,
+                v,
+                bias: c.mask.is_some().then_some(&bias[..]),
+                d: dk,
+                dvp,
+                valid,
+            };
+            let mut st = State {
+                m: &mut m[t],
+                l: &mut l[t],
+                o: &mut o[t * MR * dvp..(t + 1) * MR * dvp],
+                p: &mut p,
+            };
+            tile(level, &tl, &mut st);
+        }
+    }
+    for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
+        let (t, i) = (r / MR, r % MR);
+        let acc = &mut o[(t * MR + i) * dvp..][..dv];
+        let (mi, li) = (m[t][i], l[t][i].iter().sum::<f32>());
+        // All keys masked out (or weights summing to nothing): zeros, as PyTorch.
+        let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
+            0.0
+        } else {
+            1.0 / li
+        };
+        match T::as_f32_mut(orow) {
+            Some(dst) => dst
+                .iter_mut()
+                .zip(acc.iter())
+                .for_each(|(o, &x)| *o = x * inv),
+            None => {
+                acc.iter_mut().for_each(|x| *x *= inv);
+                T::store(c.k, acc, orow);
+            }
+        }
+    }
+}
+
+fn attention_float<T: FloatElem>(
+    k: Kernels,
+    q: View<T>,
+    kv: (View<T>, View<T>),
+    mask: Option<(MaskData, &Layout)>,
+    s: &AttnShape,
+) -> Vec<T> {
+    let n = s.heads() * s.lq * s.dv;
+    let mut out = super::pool::take::<T>(n);
+    if n == 0 {
+        return out;
+    }
+    if s.lk == 0 {
+        out.fill(T::zeroed());
+        return out;
+    }
+    let dvp = s.dv.div_ceil(16).max(1) * 16;
+    let packed = pack_kv(k, (&kv.0, &kv.1), s, dvp);
+    let ctx = Ctx {
+        k,
+        q,
+        kv: packed,
+        mask,
+        s,
+        dvp,
+        qmul: s.scale * std::f32::consts::LOG2_E,
+    };
+    // Enough tasks to balance the threads, at most MAX_TILES_PER_TASK tiles each.
+    let heads = s.heads();
+    let tiles = s.lq.div_ceil(MR);
+    // Short key sequences (cross-attention) keep little in cache: take bigger tasks.
+    let mut per_task = if s.lk <= 2 * KB {
+        4 * MAX_TILES_PER_TASK
+    } else {
+        MAX_TILES_PER_TASK
+    };
+    while per_task > 1 && heads * tiles.div_ceil(per_task) < 4 * rayon::current_num_threads() {
+        per_task /= 2;
+    }
+    let rows_per_task = per_task * MR;
+    let mut tasks: Vec<(usize, usize, &mut [T])> = Vec::new();
+    for (h, head) in out.chunks_mut(s.lq * s.dv).enumerate() {
+        for (i, part) in head.chunks_mut(rows_per_task * s.dv).enumerate() {
+            tasks.push((h, i * rows_per_task, part));
+        }
+    }
+    tasks
+        .into_par_iter()
+        .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
+    out
+}
+
+/// Typed views of the mask operand.
+fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {
+    Ok(match m {
+        CpuStorage::U8(v) => MaskData::Bool(v),
+        CpuStorage::F32(v) => MaskData::F32(v),
+        CpuStorage::F16(v) => MaskData::F16(v),
+        CpuStorage::BF16(v) => MaskData::Bf16(v),
+        CpuStorage::I32(_) => {
+            return Err(Error::invalid(
+                "scaled_dot_product_attention",
+                "mask must be u8 (boolean) or a float additive mask, got i32",
+            ))
+        }
+    })
+}
+
+impl CpuStorage {
+    /// Fused attention of `self = q` (layout `ql`) with `k`, `v` and an optional mask whose
+    /// layout is already broadcast to `[..., Lq, Lk]`; `s` is the checked geometry. Returns the
+    /// contiguous `[..., Lq, Dv]` output in q's dtype.
+    pub(crate) fn attention(
+        &self,
+        ql: &Layout,
+        k: (&CpuStorage, &Layout),
+        v: (&CpuStorage, &Layout),
+        mask: Option<(&CpuStorage, &Layout)>,
+        s: &AttnShape,
+    ) -> Result<CpuStorage> {
+        let op = "scaled_dot_product_attention";
+        check_layout(op, ql, self.len())?;
+        check_layout(op, k.1, k.0.len())?;
+        check_layout(op, v.1, v.0.len())?;
+        for l in [ql, k.1, v.1] {
+            if l.rank() < 3 || l.rank() != ql.rank() {
+                return Err(Error::shape(op, "q, k, v of equal rank >= 3", l.shape()));
+            }
+        }
+        let mask = match mask {
+            None => None,
+            Some((m, ml)) => {
+                check_layout(op, ml, m.len())?;
+                if ml.rank() != ql.rank() {
+                    return Err(Error::shape(
+                        op,
+                        "a mask broadcast to the scores",
+                        ml.shape(),
+                    ));
+                }
+                Some((mask_data(m)?, ml))
+            }
+        };
+        let kern = Kernels::current();
+        macro_rules! run {
+            ($variant:ident, $q:expr) => {{
+                let (CpuStorage::$variant(kd), CpuStorage::$variant(vd)) = (k.0, v.0) else {
+                    return Err(Error::DTypeMismatch {
+                        op,
+                        expected: self.dtype(),
+                        got: if k.0.dtype() != self.dtype() {
+                            k.0.dtype()
+                        } else {
+                            v.0.dtype()
+                        },
+                    });
+                };
+                let q = View {
+                    data: $q.as_slice(),
+                    layout: ql,
+                };
+                let kv = (
+                    View {
+                        data: kd.as_slice(),
+                        layout: k.1,
+                    },
+                    View {
+                        data: vd.as_slice(),
+                        layout: v.1,
+                    },
+                );
+                CpuStorage::$variant(attention_float(kern, q, kv, mask, s))
+            }};
+        }
+        Ok(match self {
+            CpuStorage::F32(q) => run!(F32, q),
+            CpuStorage::F16(q) => run!(F16, q),
+            CpuStorage::BF16(q) => run!(BF16, q),
+            other => {
+                return Err(Error::UnsupportedDType {
+                    op,
+                    dtype: other.dtype(),
+                    device: Device::Cpu,
+                    hint: ": attention needs f32, f16 or bf16".into(),
+                })
+            }
+        })
+    }
+}

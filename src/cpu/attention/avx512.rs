@@ -1,0 +1,198 @@
+//! AVX-512 tile kernels of the CPU attention: a 6 × (16·NV) score tile held in registers
+//! (`vfmadd231ps` over the head dim with broadcast queries), the online softmax on those
+//! registers (row max, `exp2` by polynomial + `vscalefps`, row sums), and the `P · V` update of
+//! the running output in register blocks of 6 rows × up to 64 columns.
+//!
+//! Invariants: only called when the CPU has AVX-512F/DQ and FMA (`Kernels::level()` is
+//! `Avx512`, see the caller); every pointer access stays inside the slices of the `Tile` and
+//! `State`, whose lengths `super::tile` checks before calling in.
+
+use super::{State, Tile, KB, MIN_EXP2, MR};
+use std::arch::x86_64::*;
+
+const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+/// `2^x` for `x <= 0`, exactly 0 below `MIN_EXP2`: `x = n + f` with `|f| <= 1/2`, degree-7
+/// Taylor series of `2^f` (relative error < 1e-8 before rounding), `vscalefps` for `2^n`. The
+/// argument is clamped at `MIN_EXP2` (whose power of two is a normal float) and the lanes below
+/// it are zeroed by mask: an underflowing `vscalefps` would take a slow microcode assist.
+/// NaN stays NaN.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn exp2(x: __m512) -> __m512 {
+    const C: [f32; 8] = [
+        1.0,
+        std::f32::consts::LN_2,
+        0.240_226_5,
+        0.055_504_11,
+        0.009_618_129,
+        0.001_333_355_8,
+        0.000_154_035_3,
+        0.000_015_252_734,
+    ];
+    let lo = _mm512_set1_ps(MIN_EXP2);
+    // Not-less-than, unordered: NaN lanes are kept (and stay NaN through max_ps's 2nd operand).
+    let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, lo);
+    let x = _mm512_max_ps(lo, x);
+    let n = _mm512_roundscale_ps::<RNE>(x);
+    let f = _mm512_sub_ps(x, n);
+    let mut p = _mm512_set1_ps(C[7]);
+    for &c in C[..7].iter().rev() {
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+    }
+    _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n))
+}
+
+/// Mask of the lanes of vector `v` (columns `16v..16v+16`) that are valid keys.
+#[inline]
+fn valid_lanes(v: usize, valid: usize) -> __mmask16 {
+    let n = valid.saturating_sub(16 * v).min(16);
+    ((1u32 << n) - 1) as __mmask16
+}
+
+/// Scores and online softmax for `NV` vectors (16·NV keys) of the block; see the portable
+/// `scores` for the semantics.
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
+    let (q, kt) = (t.q.as_ptr(), t.kt.as_ptr());
+    let step = |d: usize, acc: &mut [[__m512; NV]; MR]| {
+        let mut b = [_mm512_setzero_ps(); NV];
+        for (v, bv) in b.iter_mut().enumerate() {
+            // SAFETY: kt holds d * KB floats and 16 * v + 16 <= KB.
+            *bv = _mm512_loadu_ps(kt.add(d * KB + 16 * v));
+        }
+        for (r, row) in acc.iter_mut().enumerate() {
+            // SAFETY: q holds MR * t.d floats.
+            let a = _mm512_set1_ps(*q.add(r * t.d + d));
+            for (av, bv) in row.iter_mut().zip(&b) {
+                *av = _mm512_fmadd_ps(a, *bv, *av);
+            }
+        }
+    };
+    let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+    let mut d = 0;
+    if NV <= 2 {
+        // Under 8 accumulators the FMA latency would bound the loop: two interleaved sets.
+        let mut acc2 = [[_mm512_setzero_ps(); NV]; MR];
+        while d + 2 <= t.d {
+            step(d, &mut acc);
+            step(d + 1, &mut acc2);
+            d += 2;
+        }
+        for (row, row2) in acc.iter_mut().zip(&acc2) {
+            for (a, a2) in row.iter_mut().zip(row2) {
+                *a = _mm512_add_ps(*a, *a2);
+            }
+        }
+    }
+    while d < t.d {
+        step(d, &mut acc);
+        d += 1;
+    }
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    // Row maxima first, so all rows' rescale factors take one vector exp2.
+    let mut m_use = [0f32; 16];
+    let mut shift = [f32::NEG_INFINITY; 16];
+    for (r, row) in acc.iter_mut().enumerate() {
+        let mut mx = ninf;
+        for (v, s) in row.iter_mut().enumerate() {
+            if let Some(bias) = t.bias {
+                // SAFETY: bias holds MR * KB floats.
+                *s = _mm512_add_ps(*s, _mm512_loadu_ps(bias.as_ptr().add(r * KB + 16 * v)));
+            }
+            *s = _mm512_mask_blend_ps(valid_lanes(v, t.valid), ninf, *s);
+            mx = _mm512_max_ps(mx, *s);
+        }
+        let m_old = st.m[r];
+        let m_new = m_old.max(_mm512_reduce_max_ps(mx));
+        m_use[r] = if m_new == f32::NEG_INFINITY {
+            0.0
+        } else {
+            m_new
+        };
+        shift[r] = m_old - m_use[r];
+        st.m[r] = m_new;
+    }
+    let mut alpha = [0f32; 16];
+    _mm512_storeu_ps(alpha.as_mut_ptr(), exp2(_mm512_loadu_ps(shift.as_ptr())));
+    let p = st.p.as_mut_ptr();
+    for (r, row) in acc.iter().enumerate() {
+        let mu = _mm512_set1_ps(m_use[r]);
+        let mut sum = _mm512_setzero_ps();
+        for (v, s) in row.iter().enumerate() {
+            let e = exp2(_mm512_sub_ps(*s, mu));
+            sum = _mm512_add_ps(sum, e);
+            // SAFETY: p holds MR * KB floats.
+            _mm512_storeu_ps(p.add(r * KB + 16 * v), e);
+        }
+        // Row sums stay per lane (summed once at the end).
+        let l = st.l[r].as_mut_ptr();
+        _mm512_storeu_ps(
+            l,
+            _mm512_fmadd_ps(_mm512_loadu_ps(l), _mm512_set1_ps(alpha[r]), sum),
+        );
+    }
+    let mut out = [0f32; MR];
+    out.copy_from_slice(&alpha[..MR]);
+    out
+}
+
+/// `o[:, c0..c0 + 16·NV] = o * alpha + p · v` over the block's valid keys.
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn update<const NV: usize>(t: &Tile, st: &mut State, alpha: &[f32; MR], c0: usize) {
+    let (o, p, v) = (st.o.as_mut_ptr(), st.p.as_ptr(), t.v.as_ptr());
+    let dvp = t.dvp;
+    let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+    for (r, row) in acc.iter_mut().enumerate() {
+        let a = _mm512_set1_ps(alpha[r]);
+        for (c, av) in row.iter_mut().enumerate() {
+            // SAFETY: o holds MR * dvp floats and c0 + 16 * NV <= dvp.
+            *av = _mm512_mul_ps(a, _mm512_loadu_ps(o.add(r * dvp + c0 + 16 * c)));
+        }
+    }
+    for j in 0..t.valid {
+        let mut b = [_mm512_setzero_ps(); NV];
+        for (c, bv) in b.iter_mut().enumerate() {
+            // SAFETY: v holds KB * dvp floats and j < valid <= KB.
+            *bv = _mm512_loadu_ps(v.add(j * dvp + c0 + 16 * c));
+        }
+        for (r, row) in acc.iter_mut().enumerate() {
+            // SAFETY: p holds MR * KB floats.
+            let a = _mm512_set1_ps(*p.add(r * KB + j));
+            for (av, bv) in row.iter_mut().zip(&b) {
+                *av = _mm512_fmadd_ps(a, *bv, *av);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (c, av) in row.iter().enumerate() {
+            _mm512_storeu_ps(o.add(r * dvp + c0 + 16 * c), *av);
+        }
+    }
+}
+
+/// One tile step (see `super::Tile`).
+///
+/// # Safety
+/// The CPU must have AVX-512F/DQ and FMA; `t` and `st` must satisfy `super::Tile::fits`.
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+pub(super) unsafe fn tile(t: &Tile, st: &mut State) {
+    let alpha = match t.valid.div_ceil(16) {
+        0 | 1 => scores::<1>(t, st),
+        2 => scores::<2>(t, st),
+        3 => scores::<3>(t, st),
+        _ => scores::<4>(t, st),
+    };
+    let vecs = t.dvp / 16;
+    let mut c = 0;
+    while c + 4 <= vecs {
+        update::<4>(t, st, &alpha, 16 * c);
+        c += 4;
+    }
+    match vecs - c {
+        1 => update::<1>(t, st, &alpha, 16 * c),
+        2 => update::<2>(t, st, &alpha, 16 * c),
+        3 => update::<3>(t, st, &alpha, 16 * c),
+        _ => {}
+    }
+}
