@@ -58,7 +58,7 @@ fn check_float(op: &'static str, dtype: DType, device: Device) -> Result<()> {
 }
 
 impl UNet2DConditionModel {
-    /// The architecture of `config` with seeded random weights (normal, scaled by
+    /// The architecture of `config` with seeded random weights (uniform in ±
     /// `1/sqrt(fan_in)`; norm scales 1, biases 0): the same values on every device.
     pub fn random(config: &UNetConfig, dtype: DType, device: Device, seed: u64) -> Result<Self> {
         config.validate()?;
