@@ -11,7 +11,8 @@
 //
 // Tiles follow matmul_tiled.wgsl: A [TK][TM] and B [TK][TN] tiles double-buffered in workgroup
 // memory (one barrier per K step), an f32 register block per invocation, the fused epilogue in
-// the store. Each invocation owns 2x2 micro-blocks (rows 2ty + q, columns 2tx + q), so a 16-bit
+// the store. Each invocation owns 2x2 micro-blocks (rows 2ty + q, columns 2tx + q; x and y
+// swapped for NCHW outputs in the 16x16 configs, see bit5 below), so a 16-bit
 // output word (two elements adjacent in memory: two pixels of one channel for NCHW outputs, two
 // channels of one pixel for channels-last outputs) is always written whole by one invocation.
 // - conv_large:  128x128 tile, TK 8, 16x16 invocations, 8x8 block;
@@ -29,8 +30,10 @@
 // strides (n, o, h, w), [40] first row tile of this dispatch, [41] first group.
 // flags: bit0 bias, bit1 residual, bit2 A staged k-fastest (channels-last input), bit3 B staged
 // k-fastest (weight contiguous in C), bit4 16-bit pairs along channels (else along pixels;
-// the host guarantees an even pixel count or an even O/g respectively), bits 8.. activation
-// (0 none, 1 relu, 2 gelu, 3 gelu tanh, 4 silu). Epilogue: act(acc + bias) + residual.
+// the host guarantees an even pixel count or an even O/g respectively), bit5 pixels adjacent
+// in the output (NCHW): the 16x16 configs then give x (the fastest invocation index) to the
+// rows, so neighbouring invocations store neighbouring words; bits 8.. activation (0 none,
+// 1 relu, 2 gelu, 3 gelu tanh, 4 silu). Epilogue: act(acc + bias) + residual.
 
 @group(0) @binding(4) var<storage, read> conv_bias: array<u32>;
 @group(0) @binding(5) var<storage, read> conv_res: array<u32>;
@@ -113,11 +116,20 @@ fn k_steps(tk: u32) -> u32 {
     return p(18u) * p(19u) * ((cg() + tk - 1u) / tk);
 }
 
+// Position of tile row/column `i` in the slice of K index `kk` of a staged tile (width w, a power
+// of two): XOR-swizzled by kk, so invocations that stage different kk of one row hit different
+// workgroup-memory banks, while a slice stays a permutation of itself (reads of one kk by
+// consecutive invocations stay conflict-free).
+fn swz(kk: u32, i: u32, tk: u32, w: u32) -> u32 {
+    return i ^ ((kk * (32u / tk)) & (w - 1u));
+}
+
 // Gathers the A tile of K step `ks` into conv_a[buf*1024..] as [tk][tm].
 fn stage_a(buf: u32, rows: array<RowIn, 4>, lid: u32, ks: vec3<u32>, tm: u32, tk: u32) {
     for (var e = 0u; e < 4u; e = e + 1u) {
         let s = a_slot(lid, e, tm, tk);
-        conv_a[buf * 1024u + s.y * tm + s.x] = a_val(rows[e], ks.x, ks.y, ks.z + s.y);
+        let v = a_val(rows[e], ks.x, ks.y, ks.z + s.y);
+        conv_a[buf * 1024u + s.y * tm + swz(s.y, s.x, tk, tm)] = v;
     }
 }
 
@@ -135,7 +147,7 @@ fn stage_b(buf: u32, g: u32, col0: u32, lid: u32, ks: vec3<u32>, tn: u32, tk: u3
         if (c < og() && ci < cg()) {
             v = load1(tap_off + (g * og() + c) * p(9u) + ci * p(10u));
         }
-        conv_b[buf * 1024u + kk * tn + jj] = v;
+        conv_b[buf * 1024u + kk * tn + swz(kk, jj, tk, tn)] = v;
     }
 }
 
@@ -225,6 +237,9 @@ fn staged_rows(lid: u32, row0: u32, g: u32, tm: u32, tk: u32) -> array<RowIn, 4>
 fn conv_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let g = wid.z + p(41u);
+    // Row / column lanes: x runs along the pixels when they are adjacent in the output.
+    let lr = select(l.y, l.x, conv_flag(32u));
+    let lc = select(l.x, l.y, conv_flag(32u));
     let row0 = (wid.y + p(40u)) * 128u;
     let col0 = wid.x * 128u;
     let rows = staged_rows(lid, row0, g, 128u, 8u);
@@ -247,8 +262,9 @@ fn conv_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             var av: array<f32, 8>;
             var bv: array<f32, 8>;
             for (var i = 0u; i < 8u; i = i + 1u) {
-                av[i] = conv_a[cur + kk * 128u + 2u * l.y + (i & 1u) + 32u * (i >> 1u)];
-                bv[i] = conv_b[cur + kk * 128u + 2u * l.x + (i & 1u) + 32u * (i >> 1u)];
+                let o = (i & 1u) + 32u * (i >> 1u);
+                av[i] = conv_a[cur + kk * 128u + swz(kk, 2u * lr + o, 8u, 128u)];
+                bv[i] = conv_b[cur + kk * 128u + swz(kk, 2u * lc + o, 8u, 128u)];
             }
             for (var i = 0u; i < 8u; i = i + 1u) {
                 for (var j = 0u; j < 8u; j = j + 1u) {
@@ -259,9 +275,9 @@ fn conv_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         workgroupBarrier();
     }
     for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = row0 + 2u * l.y + 32u * i;
+        let r = row0 + 2u * lr + 32u * i;
         for (var j = 0u; j < 4u; j = j + 1u) {
-            let c = col0 + 2u * l.x + 32u * j;
+            let c = col0 + 2u * lc + 32u * j;
             let a = 2u * i * 8u + 2u * j;
             store_block(g, r, c, acc[a], acc[a + 1u], acc[a + 8u], acc[a + 9u]);
         }
@@ -272,6 +288,9 @@ fn conv_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 fn conv_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     let g = wid.z + p(41u);
+    // Row / column lanes: x runs along the pixels when they are adjacent in the output.
+    let lr = select(l.y, l.x, conv_flag(32u));
+    let lc = select(l.x, l.y, conv_flag(32u));
     let row0 = (wid.y + p(40u)) * 64u;
     let col0 = wid.x * 64u;
     let rows = staged_rows(lid, row0, g, 64u, 16u);
@@ -294,8 +313,9 @@ fn conv_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             var av: array<f32, 4>;
             var bv: array<f32, 4>;
             for (var i = 0u; i < 4u; i = i + 1u) {
-                av[i] = conv_a[cur + kk * 64u + 2u * l.y + (i & 1u) + 32u * (i >> 1u)];
-                bv[i] = conv_b[cur + kk * 64u + 2u * l.x + (i & 1u) + 32u * (i >> 1u)];
+                let o = (i & 1u) + 32u * (i >> 1u);
+                av[i] = conv_a[cur + kk * 64u + swz(kk, 2u * lr + o, 16u, 64u)];
+                bv[i] = conv_b[cur + kk * 64u + swz(kk, 2u * lc + o, 16u, 64u)];
             }
             for (var i = 0u; i < 4u; i = i + 1u) {
                 for (var j = 0u; j < 4u; j = j + 1u) {
@@ -306,9 +326,9 @@ fn conv_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         workgroupBarrier();
     }
     for (var i = 0u; i < 2u; i = i + 1u) {
-        let r = row0 + 2u * l.y + 32u * i;
+        let r = row0 + 2u * lr + 32u * i;
         for (var j = 0u; j < 2u; j = j + 1u) {
-            let c = col0 + 2u * l.x + 32u * j;
+            let c = col0 + 2u * lc + 32u * j;
             let a = 2u * i * 4u + 2u * j;
             store_block(g, r, c, acc[a], acc[a + 1u], acc[a + 4u], acc[a + 5u]);
         }
@@ -340,10 +360,11 @@ fn conv_narrow(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         for (var kk = 0u; kk < 8u; kk = kk + 1u) {
             var av: array<f32, 4>;
             for (var i = 0u; i < 4u; i = i + 1u) {
-                av[i] = conv_a[cur + kk * 128u + 2u * l.y + (i & 1u) + 64u * (i >> 1u)];
+                let r = 2u * l.y + (i & 1u) + 64u * (i >> 1u);
+                av[i] = conv_a[cur + kk * 128u + swz(kk, r, 8u, 128u)];
             }
-            let b0 = conv_b[cur + kk * 16u + 2u * l.x];
-            let b1 = conv_b[cur + kk * 16u + 2u * l.x + 1u];
+            let b0 = conv_b[cur + kk * 16u + swz(kk, 2u * l.x, 8u, 16u)];
+            let b1 = conv_b[cur + kk * 16u + swz(kk, 2u * l.x + 1u, 8u, 16u)];
             for (var i = 0u; i < 4u; i = i + 1u) {
                 acc[i * 2u] = fma(av[i], b0, acc[i * 2u]);
                 acc[i * 2u + 1u] = fma(av[i], b1, acc[i * 2u + 1u]);

@@ -81,6 +81,7 @@ const RESIDUAL: u32 = 2;
 const A_K_FAST: u32 = 4;
 const B_K_FAST: u32 = 8;
 const PAIR_CHANNELS: u32 = 16;
+const ROWS_ALONG_X: u32 = 32;
 
 /// Whether a 16-bit output can be stored in pairs, and along which axis (true: channels).
 fn pairing(l: &ConvLaunch) -> Option<bool> {
@@ -170,6 +171,9 @@ fn record(l: &ConvLaunch, out: &XpuStorage, pair_channels: bool) -> Result<()> {
     }
     if pair_channels {
         flags |= PAIR_CHANNELS;
+    }
+    if l.out_strides[2] == 1 {
+        flags |= ROWS_ALONG_X;
     }
     let mut p = Params::new(out.len, op)?;
     let words: [(usize, usize); 25] = [
