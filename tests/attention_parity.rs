@@ -6,7 +6,16 @@
 mod common;
 
 use common::{assert_close, eps, randn, values, FLOATS};
+use std::sync::Mutex;
 use xpu::{DType, Device, Error, Tensor};
+
+/// Serialises the tests that use the Xpu, so the allocator's peak in
+/// `xpu_memory_stays_linear_in_sequence` sees only its own op.
+static XPU_LOCK: Mutex<()> = Mutex::new(());
+
+fn xpu_lock() -> std::sync::MutexGuard<'static, ()> {
+    XPU_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// `softmax(q·kᵀ·scale + mask)·v` in f64 over row-major values; `mask` is additive and already
 /// broadcast to `[heads, lq, lk]` (`-inf` drops). All-masked rows give zeros (PyTorch >= 2.5).
@@ -219,13 +228,114 @@ fn masks_on_cpu() {
 
 #[test]
 fn masks_on_xpu() {
+    let _g = xpu_lock();
     if common::xpu() {
         check_masks(Device::Xpu);
     }
 }
 
+/// Xpu fused attention against Cpu fused attention: seq 1, 77, 257, self and cross, head dims
+/// 40..160, Dv != D, diffusers' transposed views, each dtype.
+#[test]
+fn xpu_matches_cpu() {
+    let _g = xpu_lock();
+    if !common::xpu() {
+        return;
+    }
+    let cases: [[usize; 4]; 7] = [
+        [1, 1, 40, 40],
+        [77, 77, 64, 64],
+        [257, 77, 40, 40],
+        [257, 257, 80, 80],
+        [33, 77, 160, 160],
+        [65, 19, 128, 96],
+        [40, 50, 5, 3],
+    ];
+    for &dtype in &FLOATS {
+        for &[lq, lk, d, dv] in &cases {
+            let [q, k, v] = qkv([1, 2, lq, lk, d, dv], dtype, 21);
+            let want = values(&q.scaled_dot_product_attention(&k, &v, None, None).unwrap());
+            let (qx, kx, vx) = (
+                q.to(Device::Xpu).unwrap(),
+                k.to(Device::Xpu).unwrap(),
+                v.to(Device::Xpu).unwrap(),
+            );
+            // Read in place: the same transposed views on the Xpu.
+            let [q2, k2, v2] = [&qx, &kx, &vx].map(|t| {
+                let s = t.shape().to_vec();
+                t.reshape(&[s[0], s[1], s[2], s[3]])
+                    .unwrap()
+                    .transpose(1, 2)
+                    .unwrap()
+                    .contiguous()
+                    .unwrap()
+                    .transpose(1, 2)
+                    .unwrap()
+            });
+            let got = q2
+                .scaled_dot_product_attention(&k2, &v2, None, None)
+                .unwrap();
+            assert_eq!(got.shape(), &[1, 2, lq, dv]);
+            assert_eq!(got.dtype(), dtype);
+            let t = tol(dtype);
+            let what = format!("xpu {dtype} lq {lq} lk {lk} d {d} dv {dv}");
+            assert_close(&what, &values(&got), &want, t, t);
+        }
+    }
+}
+
+/// The fused Xpu kernel's peak allocator memory over a 4096-token self-attention stays
+/// O(seq * head_dim) (the output), far below the 4096^2 score matrix the unfused path needs.
+#[test]
+fn xpu_memory_stays_linear_in_sequence() {
+    let _g = xpu_lock();
+    if !common::xpu() {
+        return;
+    }
+    let (l, d) = (4096, 40);
+    let [q, k, v] =
+        [1, 2, 3].map(|s| Tensor::randn(&[1, 1, l, d], DType::F32, Device::Xpu, s).unwrap());
+    xpu::synchronize().unwrap();
+    xpu::reset_peak_memory_stats().unwrap();
+    let before = xpu::memory_stats(Device::Xpu).unwrap().allocated;
+    let out = q.scaled_dot_product_attention(&k, &v, None, None).unwrap();
+    xpu::synchronize().unwrap();
+    let peak = xpu::memory_stats(Device::Xpu).unwrap().peak_allocated - before;
+    let linear = (l * d * 4) as u64; // one f32 [seq, head_dim] tensor
+    let scores = (l * l * 4) as u64;
+    assert!(
+        peak <= 4 * linear,
+        "peak {peak} B above 4 x {linear} B (seq x head_dim f32)"
+    );
+    assert!(peak * 16 < scores, "peak {peak} B vs {scores} B of scores");
+    // And the result is right: compare a few rows with the Cpu.
+    let rows = [0, 1, 2047, 4095];
+    let want = values(
+        &q.to(Device::Cpu)
+            .unwrap()
+            .scaled_dot_product_attention(
+                &k.to(Device::Cpu).unwrap(),
+                &v.to(Device::Cpu).unwrap(),
+                None,
+                None,
+            )
+            .unwrap(),
+    );
+    let got = values(&out);
+    for r in rows {
+        assert_close(
+            &format!("row {r}"),
+            &got[r * d..(r + 1) * d],
+            &want[r * d..(r + 1) * d],
+            2e-5,
+            2e-5,
+        );
+    }
+}
+
 #[test]
 fn empty_inputs_do_not_panic() {
+    let _g = xpu_lock();
     for device in common::devices() {
         for &(lq, lk) in &[(0, 5), (4, 0), (0, 0)] {
             let q = Tensor::zeros(&[1, 2, lq, 8], DType::F32, device).unwrap();
@@ -327,5 +437,84 @@ fn bad_arguments_are_errors() {
     assert!(matches!(
         q.scaled_dot_product_attention(&k, &v, None, Some(f64::NAN)),
         Err(Error::InvalidArgument { .. })
+    ));
+}
+
+/// `FusedQkv` against three separate `Linear` layers (Cpu prepacked and Xpu, each dtype), its
+/// outputs as zero-copy views fed straight into attention, and its argument checks.
+#[test]
+fn fused_qkv_matches_separate_linears() {
+    use xpu::nn::{FusedQkv, Linear};
+    let _g = xpu_lock();
+    let (b, l, c, heads) = (2, 19, 40, 5);
+    for device in common::devices() {
+        for &dtype in &FLOATS {
+            let w = |s| {
+                randn(&[c, c], dtype, s)
+                    .mul_scalar(0.2)
+                    .unwrap()
+                    .to(device)
+                    .unwrap()
+            };
+            let (wq, wk, wv) = (w(1), w(2), w(3));
+            let bk = randn(&[c], dtype, 4).to(device).unwrap();
+            let x = randn(&[b, l, c], dtype, 5).to(device).unwrap();
+            let fused = FusedQkv::new(&wq, &wk, &wv, None, Some(&bk), None, heads).unwrap();
+            let (q, k, v) = fused.forward(&x).unwrap();
+            let t = if dtype == DType::F32 {
+                1e-5
+            } else {
+                4.0 * eps(dtype)
+            };
+            for (name, got, lin) in [
+                ("q", &q, Linear::new(wq.clone(), None).unwrap()),
+                ("k", &k, Linear::new(wk.clone(), Some(bk.clone())).unwrap()),
+                ("v", &v, Linear::new(wv.clone(), None).unwrap()),
+            ] {
+                assert_eq!(got.shape(), &[b, heads, l, c / heads]);
+                assert!(
+                    !got.is_contiguous(),
+                    "{name} should be a view of the one product"
+                );
+                let want = lin
+                    .forward(&x)
+                    .unwrap()
+                    .reshape(&[b, l, heads, c / heads])
+                    .unwrap()
+                    .transpose(1, 2)
+                    .unwrap();
+                let what = format!("{device} {dtype} FusedQkv {name}");
+                assert_close(&what, &values(got), &values(&want), t, t);
+            }
+            let o = q.scaled_dot_product_attention(&k, &v, None, None).unwrap();
+            let want = [&q, &k, &v].map(|t| t.contiguous().unwrap());
+            let o2 = want[0]
+                .scaled_dot_product_attention(&want[1], &want[2], None, None)
+                .unwrap();
+            assert_eq!(
+                values(&o),
+                values(&o2),
+                "{device} {dtype} attention on views"
+            );
+            let moved = fused.to(Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+            let (q32, _, _) = moved
+                .forward(&x.to(Device::Cpu).unwrap().to_dtype(DType::F32).unwrap())
+                .unwrap();
+            assert_eq!(q32.shape(), &[b, heads, l, c / heads]);
+        }
+    }
+    let w = randn(&[8, 6], DType::F32, 1);
+    assert!(matches!(
+        FusedQkv::new(&w, &w, &w, None, None, None, 3),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        FusedQkv::new(&w, &randn(&[8, 5], DType::F32, 1), &w, None, None, None, 2),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let f = FusedQkv::new(&w, &w, &w, None, None, None, 2).unwrap();
+    assert!(matches!(
+        f.forward(&randn(&[3, 6], DType::F32, 2)),
+        Err(Error::ShapeMismatch { .. })
     ));
 }

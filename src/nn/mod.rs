@@ -7,6 +7,7 @@ mod config_json;
 mod conv;
 mod layers;
 mod linear;
+mod qkv;
 mod resnet;
 mod transformer;
 mod unet;
@@ -14,6 +15,7 @@ mod weights;
 
 pub use conv::Conv2d;
 pub use linear::Linear;
+pub use qkv::FusedQkv;
 
 pub use attention::Attention;
 pub use config::{ActFn, DownBlockType, UNetConfig, UpBlockType};

@@ -14,6 +14,9 @@
 //! - A query row whose keys are all masked out (or `Lk == 0`) yields zeros, as PyTorch >= 2.5
 //!   does; `Lq == 0` or an empty batch gives an empty output. Nothing here panics.
 //! - Views (e.g. diffusers' `[B, L, H, D] -> transpose(1, 2)`) are read in place by strides.
+//! - The fused path (`cpu::attention`, `xpu::kernels::attention`) never forms the `Lq × Lk`
+//!   scores; on Xpu a value head dim above 160 takes the unfused path instead. Additive mask
+//!   values below about -2.3e38 (`-inf`, `f32::MIN`) drop the key on both devices.
 
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Error, Result, Tensor};
@@ -182,7 +185,9 @@ impl Tensor {
         if let Some(empty) = empty_output(self, &shape)? {
             return Ok(empty);
         }
-        if self.device() == crate::Device::Xpu {
+        if self.device() == crate::Device::Xpu && shape.dv > crate::xpu::kernels::attention::MAX_DV
+        {
+            // Beyond the Xpu kernel's register budget: the materialised path.
             return self.scaled_dot_product_attention_unfused(k, v, mask, scale);
         }
         let mask = match mask {

@@ -32,13 +32,15 @@ pub enum ShaderId {
     Norm,
     /// `shaders/conv.wgsl`: implicit-GEMM 2-D convolution with a fused epilogue.
     Conv,
+    /// `shaders/attention.wgsl`: fused scaled dot-product attention (online softmax).
+    Attention,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 8] = [
+    pub const ALL: [ShaderId; 9] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -47,6 +49,7 @@ impl ShaderId {
         ShaderId::MatmulSubgroup,
         ShaderId::Norm,
         ShaderId::Conv,
+        ShaderId::Attention,
     ];
 
     /// File name under `shaders/`.
@@ -60,6 +63,7 @@ impl ShaderId {
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::Norm => "norm.wgsl",
             ShaderId::Conv => "conv.wgsl",
+            ShaderId::Attention => "attention.wgsl",
         }
     }
 
@@ -77,6 +81,7 @@ impl ShaderId {
             }
             ShaderId::Norm => &[include_str!("../../shaders/norm.wgsl")],
             ShaderId::Conv => &[include_str!("../../shaders/conv.wgsl")],
+            ShaderId::Attention => &[include_str!("../../shaders/attention.wgsl")],
         }
     }
 

@@ -1,23 +1,189 @@
-//! Fused attention on Xpu (`shaders/attention.wgsl`).
+//! Fused scaled dot-product attention on Xpu (`shaders/attention.wgsl`).
+//!
+//! Invariants: one workgroup per (head, tile of 32 query rows); q, k, v and the mask are read
+//! in place through their strides (head dims jointly coalesced, at most 6 after coalescing),
+//! the output is written as f32 words, contiguous `[heads, Lq, Dv]`, and cast once for 16-bit
+//! dtypes (so no two invocations share a word). Workgroup memory is 14 KiB whatever the head
+//! dim; extra memory is O(Lq·Dv) (the f32 output). `Dv` is limited to [`MAX_DV`]; every index
+//! the shader forms is checked to fit in 32 bits here.
 
+use super::params::{coalesce_joint, grid, u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK};
+use super::params::{SHAPE, STRIDES0, STRIDES1};
+use super::{key, launch};
 use crate::layout::Layout;
 use crate::ops::attention::AttnShape;
+use crate::xpu::pipelines::ShaderId;
 use crate::xpu::XpuStorage;
-use crate::{Error, Result};
+use crate::{DType, Device, Error, Result};
+
+/// Largest value head dim the kernel holds in registers (8 lanes x 20 columns).
+pub(crate) const MAX_DV: usize = 160;
+/// Query rows per workgroup.
+const BQ: usize = 32;
+/// Most head dims after coalescing (params has room for four stride vectors of 6).
+const MAX_HEAD_DIMS: usize = 6;
+
+/// Params words of the family block (see the header of `attention.wgsl`).
+const LQ: usize = EXTRA;
+const V_STRIDES: usize = EXTRA + 16;
+const M_STRIDES: usize = EXTRA + 22;
+
+/// The last storage element a `[..., rows, cols]` view reaches, checked to fit 32 bits.
+fn check_reach(op: &'static str, l: &Layout) -> Result<()> {
+    let reach = l
+        .shape()
+        .iter()
+        .zip(l.strides())
+        .map(|(&d, &s)| d.saturating_sub(1).saturating_mul(s))
+        .fold(l.offset(), usize::saturating_add);
+    u32_arg(op, reach).map(drop)
+}
 
 impl XpuStorage {
-    /// Fused attention (see `ops::attention`); not yet implemented.
+    /// Fused attention of `self = q` (layout `ql`) with `k`, `v` and an optional mask whose
+    /// layout is broadcast to `[..., Lq, Lk]`; `s` is the checked geometry. Returns the
+    /// contiguous `[..., Lq, Dv]` output in q's dtype.
     pub(crate) fn attention(
         &self,
-        _q: &Layout,
-        _k: (&XpuStorage, &Layout),
-        _v: (&XpuStorage, &Layout),
-        _mask: Option<(&XpuStorage, &Layout)>,
-        _s: &AttnShape,
+        ql: &Layout,
+        k: (&XpuStorage, &Layout),
+        v: (&XpuStorage, &Layout),
+        mask: Option<(&XpuStorage, &Layout)>,
+        s: &AttnShape,
     ) -> Result<XpuStorage> {
-        Err(Error::invalid(
-            "scaled_dot_product_attention",
-            "no Xpu kernel yet",
-        ))
+        let op = "scaled_dot_product_attention";
+        if !self.dtype.is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: self.dtype,
+                device: Device::Xpu,
+                hint: ": attention needs f32, f16 or bf16".into(),
+            });
+        }
+        for st in [k.0, v.0] {
+            if st.dtype != self.dtype {
+                return Err(Error::DTypeMismatch {
+                    op,
+                    expected: self.dtype,
+                    got: st.dtype,
+                });
+            }
+        }
+        if s.dv > MAX_DV {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the Xpu kernel takes value head dims up to {MAX_DV}, got {}",
+                    s.dv
+                ),
+            ));
+        }
+        let heads = s.heads();
+        let n = heads * s.lq * s.dv;
+        let out = XpuStorage::alloc(&self.ctx, DType::F32, n)?;
+        if n > 0 {
+            self.launch_attention(&out, ql, k, v, mask, s)?;
+        }
+        if self.dtype == DType::F32 {
+            return Ok(out);
+        }
+        out.copy_cast(&Layout::contiguous(&[n]), self.dtype)
+    }
+
+    fn launch_attention(
+        &self,
+        out: &XpuStorage,
+        ql: &Layout,
+        k: (&XpuStorage, &Layout),
+        v: (&XpuStorage, &Layout),
+        mask: Option<(&XpuStorage, &Layout)>,
+        s: &AttnShape,
+    ) -> Result<()> {
+        let op = "scaled_dot_product_attention";
+        let mut layouts = vec![ql, k.1, v.1];
+        if let Some((_, ml)) = mask {
+            layouts.push(ml);
+        }
+        for l in &layouts {
+            if l.rank() != ql.rank() || l.rank() < 3 {
+                return Err(Error::shape(
+                    op,
+                    "q, k, v and mask of equal rank >= 3",
+                    l.shape(),
+                ));
+            }
+            check_reach(op, l)?;
+        }
+        let lead = ql.rank() - 2;
+        let lead_strides: Vec<&[usize]> = layouts.iter().map(|l| &l.strides()[..lead]).collect();
+        let (hshape, hstrides) = coalesce_joint(&ql.shape()[..lead], &lead_strides);
+        if hshape.len() > MAX_HEAD_DIMS {
+            return Err(Error::invalid(
+                op,
+                format!("at most {MAX_HEAD_DIMS} non-mergeable head dims, got {hshape:?}"),
+            ));
+        }
+        let heads = s.heads();
+        let qtiles = s.lq.div_ceil(BQ);
+        let groups = heads * qtiles;
+        u32_arg(op, heads * s.lq * s.dv)?;
+        let mut p = Params::new(groups, op)?;
+        p.0[RANK] = hshape.len() as u32;
+        for (dim, &size) in hshape.iter().enumerate() {
+            p.set(SHAPE + dim, size, op)?;
+        }
+        let bases = [STRIDES0, STRIDES1, V_STRIDES, M_STRIDES];
+        for (st, &base) in hstrides.iter().zip(&bases) {
+            for (dim, &x) in st.iter().enumerate() {
+                p.set(base + dim, x, op)?;
+            }
+        }
+        let mat = |l: &Layout| {
+            let st = l.strides();
+            (st[st.len() - 2], st[st.len() - 1])
+        };
+        let ((qrs, qcs), (krs, kcs), (vrs, vcs)) = (mat(ql), mat(k.1), mat(v.1));
+        p.set(OFFSET0, ql.offset(), op)?
+            .set(OFFSET1, k.1.offset(), op)?
+            .scalars(s.scale, 0.0);
+        let words = [
+            s.lq,
+            s.lk,
+            s.d,
+            s.dv,
+            qrs,
+            qcs,
+            krs,
+            kcs,
+            vrs,
+            vcs,
+            v.1.offset(),
+        ];
+        for (i, &w) in words.iter().enumerate() {
+            p.set(LQ + i, w, op)?;
+        }
+        p.set(LQ + 15, qtiles, op)?;
+        let mut mask_buf = self;
+        if let Some((m, ml)) = mask {
+            let kind = match m.dtype {
+                DType::U8 => 1,
+                dt if dt == self.dtype => 2,
+                dt => {
+                    return Err(Error::invalid(
+                        op,
+                        format!("mask must be u8 or {}, got {dt}", self.dtype),
+                    ))
+                }
+            };
+            let (mrs, mcs) = mat(ml);
+            p.set(LQ + 11, kind, op)?
+                .set(LQ + 12, mrs, op)?
+                .set(LQ + 13, mcs, op)?
+                .set(LQ + 14, ml.offset(), op)?;
+            mask_buf = m;
+        }
+        let kkey = key(ShaderId::Attention, "attention", self.dtype, DType::F32, 0);
+        let wg = grid(groups, self.ctx.limits.max_compute_workgroups_per_dimension);
+        launch(out, kkey, p, &[self, k.0, v.0, mask_buf], wg)
     }
 }

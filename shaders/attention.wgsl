@@ -1,0 +1,194 @@
+// attention.wgsl: fused scaled dot-product attention (flash-attention style). One workgroup of
+// 256 invocations computes BQ = 32 query rows of one head: for each block of BK = 32 keys it
+// forms the 32x32 scores (q and k staged through workgroup memory in head-dim chunks of DC),
+// applies scale and mask, updates the running row max / sum (online softmax, f32) and adds
+// P.V to the running output held in registers; the Lq x Lk score matrix never exists.
+// Invocation (r, tx) = (lid / 8, lid % 8) owns query row r of the tile, score columns
+// tx + 8i (i < 4) and output columns tx + 8j (j < OC, so Dv <= 160).
+//
+// Bindings: 1 dst (f32 words, [heads, Lq, Dv] contiguous), 2 q (src0), 3 k (src1), 4 v, 5 mask
+// (bound to q and never read when absent). q, k, v have dtype DT_IN; the mask is u8 (boolean,
+// nonzero keeps) or DT_IN (additive; values below -2.35e38, e.g. -inf or f32::MIN, drop the
+// key), selected by params[43].
+// params: [0] workgroups (heads * q tiles), [1] rank of the (jointly coalesced) head dims,
+// [4..12) head dims, [12..) q / [20..) k head strides, [28] q offset, [29] k offset,
+// [30] scale (f32), [32] Lq, [33] Lk, [34] D, [35] Dv, [36] q row stride, [37] q col stride,
+// [38] k row stride, [39] k col stride, [40] v row stride, [41] v col stride, [42] v offset,
+// [43] mask kind (0 none, 1 u8 boolean, 2 additive), [44] mask row stride, [45] mask col
+// stride, [46] mask offset, [47] q tiles per head, [48..54) v head strides, [54..60) mask head
+// strides.
+// Rows whose keys are all masked out (or Lk == 0) are written as 0, as PyTorch does.
+// Workgroup memory: (2560 + 1024) f32 = 14 KiB, inside WebGPU's 16 KiB minimum.
+
+@group(0) @binding(4) var<storage, read> src_v: array<u32>;
+@group(0) @binding(5) var<storage, read> src_mask: array<u32>;
+
+const BQ: u32 = 32u;
+const BK: u32 = 32u;
+const DC: u32 = 32u;
+const VC: u32 = 16u;
+const OC: u32 = 20u;
+// "Masked out": below every finite score the kernel can form, and finite (no inf arithmetic).
+const NEG: f32 = -3.0e38;
+const DROP: f32 = -2.35e38;
+
+// q and k chunks ([BQ][DC] then [BK][DC]), or a v chunk ([VC][Dv]).
+var<workgroup> attn_s: array<f32, 2560>;
+// Scores, then probabilities, of the tile: [BQ][BK].
+var<workgroup> attn_p: array<f32, 1024>;
+
+fn load_v(i: u32) -> f32 {
+    let e = epw(DT_IN);
+    return bits_to_f32(lane_bits(src_v[i / e], i % e, DT_IN), DT_IN);
+}
+
+// Mask element i: x = 1 to keep the key (0 drops it), y = the additive term.
+fn mask_at(i: u32) -> vec2<f32> {
+    if (p(43u) == 1u) {
+        let keep = lane_bits(src_mask[i / 4u], i % 4u, 4u) != 0u;
+        return vec2<f32>(select(0.0, 1.0, keep), 0.0);
+    }
+    let e = epw(DT_IN);
+    let a = bits_to_f32(lane_bits(src_mask[i / e], i % e, DT_IN), DT_IN);
+    return vec2<f32>(select(0.0, 1.0, a >= DROP), a);
+}
+
+@compute @workgroup_size(256)
+fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let g = wid.y * nwg.x + wid.x;
+    // Uniform per workgroup: a tail workgroup still takes part in every barrier.
+    let in_range = g < p(0u);
+    let gg = select(0u, g, in_range);
+    let qtiles = max(p(47u), 1u);
+    let bh = gg / qtiles;
+    let q0 = (gg % qtiles) * BQ;
+    let lq = p(32u);
+    let lk = p(33u);
+    let d = p(34u);
+    let dv = p(35u);
+    let scale = pf(30u);
+    let qb = strided(bh, 12u) + p(28u);
+    let kb = strided(bh, 20u) + p(29u);
+    let vb = strided(bh, 48u) + p(42u);
+    let mb = strided(bh, 54u) + p(46u);
+    let r = lid / 8u;
+    let tx = lid % 8u;
+    let row = q0 + r;
+    let row_ok = in_range && row < lq;
+    var m = NEG;
+    var l = 0.0;
+    var o: array<f32, OC>;
+    for (var jc = 0u; jc < OC; jc = jc + 1u) {
+        o[jc] = 0.0;
+    }
+    for (var k0 = 0u; k0 < lk; k0 = k0 + BK) {
+        // Scores S[r][tx + 8i] = q[row] . k[k0 + tx + 8i].
+        var s: array<f32, 4>;
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            s[i] = 0.0;
+        }
+        for (var d0 = 0u; d0 < d; d0 = d0 + DC) {
+            for (var e = lid; e < BQ * DC; e = e + 256u) {
+                let rr = e / DC;
+                let dd = d0 + e % DC;
+                var qv = 0.0;
+                if (in_range && q0 + rr < lq && dd < d) {
+                    qv = load0(qb + (q0 + rr) * p(36u) + dd * p(37u));
+                }
+                attn_s[e] = qv;
+                var kv = 0.0;
+                if (k0 + rr < lk && dd < d) {
+                    kv = load1(kb + (k0 + rr) * p(38u) + dd * p(39u));
+                }
+                attn_s[BQ * DC + e] = kv;
+            }
+            workgroupBarrier();
+            let dn = min(DC, d - d0);
+            for (var dd = 0u; dd < dn; dd = dd + 1u) {
+                let qv = attn_s[r * DC + dd];
+                for (var i = 0u; i < 4u; i = i + 1u) {
+                    s[i] = fma(qv, attn_s[BQ * DC + (tx + 8u * i) * DC + dd], s[i]);
+                }
+            }
+            workgroupBarrier();
+        }
+        // Scale, mask, and the block's row maximum.
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let j = k0 + tx + 8u * i;
+            var keep = row_ok && j < lk;
+            var add = 0.0;
+            if (keep && p(43u) != 0u) {
+                let mk = mask_at(mb + row * p(44u) + j * p(45u));
+                keep = mk.x != 0.0;
+                add = mk.y;
+            }
+            s[i] = select(NEG, s[i] * scale + add, keep);
+            attn_p[r * BK + tx + 8u * i] = s[i];
+        }
+        workgroupBarrier();
+        var bm = NEG;
+        for (var j = 0u; j < BK; j = j + 1u) {
+            bm = max(bm, attn_p[r * BK + j]);
+        }
+        workgroupBarrier();
+        let m_new = max(m, bm);
+        var alpha = 1.0;
+        if (m > NEG) {
+            alpha = exp(m - m_new);
+        }
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            var pr = 0.0;
+            if (s[i] > NEG) {
+                pr = exp(s[i] - m_new);
+            }
+            attn_p[r * BK + tx + 8u * i] = pr;
+        }
+        workgroupBarrier();
+        var bs = 0.0;
+        for (var j = 0u; j < BK; j = j + 1u) {
+            bs = bs + attn_p[r * BK + j];
+        }
+        l = l * alpha + bs;
+        m = m_new;
+        for (var jc = 0u; jc < OC; jc = jc + 1u) {
+            o[jc] = o[jc] * alpha;
+        }
+        // o += P . V, V staged VC keys at a time.
+        for (var v0 = 0u; v0 < BK; v0 = v0 + VC) {
+            for (var e = lid; e < VC * dv; e = e + 256u) {
+                let kk = e / dv;
+                let j = k0 + v0 + kk;
+                var x = 0.0;
+                if (j < lk) {
+                    x = load_v(vb + j * p(40u) + (e % dv) * p(41u));
+                }
+                attn_s[e] = x;
+            }
+            workgroupBarrier();
+            for (var kk = 0u; kk < VC; kk = kk + 1u) {
+                let pr = attn_p[r * BK + v0 + kk];
+                for (var jc = 0u; jc < OC; jc = jc + 1u) {
+                    let c = tx + 8u * jc;
+                    if (c < dv) {
+                        o[jc] = fma(pr, attn_s[kk * dv + c], o[jc]);
+                    }
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    if (row_ok) {
+        var inv = 0.0;
+        if (m > NEG && l > 0.0) {
+            inv = 1.0 / l;
+        }
+        let out = (bh * lq + row) * dv;
+        for (var jc = 0u; jc < OC; jc = jc + 1u) {
+            let c = tx + 8u * jc;
+            if (c < dv) {
+                dst[out + c] = bitcast<u32>(o[jc] * inv);
+            }
+        }
+    }
+}
