@@ -368,3 +368,78 @@ fn xpu_memory_is_flat_across_steps() {
         "reserved grew in steady state"
     );
 }
+
+#[test]
+fn forward_takes_strided_inputs_and_rejects_bad_ones() {
+    let _g = lock();
+    let cfg = UNetConfig::tiny();
+    let m = UNet2DConditionModel::random(&cfg, DType::F32, Device::Cpu, 5).unwrap();
+    let x = Tensor::randn(&[2, 4, 8, 6], DType::F32, Device::Cpu, 1).unwrap();
+    let ctx = Tensor::randn(&[2, 5, 32], DType::F32, Device::Cpu, 2).unwrap();
+    let t = Tensor::from_vec(vec![3.5f32, 700.0], &[2], Device::Cpu).unwrap();
+    let y = m.forward(&x, &t, &ctx).unwrap();
+    // Channels-last sample, transposed context, a [1] timestep broadcast vs. repeated.
+    let x_cl = x.to_memory_format(xpu::MemoryFormat::ChannelsLast).unwrap();
+    let ctx_t = ctx
+        .transpose(1, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap();
+    assert!(!x_cl.is_contiguous() && !ctx_t.is_contiguous());
+    assert_rel(
+        "strided inputs",
+        &m.forward(&x_cl, &t, &ctx_t).unwrap(),
+        &y,
+        1e-6,
+    );
+    let t1 = Tensor::from_vec(vec![42i32], &[1], Device::Cpu).unwrap();
+    let t2 = Tensor::from_vec(vec![42i32, 42], &[2], Device::Cpu).unwrap();
+    assert_eq!(
+        values(&m.forward(&x, &t1, &ctx).unwrap()),
+        values(&m.forward(&x, &t2, &ctx).unwrap())
+    );
+    // Bad inputs: clear errors, no panics.
+    let bad = [
+        (
+            Tensor::randn(&[2, 3, 8, 6], DType::F32, Device::Cpu, 1).unwrap(),
+            ctx.clone(),
+            t.clone(),
+        ),
+        (x.to_dtype(DType::F16).unwrap(), ctx.clone(), t.clone()),
+        (
+            x.clone(),
+            Tensor::randn(&[2, 5, 16], DType::F32, Device::Cpu, 1).unwrap(),
+            t.clone(),
+        ),
+        (
+            x.clone(),
+            Tensor::randn(&[1, 5, 32], DType::F32, Device::Cpu, 1).unwrap(),
+            t.clone(),
+        ),
+        (
+            x.clone(),
+            ctx.clone(),
+            Tensor::from_vec(vec![1f32, 2., 3.], &[3], Device::Cpu).unwrap(),
+        ),
+        (
+            x.clone(),
+            ctx.clone(),
+            Tensor::from_vec(vec![1u8, 2], &[2], Device::Cpu).unwrap(),
+        ),
+        (x.reshape(&[2, 4, 48]).unwrap(), ctx.clone(), t.clone()),
+    ];
+    for (i, (x, c, t)) in bad.iter().enumerate() {
+        let e = m.forward(x, t, c).unwrap_err();
+        assert!(!e.to_string().is_empty(), "case {i}");
+    }
+    if xpu() {
+        let e = m
+            .forward(&x.to(Device::Xpu).unwrap(), &t, &ctx)
+            .unwrap_err();
+        assert!(matches!(e, xpu::Error::DeviceMismatch { .. }), "{e}");
+    }
+    assert!(UNet2DConditionModel::random(&cfg, DType::I32, Device::Cpu, 0).is_err());
+    assert!(m.to_dtype(DType::U8).is_err());
+}
