@@ -2,8 +2,8 @@
 //! `to_q`, `to_k`, `to_v` (no bias), `to_out.0` (with bias), `heads` heads of `dim / heads`.
 //!
 //! Invariants:
-//! - Self-attention projects q, k and v with one product over the concatenated weight
-//!   `[3·inner, dim]`; cross-attention projects q from the hidden states and k, v with one
+//! - Self-attention projects q, k and v with one product ([`FusedQkv`], weight
+//!   `[3·inner, dim]`); cross-attention projects q from the hidden states and k, v with one
 //!   product over `[2·inner, ctx]` from the context. Heads are strided views `[B, H, L, D]` of
 //!   those products (no copies) fed to [`Tensor::scaled_dot_product_attention`] with scale
 //!   `1/sqrt(D)`; the kernel keeps scores and softmax in f32, which is what diffusers'
@@ -14,7 +14,7 @@
 
 use crate::nn::layers::{join, linear_residual, load_linear, map_linear, MapFn};
 use crate::nn::weights::{Init, ParamSource};
-use crate::nn::Linear;
+use crate::nn::{FusedQkv, Linear};
 use crate::{Error, Result, Tensor};
 
 /// Multi-head attention with diffusers' parameter names.
@@ -23,7 +23,7 @@ pub struct Attention {
     heads: usize,
     head_dim: usize,
     /// Self-attention: q, k, v in one `[3·inner, dim]` product.
-    qkv: Option<Linear>,
+    qkv: Option<FusedQkv>,
     /// Cross-attention: q from the hidden states...
     q: Option<Linear>,
     /// ...and k, v in one `[2·inner, ctx]` product from the context.
@@ -60,8 +60,10 @@ impl Attention {
         let wv = w("to_v", ctx)?;
         let out = load_linear(src, &join(prefix, "to_out.0"), inner, d.query_dim, true)?;
         let (qkv, q, kv) = if d.cross_dim.is_none() {
-            let fused = Tensor::cat(&[&wq, &wk, &wv], 0)?;
-            (Some(Linear::new(fused, None)?), None, None)
+            // Recording placeholders are [1, 1]: one head fits them.
+            let heads = if src.placeholders() { 1 } else { d.heads };
+            let qkv = FusedQkv::new(&wq, &wk, &wv, None, None, None, heads)?;
+            (Some(qkv), None, None)
         } else {
             let kv = Tensor::cat(&[&wk, &wv], 0)?;
             (
@@ -81,11 +83,21 @@ impl Attention {
     }
 
     pub(crate) fn map(&self, f: &mut MapFn) -> Result<Attention> {
+        let qkv = match &self.qkv {
+            Some(qkv) => {
+                let w = f(qkv.linear().weight())?;
+                let inner = self.heads * self.head_dim;
+                let part = |i: usize| w.narrow(0, i * inner, inner);
+                let (wq, wk, wv) = (part(0)?, part(1)?, part(2)?);
+                Some(FusedQkv::new(&wq, &wk, &wv, None, None, None, self.heads)?)
+            }
+            None => None,
+        };
         let mut m = |l: &Option<Linear>| l.as_ref().map(|l| map_linear(l, f)).transpose();
         Ok(Attention {
             heads: self.heads,
             head_dim: self.head_dim,
-            qkv: m(&self.qkv)?,
+            qkv,
             q: m(&self.q)?,
             kv: m(&self.kv)?,
             out: map_linear(&self.out, f)?,
@@ -130,16 +142,7 @@ impl Attention {
         let (b, l) = (x.shape()[0], x.shape()[1]);
         let (q, k, v) =
             match (&self.qkv, &self.q, &self.kv, context) {
-                (Some(qkv), _, _, None) => {
-                    let mut hs = self.split_heads(&qkv.forward(x)?, 3)?;
-                    let v = hs.pop();
-                    let k = hs.pop();
-                    let q = hs.pop();
-                    match (q, k, v) {
-                        (Some(q), Some(k), Some(v)) => (q, k, v),
-                        _ => return Err(Error::invalid("Attention", "internal: head split")),
-                    }
-                }
+                (Some(qkv), _, _, None) => qkv.forward(x)?,
                 (None, Some(wq), Some(wkv), Some(ctx)) => {
                     if ctx.rank() != 3 || ctx.shape()[0] != b {
                         return Err(Error::ShapeMismatch {

@@ -12,7 +12,8 @@
 //!   header is checked against that list ([`WeightStore::check`]: all missing, unexpected and
 //!   mis-shaped tensors in one [`Error::Weights`]), and only then is data read and converted.
 //! - Constructors take parameters only through [`ParamSource::get`] and never read a
-//!   placeholder's shape back, so the recording pass and the real one build the same tree.
+//!   placeholder's shape back, so the recording pass and the real one build the same tree;
+//!   the few that check shapes across parameters ask [`ParamSource::placeholders`].
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,13 @@ pub(crate) enum Init {
 pub(crate) trait ParamSource {
     /// The parameter `name` with `shape`.
     fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor>;
+
+    /// True when [`ParamSource::get`] returns placeholders whose every dim is 1 (the
+    /// [`Recorder`]); a constructor that checks shapes *across* parameters (e.g. divisibility
+    /// by a head count) must then use sizes that fit them.
+    fn placeholders(&self) -> bool {
+        false
+    }
 }
 
 /// Records every requested parameter; returns all-ones-shaped placeholders (no memory).
@@ -47,6 +55,10 @@ impl ParamSource for Recorder {
     fn get(&mut self, name: &str, shape: &[usize], _init: Init) -> Result<Tensor> {
         self.entries.push((name.to_string(), shape.to_vec()));
         Tensor::zeros(&vec![1; shape.len()], DType::F32, Device::Cpu)
+    }
+
+    fn placeholders(&self) -> bool {
+        true
     }
 }
 
