@@ -453,3 +453,83 @@ fn bad_inputs_are_errors() {
         1e-5,
     );
 }
+
+#[test]
+fn public_conv2d_on_xpu_is_the_implicit_gemm() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let p = params(1, 1, 1, 1);
+    for (dtype, nhwc) in [
+        (DType::F32, false),
+        (DType::BF16, true),
+        (DType::F16, false),
+    ] {
+        let x_cpu = if nhwc {
+            randn(&[1, 32, 32, 16], dtype, 11)
+        } else {
+            randn(&[1, 16, 32, 32], dtype, 11)
+        };
+        let view = |t: Tensor| {
+            if nhwc {
+                t.permute(&[0, 3, 1, 2]).unwrap()
+            } else {
+                t
+            }
+        };
+        let x = view(x_cpu.to(Device::Xpu).unwrap());
+        let x_cpu = view(x_cpu);
+        let w_cpu = randn(&[8, 16, 3, 3], dtype, 12);
+        let b_cpu = randn(&[8], dtype, 13);
+        let r_cpu = randn(&[1, 8, 32, 32], dtype, 14);
+        let (w, b, r) = (
+            w_cpu.to(Device::Xpu).unwrap(),
+            b_cpu.to(Device::Xpu).unwrap(),
+            r_cpu.to(Device::Xpu).unwrap(),
+        );
+        let want = x_cpu
+            .conv2d_fused(&w_cpu, p)
+            .bias(&b_cpu)
+            .activation(Activation::Silu)
+            .residual(&r_cpu)
+            .run_unfused()
+            .unwrap();
+        xpu::synchronize().unwrap();
+        let before = xpu::memory_stats(Device::Xpu).unwrap().allocated;
+        xpu::reset_peak_memory_stats().unwrap();
+        let got = x
+            .conv2d_fused(&w, p)
+            .bias(&b)
+            .activation(Activation::Silu)
+            .residual(&r)
+            .run()
+            .unwrap();
+        let extra = xpu::memory_stats(Device::Xpu).unwrap().peak_allocated - before;
+        let what = format!("conv2d_fused {dtype} nhwc {nhwc}");
+        // PyTorch's rule: a channels-last input gives a channels-last output.
+        let fmt = if nhwc {
+            xpu::MemoryFormat::ChannelsLast
+        } else {
+            xpu::MemoryFormat::Contiguous
+        };
+        assert_eq!(got.memory_format(), fmt, "{what}");
+        // Only the output is allocated (im2col would add [1024, 144]).
+        assert!(
+            extra <= bytes(&got).div_ceil(256) * 256,
+            "{what}: {extra} bytes"
+        );
+        // Both round once from f32; they may differ by one rounding step.
+        let tol = if dtype == DType::F32 {
+            1e-4
+        } else {
+            2.0 * eps(dtype)
+        };
+        assert_close(&what, &values(&got), &values(&want), tol, tol);
+        let plain = x.conv2d(&w, Some(&b), p).unwrap();
+        let plain_cpu = x_cpu.conv2d(&w_cpu, Some(&b_cpu), p).unwrap();
+        let what = format!("conv2d {dtype} nhwc {nhwc}");
+        assert_eq!(plain.memory_format(), fmt, "{what}");
+        assert_close(&what, &values(&plain), &values(&plain_cpu), tol, tol);
+    }
+}

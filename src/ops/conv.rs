@@ -6,7 +6,9 @@
 //! (by [`Tensor::memory_format`]), NCHW otherwise; its shape is always `[N, O, Ho, Wo]`.
 //!
 //! Engines:
-//! - im2col (every device; the Xpu's until its implicit-GEMM kernel lands): the padded input is
+//! - Xpu: the implicit-GEMM kernel of `ops::conv_xpu` (no im2col buffer; input, weight and
+//!   residual read through their strides; the epilogue in its store).
+//! - im2col (the Cpu's, and `run_unfused`'s on every device): the padded input is
 //!   viewed (without a copy) as `[N, G, C/G, kh, kw, Ho, Wo]` through strides, permuted to
 //!   `[G, N·Ho·Wo, C/G·kh·kw]`, gathered once (the im2col copy) and multiplied by the weights
 //!   `[G, C/G·kh·kw, O/G]` with the whole epilogue fused into the product's store. Its rows
@@ -240,6 +242,16 @@ impl<'a> Conv2dBuilder<'a> {
     /// Computes the fused convolution.
     pub fn run(&self) -> Result<Tensor> {
         let (g, fmt) = self.validate()?;
+        if self.x.device() == crate::Device::Xpu {
+            let args = crate::ops::conv_xpu::ConvXpuArgs {
+                bias: self.bias,
+                residual: self.residual,
+                activation: self.activation,
+                channels_last_out: fmt == MemoryFormat::ChannelsLast,
+                tile: crate::ops::conv_xpu::ConvTile::Auto,
+            };
+            return crate::ops::conv_xpu::conv2d_xpu(self.x, self.weight, g.p, &args);
+        }
         let nhwc = im2col(self.x, self.weight, &g, self, self.x.dtype())?;
         finish(nhwc, &g, fmt)
     }
