@@ -124,10 +124,7 @@ fn missing_unexpected_and_misshaped_tensors_in_one_error() {
                 "1 unexpected",
                 "1 mis-shaped",
             ] {
-                assert!(
-                    msg.contains(needle),
-                    "message lacks {needle}: {msg}"
-                );
+                assert!(msg.contains(needle), "message lacks {needle}: {msg}");
             }
         }
         other => panic!("expected Error::Weights, got {other:?}"),
@@ -317,6 +314,9 @@ fn unsupported_config_values_name_their_key() {
         ("in_channels", json!(-4)),
         ("norm_eps", json!("small")),
         ("some_future_option", json!(1)),
+        ("layers_per_block", json!(1_000_000_000)),
+        ("transformer_layers_per_block", json!([1, 0])),
+        ("conv_out_kernel", json!(101)),
     ];
     for (key, value) in cases {
         let msg = config_error(key, value);

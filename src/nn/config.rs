@@ -102,6 +102,13 @@ pub struct UNetConfig {
     pub sample_size: Option<usize>,
 }
 
+/// Most levels (down blocks) a config may have.
+const MAX_LEVELS: usize = 16;
+/// Most ResNets or transformer blocks per level.
+const MAX_LAYERS: usize = 64;
+/// Largest `conv_in_kernel` / `conv_out_kernel`.
+const MAX_KERNEL: usize = 31;
+
 pub(crate) fn cfg_err(key: &str, msg: impl Into<String>) -> Error {
     Error::Config {
         key: key.to_string(),
@@ -268,11 +275,35 @@ impl UNetConfig {
                 format!("{} is not supported (0 or 1)", self.downsample_padding),
             ));
         }
-        if self.layers_per_block.contains(&0) {
-            return Err(cfg_err("layers_per_block", "must be >= 1"));
+        // Bounds far above any published UNet keep a corrupt config from building (or
+        // recording) millions of layers.
+        if n > MAX_LEVELS {
+            return Err(cfg_err(
+                "down_block_types",
+                format!("{n} levels; at most {MAX_LEVELS} are supported"),
+            ));
         }
-        if self.transformer_layers_per_block.contains(&0) {
-            return Err(cfg_err("transformer_layers_per_block", "must be >= 1"));
+        for (key, list) in [
+            ("layers_per_block", &self.layers_per_block),
+            (
+                "transformer_layers_per_block",
+                &self.transformer_layers_per_block,
+            ),
+        ] {
+            if list.iter().any(|&l| l == 0 || l > MAX_LAYERS) {
+                return Err(cfg_err(
+                    key,
+                    format!("{list:?}: each entry must be in 1..={MAX_LAYERS}"),
+                ));
+            }
+        }
+        for (key, k) in [
+            ("conv_in_kernel", self.conv_in_kernel),
+            ("conv_out_kernel", self.conv_out_kernel),
+        ] {
+            if k > MAX_KERNEL {
+                return Err(cfg_err(key, format!("{k} is larger than {MAX_KERNEL}")));
+            }
         }
         if self.time_embedding_dim == Some(0) {
             return Err(cfg_err("time_embedding_dim", "must be > 0"));
@@ -322,17 +353,18 @@ impl UNetConfig {
     }
 
     /// Attention heads of level `level` (counted from the top, as down blocks): diffusers'
-    /// `num_attention_heads or attention_head_dim`.
+    /// `num_attention_heads or attention_head_dim`; 0 for a level that does not exist.
     pub fn heads(&self, level: usize) -> usize {
-        match &self.num_attention_heads {
-            Some(h) => h[level],
-            None => self.attention_head_dim[level],
-        }
+        let list = self
+            .num_attention_heads
+            .as_ref()
+            .unwrap_or(&self.attention_head_dim);
+        list.get(level).copied().unwrap_or(0)
     }
 
     /// Width of the time embedding: `time_embedding_dim` or `4 * block_out_channels[0]`.
     pub fn time_embed_dim(&self) -> usize {
         self.time_embedding_dim
-            .unwrap_or(4 * self.block_out_channels[0])
+            .unwrap_or(4 * self.block_out_channels.first().copied().unwrap_or(0))
     }
 }
