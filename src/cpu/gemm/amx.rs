@@ -23,7 +23,7 @@ use super::amx_pack::pack_a_amx;
 use super::avx512::has_avx512;
 use super::avx512_ep::store;
 use super::driver::{EpCtx, Kernel, Tile};
-use super::MatRef;
+use super::{Activation, MatRef};
 use half::bf16;
 use std::arch::asm;
 use std::arch::x86_64::{__cpuid, __cpuid_count, __m512};
@@ -189,11 +189,59 @@ impl Kernel for AmxBf16<'_> {
     }
 }
 
+/// Eight `prefetcht0` of the next step's B lines (2048 bytes ahead), starting `$o` bytes into
+/// the step: B streams from L2, and tile loads alone leave most of its bandwidth unused
+/// (measured ~10% faster). Prefetches never fault, so running past the panel is harmless.
+macro_rules! prefetch_next_b {
+    ($o:literal) => {
+        concat!(
+            "prefetcht0 [{b} + 2048 + ",
+            $o,
+            "]\n",
+            "prefetcht0 [{b} + 2112 + ",
+            $o,
+            "]\n",
+            "prefetcht0 [{b} + 2176 + ",
+            $o,
+            "]\n",
+            "prefetcht0 [{b} + 2240 + ",
+            $o,
+            "]\n",
+            "prefetcht0 [{b} + 2304 + ",
+            $o,
+            "]\n",
+            "prefetcht0 [{b} + 2368 + ",
+            $o,
+            "]\n",
+            "prefetcht0 [{b} + 2432 + ",
+            $o,
+            "]\n",
+            "prefetcht0 [{b} + 2496 + ",
+            $o,
+            "]"
+        )
+    };
+}
+
 /// The 32×32 f32 accumulator block, row-major (row stride 128 bytes).
 type Acc = [[__m512; 2]; MR];
 
+/// Where a full 32×32 tile's accumulators start and end.
+struct Ends {
+    /// Load the accumulators from C (partial sums of earlier K blocks) instead of zeroing them.
+    load_c: bool,
+    /// Store the accumulators straight into C (no epilogue work left) instead of the buffer.
+    direct: bool,
+}
+
 /// Multiplies one A micro-panel by one B panel (`kcu` pairs, a multiple of [`STEP`]) and stores
 /// the tile through the AVX-512 epilogue.
+///
+/// Full 32×32 tiles with `alpha == 1` keep C's partial sums in AMX form: a later K block loads
+/// them into the accumulator tiles (`tileloadd` from C) and a block with nothing left to apply
+/// (not the last, or a plain product) stores them back with `tilestored`, so plain GEMMs never
+/// run the vector epilogue. Otherwise the accumulators go through a buffer into the epilogue,
+/// with `first`/`beta` adjusted when C was already folded in.
 ///
 /// # Safety
 /// As [`Kernel::tile`], with the tile configuration loaded on this thread.
@@ -201,77 +249,177 @@ type Acc = [[__m512; 2]; MR];
 unsafe fn tile_amx(kcu: usize, a: *const u32, b: *const u32, t: &Tile, ep: &EpCtx) {
     let steps = kcu / STEP;
     let mut acc = std::mem::MaybeUninit::<Acc>::uninit();
-    let c = acc.as_mut_ptr() as *mut u8;
-    if t.mr > 16 {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            "test {n}, {n}",
-            "jz 3f",
-            "2:",
-            "tileloadd tmm4, [{a} + {s64}*1]",
-            "tileloadd tmm6, [{b} + {s128}*1]",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tileloadd tmm7, [{b} + {s128}*1 + 64]",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "tileloadd tmm5, [{a} + {s64}*1 + 1024]",
-            "tdpbf16ps tmm2, tmm5, tmm6",
-            "tdpbf16ps tmm3, tmm5, tmm7",
-            "add {a}, 2048",
-            "add {b}, 2048",
-            "dec {n}",
-            "jnz 2b",
-            "3:",
-            "tilestored [{c} + {s128}*1], tmm0",
-            "tilestored [{c} + {s128}*1 + 64], tmm1",
-            "tilestored [{c} + {s128}*1 + 2048], tmm2",
-            "tilestored [{c} + {s128}*1 + 2112], tmm3",
-            a = inout(reg) a => _,
-            b = inout(reg) b => _,
-            n = inout(reg) steps => _,
-            c = in(reg) c,
-            s64 = in(reg) 64usize,
-            s128 = in(reg) 128usize,
-            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-            options(nostack),
-        );
-        // SAFETY: the four tilestored wrote all 32 rows.
-        store::<MR>(acc.assume_init_ref(), t, ep);
-    } else {
-        // At most 16 valid rows: the second A tile holds only zero padding, skip it.
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "test {n}, {n}",
-            "jz 3f",
-            "2:",
-            "tileloadd tmm4, [{a} + {s64}*1]",
-            "tileloadd tmm6, [{b} + {s128}*1]",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tileloadd tmm7, [{b} + {s128}*1 + 64]",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "add {a}, 2048",
-            "add {b}, 2048",
-            "dec {n}",
-            "jnz 2b",
-            "3:",
-            "tilestored [{c} + {s128}*1], tmm0",
-            "tilestored [{c} + {s128}*1 + 64], tmm1",
-            a = inout(reg) a => _,
-            b = inout(reg) b => _,
-            n = inout(reg) steps => _,
-            c = in(reg) c,
-            s64 = in(reg) 64usize,
-            s128 = in(reg) 128usize,
-            out("tmm0") _, out("tmm1") _, out("tmm4") _, out("tmm6") _, out("tmm7") _,
-            options(nostack),
-        );
+    let buf = acc.as_mut_ptr() as *mut u8;
+    if t.mr <= 16 {
+        half_tile(steps, a, b, buf);
         // SAFETY: rows 0..16 were written and `store::<16>` reads only those.
         let half = &*(acc.as_ptr() as *const [[__m512; 2]; 16]);
         store::<16>(half, t, ep);
+        return;
+    }
+    let full = t.mr == MR && t.nr == 32 && !ep.glu && ep.alpha == 1.0;
+    let plain = ep.bias.is_none() && ep.act == Activation::None && ep.residual.is_none();
+    let ends = Ends {
+        load_c: full && !t.first,
+        direct: full && (!t.last || plain) && !(t.first && ep.beta != 0.0),
+    };
+    let c = t.c as *mut u8;
+    let cs = t.ldc * 4;
+    full_tile(steps, a, b, (c, cs), buf, &ends);
+    if ends.direct {
+        return;
+    }
+    // SAFETY: the four tilestored wrote all 32 rows of the buffer.
+    let acc = acc.assume_init_ref();
+    if ends.load_c {
+        // C is already inside the accumulators: store as a first block without beta.
+        let t2 = Tile { first: true, ..*t };
+        let ep2 = EpCtx { beta: 0.0, ..*ep };
+        store::<MR>(acc, &t2, &ep2);
+    } else {
+        store::<MR>(acc, t, ep);
+    }
+}
+
+/// The 2×2-tile loop: accumulators from zero or C (`ends.load_c`), stored to C
+/// (`ends.direct`) or to `buf` (row stride 128 bytes).
+///
+/// # Safety
+/// Tile configuration loaded; `a`/`b` hold `steps` steps; C (`c`, row stride `cs` bytes) holds
+/// a full 32×32 tile when `load_c` or `direct`; `buf` is writable for 4 KiB.
+#[inline(always)]
+unsafe fn full_tile(
+    steps: usize,
+    a: *const u32,
+    b: *const u32,
+    (c, cs): (*mut u8, usize),
+    buf: *mut u8,
+    ends: &Ends,
+) {
+    let ci = if ends.load_c { c } else { std::ptr::null_mut() };
+    let (co, os) = if ends.direct { (c, cs) } else { (buf, 128) };
+    asm!(
+        "test {ci}, {ci}",
+        "jz 5f",
+        "tileloadd tmm0, [{ci} + {cs}*1]",
+        "tileloadd tmm1, [{ci} + {cs}*1 + 64]",
+        "tileloadd tmm2, [{ci2} + {cs}*1]",
+        "tileloadd tmm3, [{ci2} + {cs}*1 + 64]",
+        "jmp 6f",
+        "5:",
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "tilezero tmm2",
+        "tilezero tmm3",
+        "6:",
+        "test {n}, {n}",
+        "jz 3f",
+        "2:",
+        "tileloadd tmm4, [{a} + {s64}*1]",
+        "tileloadd tmm6, [{b} + {s128}*1]",
+        prefetch_next_b!(0),
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        prefetch_next_b!(512),
+        "tileloadd tmm7, [{b} + {s128}*1 + 64]",
+        "tdpbf16ps tmm1, tmm4, tmm7",
+        prefetch_next_b!(1024),
+        "tileloadd tmm5, [{a} + {s64}*1 + 1024]",
+        "tdpbf16ps tmm2, tmm5, tmm6",
+        prefetch_next_b!(1536),
+        "tdpbf16ps tmm3, tmm5, tmm7",
+        "add {a}, 2048",
+        "add {b}, 2048",
+        "dec {n}",
+        "jnz 2b",
+        "3:",
+        "tilestored [{co} + {os}*1], tmm0",
+        "tilestored [{co} + {os}*1 + 64], tmm1",
+        "tilestored [{co2} + {os}*1], tmm2",
+        "tilestored [{co2} + {os}*1 + 64], tmm3",
+        a = inout(reg) a => _,
+        b = inout(reg) b => _,
+        n = inout(reg) steps => _,
+        ci = in(reg) ci,
+        ci2 = in(reg) ci.wrapping_add(16 * cs),
+        cs = in(reg) cs,
+        co = in(reg) co,
+        co2 = in(reg) co.wrapping_add(16 * os),
+        os = in(reg) os,
+        s64 = in(reg) 64usize,
+        s128 = in(reg) 128usize,
+        out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+        out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+        options(nostack),
+    );
+}
+
+/// At most 16 valid rows: one A tile (the second holds only zero padding), two accumulators,
+/// stored to `buf` rows 0..16 (row stride 128 bytes).
+///
+/// # Safety
+/// Tile configuration loaded; `a`/`b` hold `steps` steps; `buf` is writable for 2 KiB.
+#[inline(always)]
+unsafe fn half_tile(steps: usize, a: *const u32, b: *const u32, buf: *mut u8) {
+    asm!(
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "test {n}, {n}",
+        "jz 3f",
+        "2:",
+        "tileloadd tmm4, [{a} + {s64}*1]",
+        "tileloadd tmm6, [{b} + {s128}*1]",
+        prefetch_next_b!(0),
+        prefetch_next_b!(512),
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        "tileloadd tmm7, [{b} + {s128}*1 + 64]",
+        prefetch_next_b!(1024),
+        prefetch_next_b!(1536),
+        "tdpbf16ps tmm1, tmm4, tmm7",
+        "add {a}, 2048",
+        "add {b}, 2048",
+        "dec {n}",
+        "jnz 2b",
+        "3:",
+        "tilestored [{c} + {s128}*1], tmm0",
+        "tilestored [{c} + {s128}*1 + 64], tmm1",
+        a = inout(reg) a => _,
+        b = inout(reg) b => _,
+        n = inout(reg) steps => _,
+        c = in(reg) buf,
+        s64 = in(reg) 64usize,
+        s128 = in(reg) 128usize,
+        out("tmm0") _, out("tmm1") _, out("tmm4") _, out("tmm6") _, out("tmm7") _,
+        options(nostack),
+    );
+}
+
+/// Packs 16 contiguous columns of a row-major bf16 B into the AMX pair layout for pairs
+/// `u0..ureal`: `dst[(u - u0) * 32 + j] = b[2u][j] | b[2u + 1][j] << 16` (high half zero where
+/// `2u + 1 >= k`). `src` points at element (0, first column); rows are `rs` elements apart.
+///
+/// # Safety
+/// AVX-512F must be available; rows `2 * u0 .. min(2 * ureal, k)` must hold 16 readable values
+/// from `src + row * rs`; `dst` must be writable for `(ureal - u0) * 32` values.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn pack_b_half(
+    src: *const u16,
+    rs: usize,
+    k: usize,
+    (u0, ureal): (usize, usize),
+    dst: *mut u32,
+) {
+    use std::arch::x86_64::*;
+    for u in u0..ureal {
+        let lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(src.add(2 * u * rs) as *const __m256i));
+        let v = if 2 * u + 1 < k {
+            let hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                src.add((2 * u + 1) * rs) as *const __m256i
+            ));
+            _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
+        } else {
+            lo
+        };
+        _mm512_storeu_si512(dst.add((u - u0) * 32) as *mut __m512i, v);
     }
 }
 
@@ -308,4 +456,10 @@ pub(crate) unsafe fn peak_iters(iters: usize) -> f64 {
     );
     release();
     (iters * 4 * 16 * 16 * 32 * 2) as f64
+}
+
+/// Test hook: loads the tile configuration on this thread (AMX must be granted).
+#[cfg(test)]
+pub(crate) unsafe fn load_config_for_tests() {
+    load_config();
 }

@@ -10,7 +10,8 @@
 //! - An AMX-packed B works under every path: without AMX (or on the forced portable path) the
 //!   `vdpbf16ps` or portable pair kernels run over the same panels through [`Padded`], which
 //!   stops their A packing at the real K and zero-fills the padded pairs.
-//! - Nothing here uses SIMD intrinsics, so packing stays legal under `XPU_CPU_SIMD=fallback`.
+//! - Packing is portable Rust except one AVX-512 routine for contiguous B rows, which is never
+//!   used under `XPU_CPU_SIMD=fallback`.
 
 use super::driver::{self, EpCtx, Kernel, Tile};
 use super::layout::{BLayout, PackKind, PackedView, NR};
@@ -26,17 +27,27 @@ pub(crate) const MR: usize = 32;
 /// Target pairs per K block: a 32-row A micro-panel of 32 KiB stays in L1 while 32 KiB B panels
 /// stream from L2.
 pub(crate) const KCU_AMX: usize = 256;
+#[cfg(test)]
+thread_local! {
+    /// Test hook: overrides [`KCU_AMX`] on this thread.
+    pub(crate) static KCU_TEST: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
 /// Packs below this many elements run on the calling thread.
 const PAR_PACK_MIN: usize = 1 << 16;
 
 /// Geometry of an AMX-packed B (`glu`: `K × 2N`, one K block, halves interleaved per panel).
 pub(crate) fn layout(k: usize, n: usize, glu: bool) -> BLayout {
+    #[cfg(test)]
+    let kcu_max = KCU_TEST.with(|c| c.get()).unwrap_or(KCU_AMX);
+    #[cfg(not(test))]
+    let kcu_max = KCU_AMX;
     let units = k.div_ceil(2).next_multiple_of(STEP);
     let kcu = if glu || units == 0 {
         units
     } else {
         units
-            .div_ceil(units.div_ceil(KCU_AMX))
+            .div_ceil(units.div_ceil(kcu_max))
             .next_multiple_of(STEP)
     };
     BLayout {
@@ -90,6 +101,30 @@ fn pack_b_panel(b: &MatRef<bf16>, l: &BLayout, p: usize, (u0, u1): (usize, usize
             .iter()
             .enumerate()
             .all(|(i, c)| *c == Some(c0 + i));
+        #[cfg(target_arch = "x86_64")]
+        if run && cs == 1 && nv == 16 && simd_pack() {
+            if ureal > u0 {
+                let src: &[u16] = bytemuck::cast_slice(&b.data[off + c0..]);
+                // The last row read, 2 * ureal - 1 or k - 1, holds columns c0..c0 + 16 inside the
+                // validated view, so every load stays in `src`.
+                let last = (2 * ureal - 1).min(k - 1) * rs + 15;
+                assert!(last < src.len() && ch.len() >= (ureal - u0) * NR);
+                // SAFETY: AVX-512F checked by simd_pack(); bounds asserted above.
+                unsafe {
+                    super::amx::pack_b_half(
+                        src.as_ptr(),
+                        rs,
+                        k,
+                        (u0, ureal),
+                        ch[half * 16..].as_mut_ptr(),
+                    )
+                };
+            }
+            for u in ureal..u1 {
+                ch[(u - u0) * NR + half * 16..][..16].fill(0);
+            }
+            continue;
+        }
         for u in u0..u1 {
             let d = &mut ch[(u - u0) * NR + half * 16..][..16];
             d[nv..].fill(0);
@@ -123,6 +158,12 @@ fn pack_b_panel(b: &MatRef<bf16>, l: &BLayout, p: usize, (u0, u1): (usize, usize
             }
         }
     }
+}
+
+/// Whether B packing may use AVX-512 (never under `XPU_CPU_SIMD=fallback`).
+#[cfg(target_arch = "x86_64")]
+fn simd_pack() -> bool {
+    !super::env_fallback() && super::avx512::has_avx512()
 }
 
 /// Packs rows `row0..row0 + rows` (`rows <= 32`) and pairs `u0..u1` (a multiple of [`STEP`]) of A

@@ -4,6 +4,8 @@
 //! touching the process-wide override.
 
 mod amx;
+#[cfg(target_arch = "x86_64")]
+mod amx_speed;
 mod epilogue;
 mod misc;
 mod shapes;

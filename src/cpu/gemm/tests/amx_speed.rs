@@ -1,0 +1,317 @@
+//! Manual timing probes of the AMX path (`cargo test --release --lib speed_amx -- --ignored
+//! --nocapture`): never part of the suite. On a shared machine each figure is the best of many
+//! short runs.
+//!
+//! What they showed on this workplace's Sapphire Rapids VM: `tdpbf16ps` on register tiles runs at
+//! ~16 cycles (2.2 TFLOP/s per core); the 2×2-tile loop with A in L1 costs ~97 cycles per
+//! 32-deep step, but ~235 when B streams from L2 (tile loads from L2 are the bottleneck, ~15
+//! bytes/cycle); prefetching the next step's B lines gains ~10%.
+
+use super::util::{Lay, Owned, Rng};
+use crate::cpu::gemm::{amx_unavailable_reason, Activation};
+use half::bf16;
+
+#[test]
+#[ignore = "manual timing probe (prints GFLOP per CPU-second on one thread); never part of the suite"]
+fn speed_amx_single_thread() {
+    use crate::cpu::gemm::{gemm_bf16, gemm_f32, gemm_prepacked_bf16, Epilogue, PackedB};
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    pool.install(|| {
+        #[cfg(target_arch = "x86_64")]
+        if amx_unavailable_reason().is_none() {
+            kernel_probe();
+        }
+        if std::env::var("AMX_PROBE_KERNEL_ONLY").is_ok() {
+            return;
+        }
+        let shapes = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (8192, 320, 1280), (8192, 640, 640), (8192, 1280, 320), (154, 768, 320)];
+        for (m, k, n) in shapes {
+            let mut rng = Rng::new(1);
+            let a = Owned::<bf16>::random(m, k, Lay::Row, &mut rng);
+            let b = Owned::<bf16>::random(k, n, Lay::Row, &mut rng);
+            let af = Owned::<f32>::random(m, k, Lay::Row, &mut rng);
+            let bf = Owned::<f32>::random(k, n, Lay::Row, &mut rng);
+            let mut c = vec![0f32; m * n];
+            let ep = Epilogue::default();
+            let flops = 2.0 * (m * n * k) as f64;
+            // Best of many short repetitions: on a shared machine the minimum is the run that
+            // was not preempted.
+            let time = |f: &mut dyn FnMut()| {
+                f();
+                let reps = ((4e9 / flops) as usize).clamp(3, 200);
+                let mut best = f64::MAX;
+                for _ in 0..reps {
+                    let t0 = std::time::Instant::now();
+                    f();
+                    best = best.min(t0.elapsed().as_secs_f64());
+                }
+                flops / best / 1e9
+            };
+            for kcu in [64, 128, 192, 256, 384, 512, 1024] {
+                crate::cpu::gemm::amx_pack::KCU_TEST.with(|c| c.set(Some(kcu)));
+                let p = PackedB::new(b.view()).expect("pack");
+                let pre = time(&mut || {
+                    gemm_prepacked_bf16(a.view(), &p, &mut c, n, &ep).expect("gemm")
+                });
+                println!("  kcu {kcu}: prepacked {pre:.1}");
+            }
+            crate::cpu::gemm::amx_pack::KCU_TEST.with(|c| c.set(None));
+            let raw = time(&mut || gemm_bf16(a.view(), b.view(), &mut c, n, &ep).expect("gemm"));
+            let p = PackedB::new(b.view()).expect("pack");
+            let pre = time(&mut || gemm_prepacked_bf16(a.view(), &p, &mut c, n, &ep).expect("gemm"));
+            let f32r = time(&mut || gemm_f32(af.view(), bf.view(), &mut c, n, &ep).expect("gemm"));
+            println!("{m}x{k}x{n}: bf16 {} raw {raw:.1}, prepacked {pre:.1}; f32 {f32r:.1} GFLOP/s (best run)", crate::cpu::gemm::bf16_method());
+        }
+    });
+}
+
+/// Best-of-N wall time of `f` in seconds.
+fn best_of(reps: usize, f: &mut dyn FnMut()) -> f64 {
+    let mut best = f64::MAX;
+    for _ in 0..reps {
+        let t0 = std::time::Instant::now();
+        f();
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    best
+}
+
+/// The bare AMX microkernel on cache-resident panels, and the register-only peak.
+#[cfg(target_arch = "x86_64")]
+fn kernel_probe() {
+    use crate::cpu::gemm::amx::AmxBf16;
+    use crate::cpu::gemm::driver::{EpCtx, Kernel, Tile};
+    use crate::cpu::gemm::MatRef;
+    // SAFETY: AMX granted (checked by the caller).
+    let t = best_of(50, &mut || unsafe {
+        crate::cpu::gemm::amx::peak_iters(20_000);
+    });
+    println!(
+        "amx register peak: {:.1} GFLOP/s",
+        (20_000 * 4 * 16 * 16 * 32 * 2) as f64 / t / 1e9
+    );
+    let dummy = [bf16::ZERO; 1];
+    let Some(k) = AmxBf16::new(MatRef::row_major(&dummy[..], 1, 1)) else {
+        return;
+    };
+    let ep = EpCtx {
+        alpha: 1.0,
+        beta: 0.0,
+        bias: None,
+        act: Activation::None,
+        residual: None,
+        glu: false,
+        n: 32,
+    };
+    for (kcu, npan) in [
+        (64usize, 1usize),
+        (256, 1),
+        (64, 12),
+        (128, 12),
+        (256, 12),
+        (512, 12),
+    ] {
+        let mut rng = Rng::new(3);
+        let mut val = || {
+            let x = bf16::from_f32(rng.next()).to_bits() as u32;
+            x | ((bf16::from_f32(rng.next()).to_bits() as u32) << 16)
+        };
+        let a: Vec<u32> = (0..32 * kcu).map(|_| val()).collect();
+        let b: Vec<u32> = (0..32 * kcu * npan).map(|_| val()).collect();
+        let mut c = vec![0f32; 32 * 32 * npan];
+        let reps = (2_000_000 / (kcu * npan)).max(1);
+        k.begin();
+        let t = best_of(20, &mut || {
+            for _ in 0..reps {
+                for p in 0..npan {
+                    let tile = Tile {
+                        c: c[p * 32 * 32..].as_mut_ptr(),
+                        ldc: 32,
+                        row0: 0,
+                        col0: 0,
+                        mr: 32,
+                        nr: 32,
+                        first: true,
+                        last: true,
+                    };
+                    // SAFETY: panels sized above; begin() ran on this thread.
+                    unsafe { k.tile(kcu, a.as_ptr(), b[p * 32 * kcu..].as_ptr(), &tile, &ep) };
+                }
+            }
+        });
+        k.end();
+        println!(
+            "amx kernel kcu {kcu} x {npan} B panels: {:.1} GFLOP/s",
+            (reps * npan * kcu * 2 * 32 * 32 * 2) as f64 / t / 1e9
+        );
+    }
+}
+
+/// Experimental loop shapes (manual probe only): an A panel (32 KiB) reused over 12 B panels
+/// (384 KiB, L2) as the driver does, with and without software prefetch of B.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore = "manual AMX loop experiments"]
+fn speed_amx_loops() {
+    use std::arch::asm;
+    if amx_unavailable_reason().is_some() {
+        return;
+    }
+    let steps = 16usize;
+    let npan = 12usize;
+    let mut rng = Rng::new(3);
+    let mut val = || {
+        let x = bf16::from_f32(rng.next()).to_bits() as u32;
+        x | ((bf16::from_f32(rng.next()).to_bits() as u32) << 16)
+    };
+    let random = std::env::var("AMX_PROBE_RANDOM").is_ok();
+    let mut fill = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| if random { val() } else { 0x3f80_3f80 })
+            .collect()
+    };
+    let a = fill(32 * 16 * steps);
+    let b = fill(32 * 16 * steps * npan);
+    println!("data: {}", if random { "random" } else { "ones" });
+    let reps = 10usize;
+    let run = |name: &str, f: &dyn Fn(*const u32, *const u32)| {
+        let t = best_of(300, &mut || {
+            for _ in 0..reps {
+                for p in 0..npan {
+                    f(a.as_ptr(), b[p * 512 * steps..].as_ptr());
+                }
+            }
+        });
+        let n = (reps * npan * steps) as f64;
+        println!(
+            "{name}: {:.1} cycles/step at 2.2 GHz, {:.1} GFLOP/s",
+            t * 2.2e9 / n,
+            n * 4.0 * 16384.0 / t / 1e9
+        );
+    };
+    // SAFETY (all below): AMX granted; loads stay inside a and b (prefetches never fault).
+    unsafe { crate::cpu::gemm::amx::load_config_for_tests() };
+    for _ in 0..2 {
+        run("register only (64 cycles/step ideal)", &|_, _| unsafe {
+            crate::cpu::gemm::amx::peak_iters(steps);
+        });
+        // SAFETY: AMX granted (peak_iters released the tiles).
+        unsafe { crate::cpu::gemm::amx::load_config_for_tests() };
+        run("register only, tiles loaded from data", &|a, b| unsafe {
+            asm!(
+                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
+                "tileloadd tmm4, [{a} + {s64}*1]",
+                "tileloadd tmm6, [{b} + {s128}*1]",
+                "tileloadd tmm7, [{b} + {s128}*1 + 64]",
+                "tileloadd tmm5, [{a} + {s64}*1 + 1024]",
+                "2:",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "dec {n}",
+                "jnz 2b",
+                a = inout(reg) a => _, b = inout(reg) b => _, n = inout(reg) steps => _,
+                s64 = in(reg) 64usize, s128 = in(reg) 128usize,
+                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _, options(nostack),
+            );
+        });
+        run("no prefetch", &|a, b| unsafe {
+            asm!(
+                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
+                "2:",
+                "tileloadd tmm4, [{a} + {s64}*1]",
+                "tileloadd tmm6, [{b} + {s128}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b} + {s128}*1 + 64]",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a} + {s64}*1 + 1024]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "add {a}, 2048",
+                "add {b}, 2048",
+                "dec {n}",
+                "jnz 2b",
+                a = inout(reg) a => _, b = inout(reg) b => _, n = inout(reg) steps => _,
+                s64 = in(reg) 64usize, s128 = in(reg) 128usize,
+                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _, options(nostack),
+            );
+        });
+        for dist in [2048usize, 8192] {
+            let name = format!("prefetch B +{dist}");
+            run(&name, &|a, b| unsafe {
+                asm!(
+                    "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
+                    "2:",
+                    "tileloadd tmm4, [{a} + {s64}*1]",
+                    "tileloadd tmm6, [{b} + {s128}*1]",
+                    "lea {p}, [{b} + {d}]",
+                    "prefetcht0 [{p}]", "prefetcht0 [{p} + 64]", "prefetcht0 [{p} + 128]", "prefetcht0 [{p} + 192]",
+                    "prefetcht0 [{p} + 256]", "prefetcht0 [{p} + 320]", "prefetcht0 [{p} + 384]", "prefetcht0 [{p} + 448]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "prefetcht0 [{p} + 512]", "prefetcht0 [{p} + 576]", "prefetcht0 [{p} + 640]", "prefetcht0 [{p} + 704]",
+                    "prefetcht0 [{p} + 768]", "prefetcht0 [{p} + 832]", "prefetcht0 [{p} + 896]", "prefetcht0 [{p} + 960]",
+                    "tileloadd tmm7, [{b} + {s128}*1 + 64]",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "prefetcht0 [{p} + 1024]", "prefetcht0 [{p} + 1088]", "prefetcht0 [{p} + 1152]", "prefetcht0 [{p} + 1216]",
+                    "prefetcht0 [{p} + 1280]", "prefetcht0 [{p} + 1344]", "prefetcht0 [{p} + 1408]", "prefetcht0 [{p} + 1472]",
+                    "tileloadd tmm5, [{a} + {s64}*1 + 1024]",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "prefetcht0 [{p} + 1536]", "prefetcht0 [{p} + 1600]", "prefetcht0 [{p} + 1664]", "prefetcht0 [{p} + 1728]",
+                    "prefetcht0 [{p} + 1792]", "prefetcht0 [{p} + 1856]", "prefetcht0 [{p} + 1920]", "prefetcht0 [{p} + 1984]",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    "add {a}, 2048",
+                    "add {b}, 2048",
+                    "dec {n}",
+                    "jnz 2b",
+                    a = inout(reg) a => _, b = inout(reg) b => _, n = inout(reg) steps => _, p = out(reg) _,
+                    d = in(reg) dist,
+                    s64 = in(reg) 64usize, s128 = in(reg) 128usize,
+                    out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                    out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _, options(nostack),
+                );
+            });
+        }
+        run("A only (B tiles fixed)", &|a, b| unsafe {
+            asm!(
+                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
+                "tileloadd tmm6, [{b} + {s128}*1]",
+                "tileloadd tmm7, [{b} + {s128}*1 + 64]",
+                "2:",
+                "tileloadd tmm4, [{a} + {s64}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a} + {s64}*1 + 1024]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "add {a}, 2048",
+                "dec {n}",
+                "jnz 2b",
+                a = inout(reg) a => _, b = inout(reg) b => _, n = inout(reg) steps => _,
+                s64 = in(reg) 64usize, s128 = in(reg) 128usize,
+                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _, options(nostack),
+            );
+        });
+    }
+}
+
+#[test]
+#[ignore = "manual probe: AMX and FMA peaks on 1 and 2 threads"]
+fn speed_amx_peak_threads() {
+    use crate::cpu::gemm::{measure_amx_peak_gflops, measure_fma_peak_gflops};
+    for _ in 0..3 {
+        println!(
+            "amx 1 thread {:.0}, 2 threads {:.0}; fma 1 thread {:.0}, 2 threads {:.0} GFLOP/s",
+            measure_amx_peak_gflops(1),
+            measure_amx_peak_gflops(2),
+            measure_fma_peak_gflops(1),
+            measure_fma_peak_gflops(2)
+        );
+    }
+}
