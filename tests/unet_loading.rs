@@ -19,13 +19,37 @@ fn config() -> UNetConfig {
     UNetConfig::from_file(fixture_dir().join("config.json")).unwrap()
 }
 
-/// A scratch file unique to this test process and name.
-fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
+/// A scratch file unique to this test process and name, removed when dropped.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir); // only succeeds once the last file is gone
+        }
+    }
+}
+
+fn scratch(name: &str, bytes: &[u8]) -> Scratch {
     let dir = std::env::temp_dir().join(format!("xpu-unet-loading-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
-    path
+    Scratch(path)
 }
 
 /// A safetensors file from `(name, dtype, shape, bytes)` entries.
