@@ -1,10 +1,10 @@
 // attention.wgsl: fused scaled dot-product attention (flash-attention style). One workgroup of
 // 256 invocations computes BQ = 32 query rows of one head: for each block of BK = 32 keys it
-// forms the 32x32 scores (q and k staged through workgroup memory in head-dim chunks of DC),
+// forms the 32x32 scores (q and k staged through workgroup memory in head-dim chunks of DC = 40),
 // applies scale and mask, updates the running row max / sum (online softmax, f32) and adds
 // P.V to the running output held in registers; the Lq x Lk score matrix never exists.
 // Invocation (r, tx) = (lid / 8, lid % 8) owns query row r of the tile, score columns
-// tx + 8i (i < 4) and output columns tx + 8j (j < OC, so Dv <= 160).
+// tx + 8i (i < 4) and output columns tx + 8j (j < VARIANT <= OC, so Dv <= 160).
 //
 // Bindings: 1 dst (f32 words, [heads, Lq, Dv] contiguous), 2 q (src0), 3 k (src1), 4 v, 5 mask
 // (bound to q and never read when absent). q, k, v have dtype DT_IN; the mask is u8 (boolean,
@@ -25,14 +25,13 @@
 
 const BQ: u32 = 32u;
 const BK: u32 = 32u;
-const DC: u32 = 32u;
-const VC: u32 = 16u;
+const DC: u32 = 40u;
 const OC: u32 = 20u;
 // "Masked out": below every finite score the kernel can form, and finite (no inf arithmetic).
 const NEG: f32 = -3.0e38;
 const DROP: f32 = -2.35e38;
 
-// q and k chunks ([BQ][DC] then [BK][DC]), or a v chunk ([VC][Dv]).
+// q and k chunks ([BQ][DC] then [BK][DC]), or a v chunk ([vc][Dv]).
 var<workgroup> attn_s: array<f32, 2560>;
 // Scores, then probabilities, of the tile: [BQ][BK].
 var<workgroup> attn_p: array<f32, 1024>;
@@ -76,12 +75,23 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let tx = lid % 8u;
     let row = q0 + r;
     let row_ok = in_range && row < lq;
+    // Output columns per lane (VARIANT = ceil(Dv / 8) rounded up to 5, 10, 16 or 20 by the
+    // launcher): a pipeline constant, so the loops over o unroll and o stays in registers.
+    let ocn = min(VARIANT, OC);
+    // Keys per staged v chunk: as many as fit (all BK up to Dv = 80, 16 at Dv = 160).
+    let vc = clamp(2560u / max(dv, 1u), 1u, BK);
     var m = NEG;
     var l = 0.0;
     var o: array<f32, OC>;
     for (var jc = 0u; jc < OC; jc = jc + 1u) {
         o[jc] = 0.0;
     }
+    // v staging positions, advanced without divisions (invocation e covers e, e + 256, ...).
+    let dvs = max(dv, 1u);
+    let kk_lid = lid / dvs;
+    let c_lid = lid % dvs;
+    let kk_step = 256u / dvs;
+    let c_step = 256u % dvs;
     for (var k0 = 0u; k0 < lk; k0 = k0 + BK) {
         // Scores S[r][tx + 8i] = q[row] . k[k0 + tx + 8i].
         var s: array<f32, 4>;
@@ -89,6 +99,10 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             s[i] = 0.0;
         }
         for (var d0 = 0u; d0 < d; d0 = d0 + DC) {
+            // Everyone is done reading attn_s (the last scores or P.V step) before restaging.
+            if (k0 > 0u || d0 > 0u) {
+                workgroupBarrier();
+            }
             for (var e = lid; e < BQ * DC; e = e + 256u) {
                 let rr = e / DC;
                 let dd = d0 + e % DC;
@@ -111,7 +125,6 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
                     s[i] = fma(qv, attn_s[BQ * DC + (tx + 8u * i) * DC + dd], s[i]);
                 }
             }
-            workgroupBarrier();
         }
         // Scale, mask, and the block's row maximum.
         for (var i = 0u; i < 4u; i = i + 1u) {
@@ -144,39 +157,46 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             }
             attn_p[r * BK + tx + 8u * i] = pr;
         }
-        workgroupBarrier();
-        var bs = 0.0;
-        for (var j = 0u; j < BK; j = j + 1u) {
-            bs = bs + attn_p[r * BK + j];
-        }
-        l = l * alpha + bs;
         m = m_new;
-        for (var jc = 0u; jc < OC; jc = jc + 1u) {
+        for (var jc = 0u; jc < ocn; jc = jc + 1u) {
             o[jc] = o[jc] * alpha;
         }
-        // o += P . V, V staged VC keys at a time.
-        for (var v0 = 0u; v0 < BK; v0 = v0 + VC) {
-            for (var e = lid; e < VC * dv; e = e + 256u) {
-                let kk = e / dv;
+        // o += P . V with V staged vc keys at a time; the row sum of P comes along.
+        var bs = 0.0;
+        for (var v0 = 0u; v0 < BK; v0 = v0 + vc) {
+            if (v0 > 0u) {
+                workgroupBarrier();
+            }
+            var kk = kk_lid;
+            var c = c_lid;
+            for (var e = lid; e < vc * dv; e = e + 256u) {
                 let j = k0 + v0 + kk;
                 var x = 0.0;
-                if (j < lk) {
-                    x = load_v(vb + j * p(40u) + (e % dv) * p(41u));
+                if (j < lk && v0 + kk < BK) {
+                    x = load_v(vb + j * p(40u) + c * p(41u));
                 }
                 attn_s[e] = x;
+                c = c + c_step;
+                kk = kk + kk_step;
+                if (c >= dvs) {
+                    c = c - dvs;
+                    kk = kk + 1u;
+                }
             }
+            // Also publishes P (written above) to every invocation.
             workgroupBarrier();
-            for (var kk = 0u; kk < VC; kk = kk + 1u) {
-                let pr = attn_p[r * BK + v0 + kk];
-                for (var jc = 0u; jc < OC; jc = jc + 1u) {
-                    let c = tx + 8u * jc;
-                    if (c < dv) {
-                        o[jc] = fma(pr, attn_s[kk * dv + c], o[jc]);
+            for (var kk2 = 0u; kk2 < min(vc, BK - v0); kk2 = kk2 + 1u) {
+                let pr = attn_p[r * BK + v0 + kk2];
+                bs = bs + pr;
+                for (var jc = 0u; jc < ocn; jc = jc + 1u) {
+                    let col = tx + 8u * jc;
+                    if (col < dv) {
+                        o[jc] = fma(pr, attn_s[kk2 * dv + col], o[jc]);
                     }
                 }
             }
-            workgroupBarrier();
         }
+        l = l * alpha + bs;
     }
     if (row_ok) {
         var inv = 0.0;
@@ -184,7 +204,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             inv = 1.0 / l;
         }
         let out = (bh * lq + row) * dv;
-        for (var jc = 0u; jc < OC; jc = jc + 1u) {
+        for (var jc = 0u; jc < ocn; jc = jc + 1u) {
             let c = tx + 8u * jc;
             if (c < dv) {
                 dst[out + c] = bitcast<u32>(o[jc] * inv);

@@ -182,7 +182,20 @@ impl XpuStorage {
                 .set(LQ + 14, ml.offset(), op)?;
             mask_buf = m;
         }
-        let kkey = key(ShaderId::Attention, "attention", self.dtype, DType::F32, 0);
+        // Output columns per invocation (8 invocations per row), bucketed to few pipelines.
+        let ocn = match s.dv.div_ceil(8) {
+            0..=5 => 5,
+            6..=10 => 10,
+            11..=16 => 16,
+            _ => 20,
+        };
+        let kkey = key(
+            ShaderId::Attention,
+            "attention",
+            self.dtype,
+            DType::F32,
+            ocn,
+        );
         let wg = grid(groups, self.ctx.limits.max_compute_workgroups_per_dimension);
         launch(out, kkey, p, &[self, k.0, v.0, mask_buf], wg)
     }
