@@ -2,12 +2,20 @@
 //! with a fused epilogue: `forward_fused(x, residual, act) = act(conv(x) + b) + residual`.
 //!
 //! Invariants: weight and bias share one device and dtype, checked at construction together with
-//! the parameters; the output format follows [`Tensor::conv2d`] (channels-last in,
+//! the parameters; on the Cpu the weight is prepacked once into the implicit-GEMM engine's panels
+//! (and the bias widened to f32) at construction, so a forward only gathers its input; the
+//! output format follows [`Tensor::conv2d`] (channels-last in,
 //! channels-last out); every forward computes exactly what [`Tensor::conv2d_fused`] computes.
 
+use std::sync::Arc;
+
+use crate::cpu::conv::{f32_vec, pack_weight, PackedConv};
 use crate::cpu::gemm::Activation;
 use crate::ops::conv::ConvGeom;
 use crate::{Conv2dParams, DType, Device, Error, Result, Tensor};
+
+/// Cpu only: the prepacked weight and the bias widened to f32, both made once.
+type Prepacked = Arc<(PackedConv, Option<Vec<f32>>)>;
 
 /// A 2-D convolution layer.
 #[derive(Clone)]
@@ -15,13 +23,14 @@ pub struct Conv2d {
     weight: Tensor,
     bias: Option<Tensor>,
     params: Conv2dParams,
+    packed: Option<Prepacked>,
 }
 
 impl std::fmt::Debug for Conv2d {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Conv2d(in={}, out={}, kernel={:?}, {:?}, bias={}, {}, {})",
+            "Conv2d(in={}, out={}, kernel={:?}, {:?}, bias={}, {}, {}, prepacked={})",
             self.in_channels(),
             self.out_channels(),
             self.kernel_size(),
@@ -29,6 +38,7 @@ impl std::fmt::Debug for Conv2d {
             self.bias.is_some(),
             self.weight.dtype(),
             self.weight.device(),
+            self.packed.is_some(),
         )
     }
 }
@@ -77,10 +87,18 @@ impl Conv2d {
             weight.shape(),
             params,
         )?;
+        let packed = match weight.device() {
+            Device::Cpu => Some(Arc::new((
+                pack_weight(&weight, g)?,
+                bias.as_ref().map(f32_vec).transpose()?,
+            ))),
+            Device::Xpu => None,
+        };
         Ok(Conv2d {
             weight,
             bias,
             params,
+            packed,
         })
     }
 
@@ -114,7 +132,12 @@ impl Conv2d {
         self.bias.as_ref()
     }
 
-    /// The layer on `device`.
+    /// True when the Cpu engine's prepacked weights are in use (layers on the Cpu).
+    pub fn is_prepacked(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    /// The layer on `device` (weights are prepacked again when moving to the Cpu).
     pub fn to(&self, device: Device) -> Result<Conv2d> {
         Conv2d::new(
             self.weight.to(device)?,
@@ -154,6 +177,9 @@ impl Conv2d {
         if let Some(r) = residual {
             op = op.residual(r);
         }
-        op.run()
+        match (&self.packed, x.device()) {
+            (Some(p), Device::Cpu) => op.run_prepacked(&p.0, p.1.as_deref()),
+            _ => op.run(),
+        }
     }
 }

@@ -24,7 +24,7 @@ pub(crate) enum Src {
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn load16(src: Src, p: *const u8) -> __m512 {
+pub(crate) unsafe fn load16(src: Src, p: *const u8) -> __m512 {
     match src {
         Src::F32 | Src::U32 => _mm512_loadu_ps(p as *const f32),
         Src::F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)),
@@ -37,7 +37,7 @@ unsafe fn load16(src: Src, p: *const u8) -> __m512 {
 /// Transposes 16 rows of 16 lanes in place (row i lane j -> row j lane i).
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose16(r: &mut [__m512; 16]) {
+pub(crate) unsafe fn transpose16(r: &mut [__m512; 16]) {
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);

@@ -62,6 +62,20 @@ impl BLayout {
             PackKind::Bf16 => (2, KCU_BF16),
             PackKind::Amx => return super::amx_pack::layout(k, n, glu),
         };
+        Self::blocked(kind, per_unit, max, (k, n, glu))
+    }
+
+    /// The f32 layout (not GLU) with K blocks of at most `max_kcu` units.
+    pub(crate) fn f32_blocked(k: usize, n: usize, max_kcu: usize) -> Self {
+        Self::blocked(PackKind::F32, 1, max_kcu.max(1), (k, n, false))
+    }
+
+    fn blocked(
+        kind: PackKind,
+        per_unit: usize,
+        max: usize,
+        (k, n, glu): (usize, usize, bool),
+    ) -> Self {
         let units = k.div_ceil(per_unit);
         let kcu = if glu || units == 0 {
             units
@@ -236,6 +250,18 @@ impl<T: PackElem> PackedB<T> {
     /// True when built by [`PackedB::new_geglu`].
     pub fn is_geglu(&self) -> bool {
         self.layout.glu
+    }
+}
+
+impl PackedB<f32> {
+    /// Packs `b` (`K × N`, any strides) in the f32 layout with K blocks of at most `max_kcu`
+    /// units (for kernels that keep a B micro-panel in L1, see `gemm_gather`).
+    pub(crate) fn new_f32_blocked(b: MatRef<f32>, max_kcu: usize) -> Result<Self> {
+        b.validate("PackedB::new", "b")?;
+        Ok(Self::build(
+            &b,
+            BLayout::f32_blocked(b.rows, b.cols, max_kcu),
+        ))
     }
 }
 

@@ -29,6 +29,7 @@ mod avx512_ep;
 mod avx512_pack;
 mod buf;
 mod driver;
+mod gather;
 mod layout;
 mod pack;
 mod peak;
@@ -41,6 +42,8 @@ pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 pub use layout::{PackElem, PackedB};
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
+pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
+pub(crate) use pack::ToF32;
 
 use crate::{DType, Error, Result};
 use buf::{with_scratch, AlignedBuf, Slot};
@@ -48,7 +51,6 @@ use driver::EpCtx;
 use half::{bf16, f16};
 use layout::sealed::Sealed;
 use layout::{BLayout, PackKind, PackedView};
-use pack::ToF32;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -223,7 +225,6 @@ fn check<'a, T: Copy>(
     ep: &Epilogue<'a>,
 ) -> Result<EpCtx<'a>> {
     a.validate(op, "a")?;
-    let m = a.rows;
     if a.cols != k {
         return Err(Error::shape(
             op,
@@ -231,6 +232,18 @@ fn check<'a, T: Copy>(
             &[a.rows, a.cols],
         ));
     }
+    check_out(op, a.rows, (n, glu), c, ldc, ep)
+}
+
+/// Validates C (`m × n`, `ldc`), the bias and the residual; builds the kernels' epilogue context.
+fn check_out<'a>(
+    op: &'static str,
+    m: usize,
+    (n, glu): (usize, bool),
+    c: &[f32],
+    ldc: usize,
+    ep: &Epilogue<'a>,
+) -> Result<EpCtx<'a>> {
     if m > 0 && n > 0 {
         if ldc < n {
             return Err(Error::invalid(

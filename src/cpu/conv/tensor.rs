@@ -1,0 +1,125 @@
+//! Tensor-level entry of the Cpu convolution engine: format conversions around
+//! [`super::conv2d_nhwc`], weight packing from a tensor, and the residual as f32 output rows.
+//!
+//! Invariants: the engine always sees an input with channel stride 1 and writes dense NHWC
+//! rows; everything that is not already in that form is converted here exactly once.
+
+use super::{conv2d_nhwc, nchw_to_nhwc, nhwc_to_nchw, ConvEpilogue, PackedConv};
+use crate::cpu::gemm::{gemm_path, Activation, MatRef};
+use crate::cpu::CpuStorage;
+use crate::ops::conv::ConvGeom;
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Layout, MemoryFormat, Result, Tensor};
+
+/// `act(conv(x, w) + bias) + residual` on the Cpu engine for a validated convolution `g`
+/// (`epilogue` = activation and residual), with `packed` weights and the bias in f32; the
+/// output is `[N, O, Ho, Wo]` in `fmt`. NCHW inputs are converted to NHWC once, an NCHW output
+/// is converted back once (both with tiled transposes); channels-last costs neither.
+pub(crate) fn conv2d_cpu(
+    x_in: &Tensor,
+    packed: &PackedConv,
+    bias: Option<&[f32]>,
+    (activation, residual_in): (Activation, Option<&Tensor>),
+    g: &ConvGeom,
+    fmt: MemoryFormat,
+) -> Result<Tensor> {
+    let op = "conv2d";
+    // The input with channel stride 1: as is, or converted once.
+    let x = if x_in.strides()[1] == 1 || g.c == 1 {
+        x_in.clone()
+    } else {
+        match nchw_to_nhwc(cpu_storage(op, x_in)?, x_in.layout()) {
+            Some(t) => Tensor::from_storage(Storage::Cpu(t), nhwc_layout([g.n, g.h, g.w, g.c])),
+            None => x_in.to_memory_format(MemoryFormat::ChannelsLast)?,
+        }
+    };
+    let res = residual_in.map(|r| residual_rows(r, g)).transpose()?;
+    let residual = match &res {
+        Some((t, rows)) => match cpu_storage(op, t)? {
+            CpuStorage::F32(v) => Some(MatRef::new(v, rows.0, g.m(), g.o, rows.1, rows.2)),
+            _ => return Err(Error::invalid(op, "internal: residual rows are not f32")),
+        },
+        None => None,
+    };
+    let ep = ConvEpilogue {
+        bias,
+        activation,
+        residual,
+        out_dtype: x_in.dtype(),
+        path: gemm_path(DType::F32),
+    };
+    let out = conv2d_nhwc(cpu_storage(op, &x)?, x.layout(), packed, g, &ep)?;
+    let dims = [g.n, g.ho, g.wo, g.o];
+    Ok(match fmt {
+        MemoryFormat::ChannelsLast => Tensor::from_storage(Storage::Cpu(out), nhwc_layout(dims)),
+        MemoryFormat::Contiguous => match nhwc_to_nchw(&out, dims) {
+            Some(s) => Tensor::from_storage(Storage::Cpu(s), Layout::contiguous(&g.out_shape())),
+            None => Tensor::from_storage(Storage::Cpu(out), nhwc_layout(dims)).contiguous()?,
+        },
+    })
+}
+
+/// The `[N, C, H, W]` layout of dense NHWC data `[n, h, w, c]`.
+fn nhwc_layout([n, h, w, c]: [usize; 4]) -> Layout {
+    Layout::from_parts(vec![n, c, h, w], vec![h * w * c, 1, w * c, c], 0)
+}
+
+fn cpu_storage<'t>(op: &'static str, t: &'t Tensor) -> Result<&'t CpuStorage> {
+    match t.storage() {
+        Storage::Cpu(s) => Ok(s),
+        Storage::Xpu(_) => Err(Error::DeviceMismatch {
+            op,
+            lhs: Device::Cpu,
+            rhs: Device::Xpu,
+        }),
+    }
+}
+
+/// A tensor's values as an f32 vector.
+pub(crate) fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?.to_vec::<f32>()
+}
+
+/// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for the implicit GEMM.
+pub(crate) fn pack_weight(w: &Tensor, groups: usize) -> Result<PackedConv> {
+    let shape = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
+    if let (Storage::Cpu(CpuStorage::F32(v)), true) = (w.storage(), w.is_contiguous()) {
+        let off = w.layout().offset();
+        if let Some(data) = v.get(off..off + w.numel()) {
+            return PackedConv::new(data, shape, groups);
+        }
+    }
+    PackedConv::new(&f32_vec(w)?, shape, groups)
+}
+
+/// The residual as f32 `[N·Ho·Wo, O]` rows: the tensor holding them and `(offset, row stride,
+/// column stride)`. A view when the residual is f32 with pixels at one stride (channels-last,
+/// or a broadcast of it); otherwise one conversion to dense NHWC f32.
+fn residual_rows(r: &Tensor, g: &ConvGeom) -> Result<(Tensor, (usize, usize, usize))> {
+    let rb = r.broadcast_to(&g.out_shape())?;
+    let (sh, st) = (rb.shape().to_vec(), rb.strides().to_vec());
+    // Pixel dims (N, Ho, Wo) that are not size 1, outermost first.
+    let px: Vec<(usize, usize)> = [0, 2, 3]
+        .iter()
+        .filter(|&&d| sh[d] > 1)
+        .map(|&d| (sh[d], st[d]))
+        .collect();
+    let merged = px.windows(2).all(|p| p[0].1 == p[1].0 * p[1].1);
+    let row_stride = px.last().map_or(0, |p| p.1);
+    if rb.dtype() == DType::F32 && merged && (st[1] == 1 || g.o == 1) {
+        let off = rb.layout().offset();
+        return Ok((rb, (off, row_stride, st[1])));
+    }
+    let dense = match (rb.dtype(), cpu_storage("conv2d", &rb)?) {
+        (DType::F32, s) if rb.is_contiguous() => nchw_to_nhwc(s, rb.layout())
+            .map(|t| Tensor::from_storage(Storage::Cpu(t), nhwc_layout([g.n, g.ho, g.wo, g.o]))),
+        _ => None,
+    };
+    let dense = match dense {
+        Some(t) => t,
+        None => rb
+            .to_dtype(DType::F32)?
+            .to_memory_format(MemoryFormat::ChannelsLast)?,
+    };
+    Ok((dense, (0, g.o, 1)))
+}

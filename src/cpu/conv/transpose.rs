@@ -1,0 +1,87 @@
+//! NCHW ↔ NHWC conversions for the convolution: batched 2-D transposes (`[C, H·W]` ↔
+//! `[H·W, C]` per image) in 32×32 tiles, threaded over tiles of destination rows.
+//!
+//! Invariants: the source is a dense row-major `[B, R, S]` block (any offset) and the
+//! destination a new `[B, S, R]` vector; every destination element is written exactly once, so
+//! destinations come from the recycling pool uninitialised.
+
+use super::super::pool::{self, Recycle};
+use super::super::storage::CpuStorage;
+use crate::layout::Layout;
+use rayon::prelude::*;
+
+/// Tile edge (elements).
+const T: usize = 32;
+/// Transposes below this many elements stay on the calling thread.
+const PAR_MIN: usize = 1 << 15;
+
+/// `dst[b, j, i] = src[off + (b·rows + i)·cols + j]` for a `[batch, rows, cols]` source.
+pub(super) fn transpose<E: Recycle + Send + Sync>(
+    src: &[E],
+    off: usize,
+    (batch, rows, cols): (usize, usize, usize),
+) -> Vec<E> {
+    let total = batch * rows * cols;
+    let mut dst = pool::take::<E>(total);
+    if dst.is_empty() {
+        return dst;
+    }
+    // One chunk = destination rows j0..j0 + T of one image (T · rows elements).
+    let chunk = T * rows;
+    let per_image = cols.div_ceil(T);
+    let work = |ci: usize, d: &mut [E]| {
+        let (b, jt) = (ci / per_image, ci % per_image);
+        let j0 = jt * T;
+        let nj = T.min(cols - j0);
+        let s = &src[off + b * rows * cols..][..rows * cols];
+        for i0 in (0..rows).step_by(T) {
+            let ni = T.min(rows - i0);
+            for i in i0..i0 + ni {
+                let srow = &s[i * cols + j0..][..nj];
+                for (j, &v) in srow.iter().enumerate() {
+                    d[j * rows + i] = v;
+                }
+            }
+        }
+    };
+    // Chunks never straddle images: split each image's destination separately.
+    let images = dst.chunks_mut(rows * cols);
+    let pieces = images.flat_map(|img| img.chunks_mut(chunk));
+    if total < PAR_MIN {
+        pieces.enumerate().for_each(|(ci, d)| work(ci, d));
+    } else {
+        let v: Vec<(usize, &mut [E])> = pieces.enumerate().collect();
+        v.into_par_iter().for_each(|(ci, d)| work(ci, d));
+    }
+    dst
+}
+
+macro_rules! per_dtype {
+    ($x:expr, $v:ident => $body:expr) => {
+        match $x {
+            CpuStorage::F32($v) => Some(CpuStorage::F32($body)),
+            CpuStorage::F16($v) => Some(CpuStorage::F16($body)),
+            CpuStorage::BF16($v) => Some(CpuStorage::BF16($body)),
+            _ => None,
+        }
+    };
+}
+
+/// The NHWC data of a dense row-major NCHW view (`None` for other views or dtypes).
+pub(crate) fn nchw_to_nhwc(x: &CpuStorage, l: &Layout) -> Option<CpuStorage> {
+    let &[n, c, h, w] = l.shape() else {
+        return None;
+    };
+    if !l.is_contiguous() || l.max_offset() > x.len() {
+        return None;
+    }
+    per_dtype!(x, v => transpose(v, l.offset(), (n, c, h * w)))
+}
+
+/// The NCHW data of a dense `[N, H, W, C]` storage (`None` for other dtypes or sizes).
+pub(crate) fn nhwc_to_nchw(x: &CpuStorage, [n, h, w, c]: [usize; 4]) -> Option<CpuStorage> {
+    if x.len() != n * h * w * c {
+        return None;
+    }
+    per_dtype!(x, v => transpose(v, 0, (n, h * w, c)))
+}
