@@ -157,12 +157,14 @@ fn amx_every_epilogue() {
     eps.extend(ACTS.map(Ep::Act));
     eps.extend(ACTS.map(Ep::All));
     // M tails on both sides of 16 (the half-tile path), K across blocks, N tails.
+    // (64, 1100, 64): full 32×32 tiles over several K blocks (partial sums kept in AMX form).
     let shapes = [
         (17, 600, 65),
         (129, 3, 33),
         (14, 257, 32),
         (65, 1000, 17),
         (1, 1, 1),
+        (64, 1100, 64),
     ];
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         for (j, &ep) in eps.iter().enumerate() {
@@ -262,5 +264,63 @@ fn amx_default_selection() {
         // SAFETY: AMX was granted.
         let flops = unsafe { crate::cpu::gemm::amx::peak_iters(10) };
         assert_eq!(flops, (10 * 4 * 16 * 16 * 32 * 2) as f64);
+    }
+}
+
+/// `alpha == 1` with `beta != 0` on full tiles over several K blocks: the first block blends C
+/// through the epilogue, later blocks accumulate from C in AMX form.
+#[test]
+fn amx_alpha_one_beta_multi_block() {
+    use super::util::{Owned, Rng};
+    use crate::cpu::gemm::{gemm_with_path, BSrc, Epilogue};
+    let (m, k, n) = (64, 1100, 96);
+    let mut rng = Rng::new(21);
+    let a = Owned::<bf16>::random(m, k, Lay::Row, &mut rng);
+    let b = Owned::<bf16>::random(k, n, Lay::Col, &mut rng);
+    let cin: Vec<f32> = (0..m * n).map(|_| rng.next()).collect();
+    let bias: Vec<f32> = (0..n).map(|_| rng.next()).collect();
+    let res = Owned::<f32>::random(m, n, Lay::Row, &mut rng);
+    for with_tail in [false, true] {
+        let ep = Epilogue::new().with_scale(1.0, 0.5);
+        let ep = if with_tail {
+            ep.with_bias(&bias)
+                .with_activation(Activation::Silu)
+                .with_residual(res.view())
+        } else {
+            ep
+        };
+        let mut c = cin.clone();
+        with_bf16_kind(Some(PackKind::Amx), || {
+            LAST.with(|l| l.set(None));
+            gemm_with_path(
+                GemmPath::Avx512,
+                a.view(),
+                BSrc::Raw(b.view(), false),
+                &mut c,
+                n,
+                &ep,
+            )
+            .expect("gemm");
+            assert_eq!(LAST.with(|l| l.get()), Some(expected()));
+        });
+        for i in 0..m {
+            for j in 0..n {
+                let (mut s, mut sa) = (0f64, 0f64);
+                for p in 0..k {
+                    s += a.at(i, p) * b.at(p, j);
+                    sa += (a.at(i, p) * b.at(p, j)).abs();
+                }
+                let mut want = s + 0.5 * cin[i * n + j] as f64;
+                if with_tail {
+                    want = super::super::act::apply(Activation::Silu, want + bias[j] as f64)
+                        + res.at(i, j);
+                }
+                let got = c[i * n + j] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-5 * (sa + 2.0),
+                    "tail {with_tail}: C[{i},{j}] = {got}, want {want}"
+                );
+            }
+        }
     }
 }
