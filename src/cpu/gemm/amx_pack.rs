@@ -190,9 +190,15 @@ pub(crate) fn pack_a_amx(
         for r in 0..rows {
             let start = a.offset + (row0 + r) * a.row_stride;
             let src: &[u16] = bytemuck::cast_slice(&a.data[start + lo..start + hi]);
-            for (s, chunk) in src.chunks(2 * STEP).enumerate() {
+            // Whole steps as fixed 64-byte copies (inlined, no memmove call per step).
+            let (full, tail) = src.as_chunks::<{ 2 * STEP }>();
+            for (s, chunk) in full.iter().enumerate() {
                 let o = (s * MR + r) * 2 * STEP;
-                d16[o..o + chunk.len()].copy_from_slice(chunk);
+                d16[o..o + 2 * STEP].copy_from_slice(chunk);
+            }
+            if !tail.is_empty() {
+                let o = (full.len() * MR + r) * 2 * STEP;
+                d16[o..o + tail.len()].copy_from_slice(tail);
             }
         }
         return;
