@@ -67,6 +67,10 @@ fn assert_rel(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
         .iter()
         .zip(&w)
         .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+    eprintln!(
+        "{what}: max abs error {err:.2e} = {:.2e} of max |y| {scale:.3}",
+        err / scale
+    );
     assert!(
         err <= tol * scale,
         "{what}: max abs error {err:.3e} > {tol:e} * max |y| {scale:.3e}"
