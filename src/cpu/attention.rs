@@ -20,10 +20,12 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod operands;
 mod portable;
 
-use half::{bf16, f16};
 use rayon::prelude::*;
+
+use operands::{head_base, load_row, mask_data, mat_strides, pack_kv, MaskData, PackedKv, View};
 
 use super::elem::FloatElem;
 use super::simd::{Kernels, SimdLevel};
@@ -31,6 +33,7 @@ use super::storage::CpuStorage;
 use super::strided::check_layout;
 use crate::layout::Layout;
 use crate::ops::attention::AttnShape;
+use crate::ops::kinds::BinaryOp;
 use crate::{Device, Error, Result};
 
 /// Query rows per register tile.
@@ -58,6 +61,8 @@ pub(crate) struct Tile<'a> {
     dvp: usize,
     /// Valid keys in this block (`1..=KB`); the rest are padding.
     valid: usize,
+    /// First key block: the running output is overwritten (its memory is not initialised).
+    first: bool,
 }
 
 /// The running state of one tile of `MR` query rows.
@@ -101,134 +106,6 @@ fn tile(level: SimdLevel, t: &Tile, st: &mut State) {
     portable::tile(t, st);
 }
 
-/// A mask operand: element type, storage and its layout broadcast to `[..., Lq, Lk]`.
-#[derive(Clone, Copy)]
-enum MaskData<'a> {
-    Bool(&'a [u8]),
-    F32(&'a [f32]),
-    F16(&'a [f16]),
-    Bf16(&'a [bf16]),
-}
-
-impl MaskData<'_> {
-    /// Element `i` as an additive mask in log2 units.
-    fn get(self, i: usize) -> f32 {
-        let add = |x: f32| x * std::f32::consts::LOG2_E;
-        match self {
-            MaskData::Bool(m) => match m.get(i) {
-                Some(0) | None => f32::NEG_INFINITY,
-                Some(_) => 0.0,
-            },
-            MaskData::F32(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x)),
-            MaskData::F16(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x.to_f32())),
-            MaskData::Bf16(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x.to_f32())),
-        }
-    }
-}
-
-/// A strided `[..., rows, cols]` operand.
-struct View<'a, T> {
-    data: &'a [T],
-    layout: &'a Layout,
-}
-
-/// Storage offset of element `(0, 0)` of head `h` (row-major over the leading dims) of a
-/// `[..., rows, cols]` layout.
-fn head_base(layout: &Layout, mut h: usize) -> usize {
-    let r = layout.rank();
-    let mut off = layout.offset();
-    for (&d, &s) in layout.shape()[..r - 2]
-        .iter()
-        .zip(&layout.strides()[..r - 2])
-        .rev()
-    {
-        off += (h % d.max(1)) * s;
-        h /= d.max(1);
-    }
-    off
-}
-
-/// Row and column strides of a `[..., rows, cols]` layout.
-fn mat_strides(layout: &Layout) -> (usize, usize) {
-    let st = layout.strides();
-    (st[st.len() - 2], st[st.len() - 1])
-}
-
-/// Widens the `cols` elements of the row starting at storage offset `at` into `dst`, times `mul`.
-fn load_row<T: FloatElem>(
-    k: Kernels,
-    v: &View<T>,
-    (at, cols): (usize, usize),
-    mul: f32,
-    dst: &mut [f32],
-) {
-    let (_, cs) = mat_strides(v.layout);
-    let dst = &mut dst[..cols];
-    match v.data.get(at..at + cols) {
-        Some(src) if cs == 1 => match T::as_f32(src) {
-            Some(src) => dst.iter_mut().zip(src).for_each(|(o, &x)| *o = x * mul),
-            None => {
-                T::load(k, src, dst);
-                if mul != 1.0 {
-                    dst.iter_mut().for_each(|o| *o *= mul);
-                }
-            }
-        },
-        _ => {
-            for (c, o) in dst.iter_mut().enumerate() {
-                *o = v.data.get(at + c * cs).map_or(0.0, |x| x.to_f32() * mul);
-            }
-        }
-    }
-}
-
-/// Packed K and V of every head.
-struct PackedKv {
-    kt: Vec<f32>,
-    v: Vec<f32>,
-    /// Floats per head in `kt` / `v`.
-    kt_head: usize,
-    v_head: usize,
-}
-
-fn pack_kv<T: FloatElem>(
-    k: Kernels,
-    kv: (&View<T>, &View<T>),
-    s: &AttnShape,
-    dvp: usize,
-) -> PackedKv {
-    let (d, dk, dv, lk) = (s.d, s.d.max(1), s.dv, s.lk);
-    let blocks = lk.div_ceil(KB);
-    let (kt_head, v_head) = (blocks * dk * KB, blocks * KB * dvp);
-    let heads = s.heads();
-    let mut kt = vec![0f32; heads * kt_head];
-    let mut v = vec![0f32; heads * v_head];
-    let (kview, vview) = kv;
-    let (krs, _) = mat_strides(kview.layout);
-    let (vrs, _) = mat_strides(vview.layout);
-    kt.par_chunks_mut(kt_head.max(1))
-        .zip(v.par_chunks_mut(v_head.max(1)))
-        .enumerate()
-        .for_each(|(h, (kt, vh))| {
-            let (kb0, vb0) = (head_base(kview.layout, h), head_base(vview.layout, h));
-            let mut row = vec![0f32; dk];
-            for j in 0..lk {
-                load_row(k, kview, (kb0 + j * krs, d), 1.0, &mut row);
-                let blk = &mut kt[(j / KB) * dk * KB..][..dk * KB];
-                for (di, &x) in row.iter().enumerate() {
-                    blk[di * KB + j % KB] = x;
-                }
-                load_row(k, vview, (vb0 + j * vrs, dv), 1.0, &mut vh[j * dvp..]);
-            }
-        });
-    PackedKv {
-        kt,
-        v,
-        kt_head,
-        v_head,
-    }
-}
-
 /// Everything a task reads.
 struct Ctx<'a, T> {
     k: Kernels,
@@ -241,23 +118,67 @@ struct Ctx<'a, T> {
     qmul: f32,
 }
 
+/// Per-thread scratch of the tasks, reused across tasks and calls (no allocation or zeroing
+/// per task; every element a task reads it has written first).
+#[derive(Default)]
+struct Scratch {
+    q: Vec<f32>,
+    o: Vec<f32>,
+    m: Vec<[f32; MR]>,
+    l: Vec<[[f32; 16]; MR]>,
+    p: Vec<f32>,
+    bias: Vec<f32>,
+    row: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
 /// Computes query rows `q0..q0 + out.len() / dv` of head `h` into `out`.
 fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut [T]) {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => task_in(c, (h, q0), out, &mut s),
+        Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
+    })
+}
+
+fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc: &mut Scratch) {
     // A zero head dim is packed as one zero column (scores 0, uniform weights).
     let (d, dk, dv, dvp, lk) = (c.s.d, c.s.d.max(1), c.s.dv, c.dvp, c.s.lk);
     let rows = out.len() / dv.max(1);
     let tiles = rows.div_ceil(MR);
-    let mut q = vec![0f32; tiles * MR * dk];
-    let (qrs, _) = mat_strides(c.q.layout);
+    sc.q.resize(tiles * MR * dk, 0.0);
+    sc.o.resize(tiles * MR * dvp, 0.0);
+    sc.p.resize(MR * KB, 0.0);
+    sc.bias.resize(MR * KB, 0.0);
+    sc.row.resize(dk.max(dv), 0.0);
+    sc.m.clear();
+    sc.m.resize(tiles, [f32::NEG_INFINITY; MR]);
+    sc.l.clear();
+    sc.l.resize(tiles, [[0.0; 16]; MR]);
+    let q = &mut sc.q[..tiles * MR * dk];
+    let (qrs, qcs) = mat_strides(c.q.layout);
     let qb = head_base(c.q.layout, h);
-    for (r, qr) in q.chunks_mut(dk).take(rows).enumerate() {
-        load_row(c.k, &c.q, (qb + (q0 + r) * qrs, d), c.qmul, qr);
+    for (r, qr) in q.chunks_mut(dk).enumerate() {
+        if r >= rows || d < dk {
+            qr.fill(0.0); // padding rows (and the zero column of D = 0)
+        }
+        if r >= rows {
+            continue;
+        }
+        let at = qb + (q0 + r) * qrs;
+        match c.q.data.get(at..at + d) {
+            Some(src) if qcs == 1 => match T::as_f32(src) {
+                Some(src) => c.k.binary_f32_scalar_rhs(BinaryOp::Mul, src, c.qmul, qr),
+                None => {
+                    T::load(c.k, src, &mut sc.row[..d]);
+                    c.k.binary_f32_scalar_rhs(BinaryOp::Mul, &sc.row[..d], c.qmul, qr);
+                }
+            },
+            _ => load_row(c.k, &c.q, (at, d), c.qmul, qr),
+        }
     }
-    let mut o = vec![0f32; tiles * MR * dvp];
-    let mut m = vec![[f32::NEG_INFINITY; MR]; tiles];
-    let mut l = vec![[[0f32; 16]; MR]; tiles];
-    let mut p = vec![0f32; MR * KB];
-    let mut bias = vec![0f32; if c.mask.is_some() { MR * KB } else { 0 }];
     let kt_all = &c.kv.kt[h * c.kv.kt_head..][..c.kv.kt_head];
     let v_all = &c.kv.v[h * c.kv.v_head..][..c.kv.v_head];
     let level = c.k.level();
@@ -273,7 +194,7 @@ fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut [T]) {
                 let (rs, cs) = mat_strides(mv);
                 let base = head_base(mv, h);
                 for r in 0..MR {
-                    let row = &mut bias[r * KB..(r + 1) * KB];
+                    let row = &mut sc.bias[r * KB..(r + 1) * KB];
                     let qi = q0 + t * MR + r;
                     if t * MR + r >= rows {
                         row.fill(0.0);
@@ -285,27 +206,28 @@ fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut [T]) {
                 }
             }
             let tl = Tile {
-                q: &q[t * MR * dk..(t + 1) * MR * dk],
+                q: &sc.q[t * MR * dk..(t + 1) * MR * dk],
                 kt,
                 v,
-                bias: c.mask.is_some().then_some(&bias[..]),
+                bias: c.mask.is_some().then_some(&sc.bias[..]),
                 d: dk,
                 dvp,
                 valid,
+                first: b == 0,
             };
             let mut st = State {
-                m: &mut m[t],
-                l: &mut l[t],
-                o: &mut o[t * MR * dvp..(t + 1) * MR * dvp],
-                p: &mut p,
+                m: &mut sc.m[t],
+                l: &mut sc.l[t],
+                o: &mut sc.o[t * MR * dvp..(t + 1) * MR * dvp],
+                p: &mut sc.p,
             };
             tile(level, &tl, &mut st);
         }
     }
     for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
         let (t, i) = (r / MR, r % MR);
-        let acc = &mut o[(t * MR + i) * dvp..][..dv];
-        let (mi, li) = (m[t][i], l[t][i].iter().sum::<f32>());
+        let acc = &sc.o[(t * MR + i) * dvp..][..dv];
+        let (mi, li) = (sc.m[t][i], sc.l[t][i].iter().sum::<f32>());
         // All keys masked out (or weights summing to nothing): zeros, as PyTorch.
         let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
             0.0
@@ -313,13 +235,11 @@ fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut [T]) {
             1.0 / li
         };
         match T::as_f32_mut(orow) {
-            Some(dst) => dst
-                .iter_mut()
-                .zip(acc.iter())
-                .for_each(|(o, &x)| *o = x * inv),
+            Some(dst) => c.k.binary_f32_scalar_rhs(BinaryOp::Mul, acc, inv, dst),
             None => {
-                acc.iter_mut().for_each(|x| *x *= inv);
-                T::store(c.k, acc, orow);
+                let tmp = &mut sc.row[..dv];
+                c.k.binary_f32_scalar_rhs(BinaryOp::Mul, acc, inv, tmp);
+                T::store(c.k, tmp, orow);
             }
         }
     }
@@ -375,22 +295,6 @@ fn attention_float<T: FloatElem>(
         .into_par_iter()
         .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
     out
-}
-
-/// Typed views of the mask operand.
-fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {
-    Ok(match m {
-        CpuStorage::U8(v) => MaskData::Bool(v),
-        CpuStorage::F32(v) => MaskData::F32(v),
-        CpuStorage::F16(v) => MaskData::F16(v),
-        CpuStorage::BF16(v) => MaskData::Bf16(v),
-        CpuStorage::I32(_) => {
-            return Err(Error::invalid(
-                "scaled_dot_product_attention",
-                "mask must be u8 (boolean) or a float additive mask, got i32",
-            ))
-        }
-    })
 }
 
 impl CpuStorage {

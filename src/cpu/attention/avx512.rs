@@ -143,11 +143,13 @@ unsafe fn update<const NV: usize>(t: &Tile, st: &mut State, alpha: &[f32; MR], c
     let (o, p, v) = (st.o.as_mut_ptr(), st.p.as_ptr(), t.v.as_ptr());
     let dvp = t.dvp;
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-    for (r, row) in acc.iter_mut().enumerate() {
-        let a = _mm512_set1_ps(alpha[r]);
-        for (c, av) in row.iter_mut().enumerate() {
-            // SAFETY: o holds MR * dvp floats and c0 + 16 * NV <= dvp.
-            *av = _mm512_mul_ps(a, _mm512_loadu_ps(o.add(r * dvp + c0 + 16 * c)));
+    if !t.first {
+        for (r, row) in acc.iter_mut().enumerate() {
+            let a = _mm512_set1_ps(alpha[r]);
+            for (c, av) in row.iter_mut().enumerate() {
+                // SAFETY: o holds MR * dvp floats and c0 + 16 * NV <= dvp.
+                *av = _mm512_mul_ps(a, _mm512_loadu_ps(o.add(r * dvp + c0 + 16 * c)));
+            }
         }
     }
     for j in 0..t.valid {

@@ -60,7 +60,11 @@ fn update(t: &Tile, st: &mut State, alpha: &[f32; MR]) {
     let dvp = t.dvp;
     for (r, &a) in alpha.iter().enumerate() {
         let o = &mut st.o[r * dvp..(r + 1) * dvp];
-        o.iter_mut().for_each(|x| *x *= a);
+        if t.first {
+            o.fill(0.0);
+        } else {
+            o.iter_mut().for_each(|x| *x *= a);
+        }
         for j in 0..t.valid {
             let pj = st.p[r * KB + j];
             for (oc, &vc) in o.iter_mut().zip(&t.v[j * dvp..(j + 1) * dvp]) {

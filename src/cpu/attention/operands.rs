@@ -1,0 +1,161 @@
+//! Operands of the CPU attention: typed mask reads, strided q/k/v views, and the packing of K
+//! (transposed `[D][KB]` blocks) and V (`[KB][Dv rounded up to 16]` rows) into f32.
+//!
+//! Invariants: every read goes through `slice::get` (a layout checked by the caller never
+//! misses; a miss reads as 0, or as "masked out" for a mask), padding is zero, and packed
+//! buffers hold exactly `heads * blocks * ...` floats as `PackedKv` records.
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::KB;
+use crate::cpu::elem::FloatElem;
+use crate::cpu::simd::Kernels;
+use crate::cpu::storage::CpuStorage;
+use crate::layout::Layout;
+use crate::ops::attention::AttnShape;
+use crate::{Error, Result};
+
+/// A mask operand: element type, storage and its layout broadcast to `[..., Lq, Lk]`.
+#[derive(Clone, Copy)]
+pub(super) enum MaskData<'a> {
+    Bool(&'a [u8]),
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    Bf16(&'a [bf16]),
+}
+
+impl MaskData<'_> {
+    /// Element `i` as an additive mask in log2 units.
+    pub(super) fn get(self, i: usize) -> f32 {
+        let add = |x: f32| x * std::f32::consts::LOG2_E;
+        match self {
+            MaskData::Bool(m) => match m.get(i) {
+                Some(0) | None => f32::NEG_INFINITY,
+                Some(_) => 0.0,
+            },
+            MaskData::F32(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x)),
+            MaskData::F16(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x.to_f32())),
+            MaskData::Bf16(m) => m.get(i).map_or(f32::NEG_INFINITY, |&x| add(x.to_f32())),
+        }
+    }
+}
+
+/// A strided `[..., rows, cols]` operand.
+pub(super) struct View<'a, T> {
+    pub(super) data: &'a [T],
+    pub(super) layout: &'a Layout,
+}
+
+/// Storage offset of element `(0, 0)` of head `h` (row-major over the leading dims) of a
+/// `[..., rows, cols]` layout.
+pub(super) fn head_base(layout: &Layout, mut h: usize) -> usize {
+    let r = layout.rank();
+    let mut off = layout.offset();
+    for (&d, &s) in layout.shape()[..r - 2]
+        .iter()
+        .zip(&layout.strides()[..r - 2])
+        .rev()
+    {
+        off += (h % d.max(1)) * s;
+        h /= d.max(1);
+    }
+    off
+}
+
+/// Row and column strides of a `[..., rows, cols]` layout.
+pub(super) fn mat_strides(layout: &Layout) -> (usize, usize) {
+    let st = layout.strides();
+    (st[st.len() - 2], st[st.len() - 1])
+}
+
+/// Widens the `cols` elements of the row starting at storage offset `at` into `dst`, times `mul`.
+pub(super) fn load_row<T: FloatElem>(
+    k: Kernels,
+    v: &View<T>,
+    (at, cols): (usize, usize),
+    mul: f32,
+    dst: &mut [f32],
+) {
+    let (_, cs) = mat_strides(v.layout);
+    let dst = &mut dst[..cols];
+    match v.data.get(at..at + cols) {
+        Some(src) if cs == 1 => match T::as_f32(src) {
+            Some(src) => dst.iter_mut().zip(src).for_each(|(o, &x)| *o = x * mul),
+            None => {
+                T::load(k, src, dst);
+                if mul != 1.0 {
+                    dst.iter_mut().for_each(|o| *o *= mul);
+                }
+            }
+        },
+        _ => {
+            for (c, o) in dst.iter_mut().enumerate() {
+                *o = v.data.get(at + c * cs).map_or(0.0, |x| x.to_f32() * mul);
+            }
+        }
+    }
+}
+
+/// Packed K and V of every head.
+pub(super) struct PackedKv {
+    pub(super) kt: Vec<f32>,
+    pub(super) v: Vec<f32>,
+    /// Floats per head in `kt` / `v`.
+    pub(super) kt_head: usize,
+    pub(super) v_head: usize,
+}
+
+pub(super) fn pack_kv<T: FloatElem>(
+    k: Kernels,
+    kv: (&View<T>, &View<T>),
+    s: &AttnShape,
+    dvp: usize,
+) -> PackedKv {
+    let (d, dk, dv, lk) = (s.d, s.d.max(1), s.dv, s.lk);
+    let blocks = lk.div_ceil(KB);
+    let (kt_head, v_head) = (blocks * dk * KB, blocks * KB * dvp);
+    let heads = s.heads();
+    let mut kt = vec![0f32; heads * kt_head];
+    let mut v = vec![0f32; heads * v_head];
+    let (kview, vview) = kv;
+    let (krs, _) = mat_strides(kview.layout);
+    let (vrs, _) = mat_strides(vview.layout);
+    kt.par_chunks_mut(kt_head.max(1))
+        .zip(v.par_chunks_mut(v_head.max(1)))
+        .enumerate()
+        .for_each(|(h, (kt, vh))| {
+            let (kb0, vb0) = (head_base(kview.layout, h), head_base(vview.layout, h));
+            let mut row = vec![0f32; dk];
+            for j in 0..lk {
+                load_row(k, kview, (kb0 + j * krs, d), 1.0, &mut row);
+                let blk = &mut kt[(j / KB) * dk * KB..][..dk * KB];
+                for (di, &x) in row.iter().enumerate() {
+                    blk[di * KB + j % KB] = x;
+                }
+                load_row(k, vview, (vb0 + j * vrs, dv), 1.0, &mut vh[j * dvp..]);
+            }
+        });
+    PackedKv {
+        kt,
+        v,
+        kt_head,
+        v_head,
+    }
+}
+
+/// Typed views of the mask operand.
+pub(super) fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {
+    Ok(match m {
+        CpuStorage::U8(v) => MaskData::Bool(v),
+        CpuStorage::F32(v) => MaskData::F32(v),
+        CpuStorage::F16(v) => MaskData::F16(v),
+        CpuStorage::BF16(v) => MaskData::Bf16(v),
+        CpuStorage::I32(_) => {
+            return Err(Error::invalid(
+                "scaled_dot_product_attention",
+                "mask must be u8 (boolean) or a float additive mask, got i32",
+            ))
+        }
+    })
+}
