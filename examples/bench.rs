@@ -332,6 +332,9 @@ fn matmul(
 }
 
 /// SD 1.5's 3x3 convolutions (batch 2, padding 1): 320 ch at 64x64, 640 at 32x32, 1280 at 16x16.
+/// Variants: `nchw` and `channels_last` are `conv2d` calls (the Cpu packs the weights per call;
+/// NCHW also converts to NHWC and back), `layer_cl` is `nn::Conv2d` (weights prepacked once) on a
+/// channels-last input, `layer_cl_fused` adds SiLU and a residual in the same pass.
 fn conv(
     o: &Opts,
     device: Device,
@@ -339,6 +342,7 @@ fn conv(
     peak_flops: Option<f64>,
     rows: &mut Vec<Row>,
 ) -> xpu::Result<()> {
+    use xpu::MemoryFormat::ChannelsLast;
     let shapes: Vec<(usize, usize)> = if o.quick {
         vec![(64, 16)]
     } else {
@@ -352,17 +356,33 @@ fn conv(
         let x = Tensor::randn(&[2, c, hw, hw], dtype, device, 1)?;
         let w = Tensor::randn(&[c, c, 3, 3], dtype, device, 2)?.mul_scalar(0.02)?;
         let b = Tensor::randn(&[c], dtype, device, 3)?;
-        let ms = time(device, o.quick, || x.conv2d(&w, Some(&b), p))?;
-        rows.push(Row::flops(
-            "conv2d_3x3",
-            "im2col",
-            device,
-            dtype,
-            vec![2, c, hw, hw],
-            ms,
-            2.0 * (2 * c * c * 9 * hw * hw) as f64,
-            peak_flops,
-        ));
+        let xcl = x.to_memory_format(ChannelsLast)?;
+        let res =
+            Tensor::randn(&[2, c, hw, hw], dtype, device, 4)?.to_memory_format(ChannelsLast)?;
+        let layer = xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p)?;
+        let silu = xpu::Activation::Silu;
+        let variants: [(&str, Op); 4] = [
+            ("nchw", Box::new(|| x.conv2d(&w, Some(&b), p))),
+            ("channels_last", Box::new(|| xcl.conv2d(&w, Some(&b), p))),
+            ("layer_cl", Box::new(|| layer.forward(&xcl))),
+            (
+                "layer_cl_fused",
+                Box::new(|| layer.forward_fused(&xcl, Some(&res), silu)),
+            ),
+        ];
+        for (variant, f) in variants {
+            let ms = time(device, o.quick, f)?;
+            rows.push(Row::flops(
+                "conv2d_3x3",
+                variant,
+                device,
+                dtype,
+                vec![2, c, hw, hw],
+                ms,
+                2.0 * (2 * c * c * 9 * hw * hw) as f64,
+                peak_flops,
+            ));
+        }
     }
     Ok(())
 }

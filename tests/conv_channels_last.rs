@@ -255,8 +255,10 @@ fn conv2d_layer_forward_to_and_errors() {
         .activation(Activation::Silu)
         .residual(&r);
     let want = values(&want.run_unfused().unwrap());
+    assert!(layer.is_prepacked(), "Cpu layers prepack their weights");
     for device in devices {
         let l = layer.to(device).unwrap();
+        assert_eq!(l.is_prepacked(), device == Device::Cpu);
         let (xd, rd) = (cl(&x.to(device).unwrap()), r.to(device).unwrap());
         let y = l.forward_fused(&xd, Some(&rd), Activation::Silu).unwrap();
         assert_eq!(y.memory_format(), MemoryFormat::ChannelsLast, "{device}");
@@ -313,4 +315,45 @@ fn conv2d_layer_forward_to_and_errors() {
         .residual(&randn(&[2, 5, 7, 7], DType::F32, 1))
         .run();
     assert!(matches!(e, Err(Error::ShapeMismatch { .. })), "{e:?}");
+}
+
+/// The ops around a UNet conv read channels-last inputs in place: values must equal the NCHW
+/// computation (their output format is whatever the op produces; today a row-major copy).
+#[test]
+fn ops_around_conv_are_correct_on_channels_last_inputs() {
+    for device in common::devices() {
+        let x = randn(&[2, 6, 5, 3], DType::F32, 1).to(device).unwrap();
+        let y = randn(&[2, 6, 5, 3], DType::F32, 2).to(device).unwrap();
+        let (xc, yc) = (cl(&x), cl(&y));
+        let pairs: Vec<(&str, Tensor, Tensor)> = vec![
+            ("silu", xc.silu().unwrap(), x.silu().unwrap()),
+            ("add", xc.add(&yc).unwrap(), x.add(&y).unwrap()),
+            ("add mixed", xc.add(&y).unwrap(), x.add(&y).unwrap()),
+            (
+                "mul_scalar",
+                xc.mul_scalar(0.5).unwrap(),
+                x.mul_scalar(0.5).unwrap(),
+            ),
+            (
+                "group_norm",
+                xc.group_norm(3, None, None, 1e-5).unwrap(),
+                x.group_norm(3, None, None, 1e-5).unwrap(),
+            ),
+            (
+                "upsample",
+                xc.upsample_nearest2d(2).unwrap(),
+                x.upsample_nearest2d(2).unwrap(),
+            ),
+        ];
+        for (what, got, want) in pairs {
+            assert_eq!(got.shape(), want.shape(), "{device} {what}");
+            assert_close(
+                &format!("{device} {what}"),
+                &values(&got),
+                &values(&want),
+                1e-5,
+                1e-5,
+            );
+        }
+    }
 }
