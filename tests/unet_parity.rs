@@ -404,6 +404,9 @@ fn forward_takes_strided_inputs_and_rejects_bad_ones() {
         values(&m.forward(&x, &t1, &ctx).unwrap()),
         values(&m.forward(&x, &t2, &ctx).unwrap())
     );
+    // Moving to where the model already is keeps it.
+    let same = m.to(Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+    assert_eq!(values(&same.forward(&x, &t, &ctx).unwrap()), values(&y));
     // Bad inputs: clear errors, no panics.
     let bad = [
         (

@@ -259,12 +259,18 @@ impl UNet2DConditionModel {
 
     /// The model with every parameter on `device` (prepacked again for Cpu).
     pub fn to(&self, device: Device) -> Result<Self> {
+        if device == self.device {
+            return Ok(self.clone()); // layers share their tensors and packed weights
+        }
         self.map(self.dtype, device, &mut |t| t.to(device))
     }
 
     /// The model with every parameter converted to `dtype` (f32, f16 or bf16).
     pub fn to_dtype(&self, dtype: DType) -> Result<Self> {
         check_float("UNet2DConditionModel::to_dtype", dtype, self.device)?;
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
         self.map(dtype, self.device, &mut |t| t.to_dtype(dtype))
     }
 
