@@ -177,7 +177,7 @@ fn parity(
 fn denoise(unet: &UNet2DConditionModel, args: &Args) -> xpu::Result<()> {
     let (device, dtype) = (unet.device(), unet.dtype());
     let (steps, size) = match args.preset {
-        Preset::Quick => (4, 256),
+        Preset::Quick => (4, 192),
         Preset::Sd15 => (20, 512),
     };
     let steps = args.steps.unwrap_or(steps);
