@@ -248,7 +248,21 @@ fn amx_large_threaded() {
 fn amx_default_selection() {
     let method = crate::cpu::gemm::bf16_method();
     eprintln!("CPU bf16 GEMM method in this process: {method}");
-    let forced = std::env::var("XPU_CPU_BF16").is_ok() || std::env::var("XPU_CPU_SIMD").is_ok();
+    let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_ascii_lowercase());
+    if env("XPU_CPU_SIMD").as_deref() == Some("fallback") {
+        // The forced portable path: no AVX-512, no AMX, even for a B packed in the AMX layout.
+        assert_eq!(method, Bf16Method::Portable);
+        let cs = Case {
+            prepacked: true,
+            ..Case::plain(40, 70, 50)
+        };
+        with_bf16_kind(Some(PackKind::Amx), || {
+            LAST.with(|c| c.set(None));
+            super::util::run_case::<bf16>(crate::cpu::gemm::gemm_path(crate::DType::BF16), cs, 3);
+            assert_eq!(LAST.with(|c| c.get()), Some(Bf16Method::Portable));
+        });
+    }
+    let forced = env("XPU_CPU_BF16").is_some() || env("XPU_CPU_SIMD").is_some();
     if !forced {
         let want = if amx_unavailable_reason().is_none() {
             Bf16Method::Amx

@@ -315,3 +315,44 @@ fn speed_amx_peak_threads() {
         );
     }
 }
+
+#[test]
+#[ignore = "manual probe: f32 GEMM as a fraction of the FMA peak, 1 and 2 threads (best runs)"]
+fn speed_f32_fraction() {
+    use crate::cpu::gemm::{gemm_f32, measure_fma_peak_gflops, Epilogue};
+    let shapes = [
+        (512, 512, 512),
+        (1024, 1024, 1024),
+        (2048, 2048, 2048),
+        (8192, 320, 1280),
+        (8192, 640, 640),
+        (8192, 320, 320),
+    ];
+    for threads in [1usize, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        pool.install(|| {
+            for (m, k, n) in shapes {
+                let mut rng = Rng::new(1);
+                let a = Owned::<f32>::random(m, k, Lay::Row, &mut rng);
+                let b = Owned::<f32>::random(k, n, Lay::Row, &mut rng);
+                let mut c = vec![0f32; m * n];
+                let flops = 2.0 * (m * n * k) as f64;
+                let reps = ((2e9 / flops) as usize).clamp(3, 40);
+                let mut f = || {
+                    gemm_f32(a.view(), b.view(), &mut c, n, &Epilogue::default()).expect("gemm")
+                };
+                f();
+                let t = best_of(reps, &mut f);
+                let peak = measure_fma_peak_gflops(threads);
+                println!(
+                    "f32 {threads} thread(s) {m}x{k}x{n}: {:.1} GFLOP/s, {:.0}% of the FMA peak {peak:.0}",
+                    flops / t / 1e9,
+                    100.0 * flops / t / 1e9 / peak
+                );
+            }
+        });
+    }
+}
