@@ -128,24 +128,25 @@ fn plan_b_stationary(
     threads: usize,
 ) -> (usize, usize) {
     let nr = super::layout::NR;
-    let fits = |mt: usize, nt: usize| {
-        let rows = mp.div_ceil(mt) * mr;
-        let cols = np.div_ceil(nt) * nr;
-        (rows * kcu + kcu * cols) * unit + rows * cols * 4 <= TASK_BYTES
-    };
     let target = if threads <= 1 { 1 } else { threads * 4 };
     let (m, n) = (mp * mr, np * nr);
     let mut best = (mp, np, usize::MAX);
     for nt in 1..=np {
-        for mt in 1..=mp {
-            if mt * nt < target.min(mp * np) || !fits(mt, nt) {
-                continue;
-            }
-            let cost = mt * n + nt * m;
-            if cost < best.2 {
-                best = (mt, nt, cost);
-            }
-            break; // larger mt only costs more for this nt
+        let cols = np.div_ceil(nt) * nr;
+        // Rows whose A and C blocks fit beside this task's B block.
+        let fixed = kcu * cols * unit;
+        let per_row = kcu * unit + cols * 4;
+        let panels = TASK_BYTES.saturating_sub(fixed) / per_row / mr.max(1);
+        if panels == 0 {
+            continue;
+        }
+        let mt = mp
+            .div_ceil(panels)
+            .max(target.min(mp * np).div_ceil(nt))
+            .clamp(1, mp.max(1));
+        let cost = mt * n + nt * m;
+        if cost < best.2 {
+            best = (mt, nt, cost);
         }
     }
     (best.0, best.1)
