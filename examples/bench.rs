@@ -2,12 +2,15 @@
 //!
 //! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick]`
 //!
-//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn`, `attention` (none means all). Prints a table, or one JSON
-//! object per line with `op`, `variant`, `device`, `dtype`, `shape`, `median_ms`, `gflops` or
-//! `gbps`, `peak_fraction`, and for the `attention` family `speedup` (unfused time / this row's)
-//! and `peak_mem_mb` (allocator peak on Xpu, peak resident set on Cpu, above the start). Peaks are measured in the same run: memory bandwidth by a large
+//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn`, `attention` (none means all). Prints a
+//! table, or one JSON object per line with `op`, `variant`, `device`, `dtype`, `shape`,
+//! `median_ms`, `gflops` or `gbps`, `peak_fraction`, and for the `attention` family `speedup`
+//! (unfused time / this row's) and `peak_mem_mb` (allocator peak on Xpu, heap peak on Cpu, above
+//! what was in use before). Peaks are measured in the same run: memory bandwidth by a large
 //! copy on each device, and the CPU's FMA rate by a register-only FMA loop.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use xpu::{DType, Device, Tensor};
@@ -428,10 +431,60 @@ fn ffn(
     Ok(())
 }
 
+/// Heap bytes in use and their high-water mark, kept by [`CountingAlloc`] (the Cpu figure of
+/// the `peak_mem_mb` column).
+static HEAP_NOW: AtomicUsize = AtomicUsize::new(0);
+static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// The system allocator, counting live bytes (two relaxed atomics per call).
+struct CountingAlloc;
+
+impl CountingAlloc {
+    fn grew(by: usize) {
+        let now = HEAP_NOW.fetch_add(by, Ordering::Relaxed) + by;
+        HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call forwards to `System` unchanged; only counters are updated.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(layout);
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        HEAP_NOW.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            HEAP_NOW.fetch_sub(layout.size(), Ordering::Relaxed);
+            Self::grew(new_size);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
 /// Peak memory in MB that `f` needs above what is in use when it starts: the Xpu allocator's
-/// peak, or on Cpu the peak resident set (Linux `VmHWM`, reset through `/proc/self/clear_refs`;
-/// `None` where that is unavailable).
-fn peak_mem_mb(device: Device, f: impl Fn() -> xpu::Result<Tensor>) -> xpu::Result<Option<f64>> {
+/// peak, or on Cpu the heap's (every allocation of the process, counted by [`CountingAlloc`]).
+fn peak_mem_mb(device: Device, f: impl Fn() -> xpu::Result<Tensor>) -> xpu::Result<f64> {
     if device == Device::Xpu {
         xpu::synchronize()?;
         xpu::reset_peak_memory_stats()?;
@@ -440,22 +493,13 @@ fn peak_mem_mb(device: Device, f: impl Fn() -> xpu::Result<Tensor>) -> xpu::Resu
         xpu::synchronize()?;
         drop(t);
         let peak = xpu::memory_stats(device)?.peak_allocated;
-        return Ok(Some(peak.saturating_sub(before) as f64 / 1e6));
+        return Ok(peak.saturating_sub(before) as f64 / 1e6);
     }
-    let status_kb = |key: &str| -> Option<f64> {
-        let s = std::fs::read_to_string("/proc/self/status").ok()?;
-        let line = s.lines().find(|l| l.starts_with(key))?;
-        line.split_whitespace().nth(1)?.parse::<f64>().ok()
-    };
     xpu::empty_cache()?; // recycled CPU buffers would hide the op's own allocations
-    if std::fs::write("/proc/self/clear_refs", "5").is_err() {
-        return Ok(None);
-    }
-    let Some(before) = status_kb("VmRSS:") else {
-        return Ok(None);
-    };
+    let before = HEAP_NOW.load(Ordering::Relaxed);
+    HEAP_PEAK.store(before, Ordering::Relaxed);
     drop(f()?);
-    Ok(status_kb("VmHWM:").map(|hwm| (hwm - before).max(0.0) / 1e3))
+    Ok(HEAP_PEAK.load(Ordering::Relaxed).saturating_sub(before) as f64 / 1e6)
 }
 
 /// SD 1.5's largest attention: batch 2, 8 heads, 4096 tokens, head dim 40; self-attention and
@@ -499,7 +543,7 @@ fn attention(
                 peak_flops,
             );
             row.speedup = Some(unfused_ms / ms);
-            row.peak_mem_mb = mem;
+            row.peak_mem_mb = Some(mem);
             rows.push(row);
         }
     }
