@@ -183,7 +183,25 @@ fn check_masks(device: Device) {
         let bool_mask = Tensor::from_vec(keep, &[b, 1, lq, lk], device).unwrap();
         // Additive [Lk] (broadcast over batch, heads and rows), in q's dtype.
         let add = randn(&[lk], dtype, 9).to(device).unwrap();
-        for (mask, scale) in [(&bool_mask, None), (&add, Some(0.3))] {
+        // Additive with -inf, full [B, H, Lq, Lk] as a transposed view of [B, H, Lk, Lq];
+        // row 5 is all -inf (zeros out).
+        let vals: Vec<f32> = (0..b * h * lk * lq)
+            .map(|i| {
+                let (j, row) = ((i / lq) % lk, i % lq);
+                if row == 5 || j % 5 == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    ((i * 37) % 11) as f32 / 10.0 - 0.5
+                }
+            })
+            .collect();
+        let inf_mask = Tensor::from_vec(vals, &[b, h, lk, lq], device)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .transpose(-1, -2)
+            .unwrap();
+        for (mask, scale) in [(&bool_mask, None), (&add, Some(0.3)), (&inf_mask, None)] {
             let s = scale.unwrap_or(1.0 / (d as f64).sqrt());
             let want = reference(&q, &k, &v, Some(mask), s);
             let what = format!("{device} {dtype} mask {}", mask.dtype());
@@ -280,6 +298,49 @@ fn xpu_matches_cpu() {
             let t = tol(dtype);
             let what = format!("xpu {dtype} lq {lq} lk {lk} d {d} dv {dv}");
             assert_close(&what, &values(&got), &want, t, t);
+        }
+    }
+}
+
+/// Ranks other than 4: `[N, L, D]`, and rank 5 with head dims that cannot be merged (a
+/// permuted view), on every device; plus Dv above the Xpu kernel's register budget (unfused
+/// fallback there) and D above the head-dim chunk.
+#[test]
+fn other_ranks_and_large_head_dims() {
+    let _g = xpu_lock();
+    for device in common::devices() {
+        let cases: [(Vec<usize>, usize, usize, usize); 4] = [
+            (vec![6], 17, 24, 24),
+            (vec![2, 3, 2], 9, 16, 8),
+            (vec![2], 13, 200, 24),
+            (vec![2], 13, 16, 176),
+        ];
+        for (lead, l, d, dv) in cases {
+            let mk = |cols: usize, seed: u64, dev: Device| {
+                // Lead dims reversed in memory, then permuted back: non-mergeable strides.
+                let mut shape: Vec<usize> = lead.iter().rev().copied().collect();
+                shape.extend([l, cols]);
+                let t = randn(&shape, DType::F32, seed).to(dev).unwrap();
+                let r = lead.len();
+                let mut perm: Vec<usize> = (0..r).rev().collect();
+                perm.extend([r, r + 1]);
+                t.permute(&perm).unwrap()
+            };
+            let (q, k, v) = (
+                mk(d, 1, Device::Cpu),
+                mk(d, 2, Device::Cpu),
+                mk(dv, 3, Device::Cpu),
+            );
+            let want = reference(&q, &k, &v, None, 1.0 / (d as f64).sqrt());
+            let (qd, kd, vd) = (mk(d, 1, device), mk(d, 2, device), mk(dv, 3, device));
+            let got = qd
+                .scaled_dot_product_attention(&kd, &vd, None, None)
+                .unwrap();
+            let mut shape = lead.clone();
+            shape.extend([l, dv]);
+            assert_eq!(got.shape(), &shape[..]);
+            let what = format!("{device} lead {lead:?} l {l} d {d} dv {dv}");
+            assert_close(&what, &values(&got), &want, 2e-5, 2e-5);
         }
     }
 }
