@@ -357,3 +357,22 @@ fn ops_around_conv_are_correct_on_channels_last_inputs() {
         }
     }
 }
+
+/// No batch items give an empty output (as in PyTorch); no input channels give the bias (the
+/// empty sum; PyTorch 2.x returns a `[N, 0, Ho, Wo]` tensor here instead).
+#[test]
+fn empty_convolutions() {
+    let b = randn(&[3], DType::F32, 1);
+    let x = Tensor::zeros(&[1, 0, 5, 5], DType::F32, Device::Cpu).unwrap();
+    let w = Tensor::zeros(&[3, 0, 3, 3], DType::F32, Device::Cpu).unwrap();
+    let y = x.conv2d(&w, Some(&b), pad(1)).unwrap();
+    assert_eq!(y.shape(), &[1, 3, 5, 5]);
+    let want: Vec<f64> = values(&b).iter().flat_map(|&v| [v; 25]).collect();
+    assert_close("C = 0", &values(&y), &want, 0.0, 0.0);
+    let x = Tensor::zeros(&[0, 2, 5, 5], DType::F32, Device::Cpu).unwrap();
+    let w = randn(&[3, 2, 3, 3], DType::F32, 2);
+    assert_eq!(
+        x.conv2d(&w, Some(&b), pad(1)).unwrap().shape(),
+        &[0, 3, 5, 5]
+    );
+}

@@ -54,6 +54,9 @@ fn pack_gathered<R: RowSource, const MR: usize>(
     dst: &mut [f32],
     simd: bool,
 ) {
+    if u0 >= u1 {
+        return;
+    }
     let mut ptrs = [std::ptr::null::<R::Elem>(); MR];
     let mut next = [std::ptr::null::<R::Elem>(); MR];
     let mut k = u0;
