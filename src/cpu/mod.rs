@@ -12,6 +12,7 @@
 //!   do not depend on the thread count.
 
 mod attention;
+pub(crate) mod conv;
 mod convert;
 mod elem;
 mod elementwise;
