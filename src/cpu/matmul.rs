@@ -156,6 +156,9 @@ pub(super) fn narrow<T: FloatElem>(c: Vec<f32>) -> Vec<T> {
             T::store(k, s, chunk);
         }
     });
+    // The f32 product is as large as the output: recycle it (a fresh one costs a page fault
+    // per 4 KiB on the next call).
+    super::pool::give(c);
     out
 }
 

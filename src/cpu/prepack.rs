@@ -76,7 +76,8 @@ impl PackedWeight {
             ));
         }
         let n = n.1;
-        let mut c = vec![0f32; m * n];
+        // beta = 0: the engine writes every element, so a recycled buffer is fine.
+        let mut c = super::pool::take::<f32>(m * n);
         let mut ep = Epilogue::default().with_activation(activation);
         if let Some(b) = bias {
             ep = ep.with_bias(b);

@@ -356,3 +356,66 @@ fn speed_f32_fraction() {
         });
     }
 }
+
+#[test]
+#[ignore = "manual probe for profiling: AMX_PROBE_SHAPE=MxKxN, AMX_PROBE_THREADS, ~3 s of raw bf16 GEMMs"]
+fn speed_amx_profile_shape() {
+    use crate::cpu::gemm::{gemm_bf16, Epilogue};
+    let shape = std::env::var("AMX_PROBE_SHAPE").unwrap_or_else(|_| "8192x320x1280".into());
+    let d: Vec<usize> = shape.split('x').filter_map(|x| x.parse().ok()).collect();
+    let [m, k, n] = d[..] else {
+        panic!("AMX_PROBE_SHAPE must be MxKxN");
+    };
+    let threads = std::env::var("AMX_PROBE_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("pool");
+    let mut rng = Rng::new(1);
+    let a = Owned::<bf16>::random(m, k, Lay::Row, &mut rng);
+    let b = Owned::<bf16>::random(k, n, Lay::Row, &mut rng);
+    let mut c = vec![0f32; m * n];
+    let flops = 2.0 * (m * n * k) as f64;
+    pool.install(|| {
+        let t0 = std::time::Instant::now();
+        let mut best = f64::MAX;
+        while t0.elapsed().as_secs_f64() < 3.0 {
+            let t = std::time::Instant::now();
+            gemm_bf16(a.view(), b.view(), &mut c, n, &Epilogue::default()).expect("gemm");
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "{shape} on {threads} threads: best {:.1} GFLOP/s",
+            flops / best / 1e9
+        );
+    });
+}
+
+#[test]
+#[ignore = "manual probe: Tensor::matmul (bf16 in, bf16 out) against the raw engine call"]
+fn speed_amx_tensor_matmul() {
+    use crate::{DType, Device, Tensor};
+    let shape = std::env::var("AMX_PROBE_SHAPE").unwrap_or_else(|_| "8192x320x1280".into());
+    let d: Vec<usize> = shape.split('x').filter_map(|x| x.parse().ok()).collect();
+    let [m, k, n] = d[..] else {
+        panic!("AMX_PROBE_SHAPE must be MxKxN");
+    };
+    let flops = 2.0 * (m * n * k) as f64;
+    for dtype in [DType::F32, DType::BF16] {
+        let a = Tensor::randn(&[m, k], dtype, Device::Cpu, 1).expect("randn");
+        let b = Tensor::randn(&[k, n], dtype, Device::Cpu, 2).expect("randn");
+        let mut f = || {
+            a.matmul(&b).expect("matmul");
+        };
+        f();
+        let t = best_of(10, &mut f);
+        println!(
+            "Tensor::matmul {dtype:?} {shape}: best {:.1} GFLOP/s ({:.2} ms)",
+            flops / t / 1e9,
+            t * 1e3
+        );
+    }
+}
