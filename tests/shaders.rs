@@ -51,3 +51,25 @@ fn shader_files_on_disk_are_the_ones_compiled() {
         );
     }
 }
+
+#[test]
+fn attention_workgroup_memory_fits_the_webgpu_minimum() {
+    // The fused attention kernel must run on any adapter: WebGPU guarantees 16 KiB of
+    // workgroup memory, and its tiles are sized for head dims up to 160 within that.
+    let sources = xpu::shader_sources();
+    let (file, source) = sources
+        .iter()
+        .find(|(f, _)| *f == "attention.wgsl")
+        .expect("attention.wgsl is compiled by the runtime");
+    let module = validate(file, source);
+    let bytes: u32 = module
+        .global_variables
+        .iter()
+        .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, g)| module.types[g.ty].inner.size(module.to_ctx()))
+        .sum();
+    assert!(
+        bytes > 0 && bytes <= 16 * 1024,
+        "{file}: {bytes} bytes of workgroup memory"
+    );
+}
