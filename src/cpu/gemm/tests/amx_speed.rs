@@ -419,3 +419,39 @@ fn speed_amx_tensor_matmul() {
         );
     }
 }
+
+#[test]
+#[ignore = "manual probe: single-thread f32 GEMM, best of 60 short runs, as a fraction of the best FMA-loop run"]
+fn speed_f32_single_best() {
+    use crate::cpu::gemm::{gemm_f32, measure_fma_peak_gflops, Epilogue};
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    pool.install(|| {
+        let peak = (0..5)
+            .map(|_| measure_fma_peak_gflops(1))
+            .fold(0.0, f64::max);
+        for (m, k, n) in [
+            (512, 512, 512),
+            (1024, 320, 1280),
+            (768, 640, 640),
+            (2048, 1024, 256),
+        ] {
+            let mut rng = Rng::new(1);
+            let a = Owned::<f32>::random(m, k, Lay::Row, &mut rng);
+            let b = Owned::<f32>::random(k, n, Lay::Row, &mut rng);
+            let mut c = vec![0f32; m * n];
+            let flops = 2.0 * (m * n * k) as f64;
+            let mut f =
+                || gemm_f32(a.view(), b.view(), &mut c, n, &Epilogue::default()).expect("gemm");
+            f();
+            let t = best_of(60, &mut f);
+            println!(
+                "f32 1 thread {m}x{k}x{n}: {:.1} GFLOP/s = {:.0}% of {peak:.0}",
+                flops / t / 1e9,
+                100.0 * flops / t / 1e9 / peak
+            );
+        }
+    });
+}
