@@ -179,8 +179,9 @@ fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc:
             _ => load_row(c.k, &c.q, (at, d), c.qmul, qr),
         }
     }
-    let kt_all = &c.kv.kt[h * c.kv.kt_head..][..c.kv.kt_head];
-    let v_all = &c.kv.v[h * c.kv.v_head..][..c.kv.v_head];
+    let hk = h - c.kv.h0;
+    let kt_all = &c.kv.kt[hk * c.kv.kt_head..][..c.kv.kt_head];
+    let v_all = &c.kv.v[hk * c.kv.v_head..][..c.kv.v_head];
     let level = c.k.level();
     for (b, (kt, v)) in kt_all
         .chunks(dk * KB)
@@ -262,18 +263,8 @@ fn attention_float<T: FloatElem>(
         return out;
     }
     let dvp = s.dv.div_ceil(16).max(1) * 16;
-    let packed = pack_kv(k, (&kv.0, &kv.1), s, dvp);
-    let ctx = Ctx {
-        k,
-        q,
-        kv: packed,
-        mask,
-        s,
-        dvp,
-        qmul: s.scale * std::f32::consts::LOG2_E,
-    };
     // Enough tasks to balance the threads, at most MAX_TILES_PER_TASK tiles each.
-    let heads = s.heads();
+    let (heads, threads) = (s.heads(), rayon::current_num_threads());
     let tiles = s.lq.div_ceil(MR);
     // Short key sequences (cross-attention) keep little in cache: take bigger tasks.
     let mut per_task = if s.lk <= 2 * KB {
@@ -281,19 +272,39 @@ fn attention_float<T: FloatElem>(
     } else {
         MAX_TILES_PER_TASK
     };
-    while per_task > 1 && heads * tiles.div_ceil(per_task) < 4 * rayon::current_num_threads() {
+    while per_task > 1 && heads * tiles.div_ceil(per_task) < 4 * threads {
         per_task /= 2;
     }
     let rows_per_task = per_task * MR;
-    let mut tasks: Vec<(usize, usize, &mut [T])> = Vec::new();
-    for (h, head) in out.chunks_mut(s.lq * s.dv).enumerate() {
-        for (i, part) in head.chunks_mut(rows_per_task * s.dv).enumerate() {
-            tasks.push((h, i * rows_per_task, part));
+    // Heads are packed and computed a group at a time (packed K/V memory stays at a few heads'
+    // worth), each group big enough to keep every thread busy.
+    let tasks_per_head = tiles.div_ceil(per_task);
+    let group = heads.min((2 * threads).max((4 * threads).div_ceil(tasks_per_head)));
+    let mut heads_out = out.chunks_mut(s.lq * s.dv).enumerate();
+    for h0 in (0..heads).step_by(group.max(1)) {
+        let h1 = (h0 + group).min(heads);
+        let ctx = Ctx {
+            k,
+            q: View {
+                data: q.data,
+                layout: q.layout,
+            },
+            kv: pack_kv(k, (&kv.0, &kv.1), s, dvp, h0..h1),
+            mask,
+            s,
+            dvp,
+            qmul: s.scale * std::f32::consts::LOG2_E,
+        };
+        let mut tasks: Vec<(usize, usize, &mut [T])> = Vec::new();
+        for (h, head) in heads_out.by_ref().take(h1 - h0) {
+            for (i, part) in head.chunks_mut(rows_per_task * s.dv).enumerate() {
+                tasks.push((h, i * rows_per_task, part));
+            }
         }
+        tasks
+            .into_par_iter()
+            .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
     }
-    tasks
-        .into_par_iter()
-        .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
     out
 }
 

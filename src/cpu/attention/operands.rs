@@ -104,6 +104,8 @@ pub(super) struct PackedKv {
     /// Floats per head in `kt` / `v`.
     pub(super) kt_head: usize,
     pub(super) v_head: usize,
+    /// The first head packed (the buffers hold heads `h0..`).
+    pub(super) h0: usize,
 }
 
 pub(super) fn pack_kv<T: FloatElem>(
@@ -111,20 +113,23 @@ pub(super) fn pack_kv<T: FloatElem>(
     kv: (&View<T>, &View<T>),
     s: &AttnShape,
     dvp: usize,
+    heads: std::ops::Range<usize>,
 ) -> PackedKv {
     let (d, dk, dv, lk) = (s.d, s.d.max(1), s.dv, s.lk);
     let blocks = lk.div_ceil(KB);
     let (kt_head, v_head) = (blocks * dk * KB, blocks * KB * dvp);
-    let heads = s.heads();
-    let mut kt = vec![0f32; heads * kt_head];
-    let mut v = vec![0f32; heads * v_head];
+    let h0 = heads.start;
+    let n = heads.len();
+    let mut kt = vec![0f32; n * kt_head];
+    let mut v = vec![0f32; n * v_head];
     let (kview, vview) = kv;
     let (krs, _) = mat_strides(kview.layout);
     let (vrs, _) = mat_strides(vview.layout);
     kt.par_chunks_mut(kt_head.max(1))
         .zip(v.par_chunks_mut(v_head.max(1)))
         .enumerate()
-        .for_each(|(h, (kt, vh))| {
+        .for_each(|(i, (kt, vh))| {
+            let h = h0 + i;
             let (kb0, vb0) = (head_base(kview.layout, h), head_base(vview.layout, h));
             let mut row = vec![0f32; dk];
             for j in 0..lk {
@@ -141,6 +146,7 @@ pub(super) fn pack_kv<T: FloatElem>(
         v,
         kt_head,
         v_head,
+        h0,
     }
 }
 
