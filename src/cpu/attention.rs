@@ -1,7 +1,8 @@
 //! Fused scaled dot-product attention on the CPU: [`CpuStorage::attention`].
 //!
-//! Algorithm (flash-attention's blocked online softmax): K and V of each head are packed once
-//! into f32 blocks of [`KB`] keys (K transposed, `[D][KB]`; V `[KB][Dv rounded up to 16]`,
+//! Algorithm (flash-attention's blocked online softmax): heads are processed a group at a time
+//! (enough to keep every thread busy); K and V of each head of the group are packed once into
+//! f32 blocks of [`KB`] keys (K transposed, `[D][KB]`; V `[KB][Dv rounded up to 16]`,
 //! zero-padded). Work is split over rayon into tasks of one head × a block of query rows; a task
 //! packs its queries (pre-multiplied by `scale·log2 e`, so the softmax uses `exp2`), then for
 //! every key block and every tile of [`MR`] query rows computes the `MR × KB` scores, adds the
