@@ -364,6 +364,7 @@ fn xpu_memory_stays_linear_in_sequence() {
     let peak = xpu::memory_stats(Device::Xpu).unwrap().peak_allocated - before;
     let linear = (l * d * 4) as u64; // one f32 [seq, head_dim] tensor
     let scores = (l * l * 4) as u64;
+    eprintln!("fused attention {l}x{l}x{d}: allocator peak {peak} B (scores would be {scores} B)");
     assert!(
         peak <= 4 * linear,
         "peak {peak} B above 4 x {linear} B (seq x head_dim f32)"
