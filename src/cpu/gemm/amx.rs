@@ -145,7 +145,7 @@ const CFG: TileCfg = {
 ///
 /// # Safety
 /// [`amx_status`] must have returned `Ok`.
-unsafe fn load_config() {
+pub(crate) unsafe fn load_config() {
     asm!("ldtilecfg [{0}]", in(reg) CFG.0.as_ptr(), options(nostack, readonly, preserves_flags));
 }
 
@@ -153,7 +153,7 @@ unsafe fn load_config() {
 ///
 /// # Safety
 /// [`amx_status`] must have returned `Ok`.
-unsafe fn release() {
+pub(crate) unsafe fn release() {
     asm!("tilerelease", options(nostack, nomem, preserves_flags));
 }
 
@@ -246,7 +246,7 @@ struct Ends {
 /// # Safety
 /// As [`Kernel::tile`], with the tile configuration loaded on this thread.
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_amx(kcu: usize, a: *const u32, b: *const u32, t: &Tile, ep: &EpCtx) {
+pub(crate) unsafe fn tile_amx(kcu: usize, a: *const u32, b: *const u32, t: &Tile, ep: &EpCtx) {
     let steps = kcu / STEP;
     let mut acc = std::mem::MaybeUninit::<Acc>::uninit();
     let buf = acc.as_mut_ptr() as *mut u8;

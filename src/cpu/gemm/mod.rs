@@ -20,6 +20,8 @@
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod amx;
+#[cfg(target_arch = "x86_64")]
+mod amx_gather;
 mod amx_pack;
 #[cfg(target_arch = "x86_64")]
 mod avx512;

@@ -5,6 +5,8 @@
 
 mod amx;
 #[cfg(target_arch = "x86_64")]
+mod amx_gather;
+#[cfg(target_arch = "x86_64")]
 mod amx_speed;
 mod epilogue;
 mod misc;
