@@ -320,7 +320,13 @@ impl Storage {
                     Some((Storage::Cpu(ms), ml)) => Some((ms, ml)),
                     Some((other, _)) => return Err(mismatch(op, self, other)),
                 };
-                Ok(Storage::Cpu(qs.attention(q, (ks, k.1), (vs, v.1), m, shape)?))
+                Ok(Storage::Cpu(qs.attention(
+                    q,
+                    (ks, k.1),
+                    (vs, v.1),
+                    m,
+                    shape,
+                )?))
             }
             (Storage::Xpu(qs), Storage::Xpu(ks), Storage::Xpu(vs), m) => {
                 let m = match m {
@@ -328,7 +334,13 @@ impl Storage {
                     Some((Storage::Xpu(ms), ml)) => Some((ms, ml)),
                     Some((other, _)) => return Err(mismatch(op, self, other)),
                 };
-                Ok(Storage::Xpu(qs.attention(q, (ks, k.1), (vs, v.1), m, shape)?))
+                Ok(Storage::Xpu(qs.attention(
+                    q,
+                    (ks, k.1),
+                    (vs, v.1),
+                    m,
+                    shape,
+                )?))
             }
             (_, ks, vs, _) => Err(mismatch(
                 op,
