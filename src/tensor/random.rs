@@ -22,12 +22,14 @@ fn unit(seed: u64, index: u64) -> f64 {
 fn fill(n: usize, f: impl Fn(u64) -> f32 + Sync) -> Vec<f32> {
     use rayon::prelude::*;
     let mut out = vec![0f32; n];
-    out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
-        let base = (c << 16) as u64;
-        for (j, v) in chunk.iter_mut().enumerate() {
-            *v = f(base + j as u64);
-        }
-    });
+    out.par_chunks_mut(1 << 16)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let base = (c << 16) as u64;
+            for (j, v) in chunk.iter_mut().enumerate() {
+                *v = f(base + j as u64);
+            }
+        });
     out
 }
 
