@@ -103,27 +103,30 @@ fn pack_b_panel(b: &MatRef<bf16>, l: &BLayout, p: usize, (u0, u1): (usize, usize
             .all(|(i, c)| *c == Some(c0 + i));
         #[cfg(target_arch = "x86_64")]
         if run && cs == 1 && nv == 16 && simd_pack() {
-            if ureal > u0 {
-                let src: &[u16] = bytemuck::cast_slice(&b.data[off + c0..]);
-                // The last row read, 2 * ureal - 1 or k - 1, holds columns c0..c0 + 16 inside the
-                // validated view, so every load stays in `src`.
-                let last = (2 * ureal - 1).min(k - 1) * rs + 15;
-                assert!(last < src.len() && ch.len() >= (ureal - u0) * NR);
-                // SAFETY: AVX-512F checked by simd_pack(); bounds asserted above.
-                unsafe {
-                    super::amx::pack_b_half(
-                        src.as_ptr(),
-                        rs,
-                        k,
-                        (u0, ureal),
-                        ch[half * 16..].as_mut_ptr(),
-                    )
-                };
+            let src: &[u16] = bytemuck::cast_slice(b.data.get(off + c0..).unwrap_or(&[]));
+            // The last row read (2 * ureal - 1, or k - 1) holds columns c0..c0 + 16 of the
+            // validated view, and the last write ends inside this panel: checked, not assumed.
+            let fits = ureal == u0
+                || ((2 * ureal - 1).min(k - 1) * rs + 15 < src.len()
+                    && (ureal - u0 - 1) * NR + half * 16 + 16 <= ch.len());
+            if fits {
+                if ureal > u0 {
+                    // SAFETY: AVX-512F checked by simd_pack(); bounds checked just above.
+                    unsafe {
+                        super::amx::pack_b_half(
+                            src.as_ptr(),
+                            rs,
+                            k,
+                            (u0, ureal),
+                            ch[half * 16..].as_mut_ptr(),
+                        )
+                    };
+                }
+                for u in ureal..u1 {
+                    ch[(u - u0) * NR + half * 16..][..16].fill(0);
+                }
+                continue;
             }
-            for u in ureal..u1 {
-                ch[(u - u0) * NR + half * 16..][..16].fill(0);
-            }
-            continue;
         }
         for u in u0..u1 {
             let d = &mut ch[(u - u0) * NR + half * 16..][..16];
