@@ -273,12 +273,16 @@ impl<'a> Conv2dBuilder<'a> {
     }
 
     /// The Cpu engine with weights packed beforehand (`nn::Conv2d` packs once) and the bias
-    /// widened to f32.
+    /// widened to f32. Panels that cannot serve this call (AMX panels while the GEMM path is
+    /// forced off AMX) are bypassed: the weight is packed for this call as [`Self::run`] does.
     pub(crate) fn run_prepacked(
         &self,
         packed: &PackedConv,
         bias: Option<&[f32]>,
     ) -> Result<Tensor> {
+        if !packed.serves(self.x.dtype()) {
+            return self.run();
+        }
         let (g, fmt) = self.validate()?;
         conv2d_cpu(self.x, packed, bias, self.epilogue(), &g, fmt)
     }

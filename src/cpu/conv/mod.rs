@@ -9,8 +9,13 @@
 //! output. A 1×1 stride-1 convolution is therefore a plain GEMM on the NHWC view.
 //!
 //! Invariants:
-//! - [`PackedConv`] holds B as the engine's f32 panels, one [`PackedB`] per group, built once
-//!   (by `nn::Conv2d`, or per call by `conv2d`); 16-bit weights are widened exactly.
+//! - [`PackedConv`] holds B once per group, built once (by `nn::Conv2d`, or per call by
+//!   `conv2d`): as the engine's f32 panels (16-bit weights widened exactly), or — for bf16
+//!   weights when the bf16 method is AMX — as bf16 AMX panels, so a bf16 convolution runs on
+//!   the AMX tiles with its input gathered straight into AMX micro-panels (never widened). AMX
+//!   panels serve only bf16 inputs on the AVX-512 path ([`PackedConv::serves`]); any other call
+//!   packs f32 panels from the weight tensor instead (the caller's fallback), so a forced
+//!   portable path never needs AMX.
 //! - The input view must have channel stride 1 (any other strides, any offset); it is checked
 //!   against its storage once, before any unchecked read.
 //! - Accumulation is f32; 16-bit outputs are rounded once at the end.
@@ -24,43 +29,59 @@ pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight};
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 
 use super::gemm::{
-    self, Activation, Epilogue, GemmPath, MatRef, PackedB, RowSource, ToF32, GATHER_KCU,
+    self, bf16_method, Activation, Bf16Method, Epilogue, GemmPath, MatRef, PackedB, RowSource,
+    ToF32, GATHER_KCU,
 };
 use super::matmul::narrow;
 use super::storage::CpuStorage;
 use crate::layout::Layout;
 use crate::ops::conv::ConvGeom;
 use crate::{DType, Device, Error, Result};
+use half::bf16;
+
+/// The B panels of a [`PackedConv`], one per group.
+enum Panels {
+    /// The f32 gather engine's panels.
+    F32(Vec<PackedB<f32>>),
+    /// bf16 panels in the AMX layout.
+    Amx(Vec<PackedB<bf16>>),
+}
 
 /// Convolution weights prepacked for the implicit GEMM: per group, B = `[kh·kw·C/G, O/G]`.
 pub(crate) struct PackedConv {
     /// `[O, C/G, kh, kw]` of the source weight.
     pub shape: [usize; 4],
     pub groups: usize,
-    panels: Vec<PackedB<f32>>,
+    panels: Panels,
+}
+
+/// Checks `w` against `shape` and `groups`; returns `(O/G, K)`.
+fn check_weight(len: usize, shape: [usize; 4], groups: usize) -> Result<(usize, usize)> {
+    let [o, cg, kh, kw] = shape;
+    if groups == 0 || !o.is_multiple_of(groups) || len != o * cg * kh * kw {
+        return Err(Error::invalid(
+            "conv2d prepack",
+            format!("weight {shape:?} with {len} values and groups {groups}"),
+        ));
+    }
+    Ok((o / groups, kh * kw * cg))
+}
+
+/// OIHW -> OHWI, so that k = tap * cg + c runs contiguously along each output channel (B is
+/// that matrix transposed, a strided view the packer reads in place).
+fn to_ohwi<E: super::pool::Recycle + Send + Sync>(w: &[E], [o, cg, kh, kw]: [usize; 4]) -> Vec<E> {
+    if kh * kw > 1 && cg > 1 {
+        transpose::transpose(w, 0, (o, cg, kh * kw))
+    } else {
+        w.to_vec()
+    }
 }
 
 impl PackedConv {
     /// Packs a row-major `[O, C/G, kh, kw]` f32 weight.
     pub(crate) fn new(w: &[f32], shape: [usize; 4], groups: usize) -> Result<PackedConv> {
-        let [o, cg, kh, kw] = shape;
-        if groups == 0 || !o.is_multiple_of(groups) || w.len() != o * cg * kh * kw {
-            return Err(Error::invalid(
-                "conv2d prepack",
-                format!(
-                    "weight {shape:?} with {} values and groups {groups}",
-                    w.len()
-                ),
-            ));
-        }
-        let (og, k) = (o / groups, kh * kw * cg);
-        // OIHW -> OHWI, so that k = tap * cg + c runs contiguously along each output channel;
-        // B = that matrix transposed (a strided view the packer reads in place).
-        let ohwi = if kh * kw > 1 && cg > 1 {
-            transpose::transpose(w, 0, (o, cg, kh * kw))
-        } else {
-            w.to_vec()
-        };
+        let (og, k) = check_weight(w.len(), shape, groups)?;
+        let ohwi = to_ohwi(w, shape);
         let mut panels = Vec::with_capacity(groups);
         for gi in 0..groups {
             let b = MatRef::new(&ohwi, gi * og * k, k, og, 1, k);
@@ -70,8 +91,46 @@ impl PackedConv {
         Ok(PackedConv {
             shape,
             groups,
-            panels,
+            panels: Panels::F32(panels),
         })
+    }
+
+    /// Packs a row-major `[O, C/G, kh, kw]` bf16 weight in the AMX layout, or `None` when the
+    /// bf16 method of this process is not AMX (then the weight is packed with [`Self::new`]).
+    pub(crate) fn new_amx(
+        w: &[bf16],
+        shape: [usize; 4],
+        groups: usize,
+    ) -> Result<Option<PackedConv>> {
+        if bf16_method() != Bf16Method::Amx {
+            return Ok(None);
+        }
+        let (og, k) = check_weight(w.len(), shape, groups)?;
+        let ohwi = to_ohwi(w, shape);
+        let mut panels = Vec::with_capacity(groups);
+        for gi in 0..groups {
+            let b = MatRef::new(&ohwi, gi * og * k, k, og, 1, k);
+            let p = PackedB::<bf16>::new(b)?;
+            if !p.is_amx() {
+                return Ok(None);
+            }
+            panels.push(p);
+        }
+        super::pool::give(ohwi);
+        Ok(Some(PackedConv {
+            shape,
+            groups,
+            panels: Panels::Amx(panels),
+        }))
+    }
+
+    /// True when these panels can run a convolution of `dtype` inputs right now (AMX panels:
+    /// bf16 inputs with AMX usable on the current GEMM path).
+    pub(crate) fn serves(&self, dtype: DType) -> bool {
+        match self.panels {
+            Panels::F32(_) => true,
+            Panels::Amx(_) => dtype == DType::BF16 && bf16_method() == Bf16Method::Amx,
+        }
     }
 }
 
@@ -135,7 +194,40 @@ pub(crate) struct ConvEpilogue<'a> {
     pub path: GemmPath,
 }
 
-fn conv_typed<S: ToF32 + Sync + bytemuck::Zeroable>(
+/// Input element types of the engine; bf16 can also run on AMX panels.
+trait ConvElem: ToF32 + Sync + bytemuck::Zeroable {
+    /// Runs the product on AMX panels; `Ok(false)` (C untouched) when this type or this
+    /// process cannot.
+    fn run_amx(
+        _path: GemmPath,
+        _src: &NhwcSource<Self>,
+        _m: usize,
+        _b: &PackedB<bf16>,
+        _c: &mut [f32],
+        _ldc: usize,
+        _e: &Epilogue,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+impl ConvElem for f32 {}
+impl ConvElem for half::f16 {}
+impl ConvElem for bf16 {
+    fn run_amx(
+        path: GemmPath,
+        src: &NhwcSource<bf16>,
+        m: usize,
+        b: &PackedB<bf16>,
+        c: &mut [f32],
+        ldc: usize,
+        e: &Epilogue,
+    ) -> Result<bool> {
+        gemm::gemm_gather_amx(path, src, m, b, c, ldc, e)
+    }
+}
+
+fn conv_typed<S: ConvElem>(
     data: &[S],
     xl: &Layout,
     w: &PackedConv,
@@ -174,7 +266,7 @@ fn conv_typed<S: ToF32 + Sync + bytemuck::Zeroable>(
     let m = g.m();
     let mut out = super::pool::take::<f32>(m * g.o);
     let zeros = vec![S::zeroed(); cg.max(1)];
-    for (gi, b) in w.panels.iter().enumerate() {
+    for gi in 0..groups {
         let src = NhwcSource {
             data,
             base: xl.offset() + gi * cg,
@@ -200,7 +292,18 @@ fn conv_typed<S: ToF32 + Sync + bytemuck::Zeroable>(
                 r.col_stride,
             ));
         }
-        gemm::gemm_gather(ep.path, &src, m, b, &mut out[gi * og..], g.o, &e)?;
+        let c = &mut out[gi * og..];
+        match &w.panels {
+            Panels::F32(p) => gemm::gemm_gather(ep.path, &src, m, &p[gi], c, g.o, &e)?,
+            Panels::Amx(p) => {
+                if !S::run_amx(ep.path, &src, m, &p[gi], c, g.o, &e)? {
+                    return Err(Error::invalid(
+                        op,
+                        "internal: AMX-packed weights used where AMX cannot run",
+                    ));
+                }
+            }
+        }
     }
     Ok(out)
 }

@@ -80,9 +80,21 @@ pub(crate) fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
     t.to_dtype(DType::F32)?.to_vec::<f32>()
 }
 
-/// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for the implicit GEMM.
+/// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for the implicit GEMM:
+/// bf16 weights in the AMX layout when AMX is this process's bf16 method, else f32 panels.
 pub(crate) fn pack_weight(w: &Tensor, groups: usize) -> Result<PackedConv> {
     let shape = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
+    if w.dtype() == DType::BF16 {
+        let dense = w.contiguous()?;
+        if let Storage::Cpu(CpuStorage::BF16(v)) = dense.storage() {
+            let off = dense.layout().offset();
+            if let Some(data) = v.get(off..off + dense.numel()) {
+                if let Some(p) = PackedConv::new_amx(data, shape, groups)? {
+                    return Ok(p);
+                }
+            }
+        }
+    }
     if let (Storage::Cpu(CpuStorage::F32(v)), true) = (w.storage(), w.is_contiguous()) {
         let off = w.layout().offset();
         if let Some(data) = v.get(off..off + w.numel()) {

@@ -67,13 +67,16 @@ fn case(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> ConvGeom {
     }
 }
 
-#[test]
-fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
-    let pad = |p: usize| Conv2dParams {
+fn pad(p: usize) -> Conv2dParams {
+    Conv2dParams {
         padding: (p, p),
         ..Default::default()
-    };
-    let cases = [
+    }
+}
+
+/// Odd channel counts, K over several blocks, 1×1, depthwise, stride/dilation/groups.
+fn cases() -> [ConvGeom; 5] {
+    [
         case([2, 33, 7, 5], [5, 33, 3, 3], pad(1)),
         case([1, 70, 5, 6], [40, 70, 3, 3], pad(1)),
         case([1, 17, 13, 9], [3, 17, 1, 1], Conv2dParams::default()),
@@ -95,23 +98,34 @@ fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
                 groups: 2,
             },
         ),
-    ];
+    ]
+}
+
+/// The input as channels 1..C+1 of a wider NHWC tensor (offset 1, pixel stride C + 3): the
+/// wide values, the dense NHWC values, and the view's layout.
+fn channel_slice_input(g: &ConvGeom, seed: u64) -> (Vec<f32>, Vec<f32>, Layout) {
+    let cs = g.c + 3;
+    let wide = rand_vec(g.n * g.h * g.w * cs, seed);
+    let x: Vec<f32> = (0..g.n * g.h * g.w)
+        .flat_map(|px| wide[px * cs + 1..px * cs + 1 + g.c].to_vec())
+        .collect();
+    let xl = Layout::from_parts(
+        vec![g.n, g.c, g.h, g.w],
+        vec![g.h * g.w * cs, 1, g.w * cs, cs],
+        1,
+    );
+    (wide, x, xl)
+}
+
+#[test]
+fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
+    let cases = cases();
     let mut paths = vec![GemmPath::Fallback];
     if gemm::gemm_path(DType::F32) == GemmPath::Avx512 {
         paths.push(GemmPath::Avx512);
     }
     for (ci, g) in cases.iter().enumerate() {
-        // The input is channels 1..C+1 of a wider NHWC tensor: offset 1, pixel stride C + 3.
-        let cs = g.c + 3;
-        let wide = rand_vec(g.n * g.h * g.w * cs, ci as u64);
-        let x: Vec<f32> = (0..g.n * g.h * g.w)
-            .flat_map(|px| wide[px * cs + 1..px * cs + 1 + g.c].to_vec())
-            .collect();
-        let xl = Layout::from_parts(
-            vec![g.n, g.c, g.h, g.w],
-            vec![g.h * g.w * cs, 1, g.w * cs, cs],
-            1,
-        );
+        let (wide, x, xl) = channel_slice_input(g, ci as u64);
         let wshape = [g.o, g.c / g.p.groups, g.kh, g.kw];
         let w = rand_vec(wshape.iter().product(), 100 + ci as u64);
         let bias = rand_vec(g.o, 200 + ci as u64);
@@ -157,6 +171,62 @@ fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// bf16 weights packed for AMX (when AMX is this process's bf16 method) give the direct result
+/// on the rounded values, with the whole epilogue and a bf16 output; the panels refuse f32
+/// inputs and the portable path, and are not built at all without AMX.
+#[test]
+fn amx_panels_match_direct_loops_for_bf16() -> Result<()> {
+    let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect() };
+    for (ci, g) in cases().iter().enumerate() {
+        let (wide, x, xl) = channel_slice_input(g, 40 + ci as u64);
+        let wshape = [g.o, g.c / g.p.groups, g.kh, g.kw];
+        let w = round(&rand_vec(wshape.iter().product(), 140 + ci as u64));
+        let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        let Some(packed) = PackedConv::new_amx(&wb, wshape, g.p.groups)? else {
+            assert_ne!(gemm::bf16_method(), Bf16Method::Amx, "AMX panels expected");
+            continue;
+        };
+        assert!(packed.serves(DType::BF16) && !packed.serves(DType::F32));
+        let bias = rand_vec(g.o, 240 + ci as u64);
+        let res = rand_vec(g.m() * (g.o + 1), 340 + ci as u64);
+        let want = direct(&round(&x), &w, g, &bias, &res);
+        let src = CpuStorage::BF16(wide.iter().map(|&v| bf16::from_f32(v)).collect());
+        for out_dtype in [DType::F32, DType::BF16] {
+            let ep = ConvEpilogue {
+                bias: Some(&bias),
+                activation: Activation::Silu,
+                residual: Some(MatRef::new(&res, 0, g.m(), g.o, g.o + 1, 1)),
+                out_dtype,
+                path: GemmPath::Avx512,
+            };
+            let out = conv2d_nhwc(&src, &xl, &packed, g, &ep)?;
+            let got: Vec<f32> = match out {
+                CpuStorage::F32(ref v) => v.clone(),
+                CpuStorage::BF16(ref v) => v.iter().map(|b| b.to_f32()).collect(),
+                _ => panic!("unexpected output dtype {:?}", out.dtype()),
+            };
+            let tol = if out_dtype == DType::F32 { 1e-4 } else { 8e-3 };
+            for (i, (&a, &b)) in got.iter().zip(want.iter()).enumerate() {
+                assert!(
+                    (a as f64 - b).abs() <= tol * (1.0 + b.abs()),
+                    "case {ci} {out_dtype:?} [{i}]: {a} vs {b}"
+                );
+            }
+        }
+        // The portable path cannot run AMX panels: an error, never a wrong result (callers
+        // check `serves` first and pack f32 panels instead).
+        let ep = ConvEpilogue {
+            bias: None,
+            activation: Activation::None,
+            residual: None,
+            out_dtype: DType::F32,
+            path: GemmPath::Fallback,
+        };
+        assert!(conv2d_nhwc(&src, &xl, &packed, g, &ep).is_err());
     }
     Ok(())
 }

@@ -88,9 +88,6 @@ fn pack_gathered_amx<R: RowSource<Elem = bf16>>(
 /// `Ok(false)` without touching C when AMX cannot run here (`path` is not
 /// [`GemmPath::Avx512`], the CPU/OS/process lacks AMX, or `b` has another layout); validates C,
 /// the bias and the residual like the plain entry points.
-// Offered to the convolution (its bf16 weights would be packed as `PackedB<bf16>`); until it is
-// wired there only the tests call it.
-#[allow(dead_code)]
 pub(crate) fn gemm_gather_amx<R: RowSource<Elem = bf16>>(
     path: GemmPath,
     src: &R,

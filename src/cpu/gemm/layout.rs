@@ -247,6 +247,11 @@ impl<T: PackElem> PackedB<T> {
         self.layout.n
     }
 
+    /// True when packed in the AMX tile layout.
+    pub(crate) fn is_amx(&self) -> bool {
+        self.layout.kind == PackKind::Amx
+    }
+
     /// True when built by [`PackedB::new_geglu`].
     pub fn is_geglu(&self) -> bool {
         self.layout.glu
