@@ -5,6 +5,7 @@ mod attention;
 mod config;
 mod config_json;
 mod conv;
+mod feedforward;
 mod layers;
 mod linear;
 mod qkv;
@@ -19,8 +20,9 @@ pub use qkv::FusedQkv;
 
 pub use attention::Attention;
 pub use config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
+pub use feedforward::FeedForward;
 pub use layers::{GroupNorm, LayerNorm};
 pub use resnet::{Downsample2D, ResnetBlock2D, Upsample2D};
-pub use transformer::{BasicTransformerBlock, FeedForward, Transformer2DModel};
+pub use transformer::{BasicTransformerBlock, Transformer2DModel};
 pub use unet::{DownBlock, MidBlock, TimestepEmbedding, UNet2DConditionModel, UpBlock};
 pub use weights::WeightStore;
