@@ -10,6 +10,8 @@
 //! is `(x - mean) / sqrt(var + eps) * w[c] + b[c]` (optionally SiLU'd), computed in `f32` and
 //! rounded once to the input dtype; it is contiguous in the input's shape.
 
+mod nhwc;
+
 use super::elem::FloatElem;
 use super::parallel;
 use super::simd::Kernels;
@@ -159,7 +161,92 @@ where
     }
 }
 
+/// A parameter's slice when it has `dtype` (through `get`), else a dtype error.
+fn typed<'a, T: crate::WithDType>(
+    op: &'static str,
+    dtype: crate::DType,
+    p: Option<(&'a CpuStorage, &'a Layout)>,
+    get: fn(&'a CpuStorage) -> Option<&'a [T]>,
+) -> Result<Option<(&'a [T], &'a Layout)>> {
+    match p {
+        None => Ok(None),
+        Some((s, l)) => match get(s) {
+            Some(v) => Ok(Some((v, l))),
+            None => Err(Error::DTypeMismatch {
+                op,
+                expected: dtype,
+                got: s.dtype(),
+            }),
+        },
+    }
+}
+
+/// Weight and bias of a norm widened to `f32` (checked views of this storage's dtype).
+type WidenedParams = (Option<Vec<f32>>, Option<Vec<f32>>);
+
 impl CpuStorage {
+    /// Group norm (+ SiLU when `spec.silu`) of a 4-D `layout` that is dense channels-last
+    /// (NHWC in memory, see [`crate::MemoryFormat::ChannelsLast`]), with optional `[C]` weight
+    /// and bias of this storage's dtype; float dtypes only. The output is dense NHWC data of
+    /// `layout`'s shape (the caller gives it channels-last strides); see [`nhwc`].
+    pub(crate) fn group_norm_channels_last(
+        &self,
+        op: &'static str,
+        layout: &Layout,
+        weight: Option<(&CpuStorage, &Layout)>,
+        bias: Option<(&CpuStorage, &Layout)>,
+        spec: &NormSpec,
+    ) -> Result<CpuStorage> {
+        let n = check_layout(op, layout, self.len())?;
+        let dense = layout.rank() == 4
+            && layout
+                .permute(&[0, 2, 3, 1])
+                .is_ok_and(|l| l.is_contiguous());
+        if !dense || n != spec.rows() * spec.row_len() {
+            return Err(Error::invalid(
+                op,
+                format!("internal: {layout:?} is not dense channels-last for {spec:?}"),
+            ));
+        }
+        let k = Kernels::current();
+        let s = nhwc::NhwcSpec {
+            batch: spec.batch,
+            pixels: spec.inner,
+            channels: spec.channels,
+            groups: spec.groups,
+            eps: spec.eps,
+            silu: spec.silu,
+        };
+        let off = layout.offset();
+        macro_rules! run {
+            ($variant:ident, $v:expr) => {{
+                let get: for<'s> fn(&'s CpuStorage) -> Option<&'s [_]> = |s| match s {
+                    CpuStorage::$variant(w) => Some(w.as_slice()),
+                    _ => None,
+                };
+                let dt = self.dtype();
+                let w = param(op, typed(op, dt, weight, get)?)?;
+                let b = param(op, typed(op, dt, bias, get)?)?;
+                let (w, b): WidenedParams = (widen(k, w.as_deref()), widen(k, b.as_deref()));
+                let x = $v.get(off..off + n).unwrap_or(&[]);
+                CpuStorage::$variant(nhwc::group_norm_nhwc(k, x, w.as_deref(), b.as_deref(), &s))
+            }};
+        }
+        Ok(match self {
+            CpuStorage::F32(v) => run!(F32, v),
+            CpuStorage::F16(v) => run!(F16, v),
+            CpuStorage::BF16(v) => run!(BF16, v),
+            other => {
+                return Err(Error::UnsupportedDType {
+                    op,
+                    dtype: other.dtype(),
+                    device: Device::Cpu,
+                    hint: ": normalisation needs f32, f16 or bf16; cast first".to_string(),
+                })
+            }
+        })
+    }
+
     /// Layer/group norm of `layout` per `spec`, with optional `[C]` weight and bias of this
     /// storage's dtype; float dtypes only. The output is contiguous in `layout`'s shape.
     pub(crate) fn norm(
@@ -178,24 +265,6 @@ impl CpuStorage {
             ));
         }
         let k = Kernels::current();
-        fn typed<'a, T: crate::WithDType>(
-            op: &'static str,
-            dtype: crate::DType,
-            p: Option<(&'a CpuStorage, &'a Layout)>,
-            get: fn(&'a CpuStorage) -> Option<&'a [T]>,
-        ) -> Result<Option<(&'a [T], &'a Layout)>> {
-            match p {
-                None => Ok(None),
-                Some((s, l)) => match get(s) {
-                    Some(v) => Ok(Some((v, l))),
-                    None => Err(Error::DTypeMismatch {
-                        op,
-                        expected: dtype,
-                        got: s.dtype(),
-                    }),
-                },
-            }
-        }
         macro_rules! run {
             ($variant:ident, $v:expr) => {{
                 let get: for<'s> fn(&'s CpuStorage) -> Option<&'s [_]> = |s| match s {

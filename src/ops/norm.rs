@@ -4,11 +4,32 @@
 //! Invariants: these functions check everything the kernels rely on (float dtype, rank,
 //! `groups` dividing `C`, weight/bias of shape `[C]` with the input's dtype and device, a finite
 //! non-negative `eps`), then forward to `Storage`. Statistics are computed in f32 for every
-//! float dtype with the biased variance; the output has the input's shape and dtype, is
-//! contiguous, and is rounded once. Any strided input view is accepted.
+//! float dtype with the biased variance; the output has the input's shape and dtype and is
+//! rounded once. Any strided input view is accepted. Layer norm output is contiguous; group
+//! norm output keeps the input's memory format as PyTorch's does (dense channels-last for an
+//! input whose [`Tensor::memory_format`] is `ChannelsLast`, contiguous otherwise); on the Cpu
+//! channels-last data is normalised in place of its NHWC order (no transpose).
 
+use crate::cpu::CpuStorage;
 use crate::layout::Layout;
-use crate::{Error, Result, Tensor};
+use crate::storage::{NormSpec, Storage};
+use crate::{Device, Error, MemoryFormat, Result, Tensor};
+
+/// An optional norm parameter as Cpu storage.
+type CpuParam<'a> = Option<(&'a CpuStorage, &'a Layout)>;
+
+/// A parameter's Cpu storage (a device error otherwise, which `check` has already ruled out).
+fn cpu_param<'a>(op: &'static str, p: Option<(&'a Storage, &'a Layout)>) -> Result<CpuParam<'a>> {
+    match p {
+        None => Ok(None),
+        Some((Storage::Cpu(s), l)) => Ok(Some((s, l))),
+        Some((Storage::Xpu(_), _)) => Err(Error::DeviceMismatch {
+            op,
+            lhs: Device::Cpu,
+            rhs: Device::Xpu,
+        }),
+    }
+}
 
 /// Checks the input dtype, `eps` and an optional `[channels]` parameter.
 fn check(
@@ -140,14 +161,40 @@ impl Tensor {
             channels,
             [("weight", weight), ("bias", bias)],
         )?;
-        let s = self.storage().group_norm(
-            self.layout(),
+        let weight = weight.map(|w| (w.storage(), w.layout()));
+        let bias = bias.map(|b| (b.storage(), b.layout()));
+        if self.memory_format() != MemoryFormat::ChannelsLast {
+            let s =
+                self.storage()
+                    .group_norm(self.layout(), groups, weight, bias, eps as f32, silu)?;
+            return Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())));
+        }
+        // Channels-last in, channels-last out (PyTorch keeps the input's memory format).
+        let Storage::Cpu(_) = self.storage() else {
+            let s =
+                self.storage()
+                    .group_norm(self.layout(), groups, weight, bias, eps as f32, silu)?;
+            return Tensor::from_storage(s, Layout::contiguous(self.shape()))
+                .to_memory_format(MemoryFormat::ChannelsLast);
+        };
+        let x = self.to_memory_format(MemoryFormat::ChannelsLast)?;
+        let Storage::Cpu(xs) = x.storage() else {
+            return Err(Error::invalid(op, "internal: not a Cpu tensor"));
+        };
+        let (w, b) = (cpu_param(op, weight)?, cpu_param(op, bias)?);
+        let &[n, c, h, w_] = x.shape() else {
+            return Err(Error::shape(op, "a 4-D [N, C, H, W] tensor", x.shape()));
+        };
+        let spec = NormSpec {
+            batch: n,
+            channels: c,
             groups,
-            weight.map(|w| (w.storage(), w.layout())),
-            bias.map(|b| (b.storage(), b.layout())),
-            eps as f32,
+            inner: h * w_,
+            eps: eps as f32,
             silu,
-        )?;
-        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+        };
+        let out = xs.group_norm_channels_last(op, x.layout(), w, b, &spec)?;
+        Tensor::from_storage(Storage::Cpu(out), Layout::contiguous(&[n, h, w_, c]))
+            .permute(&[0, 3, 1, 2])
     }
 }
