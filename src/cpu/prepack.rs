@@ -2,7 +2,9 @@
 //! GEMM engine's B panels are built once, and each call only packs its activations.
 //!
 //! Invariant: a [`PackedWeight`] holds `B` as `K × N` panels of the weight's own dtype, exactly as
-//! the engine would pack them per call, so prepacked and per-call products are bit-identical.
+//! the engine would pack them per call, so prepacked and per-call products are bit-identical. A
+//! GEGLU pack ([`PackedWeight::new_geglu`]) holds `K × 2N` and its products return
+//! `h · act(g)` (`N` columns); the bias then has `2N` entries.
 
 use super::gemm::{self, Activation, Epilogue, MatRef, PackedB};
 use super::matmul::narrow;
@@ -33,14 +35,30 @@ fn view<'a, T: Copy>(data: &'a [T], l: &Layout) -> MatRef<'a, T> {
 impl PackedWeight {
     /// Packs a 2-D `K × N` view (any strides, e.g. a transposed `[out, in]` weight).
     pub(crate) fn new(s: &CpuStorage, l: &Layout) -> Result<PackedWeight> {
+        Self::build(s, l, false)
+    }
+
+    /// Packs a 2-D `K × 2N` view for GEGLU products (`[h | g]` halves of the columns).
+    pub(crate) fn new_geglu(s: &CpuStorage, l: &Layout) -> Result<PackedWeight> {
+        Self::build(s, l, true)
+    }
+
+    fn build(s: &CpuStorage, l: &Layout, glu: bool) -> Result<PackedWeight> {
         if l.rank() != 2 {
             return Err(Error::shape("prepack", "a 2-D weight", l.shape()));
         }
         check_layout("prepack", l, s.len())?;
+        fn pack<T: gemm::PackElem>(b: MatRef<T>, glu: bool) -> Result<PackedB<T>> {
+            if glu {
+                PackedB::new_geglu(b)
+            } else {
+                PackedB::new(b)
+            }
+        }
         Ok(match s {
-            CpuStorage::F32(v) => PackedWeight::F32(PackedB::new(view(v, l))?),
-            CpuStorage::F16(v) => PackedWeight::F16(PackedB::new(view(v, l))?),
-            CpuStorage::BF16(v) => PackedWeight::BF16(PackedB::new(view(v, l))?),
+            CpuStorage::F32(v) => PackedWeight::F32(pack(view(v, l), glu)?),
+            CpuStorage::F16(v) => PackedWeight::F16(pack(view(v, l), glu)?),
+            CpuStorage::BF16(v) => PackedWeight::BF16(pack(view(v, l), glu)?),
             other => {
                 return Err(Error::UnsupportedDType {
                     op: "prepack",
@@ -52,14 +70,16 @@ impl PackedWeight {
         })
     }
 
-    /// `act(x @ B + bias)` for `x` viewed as `M × K` (contiguous rows), output `M × N` in
-    /// `out_dtype` (`x`'s dtype or f32).
+    /// `act(x @ B + bias) + residual` for `x` viewed as `M × K` (any strides), output `M × N`
+    /// in `x`'s dtype (a GEGLU pack: `h · act(g)` of the two halves, bias `2N` long). The
+    /// residual is `M × N` f32 rows (any strides).
     pub(crate) fn apply(
         &self,
         x: &CpuStorage,
         xl: &Layout,
         bias: Option<&[f32]>,
         activation: Activation,
+        residual: Option<MatRef<f32>>,
     ) -> Result<CpuStorage> {
         let (m, k) = (xl.shape()[0], xl.shape()[1]);
         check_layout("linear", xl, x.len())?;
@@ -76,11 +96,23 @@ impl PackedWeight {
             ));
         }
         let n = n.1;
+        if let Some(r) = &residual {
+            if (r.rows, r.cols) != (m, n) {
+                return Err(Error::shape(
+                    "linear",
+                    format!("a residual of shape [{m}, {n}]"),
+                    &[r.rows, r.cols],
+                ));
+            }
+        }
         // beta = 0: the engine writes every element, so a recycled buffer is fine.
         let mut c = super::pool::take::<f32>(m * n);
         let mut ep = Epilogue::default().with_activation(activation);
         if let Some(b) = bias {
             ep = ep.with_bias(b);
+        }
+        if let Some(r) = residual {
+            ep = ep.with_residual(r);
         }
         if m > 0 && n > 0 {
             match (self, x) {

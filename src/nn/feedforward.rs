@@ -1,53 +1,215 @@
 //! diffusers' `FeedForward` with GEGLU (`net.0.proj` then `net.2`), as used by
 //! `BasicTransformerBlock`.
 //!
-//! Invariant: the gate runs in the first product's store and the second product's store adds
-//! its bias and the block's residual ([`Tensor::ffn_geglu`]'s semantics).
+//! Invariants:
+//! - The gate runs in the first product's store and the second product's store adds its bias
+//!   and the block's residual: exactly [`Tensor::ffn_geglu`]'s semantics on both devices.
+//! - On the Cpu both weights are prepacked once, when the layer is built (IPEX-style): `net.0`
+//!   as a GEGLU pack (`[h | g]` halves), `net.2` as a plain pack, biases widened to f32; a
+//!   forward only packs its activations. On the Xpu the weights are read transposed in place.
 
+use std::sync::Arc;
+
+use crate::cpu::gemm::{Activation, MatRef};
+use crate::cpu::prepack::PackedWeight;
+use crate::cpu::CpuStorage;
 use crate::nn::layers::{join, MapFn};
+use crate::nn::linear::f32_rows;
 use crate::nn::weights::{Init, ParamSource};
-use crate::{Result, Tensor};
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Layout, Result, Tensor};
+
+/// Cpu-only prepacked form: `net.0` (GEGLU) and `net.2` with their f32 biases.
+struct Packed {
+    w1: PackedWeight,
+    b1: Vec<f32>,
+    w2: PackedWeight,
+    b2: Vec<f32>,
+}
 
 /// diffusers' `FeedForward(dim, activation_fn="geglu")`: `net.0.proj` `[2·4·dim, dim]`, then
 /// `net.2` `[dim, 4·dim]`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct FeedForward {
     w1: Tensor,
     b1: Tensor,
     w2: Tensor,
     b2: Tensor,
+    packed: Option<Arc<Packed>>,
+}
+
+impl std::fmt::Debug for FeedForward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "FeedForward(dim={}, inner={}, {}, {}, prepacked={})",
+            self.w1.shape()[1],
+            self.w2.shape()[1],
+            self.w1.dtype(),
+            self.w1.device(),
+            self.packed.is_some()
+        )
+    }
+}
+
+fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?.to_vec::<f32>()
 }
 
 impl FeedForward {
+    /// The block from `net.0.proj` (`w1` `[2·inner, dim]`, `b1` `[2·inner]`) and `net.2` (`w2`
+    /// `[dim_out, inner]`, `b2` `[dim_out]`), all on one device in one dtype.
+    pub fn new(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Result<FeedForward> {
+        let op = "FeedForward";
+        let (ok1, ok2) = (
+            w1.rank() == 2 && w1.shape()[0].is_multiple_of(2) && b1.shape() == [w1.shape()[0]],
+            w2.rank() == 2 && w2.shape()[1] * 2 == w1.shape()[0] && b2.shape() == [w2.shape()[0]],
+        );
+        if !ok1 || !ok2 {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: "w1 [2*inner, dim], b1 [2*inner], w2 [dim_out, inner], b2 [dim_out]"
+                    .into(),
+                got: format!(
+                    "w1 {:?}, b1 {:?}, w2 {:?}, b2 {:?}",
+                    w1.shape(),
+                    b1.shape(),
+                    w2.shape(),
+                    b2.shape()
+                ),
+            });
+        }
+        for t in [&b1, &w2, &b2] {
+            w1.same_device(t, op)?;
+            w1.same_dtype(t, op)?;
+        }
+        if !w1.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: w1.dtype(),
+                device: w1.device(),
+                hint: "; weights must be f32, f16 or bf16".into(),
+            });
+        }
+        let packed = match (w1.storage(), w2.storage()) {
+            (Storage::Cpu(s1), Storage::Cpu(s2)) => Some(Arc::new(Packed {
+                w1: PackedWeight::new_geglu(s1, w1.t()?.layout())?,
+                b1: f32_vec(&b1)?,
+                w2: PackedWeight::new(s2, w2.t()?.layout())?,
+                b2: f32_vec(&b2)?,
+            })),
+            _ => None,
+        };
+        Ok(FeedForward {
+            w1,
+            b1,
+            w2,
+            b2,
+            packed,
+        })
+    }
+
     pub(crate) fn load(src: &mut dyn ParamSource, prefix: &str, dim: usize) -> Result<FeedForward> {
         let inner = 4 * dim;
-        Ok(FeedForward {
-            w1: src.get(
-                &join(prefix, "net.0.proj.weight"),
-                &[2 * inner, dim],
-                Init::FanIn(dim),
-            )?,
-            b1: src.get(&join(prefix, "net.0.proj.bias"), &[2 * inner], Init::Zeros)?,
-            w2: src.get(
-                &join(prefix, "net.2.weight"),
-                &[dim, inner],
-                Init::FanIn(inner),
-            )?,
-            b2: src.get(&join(prefix, "net.2.bias"), &[dim], Init::Zeros)?,
-        })
+        let w1 = src.get(
+            &join(prefix, "net.0.proj.weight"),
+            &[2 * inner, dim],
+            Init::FanIn(dim),
+        )?;
+        let b1 = src.get(&join(prefix, "net.0.proj.bias"), &[2 * inner], Init::Zeros)?;
+        let w2 = src.get(
+            &join(prefix, "net.2.weight"),
+            &[dim, inner],
+            Init::FanIn(inner),
+        )?;
+        let b2 = src.get(&join(prefix, "net.2.bias"), &[dim], Init::Zeros)?;
+        if src.placeholders() {
+            // The recording pass: all-ones-shaped stand-ins, never run.
+            return Ok(FeedForward {
+                w1,
+                b1,
+                w2,
+                b2,
+                packed: None,
+            });
+        }
+        FeedForward::new(w1, b1, w2, b2)
     }
 
     pub(crate) fn map(&self, f: &mut MapFn) -> Result<FeedForward> {
-        Ok(FeedForward {
-            w1: f(&self.w1)?,
-            b1: f(&self.b1)?,
-            w2: f(&self.w2)?,
-            b2: f(&self.b2)?,
-        })
+        FeedForward::new(f(&self.w1)?, f(&self.b1)?, f(&self.w2)?, f(&self.b2)?)
     }
 
-    /// `net.2(h * gelu(g)) + residual` with `[h | g] = net.0.proj(x)`.
+    /// True when the Cpu prepacked path is in use.
+    pub fn is_prepacked(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    /// `net.2(h * gelu(g)) + residual` with `[h | g] = net.0.proj(x)`; `x` `[..., dim]`,
+    /// `residual` broadcasts to the output `[..., dim_out]`.
     pub fn forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
-        x.ffn_geglu(&self.w1, Some(&self.b1), &self.w2, Some(&self.b2), residual)
+        match (&self.packed, x.device()) {
+            (Some(p), Device::Cpu) => self.forward_packed(p, x, residual),
+            _ => x.ffn_geglu(&self.w1, Some(&self.b1), &self.w2, Some(&self.b2), residual),
+        }
+    }
+
+    fn forward_packed(&self, p: &Packed, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+        let op = "FeedForward";
+        x.same_dtype(&self.w1, op)?;
+        let (dim, inner, dim_out) = (self.w1.shape()[1], self.w2.shape()[1], self.w2.shape()[0]);
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != dim {
+            return Err(Error::shape(
+                op,
+                format!("an input of shape [..., {dim}]"),
+                x.shape(),
+            ));
+        }
+        let rows = x.numel() / dim.max(1);
+        let mut out_shape = x.shape().to_vec();
+        let last = out_shape.len() - 1;
+        out_shape[last] = dim_out;
+        let r = residual
+            .map(|r| {
+                x.same_device(r, op)?;
+                x.same_dtype(r, op)?;
+                r.broadcast_to(&out_shape)
+                    .map_err(|_| Error::ShapeMismatch {
+                        op,
+                        expected: format!("a residual that broadcasts to {out_shape:?}"),
+                        got: format!("{:?}", r.shape()),
+                    })
+            })
+            .transpose()?;
+        let rows_of = |r: &Tensor| f32_rows(r, dim_out);
+        let r = r.as_ref().map(rows_of).transpose()?;
+        let x2 = x.reshape(&[rows, dim])?;
+        let Storage::Cpu(xs) = x2.storage() else {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: Device::Cpu,
+                rhs: x.device(),
+            });
+        };
+        let hidden =
+            p.w1.apply(xs, x2.layout(), Some(&p.b1), Activation::Gelu, None)?;
+        let residual = match &r {
+            Some((t, (off, rs, cs))) => match t.storage() {
+                Storage::Cpu(CpuStorage::F32(v)) => {
+                    Some(MatRef::new(v, *off, rows, dim_out, *rs, *cs))
+                }
+                _ => return Err(Error::invalid(op, "internal: residual rows are not f32")),
+            },
+            None => None,
+        };
+        let out = p.w2.apply(
+            &hidden,
+            &Layout::contiguous(&[rows, inner]),
+            Some(&p.b2),
+            Activation::None,
+            residual,
+        )?;
+        Tensor::from_storage(Storage::Cpu(out), Layout::contiguous(&[rows, dim_out]))
+            .reshape(&out_shape)
     }
 }

@@ -155,20 +155,12 @@ pub(crate) fn map_linear(l: &Linear, f: &mut MapFn) -> Result<Linear> {
     Linear::new(f(l.weight())?, b)
 }
 
-/// `x @ Wᵀ + b + residual` for `x` `[..., in]`: on Cpu the prepacked product then one add; on
-/// Xpu one fused product whose store adds the bias and the residual (any strided view).
+/// `x @ Wᵀ + b + residual` for `x` `[..., in]`: one product whose store adds the bias and the
+/// residual (any strided view), see [`Linear::forward_residual`].
 pub(crate) fn linear_residual(l: &Linear, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
     match residual {
         None => l.forward(x),
-        Some(r) if l.is_prepacked() => l.forward(x)?.add(r),
-        Some(r) => {
-            let wt = l.weight().t()?;
-            let mut op = x.matmul_fused(&wt).residual(r);
-            if let Some(b) = l.bias() {
-                op = op.bias(b);
-            }
-            op.run()
-        }
+        Some(r) => l.forward_residual(x, r),
     }
 }
 

@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
-use crate::cpu::gemm::Activation;
+use crate::cpu::gemm::{Activation, MatRef};
 use crate::cpu::prepack::PackedWeight;
+use crate::cpu::CpuStorage;
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
@@ -130,8 +131,46 @@ impl Linear {
         self.forward_act(x, Activation::None)
     }
 
-    /// `act(x @ Wᵀ + b)` with the activation fused into the product's store.
-    pub fn forward_act(&self, x: &Tensor, activation: Activation) -> Result<Tensor> {
+    /// `x @ Wᵀ + b + residual` in one product (`residual` broadcasts to the output `[..., out]`,
+    /// any layout and the input's dtype): on Cpu the residual is added in the prepacked
+    /// product's store (read in place when it is f32 rows), on Xpu in the fused product's store.
+    pub fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let out_shape = self.out_shape(x)?;
+        x.same_device(residual, "Linear residual")?;
+        x.same_dtype(residual, "Linear residual")?;
+        let r = residual
+            .broadcast_to(&out_shape)
+            .map_err(|_| Error::ShapeMismatch {
+                op: "Linear residual",
+                expected: format!("a shape that broadcasts to the output {out_shape:?}"),
+                got: format!("{:?}", residual.shape()),
+            })?;
+        if self.packed.is_none() {
+            let wt = self.weight.t()?;
+            let mut op = x.matmul_fused(&wt).residual(&r);
+            if let Some(b) = &self.bias {
+                op = op.bias(b);
+            }
+            return op.run();
+        }
+        let n = self.out_features();
+        let rows = r.numel() / n.max(1);
+        let (rt, (off, rs, cs)) = f32_rows(&r, n)?;
+        let Storage::Cpu(CpuStorage::F32(rv)) = rt.storage() else {
+            return Err(Error::invalid(
+                "Linear",
+                "internal: residual rows are not Cpu f32",
+            ));
+        };
+        self.run_packed(
+            x,
+            Activation::None,
+            Some(MatRef::new(rv, off, rows, n, rs, cs)),
+        )
+    }
+
+    /// The output shape for `x` `[..., in]`, checking device, dtype and the last dim.
+    fn out_shape(&self, x: &Tensor) -> Result<Vec<usize>> {
         x.same_device(&self.weight, "Linear")?;
         x.same_dtype(&self.weight, "Linear")?;
         let k = self.in_features();
@@ -145,26 +184,72 @@ impl Linear {
         let mut out_shape = x.shape().to_vec();
         let last = out_shape.len() - 1;
         out_shape[last] = self.out_features();
+        Ok(out_shape)
+    }
+
+    /// The prepacked Cpu product `act(x @ Wᵀ + b) + residual`.
+    fn run_packed(
+        &self,
+        x: &Tensor,
+        activation: Activation,
+        residual: Option<MatRef<f32>>,
+    ) -> Result<Tensor> {
+        let out_shape = self.out_shape(x)?;
+        let k = self.in_features();
         let rows = x.numel() / k.max(1);
         let x2 = x.reshape(&[rows, k])?;
         match (&self.packed, x2.storage()) {
             (Some(packed), Storage::Cpu(s)) => {
                 let (weight, bias) = &**packed;
-                let out = weight.apply(s, x2.layout(), bias.as_deref(), activation)?;
+                let out = weight.apply(s, x2.layout(), bias.as_deref(), activation, residual)?;
                 Tensor::from_storage(
                     Storage::Cpu(out),
                     Layout::contiguous(&[rows, self.out_features()]),
                 )
                 .reshape(&out_shape)
             }
-            _ => {
-                let wt = self.weight.t()?;
-                let mut op = x2.matmul_fused(&wt).activation(activation);
-                if let Some(b) = &self.bias {
-                    op = op.bias(b);
-                }
-                op.run()?.reshape(&out_shape)
-            }
+            _ => Err(Error::invalid(
+                "Linear",
+                "internal: no prepacked Cpu weight",
+            )),
         }
     }
+
+    /// `act(x @ Wᵀ + b)` with the activation fused into the product's store.
+    pub fn forward_act(&self, x: &Tensor, activation: Activation) -> Result<Tensor> {
+        if self.packed.is_some() && x.device() == Device::Cpu {
+            return self.run_packed(x, activation, None);
+        }
+        let out_shape = self.out_shape(x)?;
+        let k = self.in_features();
+        let x2 = x.reshape(&[x.numel() / k.max(1), k])?;
+        let wt = self.weight.t()?;
+        let mut op = x2.matmul_fused(&wt).activation(activation);
+        if let Some(b) = &self.bias {
+            op = op.bias(b);
+        }
+        op.run()?.reshape(&out_shape)
+    }
+}
+
+/// `r` (already broadcast to `[..., cols]`) as f32 rows of `cols`: the tensor holding them and
+/// `(offset, row stride, column stride)`. A view when `r` is f32 and its leading dims merge into
+/// one row stride (contiguous, a transposed view of tokens, a broadcast); otherwise one dense
+/// f32 copy.
+pub(crate) fn f32_rows(r: &Tensor, cols: usize) -> Result<(Tensor, (usize, usize, usize))> {
+    let (sh, st) = (r.shape(), r.strides());
+    let last = sh.len().saturating_sub(1);
+    // Leading dims that are not size 1, outermost first.
+    let lead: Vec<(usize, usize)> = (0..last)
+        .filter(|&d| sh[d] > 1)
+        .map(|d| (sh[d], st[d]))
+        .collect();
+    let merged = lead.windows(2).all(|p| p[0].1 == p[1].0 * p[1].1);
+    if r.dtype() == DType::F32 && merged && r.rank() > 0 {
+        let row_stride = lead.last().map_or(0, |p| p.1);
+        let off = r.layout().offset();
+        return Ok((r.clone(), (off, row_stride, st[last])));
+    }
+    let dense = r.to_dtype(DType::F32)?.contiguous()?;
+    Ok((dense, (0, cols, 1)))
 }
