@@ -20,9 +20,15 @@
 //! - Results do not depend on the thread count (each row is computed by one task, in key order).
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
+mod amx_kernel;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod operands;
 mod portable;
+#[cfg(test)]
+mod tests;
 
 use rayon::prelude::*;
 
@@ -309,6 +315,26 @@ fn attention_float<T: FloatElem>(
     out
 }
 
+/// Whether bf16 attention may use the AMX kernel: `XPU_CPU_ATTN=fma` keeps the FMA kernel
+/// (read once); otherwise AMX runs wherever `amx::usable` holds.
+#[cfg(target_arch = "x86_64")]
+fn amx_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("XPU_CPU_ATTN").map_or(true, |v| v.trim() != "fma"))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: whether the last attention on this thread ran the AMX kernel.
+    pub(crate) static LAST_AMX: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+#[inline(always)]
+fn note(_amx: bool) {
+    #[cfg(test)]
+    LAST_AMX.with(|c| c.set(Some(_amx)));
+}
+
 impl CpuStorage {
     /// Fused attention of `self = q` (layout `ql`) with `k`, `v` and an optional mask whose
     /// layout is already broadcast to `[..., Lq, Lk]`; `s` is the checked geometry. Returns the
@@ -345,6 +371,19 @@ impl CpuStorage {
             }
         };
         let kern = Kernels::current();
+        #[cfg(target_arch = "x86_64")]
+        if let (CpuStorage::BF16(qd), CpuStorage::BF16(kd), CpuStorage::BF16(vd)) = (self, k.0, v.0)
+        {
+            let view = |data, layout| View { data, layout };
+            if amx_enabled() {
+                let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
+                if let Some(out) = amx::attention(kern, q, kv, mask, s) {
+                    note(true);
+                    return Ok(CpuStorage::BF16(out));
+                }
+            }
+        }
+        note(false);
         macro_rules! run {
             ($variant:ident, $q:expr) => {{
                 let (CpuStorage::$variant(kd), CpuStorage::$variant(vd)) = (k.0, v.0) else {

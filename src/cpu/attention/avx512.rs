@@ -19,7 +19,7 @@ const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 /// NaN stays NaN.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
-unsafe fn exp2(x: __m512) -> __m512 {
+pub(super) unsafe fn exp2(x: __m512) -> __m512 {
     const C: [f32; 8] = [
         1.0,
         std::f32::consts::LN_2,
@@ -45,7 +45,7 @@ unsafe fn exp2(x: __m512) -> __m512 {
 
 /// Mask of the lanes of vector `v` (columns `16v..16v+16`) that are valid keys.
 #[inline]
-fn valid_lanes(v: usize, valid: usize) -> __mmask16 {
+pub(super) fn valid_lanes(v: usize, valid: usize) -> __mmask16 {
     let n = valid.saturating_sub(16 * v).min(16);
     ((1u32 << n) - 1) as __mmask16
 }

@@ -1,0 +1,297 @@
+//! The bf16 CPU attention on Intel AMX: the driver of [`super::amx_kernel`] (same blocking as
+//! `super::attention_float`, with 32-row query tiles), and the packing of K/V into the AMX
+//! layouts once per head.
+//!
+//! Per 32-row query tile and key block of `KB` keys: `S = Q · Kᵀ` (Q as two 16-row A tiles of
+//! bf16 pairs, K in the B pair layout, f32 accumulators), the softmax on the stored scores
+//! (times `scale·log2 e`, plus the mask; row max, `exp2`, per-lane row sums, all f32), `P`
+//! rounded to bf16 in the A layout, and `O += P · V` with the running f32 output, as PyTorch's
+//! bf16 flash attention.
+//!
+//! Invariants:
+//! - Only runs when [`usable`]: AMX is granted to this process (the bf16 GEMMs use it,
+//!   `bf16_method() == Amx`), AVX-512 is the SIMD level and AVX512-BF16 converts `P`.
+//! - Each task loads the tile configuration before its first tile instruction and releases it
+//!   after its last one; all tile data stays inside one `asm!` block.
+//! - Packed layouts (u32 = a pair of bf16, low half first), all zero-padded: Q per tile
+//!   `[32 rows][dp]` bf16 (`dp` = D rounded up to 32); K per block `[KB/16 key chunks][dp/32
+//!   steps][16 pairs][16 keys]`; V per block `[dvp/16 column chunks][KB/32 steps][16 key
+//!   pairs][16 columns]`; each 16×16 u32 group is one 1 KiB B tile.
+//! - Padding keys get probability 0 (masked by lane), padding rows and columns are computed and
+//!   discarded; each row's result depends only on its own inputs (thread-count independent).
+//! - Every pointer access is inside slices whose lengths `step` checks before the kernels run.
+//! - Memory beyond inputs and output: the packed K/V of a group of heads (O(Lk·(D + Dv)) each)
+//!   and per-task tiles; no `Lq × Lk` buffer.
+
+use half::bf16;
+use rayon::prelude::*;
+
+use super::amx_kernel::{begin, end, step, Block, Geo, TileState, KB, MR, TILE};
+use super::operands::{head_base, mat_strides, MaskData, View};
+use crate::cpu::elem::FloatElem;
+use crate::cpu::gemm::{bf16_method, Bf16Method};
+use crate::cpu::simd::{Kernels, SimdLevel};
+use crate::layout::Layout;
+use crate::ops::attention::AttnShape;
+/// Query tiles per task at most.
+const MAX_TILES_PER_TASK: usize = 4;
+
+/// Whether the AMX attention can run with kernels `k` in this process.
+pub(super) fn usable(k: Kernels) -> bool {
+    k.level() == SimdLevel::Avx512
+        && bf16_method() == Bf16Method::Amx
+        && is_x86_feature_detected!("avx512bf16")
+}
+
+/// Row `at..` of `cols` bf16 values (column stride `cs`) as bits into `dst[..cols]`; misses
+/// read as 0.
+fn read_row(data: &[bf16], at: usize, cs: usize, dst: &mut [u16]) {
+    let cols = dst.len();
+    match data.get(at..at + cols) {
+        Some(src) if cs == 1 => dst.iter_mut().zip(src).for_each(|(o, x)| *o = x.to_bits()),
+        _ => {
+            for (c, o) in dst.iter_mut().enumerate() {
+                *o = data.get(at + c * cs).map_or(0, |x| x.to_bits());
+            }
+        }
+    }
+}
+
+/// K and V of a group of heads in the AMX layouts.
+struct Packed {
+    k: Vec<u32>,
+    v: Vec<u32>,
+    /// u32 per head in `k` / `v`.
+    k_head: usize,
+    v_head: usize,
+    h0: usize,
+}
+
+fn pack(
+    kv: (&View<bf16>, &View<bf16>),
+    s: &AttnShape,
+    g: Geo,
+    heads: std::ops::Range<usize>,
+) -> Packed {
+    let (dp, dvp, lk) = (g.dp, g.dvp, s.lk);
+    let blocks = lk.div_ceil(KB);
+    let (k_head, v_head) = (blocks * KB * dp / 2, blocks * KB * dvp / 2);
+    let mut k = vec![0u32; heads.len() * k_head];
+    let mut v = vec![0u32; heads.len() * v_head];
+    let ((krs, kcs), (vrs, vcs)) = (mat_strides(kv.0.layout), mat_strides(kv.1.layout));
+    let (sd, sk) = (dp / 32, KB / 32);
+    k.par_chunks_mut(k_head.max(1))
+        .zip(v.par_chunks_mut(v_head.max(1)))
+        .enumerate()
+        .for_each(|(i, (kh, vh))| {
+            let h = heads.start + i;
+            let (kb0, vb0) = (head_base(kv.0.layout, h), head_base(kv.1.layout, h));
+            let mut row = vec![0u16; dp.max(dvp)];
+            for j in 0..lk {
+                let (blk, jj) = (j / KB, j % KB);
+                row.fill(0);
+                read_row(kv.0.data, kb0 + j * krs, kcs, &mut row[..s.d]);
+                let kblk = &mut kh[blk * KB * dp / 2..][..KB * dp / 2];
+                let base = (jj / 16) * sd * TILE + jj % 16;
+                for (q, pair) in row[..dp].chunks_exact(2).enumerate() {
+                    let x = u32::from(pair[0]) | u32::from(pair[1]) << 16;
+                    kblk[base + (q / 16) * TILE + (q % 16) * 16] = x;
+                }
+                read_row(kv.1.data, vb0 + j * vrs, vcs, &mut row[..s.dv]);
+                let vblk = &mut vh[blk * KB * dvp / 2..][..KB * dvp / 2];
+                let (base, sh) = ((jj / 32) * TILE + ((jj % 32) / 2) * 16, 16 * (jj % 2));
+                for (c, &x) in row[..s.dv].iter().enumerate() {
+                    vblk[(c / 16) * sk * TILE + base + c % 16] |= u32::from(x) << sh;
+                }
+            }
+        });
+    Packed {
+        k,
+        v,
+        k_head,
+        v_head,
+        h0: heads.start,
+    }
+}
+
+/// Everything a task reads.
+struct Ctx<'a> {
+    k: Kernels,
+    q: View<'a, bf16>,
+    kv: Packed,
+    mask: Option<(MaskData<'a>, &'a Layout)>,
+    s: &'a AttnShape,
+    g: Geo,
+}
+
+/// Per-thread task scratch, reused (every element a task reads it has written first).
+#[derive(Default)]
+struct Scratch {
+    q: Vec<u16>,
+    o: Vec<f32>,
+    m: Vec<[f32; MR]>,
+    l: Vec<[[f32; 16]; MR]>,
+    s: Vec<f32>,
+    p: Vec<u16>,
+    bias: Vec<f32>,
+    row: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+fn task(c: &Ctx, h: usize, q0: usize, out: &mut [bf16]) {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => task_in(c, (h, q0), out, &mut s),
+        Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
+    })
+}
+
+/// Computes query rows `q0..q0 + out.len() / dv` of head `h` into `out`.
+fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch) {
+    let (g, d, dv, lk) = (c.g, c.s.d, c.s.dv, c.s.lk);
+    let rows = out.len() / dv.max(1);
+    let tiles = rows.div_ceil(MR);
+    sc.q.resize(tiles * MR * g.dp, 0);
+    sc.o.resize(tiles * MR * g.dvp, 0.0);
+    sc.s.resize(MR * KB, 0.0);
+    sc.p.resize(MR * KB, 0);
+    sc.bias.resize(MR * KB, 0.0);
+    sc.row.resize(dv, 0.0);
+    sc.m.clear();
+    sc.m.resize(tiles, [f32::NEG_INFINITY; MR]);
+    sc.l.clear();
+    sc.l.resize(tiles, [[0.0; 16]; MR]);
+    let (qrs, qcs) = mat_strides(c.q.layout);
+    let qb = head_base(c.q.layout, h);
+    for (r, qr) in sc.q[..tiles * MR * g.dp].chunks_mut(g.dp).enumerate() {
+        qr.fill(0);
+        if r < rows {
+            read_row(c.q.data, qb + (q0 + r) * qrs, qcs, &mut qr[..d]);
+        }
+    }
+    let hk = h - c.kv.h0;
+    let k_all = &c.kv.k[hk * c.kv.k_head..][..c.kv.k_head];
+    let v_all = &c.kv.v[hk * c.kv.v_head..][..c.kv.v_head];
+    // SAFETY: tasks exist only when `usable()` held, so AMX is granted to this process.
+    unsafe { begin() };
+    for (b, (kb, vb)) in k_all
+        .chunks(KB * g.dp / 2)
+        .zip(v_all.chunks(KB * g.dvp / 2))
+        .enumerate()
+    {
+        let k0 = b * KB;
+        let valid = (lk - k0).min(KB);
+        for t in 0..tiles {
+            if let Some((data, mv)) = &c.mask {
+                let (rs, cs) = mat_strides(mv);
+                let base = head_base(mv, h);
+                for (r, row) in sc.bias.chunks_mut(KB).enumerate() {
+                    let qi = q0 + t * MR + r;
+                    if t * MR + r >= rows {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    for (j, x) in row.iter_mut().take(valid).enumerate() {
+                        *x = data.get(base + qi * rs + (k0 + j) * cs);
+                    }
+                }
+            }
+            let blk = Block {
+                k: kb,
+                v: vb,
+                bias: c.mask.is_some().then_some(&sc.bias[..]),
+                valid,
+                first: b == 0,
+            };
+            let mut st = TileState {
+                q: &sc.q[t * MR * g.dp..(t + 1) * MR * g.dp],
+                o: &mut sc.o[t * MR * g.dvp..(t + 1) * MR * g.dvp],
+                m: &mut sc.m[t],
+                l: &mut sc.l[t],
+                s: &mut sc.s,
+                p: &mut sc.p,
+            };
+            step(g, &blk, &mut st);
+        }
+    }
+    // SAFETY: as the ldtilecfg above.
+    unsafe { end() };
+    for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
+        let (t, i) = (r / MR, r % MR);
+        let acc = &sc.o[(t * MR + i) * g.dvp..][..dv];
+        let (mi, li) = (sc.m[t][i], sc.l[t][i].iter().sum::<f32>());
+        // All keys masked out (or weights summing to nothing): zeros, as PyTorch.
+        let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
+            0.0
+        } else {
+            1.0 / li
+        };
+        let tmp = &mut sc.row[..dv];
+        tmp.iter_mut().zip(acc).for_each(|(o, &x)| *o = x * inv);
+        bf16::store(c.k, tmp, orow);
+    }
+}
+
+/// The bf16 attention on AMX (see [`super::attention_float`] for the contract), or `None`
+/// when [`usable`] does not hold.
+pub(super) fn attention(
+    k: Kernels,
+    q: View<bf16>,
+    kv: (View<bf16>, View<bf16>),
+    mask: Option<(MaskData, &Layout)>,
+    s: &AttnShape,
+) -> Option<Vec<bf16>> {
+    if !usable(k) {
+        return None;
+    }
+    let n = s.heads() * s.lq * s.dv;
+    let mut out = crate::cpu::pool::take::<bf16>(n);
+    if n == 0 {
+        return Some(out);
+    }
+    if s.lk == 0 {
+        out.fill(bf16::ZERO);
+        return Some(out);
+    }
+    let g = Geo {
+        dp: s.d.max(1).div_ceil(32) * 32,
+        dvp: s.dv.div_ceil(16).max(1) * 16,
+        qmul: s.scale * std::f32::consts::LOG2_E,
+    };
+    let (heads, threads) = (s.heads(), rayon::current_num_threads());
+    let tiles = s.lq.div_ceil(MR);
+    let mut per_task = MAX_TILES_PER_TASK;
+    while per_task > 1 && heads * tiles.div_ceil(per_task) < 4 * threads {
+        per_task /= 2;
+    }
+    let rows_per_task = per_task * MR;
+    let tasks_per_head = tiles.div_ceil(per_task);
+    let group = heads.min((2 * threads).max((4 * threads).div_ceil(tasks_per_head)));
+    let mut heads_out = out.chunks_mut(s.lq * s.dv).enumerate();
+    for h0 in (0..heads).step_by(group.max(1)) {
+        let h1 = (h0 + group).min(heads);
+        let ctx = Ctx {
+            k,
+            q: View {
+                data: q.data,
+                layout: q.layout,
+            },
+            kv: pack((&kv.0, &kv.1), s, g, h0..h1),
+            mask,
+            s,
+            g,
+        };
+        let mut tasks: Vec<(usize, usize, &mut [bf16])> = Vec::new();
+        for (h, head) in heads_out.by_ref().take(h1 - h0) {
+            for (i, part) in head.chunks_mut(rows_per_task * s.dv).enumerate() {
+                tasks.push((h, i * rows_per_task, part));
+            }
+        }
+        tasks
+            .into_par_iter()
+            .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
+    }
+    Some(out)
+}

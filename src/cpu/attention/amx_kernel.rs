@@ -1,0 +1,347 @@
+//! AMX tile kernels of the bf16 CPU attention (driven by [`super::amx`]): one tile step of
+//! 32 query rows against one key block: `S = Q · Kᵀ` on `tdpbf16ps` tiles (f32 accumulators
+//! stored with `tilestored`), the online softmax on the stored scores in f32 AVX-512, `P`
+//! rounded to bf16, `O += P · V` with the running output loaded into and stored from the
+//! accumulator tiles (rescaled by AVX-512 only when a row's max moved).
+//!
+//! Invariants:
+//! - [`step`] checks every slice length its kernels rely on; the kernels only run between
+//!   [`begin`] and [`end`] on the same thread, with AMX granted, AVX-512F/DQ, FMA and
+//!   AVX512-BF16 present (guaranteed by `super::amx::usable`, the only way to reach them).
+//! - All tile data stays inside one `asm!` block; the eight tiles are 16 rows × 64 bytes.
+//! - Layouts (u32 = a pair of bf16, low half first): Q `[32 rows][dp]` bf16 (`dp` = D rounded
+//!   up to 32); K per block `[KB/16 key chunks][dp/32 steps][16 pairs][16 keys]`; V per block
+//!   `[dvp/16 column chunks][KB/32 steps][16 key pairs][16 columns]`; scores `[32][KB]` f32;
+//!   P `[32][KB]` bf16; O `[32][dvp]` f32.
+//! - Keys past `valid` get probability exactly 0 (masked by lane), whatever their scores.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+
+use super::avx512::{exp2, valid_lanes};
+
+/// Query rows per tile (two A tiles of 16 rows).
+pub(super) const MR: usize = 32;
+/// Keys per block (a multiple of 32: whole pair steps of the `P · V` product).
+pub(super) const KB: usize = 64;
+/// u32 per B tile (16 rows × 16 pairs).
+pub(super) const TILE: usize = 256;
+
+/// Palette 1, eight tiles of 16 rows × 64 bytes (A: 16 rows × 16 pairs, B: 16 pairs × 16
+/// columns, C: 16 × 16 f32).
+#[repr(C, align(64))]
+struct TileCfg([u8; 64]);
+
+const CFG: TileCfg = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = 16;
+        t += 1;
+    }
+    TileCfg(c)
+};
+
+/// `C (+)= A · B` on 32 rows × 32 columns: A two 16-row tiles at `a` (row stride `lda` bytes,
+/// 64 bytes per step), B the 1 KiB tiles of two 16-column chunks from `b0` / `b1` (one per
+/// step), C f32 at `c` (row stride `ldc` bytes), accumulated onto when `load != 0`.
+///
+/// # Safety
+/// Tile configuration loaded; every operand holds `steps` steps and C 32 × 32 floats.
+#[inline(always)]
+unsafe fn mm2(
+    a: *const u8,
+    lda: usize,
+    b: (*const u32, *const u32),
+    n: usize,
+    c: *mut f32,
+    ldc: usize,
+    load: usize,
+) {
+    asm!(
+        "test {ld}, {ld}",
+        "jz 5f",
+        "tileloadd tmm0, [{c} + {ldc}*1]",
+        "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
+        "tileloadd tmm2, [{c2} + {ldc}*1]",
+        "tileloadd tmm3, [{c2} + {ldc}*1 + 64]",
+        "jmp 2f",
+        "5:",
+        "tilezero tmm0",
+        "tilezero tmm1",
+        "tilezero tmm2",
+        "tilezero tmm3",
+        "2:",
+        "tileloadd tmm4, [{a} + {lda}*1]",
+        "tileloadd tmm6, [{b0} + {s64}*1]",
+        "tileloadd tmm5, [{a2} + {lda}*1]",
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        "tileloadd tmm7, [{b1} + {s64}*1]",
+        "tdpbf16ps tmm2, tmm5, tmm6",
+        "tdpbf16ps tmm1, tmm4, tmm7",
+        "tdpbf16ps tmm3, tmm5, tmm7",
+        "add {a}, 64",
+        "add {a2}, 64",
+        "add {b0}, 1024",
+        "add {b1}, 1024",
+        "dec {n}",
+        "jnz 2b",
+        "tilestored [{c} + {ldc}*1], tmm0",
+        "tilestored [{c} + {ldc}*1 + 64], tmm1",
+        "tilestored [{c2} + {ldc}*1], tmm2",
+        "tilestored [{c2} + {ldc}*1 + 64], tmm3",
+        ld = in(reg) load,
+        a = inout(reg) a => _,
+        a2 = inout(reg) a.wrapping_add(16 * lda) => _,
+        lda = in(reg) lda,
+        b0 = inout(reg) b.0 => _,
+        b1 = inout(reg) b.1 => _,
+        n = inout(reg) n => _,
+        c = in(reg) c,
+        c2 = in(reg) c.wrapping_add(4 * ldc),
+        ldc = in(reg) ldc,
+        s64 = in(reg) 64usize,
+        out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+        out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+        options(nostack),
+    );
+}
+
+/// [`mm2`] on one 16-column chunk (`b`).
+///
+/// # Safety
+/// As [`mm2`], C holding 32 × 16 floats.
+#[inline(always)]
+unsafe fn mm1(
+    a: *const u8,
+    lda: usize,
+    b: *const u32,
+    n: usize,
+    c: *mut f32,
+    ldc: usize,
+    load: usize,
+) {
+    asm!(
+        "test {ld}, {ld}",
+        "jz 5f",
+        "tileloadd tmm0, [{c} + {ldc}*1]",
+        "tileloadd tmm2, [{c2} + {ldc}*1]",
+        "jmp 2f",
+        "5:",
+        "tilezero tmm0",
+        "tilezero tmm2",
+        "2:",
+        "tileloadd tmm4, [{a} + {lda}*1]",
+        "tileloadd tmm6, [{b} + {s64}*1]",
+        "tileloadd tmm5, [{a2} + {lda}*1]",
+        "tdpbf16ps tmm0, tmm4, tmm6",
+        "tdpbf16ps tmm2, tmm5, tmm6",
+        "add {a}, 64",
+        "add {a2}, 64",
+        "add {b}, 1024",
+        "dec {n}",
+        "jnz 2b",
+        "tilestored [{c} + {ldc}*1], tmm0",
+        "tilestored [{c2} + {ldc}*1], tmm2",
+        ld = in(reg) load,
+        a = inout(reg) a => _,
+        a2 = inout(reg) a.wrapping_add(16 * lda) => _,
+        lda = in(reg) lda,
+        b = inout(reg) b => _,
+        n = inout(reg) n => _,
+        c = in(reg) c,
+        c2 = in(reg) c.wrapping_add(4 * ldc),
+        ldc = in(reg) ldc,
+        s64 = in(reg) 64usize,
+        out("tmm0") _, out("tmm2") _, out("tmm4") _, out("tmm5") _, out("tmm6") _,
+        options(nostack),
+    );
+}
+
+/// One key block's operands for a tile.
+pub(super) struct Block<'a> {
+    /// Packed K (`KB · dp / 2` u32) and V (`KB · dvp / 2` u32).
+    pub(super) k: &'a [u32],
+    pub(super) v: &'a [u32],
+    /// `MR × KB` additive mask in log2 units, if any.
+    pub(super) bias: Option<&'a [f32]>,
+    /// Valid keys (`1..=KB`).
+    pub(super) valid: usize,
+    pub(super) first: bool,
+}
+
+/// A tile's running state and scratch.
+pub(super) struct TileState<'a> {
+    /// `MR × dp` bf16 queries.
+    pub(super) q: &'a [u16],
+    /// `MR × dvp` unnormalised output.
+    pub(super) o: &'a mut [f32],
+    pub(super) m: &'a mut [f32; MR],
+    pub(super) l: &'a mut [[f32; 16]; MR],
+    /// `MR × KB` scores and bf16 probabilities.
+    pub(super) s: &'a mut [f32],
+    pub(super) p: &'a mut [u16],
+}
+
+/// Head geometry: padded head dims and `scale · log2 e`.
+#[derive(Clone, Copy)]
+pub(super) struct Geo {
+    pub(super) dp: usize,
+    pub(super) dvp: usize,
+    pub(super) qmul: f32,
+}
+
+/// One tile step, after checking every length the kernels rely on.
+pub(super) fn step(g: Geo, b: &Block, t: &mut TileState) {
+    let ok = g.dp.is_multiple_of(32)
+        && g.dp > 0
+        && g.dvp.is_multiple_of(16)
+        && g.dvp > 0
+        && (1..=KB).contains(&b.valid)
+        && b.k.len() >= KB * g.dp / 2
+        && b.v.len() >= KB * g.dvp / 2
+        && b.bias.is_none_or(|x| x.len() >= MR * KB)
+        && t.q.len() >= MR * g.dp
+        && t.o.len() >= MR * g.dvp
+        && t.s.len() >= MR * KB
+        && t.p.len() >= MR * KB;
+    if ok {
+        // SAFETY: `attention` runs tasks only when `usable` (AMX granted, AVX-512F/BF16), the
+        // task loaded the tile configuration, and the lengths were checked above.
+        unsafe { step_raw(g, b, t) }
+    }
+}
+
+/// # Safety
+/// As in [`step`].
+#[target_feature(enable = "avx512f,avx512dq,fma,avx512bf16")]
+unsafe fn step_raw(g: Geo, b: &Block, t: &mut TileState) {
+    let (sd, kchunks) = (g.dp / 32, b.valid.div_ceil(32) * 2);
+    for j in (0..kchunks).step_by(2) {
+        let kb = b.k.as_ptr().add(j * sd * TILE);
+        let c = t.s.as_mut_ptr().add(16 * j);
+        mm2(
+            t.q.as_ptr().cast(),
+            2 * g.dp,
+            (kb, kb.add(sd * TILE)),
+            sd,
+            c,
+            4 * KB,
+            0,
+        );
+    }
+    let alpha = softmax(g.qmul, b, t);
+    if !b.first && alpha.iter().any(|&a| a != 1.0) {
+        for (r, &a) in alpha.iter().enumerate() {
+            if a != 1.0 {
+                let av = _mm512_set1_ps(a);
+                let o = t.o.as_mut_ptr().add(r * g.dvp);
+                for c in 0..g.dvp / 16 {
+                    let x = o.add(16 * c);
+                    _mm512_storeu_ps(x, _mm512_mul_ps(av, _mm512_loadu_ps(x)));
+                }
+            }
+        }
+    }
+    // Key steps that hold valid keys (P is zero beyond them, V's padding rows are zero).
+    let (sk, all) = (b.valid.div_ceil(32), KB / 32);
+    let (vcs, load) = (g.dvp / 16, usize::from(!b.first));
+    let (p, o) = (t.p.as_ptr().cast::<u8>(), t.o.as_mut_ptr());
+    let mut j = 0;
+    while j + 2 <= vcs {
+        let vb = b.v.as_ptr().add(j * all * TILE);
+        mm2(
+            p,
+            2 * KB,
+            (vb, vb.add(all * TILE)),
+            sk,
+            o.add(16 * j),
+            4 * g.dvp,
+            load,
+        );
+        j += 2;
+    }
+    if j < vcs {
+        let vb = b.v.as_ptr().add(j * all * TILE);
+        mm1(p, 2 * KB, vb, sk, o.add(16 * j), 4 * g.dvp, load);
+    }
+}
+
+/// The online softmax on the stored scores: updates `m` and `l`, writes bf16 `P`, returns each
+/// row's rescale factor for the running output.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma,avx512bf16")]
+unsafe fn softmax(qmul: f32, b: &Block, t: &mut TileState) -> [f32; MR] {
+    let (s, p) = (t.s.as_ptr(), t.p.as_mut_ptr());
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let qv = _mm512_set1_ps(qmul);
+    let bias = b.bias.map(|x| x.as_ptr());
+    // Scaled score vector `v` of row `r`, plus `add` when there is no mask.
+    let score = |r: usize, v: usize, add: __m512| {
+        let x = _mm512_loadu_ps(s.add(r * KB + 16 * v));
+        match bias {
+            Some(bp) => _mm512_add_ps(
+                _mm512_fmadd_ps(x, qv, _mm512_loadu_ps(bp.add(r * KB + 16 * v))),
+                add,
+            ),
+            None => _mm512_fmadd_ps(x, qv, add),
+        }
+    };
+    let nv = b.valid.div_ceil(16);
+    let mut m_use = [0f32; MR];
+    let mut shift = [f32::NEG_INFINITY; MR];
+    for r in 0..MR {
+        let mut mx = ninf;
+        for v in 0..nv {
+            let x = score(r, v, _mm512_setzero_ps());
+            mx = _mm512_max_ps(mx, _mm512_mask_blend_ps(valid_lanes(v, b.valid), ninf, x));
+        }
+        let m_old = t.m[r];
+        let m_new = m_old.max(_mm512_reduce_max_ps(mx));
+        m_use[r] = if m_new == f32::NEG_INFINITY {
+            0.0
+        } else {
+            m_new
+        };
+        shift[r] = m_old - m_use[r];
+        t.m[r] = m_new;
+    }
+    let mut alpha = [0f32; MR];
+    for h in 0..MR / 16 {
+        let a = exp2(_mm512_loadu_ps(shift.as_ptr().add(16 * h)));
+        _mm512_storeu_ps(alpha.as_mut_ptr().add(16 * h), a);
+    }
+    for r in 0..MR {
+        let mu = _mm512_set1_ps(-m_use[r]);
+        let mut sum = _mm512_setzero_ps();
+        for v in (0..KB / 16).step_by(2) {
+            let e0 = _mm512_maskz_mov_ps(valid_lanes(v, b.valid), exp2(score(r, v, mu)));
+            let e1 = _mm512_maskz_mov_ps(valid_lanes(v + 1, b.valid), exp2(score(r, v + 1, mu)));
+            sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
+            let pk: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(e1, e0));
+            _mm512_storeu_si512(p.add(r * KB + 16 * v).cast(), pk);
+        }
+        let l = t.l[r].as_mut_ptr();
+        let old = _mm512_loadu_ps(l);
+        _mm512_storeu_ps(l, _mm512_fmadd_ps(old, _mm512_set1_ps(alpha[r]), sum));
+    }
+    alpha
+}
+
+/// Loads the tile configuration on this thread.
+///
+/// # Safety
+/// AMX must be granted to this process (`super::amx::usable`).
+pub(super) unsafe fn begin() {
+    asm!("ldtilecfg [{0}]", in(reg) CFG.0.as_ptr(), options(nostack, readonly, preserves_flags));
+}
+
+/// Releases this thread's tile state.
+///
+/// # Safety
+/// As [`begin`].
+pub(super) unsafe fn end() {
+    asm!("tilerelease", options(nostack, nomem, preserves_flags));
+}
