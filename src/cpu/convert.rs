@@ -3,7 +3,8 @@
 //! Invariants: casts read every element exactly (through `f64`, or the exact SIMD widenings)
 //! and round once: to `f32` by `as`, to 16-bit floats to nearest even, to integers by Rust `as`
 //! (floats truncate toward zero and saturate, NaN gives 0; `i32 -> u8` wraps). `cat` output is
-//! contiguous; parts are validated (dtype, rank, sizes off `dim`, bounds) before any copy.
+//! contiguous; parts are validated (dtype, rank, sizes off `dim`, bounds) before any copy, and
+//! its output rows (one per index of the dims before `dim`) are copied in parallel.
 
 use super::elem::FloatElem;
 use super::parallel;
@@ -89,12 +90,27 @@ fn cat_typed<T: Copy + Send + Sync + bytemuck::Zeroable>(
         .iter()
         .map(|(s, l)| (contiguous_cow(s, l), l.shape()[dim] * inner))
         .collect();
-    let mut out = Vec::with_capacity(total);
-    for o in 0..outer {
-        for (d, block) in &data {
-            out.extend_from_slice(d.get(o * block..(o + 1) * block).unwrap_or(&[]));
-        }
+    // One output row per outer index: the parts' blocks side by side; rows copy in parallel.
+    let row: usize = data.iter().map(|(_, block)| block).sum();
+    let mut out = vec![T::zeroed(); total];
+    if row == 0 || outer == 0 {
+        return out;
     }
+    parallel::for_each_chunk(&mut out, row, row, |start, chunk| {
+        for (i, orow) in chunk.chunks_mut(row).enumerate() {
+            let o = start / row + i;
+            let mut at = 0;
+            for (d, block) in &data {
+                if let (Some(dst), Some(src)) = (
+                    orow.get_mut(at..at + block),
+                    d.get(o * block..(o + 1) * block),
+                ) {
+                    dst.copy_from_slice(src);
+                }
+                at += block;
+            }
+        }
+    });
     out
 }
 

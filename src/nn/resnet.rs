@@ -1,7 +1,9 @@
 //! diffusers' `ResnetBlock2D` (`time_embedding_norm="default"`), `Downsample2D` (strided conv)
 //! and `Upsample2D` (nearest x2 or to a given size, then a 3x3 conv).
 //!
-//! Invariants: NCHW in and out; GroupNorm + activation run as one fused pass for SiLU; the time
+//! Invariants: the output has the input's memory format (NCHW or channels-last: convolutions,
+//! GroupNorm, upsampling and the output scaling all keep it, so a channels-last block never
+//! transposes); GroupNorm + activation run as one fused pass for SiLU; the time
 //! embedding is projected per block (`time_emb_proj(act(temb))`) and broadcast over H, W; the
 //! shortcut is a 1x1 conv exactly when the channel count changes (diffusers' `use_in_shortcut`
 //! default).
@@ -10,7 +12,7 @@ use crate::nn::config::ActFn;
 use crate::nn::layers::{act, join, load_linear, map_linear, Conv, GroupNorm, MapFn};
 use crate::nn::weights::ParamSource;
 use crate::nn::Linear;
-use crate::{Error, Result, Tensor};
+use crate::{Error, MemoryFormat, Result, Tensor};
 
 /// Shapes and options of one ResNet block.
 #[derive(Clone, Copy, Debug)]
@@ -71,7 +73,7 @@ impl ResnetBlock2D {
         })
     }
 
-    /// `x` `[B, C_in, H, W]`, `temb` `[B, temb]` -> `[B, C_out, H, W]`.
+    /// `x` `[B, C_in, H, W]`, `temb` `[B, temb]` -> `[B, C_out, H, W]` in `x`'s format.
     pub fn forward(&self, x: &Tensor, temb: &Tensor) -> Result<Tensor> {
         if x.rank() != 4 || temb.rank() != 2 || temb.shape()[0] != x.shape()[0] {
             return Err(Error::ShapeMismatch {
@@ -94,6 +96,11 @@ impl ResnetBlock2D {
         let y = self.conv2.forward_residual(&h, &shortcut)?;
         if self.output_scale_factor == 1.0 {
             Ok(y)
+        } else if y.memory_format() == MemoryFormat::ChannelsLast {
+            // Elementwise ops give row-major outputs: scale the dense NHWC view instead.
+            y.permute(&[0, 2, 3, 1])?
+                .div_scalar(self.output_scale_factor)?
+                .permute(&[0, 3, 1, 2])
         } else {
             y.div_scalar(self.output_scale_factor)
         }

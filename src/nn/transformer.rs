@@ -6,7 +6,9 @@
 //!   the FFN's second product, `proj_out`); the FFN is [`Tensor::ffn_geglu`] (GEGLU gate fused
 //!   into the first product's store).
 //! - `Transformer2DModel` normalises with `GroupNorm(eps = 1e-6)` (diffusers hard-codes it) and
-//!   runs on tokens `[B, H·W, C]` taken as a strided view of the NCHW input; a 1x1 conv
+//!   runs on tokens `[B, H·W, C]`: for a channels-last input a free reshape of its NHWC memory
+//!   (and its output a free view back, channels-last), for an NCHW input a transposed view of
+//!   it (and its output one copy back to NCHW); the output has the input's format; a 1x1 conv
 //!   projection is the same product as a Linear over channels, so both projection kinds run as
 //!   products over tokens (diffusers' parameter shapes are kept: `[O, C, 1, 1]` for convs).
 
@@ -17,7 +19,7 @@ use crate::nn::layers::{
 use crate::nn::weights::{Init, ParamSource};
 use crate::nn::FeedForward;
 use crate::nn::Linear;
-use crate::{Error, Result, Tensor};
+use crate::{Error, MemoryFormat, Result, Tensor};
 
 /// diffusers' `BasicTransformerBlock` with `norm_type="layer_norm"`: self-attention (or
 /// cross-attention when `only_cross_attention`), cross-attention, GEGLU feed-forward, each
@@ -161,7 +163,8 @@ impl Transformer2DModel {
         &self.blocks
     }
 
-    /// `x` `[B, C, H, W]`, `context` `[B, Lk, cross_dim]` -> `[B, C, H, W]` (with the input added).
+    /// `x` `[B, C, H, W]`, `context` `[B, Lk, cross_dim]` -> `[B, C, H, W]` (with the input
+    /// added), in `x`'s memory format (channels-last or NCHW).
     pub fn forward(&self, x: &Tensor, context: &Tensor) -> Result<Tensor> {
         if x.rank() != 4 || x.shape()[1] != self.proj_in.in_features() {
             return Err(Error::shape(
@@ -171,13 +174,28 @@ impl Transformer2DModel {
             ));
         }
         let (b, c, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
-        let tokens = |t: &Tensor| t.reshape(&[b, c, h * w])?.permute(&[0, 2, 1]);
+        // Channels-last maps are their tokens already ([B, H, W, C] memory); NCHW ones are
+        // read as tokens through a transposed view.
+        let channels_last = x.memory_format() == MemoryFormat::ChannelsLast;
+        let tokens = |t: &Tensor| {
+            if channels_last {
+                t.permute(&[0, 2, 3, 1])?.reshape(&[b, h * w, c])
+            } else {
+                t.reshape(&[b, c, h * w])?.permute(&[0, 2, 1])
+            }
+        };
+        // GroupNorm keeps the input's format, so its tokens are a view of the same kind.
         let mut t = self.proj_in.forward(&tokens(&self.norm.forward(x)?)?)?;
         for block in &self.blocks {
             t = block.forward(&t, context)?;
         }
-        // proj_out over tokens plus the input, read as tokens; back to NCHW.
+        // proj_out over tokens plus the input, read as tokens; back to the input's format
+        // (a view for channels-last, one copy for NCHW).
         let y = linear_residual(&self.proj_out, &t, Some(&tokens(x)?))?;
-        y.permute(&[0, 2, 1])?.reshape(&[b, c, h, w])
+        if channels_last {
+            y.reshape(&[b, h, w, c])?.permute(&[0, 3, 1, 2])
+        } else {
+            y.permute(&[0, 2, 1])?.reshape(&[b, c, h, w])
+        }
     }
 }

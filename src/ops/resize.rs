@@ -5,8 +5,17 @@
 //! Invariants: nearest interpolation follows PyTorch's `mode="nearest"` index rule
 //! `src = floor(dst * in / out)`; an integer scale factor is a broadcast view plus one copy;
 //! other sizes are built from runs of repeated source rows, one `cat` per resized dim.
+//! Upsampling, interpolation and padding keep a channels-last input channels-last (as PyTorch
+//! does): they run on its dense `[N, H, W, C]` view, so the copy they make is NHWC-ordered and
+//! the channels of a pixel stay one contiguous run; other inputs give contiguous outputs.
 
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Error, MemoryFormat, Result, Tensor};
+
+/// NCHW dims in channels-last memory order (N, H, W, C).
+const NHWC: [usize; 4] = [0, 2, 3, 1];
+/// The inverse permutation: an NHWC view back to `[N, C, H, W]`; also, entry `d` is the NHWC
+/// position of NCHW dim `d`.
+const NCHW_FROM_NHWC: [usize; 4] = [0, 3, 1, 2];
 
 impl Tensor {
     /// Repeats every element `factor` times along `dim` (a broadcast view, then one copy).
@@ -66,7 +75,29 @@ impl Tensor {
                 ),
             ));
         }
+        if self.memory_format() == MemoryFormat::ChannelsLast {
+            // [N, H, W, C] -> [N, H, s, W, s, C] (a broadcast view) -> one dense copy.
+            let &[n, c, h, w] = self.shape() else {
+                return Err(Error::shape(
+                    "upsample_nearest2d",
+                    "[N, C, H, W]",
+                    self.shape(),
+                ));
+            };
+            return self.via_nhwc(|v| {
+                v.reshape(&[n, h, 1, w, 1, c])?
+                    .broadcast_to(&[n, h, scale, w, scale, c])?
+                    .reshape(&[n, h * scale, w * scale, c])
+            });
+        }
         self.repeat_each(2, scale)?.repeat_each(3, scale)
+    }
+
+    /// Runs `f` on the `[N, H, W, C]` view of a channels-last `[N, C, H, W]` tensor (free: that
+    /// view is dense) and views its `[N, H', W', C]` result back as `[N, C, H', W']`, which is
+    /// channels-last when `f` returns a dense tensor (as copies and `cat` do).
+    fn via_nhwc(&self, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        f(&self.permute(&NHWC)?)?.permute(&NCHW_FROM_NHWC)
     }
 
     /// Nearest-neighbour interpolation of the trailing spatial dims of `[N, C, *spatial]` to
@@ -80,6 +111,13 @@ impl Tensor {
                     self.rank().saturating_sub(2)
                 ),
                 got: format!("{size:?} for {:?}", self.shape()),
+            });
+        }
+        if self.memory_format() == MemoryFormat::ChannelsLast {
+            return self.via_nhwc(|v| {
+                let (h, w) = (v.nearest_dim(1, size[0])?, size[1]);
+                h.nearest_dim(2, w)?
+                    .to_memory_format(MemoryFormat::Contiguous)
             });
         }
         let mut x = self.clone();
@@ -101,9 +139,23 @@ impl Tensor {
                 ),
             ));
         }
+        if self.memory_format() == MemoryFormat::ChannelsLast {
+            // Pad the NHWC view: NCHW dim d sits at NHWC position NCHW_FROM_NHWC[d].
+            return self.via_nhwc(|v| {
+                let dims: Vec<usize> = (0..pads.len() / 2).map(|i| NCHW_FROM_NHWC[3 - i]).collect();
+                v.pad_dims(&dims, pads, value)?
+                    .to_memory_format(MemoryFormat::Contiguous)
+            });
+        }
+        let dims: Vec<usize> = (0..pads.len() / 2).map(|i| self.rank() - 1 - i).collect();
+        self.pad_dims(&dims, pads, value)
+    }
+
+    /// Pads `dims[i]` by `pads[2i]` before and `pads[2i + 1]` after with `value` (one `cat`
+    /// per padded dim).
+    fn pad_dims(&self, dims: &[usize], pads: &[usize], value: f64) -> Result<Tensor> {
         let mut x = self.clone();
-        for (i, pair) in pads.chunks(2).enumerate() {
-            let dim = self.rank() - 1 - i;
+        for (&dim, pair) in dims.iter().zip(pads.chunks(2)) {
             let mut parts = Vec::with_capacity(3);
             for (&n, before) in pair.iter().zip([true, false]) {
                 if n > 0 {

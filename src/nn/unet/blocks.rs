@@ -5,7 +5,9 @@
 //! cross-attention kinds), one without has none; a down block returns its output plus one skip
 //! tensor per ResNet (and one after its downsampler); an up block consumes exactly one skip
 //! tensor per ResNet, last first, concatenating `[hidden, skip]` on channels. Intermediate
-//! tensors are dropped as soon as the next one exists.
+//! tensors are dropped as soon as the next one exists. Every block keeps its input's memory
+//! format (NCHW or channels-last; the channel concatenation of channels-last tensors is
+//! channels-last), so a channels-last UNet never converts between blocks.
 
 use crate::nn::config::{DownBlockType, UpBlockType};
 use crate::nn::layers::{join, MapFn};

@@ -11,6 +11,9 @@
 //!   (one [`crate::Error::Weights`] lists every missing, unexpected and mis-shaped tensor).
 //! - All parameters have the model's dtype and live on its device; `forward` checks its inputs
 //!   against both and keeps no intermediate tensor beyond the skip connections still needed.
+//! - Activations stay in one memory format from `conv_in` to `conv_out` (channels-last on the
+//!   Cpu, NCHW on the Xpu; every block keeps its input's format), converted once from the
+//!   sample's format at the start and once back at the end.
 
 mod blocks;
 mod embeddings;
@@ -25,7 +28,7 @@ use crate::nn::layers::{Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;
 use crate::nn::transformer::TransformerDims;
 use crate::nn::weights::{ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
 use blocks::{LevelDims, UpChannels};
 use embeddings::TimeDims;
 
@@ -337,12 +340,37 @@ impl UNet2DConditionModel {
 
     /// Predicts the noise (or v) for `sample` `[B, in_channels, H, W]` at `timestep` (scalar,
     /// `[1]` or `[B]`) given `encoder_hidden_states` `[B, L, cross_attention_dim]`. `sample` and
-    /// `encoder_hidden_states` must have the model's dtype and device.
+    /// `encoder_hidden_states` must have the model's dtype and device. The output has the
+    /// sample's memory format. Activations are kept in [`Self::activation_format`].
     pub fn forward(
         &self,
         sample: &Tensor,
         timestep: &Tensor,
         encoder_hidden_states: &Tensor,
+    ) -> Result<Tensor> {
+        let fmt = self.activation_format();
+        self.forward_in_format(sample, timestep, encoder_hidden_states, fmt)
+    }
+
+    /// The memory format [`Self::forward`] keeps activations in: channels-last on the Cpu
+    /// (its convolution engine works on NHWC, so no conv transposes its input or output and the
+    /// transformers' tokens are views), NCHW on the Xpu.
+    pub fn activation_format(&self) -> MemoryFormat {
+        match self.device {
+            Device::Cpu => MemoryFormat::ChannelsLast,
+            Device::Xpu => MemoryFormat::Contiguous,
+        }
+    }
+
+    /// [`Self::forward`] with activations kept in `activations` from `conv_in` to `conv_out`:
+    /// the sample is converted once at the start and the output once at the end, back to the
+    /// sample's format. Both formats compute the same values (up to rounding order).
+    pub fn forward_in_format(
+        &self,
+        sample: &Tensor,
+        timestep: &Tensor,
+        encoder_hidden_states: &Tensor,
+        activations: MemoryFormat,
     ) -> Result<Tensor> {
         let op = "UNet2DConditionModel::forward";
         let c = &self.config;
@@ -385,6 +413,7 @@ impl UNet2DConditionModel {
         } else {
             sample.clone()
         };
+        let x = x.to_memory_format(activations)?;
         let mut h = self.conv_in.forward(&x)?;
         let mut skips = vec![h.clone()];
         for block in &self.down_blocks {
@@ -412,6 +441,8 @@ impl UNet2DConditionModel {
             h = block.forward(&h, &res, &temb, Some(ehs), size)?;
         }
         let h = self.conv_norm_out.forward_act(&h, c.act_fn)?;
-        self.conv_out.forward(&h)
+        self.conv_out
+            .forward(&h)?
+            .to_memory_format(sample.memory_format())
     }
 }

@@ -1,0 +1,131 @@
+//! The UNet with channels-last activations (the Cpu default) against the NCHW path on the tiny
+//! SD 1.x fixture: same values, the output in the sample's format, and every block keeping the
+//! channels-last format of its input (so no convolution transposes).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::values;
+use xpu::nn::{UNet2DConditionModel, WeightStore};
+use xpu::{DType, Device, MemoryFormat, Tensor};
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unet_sd1")
+}
+
+fn io(key: &str, dtype: DType) -> Tensor {
+    let store = WeightStore::open(fixture_dir().join("io.safetensors")).unwrap();
+    let dt = if store.dtype(key) == Some(DType::I32) {
+        DType::I32
+    } else {
+        dtype
+    };
+    store.tensor(key, dt, Device::Cpu).unwrap()
+}
+
+/// `max |got - want| <= tol * max |want|`.
+fn assert_rel(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let (g, w) = (values(got), values(want));
+    let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
+    let err = g
+        .iter()
+        .zip(&w)
+        .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        err <= tol * scale,
+        "{what}: max abs error {err:.3e} > {tol:e} * {scale:.3e}"
+    );
+}
+
+fn cl(x: &Tensor) -> Tensor {
+    x.to_memory_format(MemoryFormat::ChannelsLast).unwrap()
+}
+
+#[test]
+fn channels_last_unet_equals_nchw_path() {
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 3e-2)] {
+        let unet =
+            UNet2DConditionModel::from_pretrained(fixture_dir(), dtype, Device::Cpu).unwrap();
+        assert_eq!(unet.activation_format(), MemoryFormat::ChannelsLast);
+        let (x, t, ehs) = (
+            io("sample", dtype),
+            io("timestep", dtype),
+            io("encoder_hidden_states", dtype),
+        );
+        let nchw = unet
+            .forward_in_format(&x, &t, &ehs, MemoryFormat::Contiguous)
+            .unwrap();
+        let y = unet.forward(&x, &t, &ehs).unwrap();
+        assert!(
+            y.is_contiguous() && nchw.is_contiguous(),
+            "{dtype}: NCHW in, NCHW out"
+        );
+        assert_rel(&format!("{dtype} channels-last vs NCHW"), &y, &nchw, tol);
+        assert_rel(
+            &format!("{dtype} vs diffusers"),
+            &y,
+            &io("out", DType::F32),
+            1e-3f64.max(tol),
+        );
+        // A channels-last sample gives a channels-last output with the same values.
+        let y_cl = unet.forward(&cl(&x), &t, &ehs).unwrap();
+        assert_eq!(y_cl.memory_format(), MemoryFormat::ChannelsLast, "{dtype}");
+        assert_eq!(values(&y_cl), values(&y), "{dtype}");
+    }
+}
+
+#[test]
+fn channels_last_unet_odd_sizes() {
+    // 9x7 latents: odd downsampling and forwarded upsample sizes (interpolation) on both paths.
+    let unet =
+        UNet2DConditionModel::from_pretrained(fixture_dir(), DType::F32, Device::Cpu).unwrap();
+    let x = Tensor::randn(&[2, 4, 9, 7], DType::F32, Device::Cpu, 1).unwrap();
+    let ehs = Tensor::randn(&[2, 5, 32], DType::F32, Device::Cpu, 2).unwrap();
+    let t = Tensor::from_vec(vec![10f32, 900.0], &[2], Device::Cpu).unwrap();
+    let y = unet.forward(&x, &t, &ehs).unwrap();
+    let nchw = unet
+        .forward_in_format(&x, &t, &ehs, MemoryFormat::Contiguous)
+        .unwrap();
+    assert_rel("9x7 channels-last vs NCHW", &y, &nchw, 1e-5);
+}
+
+#[test]
+fn blocks_keep_channels_last() {
+    let unet =
+        UNet2DConditionModel::from_pretrained(fixture_dir(), DType::F32, Device::Cpu).unwrap();
+    let is_cl = |what: &str, t: &Tensor| {
+        assert_eq!(t.memory_format(), MemoryFormat::ChannelsLast, "{what}");
+        assert!(t.is_contiguous_for(MemoryFormat::ChannelsLast), "{what}");
+    };
+    let ehs = io("encoder_hidden_states", DType::F32);
+    let temb = io("temb", DType::F32);
+    let b = ehs.shape()[0];
+    let mut h = cl(&Tensor::randn(&[b, 32, 8, 8], DType::F32, Device::Cpu, 3).unwrap());
+    let mut skips = vec![h.clone()];
+    for (i, block) in unet.down_blocks().iter().enumerate() {
+        if let Some(attn) = block.attentions().first() {
+            let nchw = h.contiguous().unwrap();
+            let y = attn.forward(&h, &ehs).unwrap();
+            is_cl(&format!("down {i} attention"), &y);
+            assert_rel("attention", &y, &attn.forward(&nchw, &ehs).unwrap(), 1e-5);
+        }
+        let (out, s) = block.forward(&h, &temb, Some(&ehs)).unwrap();
+        is_cl(&format!("down {i}"), &out);
+        for (j, t) in s.iter().enumerate() {
+            is_cl(&format!("down {i} skip {j}"), t);
+        }
+        skips.extend(s);
+        h = out;
+    }
+    let mid = unet.mid_block().unwrap();
+    h = mid.forward(&h, &temb, &ehs).unwrap();
+    is_cl("mid", &h);
+    for (i, block) in unet.up_blocks().iter().enumerate() {
+        let rest = skips.len() - block.resnets().len();
+        let res = skips.split_off(rest);
+        h = block.forward(&h, &res, &temb, Some(&ehs), None).unwrap();
+        is_cl(&format!("up {i}"), &h);
+    }
+}
