@@ -376,3 +376,58 @@ fn empty_convolutions() {
         &[0, 3, 5, 5]
     );
 }
+
+/// Residuals that broadcast over pixels (a per-image `[N, O, 1, 1]` bias like a UNet's time
+/// embedding, `[1, O, 1, 1]`, `[N, 1, H, W]`): the fused conv equals its unfused sequence on
+/// every device, for NCHW and channels-last inputs, f32 and 16-bit.
+#[test]
+fn broadcast_residuals_match_unfused() {
+    let devices = common::devices();
+    let p = pad(1);
+    for &dtype in &FLOATS {
+        let x = randn(&[3, 5, 7, 6], dtype, 1);
+        let w = randn(&[9, 5, 3, 3], dtype, 2);
+        let b = randn(&[9], dtype, 3);
+        let tol = if dtype == DType::F32 {
+            1e-5
+        } else {
+            4.0 * eps(dtype)
+        } * 45f64.sqrt()
+            + 1e-5;
+        for rshape in [[3, 9, 1, 1], [1, 9, 1, 1], [3, 1, 7, 6]] {
+            let r = randn(&rshape, dtype, 4);
+            for fmt in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
+                let xf = x.to_memory_format(fmt).unwrap();
+                let op = xf.conv2d_fused(&w, p).bias(&b).residual(&r);
+                let want = values(&op.run_unfused().unwrap());
+                for &device in &devices {
+                    let (xd, wd, bd, rd) = (
+                        xf.to(device).unwrap(),
+                        w.to(device).unwrap(),
+                        b.to(device).unwrap(),
+                        r.to(device).unwrap(),
+                    );
+                    let got = xd
+                        .conv2d_fused(&wd, p)
+                        .bias(&bd)
+                        .residual(&rd)
+                        .run()
+                        .unwrap();
+                    let layer = Conv2d::new(wd.clone(), Some(bd.clone()), p).unwrap();
+                    let via_layer = layer
+                        .forward_fused(&xd, Some(&rd), Activation::None)
+                        .unwrap();
+                    let what = format!("{device} {dtype} residual {rshape:?} {fmt:?}");
+                    assert_close(&what, &values(&got), &want, tol, tol);
+                    assert_close(
+                        &format!("{what} layer"),
+                        &values(&via_layer),
+                        &want,
+                        tol,
+                        tol,
+                    );
+                }
+            }
+        }
+    }
+}

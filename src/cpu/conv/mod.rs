@@ -187,8 +187,12 @@ pub(crate) struct ConvEpilogue<'a> {
     /// `[O]`.
     pub bias: Option<&'a [f32]>,
     pub activation: Activation,
-    /// `[N·Ho·Wo, O]` rows (any strides).
+    /// `[N·Ho·Wo, O]` rows (any strides); with `residual_image_stride`, the `[Ho·Wo, O]` rows
+    /// of image 0, image `b`'s starting `b · stride` elements later (e.g. a `[N, O, 1, 1]`
+    /// broadcast: row stride 0), and the product runs image by image.
     pub residual: Option<MatRef<'a, f32>>,
+    /// See `residual`.
+    pub residual_image_stride: Option<usize>,
     pub out_dtype: DType,
     /// Kernel path (tests force the portable one).
     pub path: GemmPath,
@@ -263,44 +267,48 @@ fn conv_typed<S: ConvElem>(
             ),
         ));
     }
-    let m = g.m();
-    let mut out = super::pool::take::<f32>(m * g.o);
+    let mut out = super::pool::take::<f32>(g.m() * g.o);
+    if out.is_empty() {
+        return Ok(out);
+    }
     let zeros = vec![S::zeroed(); cg.max(1)];
-    for gi in 0..groups {
-        let src = NhwcSource {
-            data,
-            base: xl.offset() + gi * cg,
-            sn: s[0],
-            sh: s[2],
-            sw: s[3],
-            zeros: &zeros,
-            g: *g,
-            cg,
-        };
-        let mut e = Epilogue::new().with_activation(ep.activation);
-        if let Some(bias) = ep.bias {
-            e = e.with_bias(&bias[gi * og..(gi + 1) * og]);
-        }
-        if let Some(r) = ep.residual {
-            let off = r.offset + gi * og * r.col_stride;
-            e = e.with_residual(MatRef::new(
-                r.data,
-                off,
-                r.rows,
-                og,
-                r.row_stride,
-                r.col_stride,
-            ));
-        }
-        let c = &mut out[gi * og..];
-        match &w.panels {
-            Panels::F32(p) => gemm::gemm_gather(ep.path, &src, m, &p[gi], c, g.o, &e)?,
-            Panels::Amx(p) => {
-                if !S::run_amx(ep.path, &src, m, &p[gi], c, g.o, &e)? {
-                    return Err(Error::invalid(
-                        op,
-                        "internal: AMX-packed weights used where AMX cannot run",
-                    ));
+    // Images run together, or one by one when the residual steps per image.
+    let (parts, gp) = match ep.residual_image_stride {
+        Some(_) if g.n > 1 => (g.n, ConvGeom { n: 1, ..*g }),
+        _ => (1, *g),
+    };
+    let m = gp.m();
+    for (part, out) in out.chunks_mut(m * g.o).enumerate().take(parts) {
+        for gi in 0..groups {
+            let src = NhwcSource {
+                data,
+                base: xl.offset() + part * s[0] + gi * cg,
+                sn: s[0],
+                sh: s[2],
+                sw: s[3],
+                zeros: &zeros,
+                g: gp,
+                cg,
+            };
+            let mut e = Epilogue::new().with_activation(ep.activation);
+            if let Some(bias) = ep.bias {
+                e = e.with_bias(&bias[gi * og..(gi + 1) * og]);
+            }
+            if let Some(r) = ep.residual {
+                let image = ep.residual_image_stride.map_or(0, |st| part * st);
+                let off = r.offset + image + gi * og * r.col_stride;
+                e = e.with_residual(MatRef::new(r.data, off, m, og, r.row_stride, r.col_stride));
+            }
+            let c = &mut out[gi * og..];
+            match &w.panels {
+                Panels::F32(p) => gemm::gemm_gather(ep.path, &src, m, &p[gi], c, g.o, &e)?,
+                Panels::Amx(p) => {
+                    if !S::run_amx(ep.path, &src, m, &p[gi], c, g.o, &e)? {
+                        return Err(Error::invalid(
+                            op,
+                            "internal: AMX-packed weights used where AMX cannot run",
+                        ));
+                    }
                 }
             }
         }

@@ -41,10 +41,12 @@ pub(crate) fn conv2d_cpu(
         },
         None => None,
     };
+    let residual_image_stride = res.as_ref().and_then(|r| r.1 .3);
     let ep = ConvEpilogue {
         bias,
         activation,
         residual,
+        residual_image_stride,
         out_dtype: x_in.dtype(),
         path: gemm_path(DType::F32),
     };
@@ -105,22 +107,39 @@ pub(crate) fn pack_weight(w: &Tensor, groups: usize) -> Result<PackedConv> {
 }
 
 /// The residual as f32 `[N·Ho·Wo, O]` rows: the tensor holding them and `(offset, row stride,
-/// column stride)`. A view when the residual is f32 with pixels at one stride (channels-last,
-/// or a broadcast of it); otherwise one conversion to dense NHWC f32.
-fn residual_rows(r: &Tensor, g: &ConvGeom) -> Result<(Tensor, (usize, usize, usize))> {
-    let rb = r.broadcast_to(&g.out_shape())?;
+/// column stride, image stride)`. A view when the residual is f32 with channel stride 1 (or one
+/// channel) and its pixels at one stride, either across the whole batch (image stride `None`)
+/// or within each image (image stride `Some`, e.g. a `[N, O, 1, 1]` broadcast with row stride
+/// 0); otherwise one conversion to dense NHWC f32.
+#[allow(clippy::type_complexity)]
+fn residual_rows(
+    r: &Tensor,
+    g: &ConvGeom,
+) -> Result<(Tensor, (usize, usize, usize, Option<usize>))> {
+    // 16-bit residuals are widened before broadcasting (a `[N, O, 1, 1]` one stays small).
+    let rb = match r.dtype() {
+        DType::F32 => r.broadcast_to(&g.out_shape())?,
+        _ => r.to_dtype(DType::F32)?.broadcast_to(&g.out_shape())?,
+    };
     let (sh, st) = (rb.shape().to_vec(), rb.strides().to_vec());
-    // Pixel dims (N, Ho, Wo) that are not size 1, outermost first.
-    let px: Vec<(usize, usize)> = [0, 2, 3]
-        .iter()
-        .filter(|&&d| sh[d] > 1)
-        .map(|&d| (sh[d], st[d]))
-        .collect();
-    let merged = px.windows(2).all(|p| p[0].1 == p[1].0 * p[1].1);
-    let row_stride = px.last().map_or(0, |p| p.1);
-    if rb.dtype() == DType::F32 && merged && (st[1] == 1 || g.o == 1) {
+    // Dims that are not size 1 among `dims`, outermost first, and whether they merge into one.
+    let merge = |dims: &[usize]| -> (bool, usize) {
+        let px: Vec<(usize, usize)> = dims
+            .iter()
+            .filter(|&&d| sh[d] > 1)
+            .map(|&d| (sh[d], st[d]))
+            .collect();
+        let merged = px.windows(2).all(|p| p[0].1 == p[1].0 * p[1].1);
+        (merged, px.last().map_or(0, |p| p.1))
+    };
+    if rb.dtype() == DType::F32 && (st[1] == 1 || g.o == 1) {
         let off = rb.layout().offset();
-        return Ok((rb, (off, row_stride, st[1])));
+        if let (true, row_stride) = merge(&[0, 2, 3]) {
+            return Ok((rb, (off, row_stride, st[1], None)));
+        }
+        if let (true, row_stride) = merge(&[2, 3]) {
+            return Ok((rb, (off, row_stride, st[1], Some(st[0]))));
+        }
     }
     let dense = match (rb.dtype(), cpu_storage("conv2d", &rb)?) {
         (DType::F32, s) if rb.is_contiguous() => nchw_to_nhwc(s, rb.layout())
@@ -133,5 +152,5 @@ fn residual_rows(r: &Tensor, g: &ConvGeom) -> Result<(Tensor, (usize, usize, usi
             .to_dtype(DType::F32)?
             .to_memory_format(MemoryFormat::ChannelsLast)?,
     };
-    Ok((dense, (0, g.o, 1)))
+    Ok((dense, (0, g.o, 1, None)))
 }

@@ -155,6 +155,7 @@ fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
                     bias: Some(&bias),
                     activation: Activation::Silu,
                     residual: Some(MatRef::new(&res, 0, g.m(), g.o, g.o + 1, 1)),
+                    residual_image_stride: None,
                     out_dtype: DType::F32,
                     path,
                 };
@@ -200,6 +201,7 @@ fn amx_panels_match_direct_loops_for_bf16() -> Result<()> {
                 bias: Some(&bias),
                 activation: Activation::Silu,
                 residual: Some(MatRef::new(&res, 0, g.m(), g.o, g.o + 1, 1)),
+                residual_image_stride: None,
                 out_dtype,
                 path: GemmPath::Avx512,
             };
@@ -223,6 +225,7 @@ fn amx_panels_match_direct_loops_for_bf16() -> Result<()> {
             bias: None,
             activation: Activation::None,
             residual: None,
+            residual_image_stride: None,
             out_dtype: DType::F32,
             path: GemmPath::Fallback,
         };
@@ -239,6 +242,7 @@ fn mismatched_inputs_are_errors() -> Result<()> {
         bias: None,
         activation: Activation::None,
         residual: None,
+        residual_image_stride: None,
         out_dtype: DType::F32,
         path: GemmPath::Fallback,
     };
