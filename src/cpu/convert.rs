@@ -75,7 +75,7 @@ pub(crate) fn cast_contiguous(src: CpuStorage, dtype: DType) -> CpuStorage {
     }
 }
 
-fn cat_typed<T: Copy + Send + Sync + bytemuck::Zeroable>(
+fn cat_typed<T: Copy + Send + Sync + super::pool::Recycle>(
     parts: &[(&[T], &Layout)],
     dim: usize,
     total: usize,
@@ -92,10 +92,11 @@ fn cat_typed<T: Copy + Send + Sync + bytemuck::Zeroable>(
         .collect();
     // One output row per outer index: the parts' blocks side by side; rows copy in parallel.
     let row: usize = data.iter().map(|(_, block)| block).sum();
-    let mut out = vec![T::zeroed(); total];
-    if row == 0 || outer == 0 {
-        return out;
+    if row == 0 || outer == 0 || outer.checked_mul(row) != Some(total) {
+        return vec![T::zeroed(); total];
     }
+    // Every element is written below: `outer` rows of `row` elements (validated parts).
+    let mut out = super::pool::take::<T>(total);
     parallel::for_each_chunk(&mut out, row, row, |start, chunk| {
         for (i, orow) in chunk.chunks_mut(row).enumerate() {
             let o = start / row + i;

@@ -92,10 +92,11 @@ fn norm_float<T: FloatElem>(
 ) -> Vec<T> {
     let row_len = spec.row_len();
     let n = spec.rows() * row_len;
-    let mut out = vec![T::zeroed(); n];
     if n == 0 {
-        return out;
+        return Vec::new();
     }
+    // Every row is written below.
+    let mut out = super::pool::take::<T>(n);
     let (w, b) = (widen(k, w), widen(k, b));
     let cpg = spec.cpg();
     parallel::for_each_chunk(&mut out, row_len, row_len * 4, |start, chunk| {

@@ -17,8 +17,9 @@ use rayon::prelude::*;
 
 use super::super::elem::FloatElem;
 use super::super::parallel;
+use super::super::pool;
 use super::super::simd::Kernels;
-use crate::ops::kinds::UnaryOp;
+use crate::ops::kinds::{BinaryOp, UnaryOp};
 
 /// Elements per statistics / normalisation block (64 KiB of `f32`).
 const BLOCK: usize = 1 << 14;
@@ -69,38 +70,49 @@ impl Moments {
     }
 }
 
+/// Per-task scratch of the statistics pass (`f32` rows of one block, `f64` channel sums).
+struct StatScratch {
+    wide: Vec<f32>,
+    tiled: Vec<f32>,
+    dev: Vec<f32>,
+    sq: Vec<f32>,
+    sums: Vec<f64>,
+}
+
 /// Two-pass moments of every group over one block `x` of whole pixels (`f32`).
-fn block_moments(x: &[f32], s: &NhwcSpec, sums: &mut [f64], out: &mut [Moments]) {
+fn block_moments(k: Kernels, x: &[f32], s: &NhwcSpec, t: &mut StatScratch, out: &mut [Moments]) {
     let (c, cpg) = (s.channels, s.cpg());
-    let pixels = x.len() / c.max(1);
+    let len = x.len();
+    let pixels = len / c.max(1);
+    let sums = &mut t.sums;
     sums.fill(0.0);
     for px in x.chunks_exact(c) {
-        for (a, &v) in sums.iter_mut().zip(px) {
-            *a += f64::from(v);
-        }
+        k.add_assign_f64_f32(sums, px);
     }
     let count = (pixels * cpg) as f64;
-    let means: Vec<f32> = sums
-        .chunks_exact(cpg)
-        .map(|g| (g.iter().sum::<f64>() / count) as f32)
-        .collect();
-    sums.fill(0.0);
-    for px in x.chunks_exact(c) {
-        for ((a, xs), &m) in sums
-            .chunks_exact_mut(cpg)
-            .zip(px.chunks_exact(cpg))
-            .zip(&means)
-        {
-            for (a, &v) in a.iter_mut().zip(xs) {
-                let d = v - m;
-                *a += f64::from(d * d);
-            }
-        }
+    let mut means = vec![0f32; c];
+    for (m, g) in means.chunks_exact_mut(cpg).zip(sums.chunks_exact(cpg)) {
+        m.fill((g.iter().sum::<f64>() / count) as f32);
     }
-    for ((o, g), &m) in out.iter_mut().zip(sums.chunks_exact(cpg)).zip(&means) {
+    // Deviations from the block's group means (formed in f32), squared, summed in f64.
+    let tiled = &mut t.tiled[..len];
+    for row in tiled.chunks_exact_mut(c) {
+        row.copy_from_slice(&means);
+    }
+    let (dev, sq) = (&mut t.dev[..len], &mut t.sq[..len]);
+    k.binary_f32(BinaryOp::Sub, x, tiled, dev);
+    k.binary_f32(BinaryOp::Mul, dev, dev, sq);
+    sums.fill(0.0);
+    for px in sq.chunks_exact(c) {
+        k.add_assign_f64_f32(sums, px);
+    }
+    for (o, (g, m)) in out
+        .iter_mut()
+        .zip(sums.chunks_exact(cpg).zip(means.chunks_exact(cpg)))
+    {
         *o = Moments {
             count,
-            mean: f64::from(m),
+            mean: f64::from(m[0]),
             m2: g.iter().sum::<f64>(),
         };
     }
@@ -125,8 +137,16 @@ fn affines<T: FloatElem>(
     let bp = s.block_pixels();
     let nblocks = s.pixels.div_ceil(bp);
     let tasks = s.batch * nblocks;
-    let stats = |t: usize| {
-        let (n, blk) = (t / nblocks.max(1), t % nblocks.max(1));
+    let cap = (bp * c).min(s.pixels * c);
+    let scratch = || StatScratch {
+        wide: vec![0f32; if T::as_f32(&x[..0]).is_some() { 0 } else { cap }],
+        tiled: vec![0f32; cap],
+        dev: vec![0f32; cap],
+        sq: vec![0f32; cap],
+        sums: vec![0f64; c],
+    };
+    let stats = |t: &mut StatScratch, i: usize| {
+        let (n, blk) = (i / nblocks.max(1), i % nblocks.max(1));
         let p0 = blk * bp;
         let p1 = (p0 + bp).min(s.pixels);
         let base = n * s.pixels * c;
@@ -134,22 +154,35 @@ fn affines<T: FloatElem>(
         let Some(xs) = x.get(base + p0 * c..base + p1 * c) else {
             return out;
         };
-        let mut sums = vec![0f64; c];
+        let mut wide = std::mem::take(&mut t.wide);
         match T::as_f32(xs) {
-            Some(f) => block_moments(f, s, &mut sums, &mut out),
+            Some(f) => block_moments(k, f, s, t, &mut out),
             None => {
-                let mut wide = vec![0f32; xs.len()];
-                T::load(k, xs, &mut wide);
-                block_moments(&wide, s, &mut sums, &mut out);
+                let wide = &mut wide[..xs.len()];
+                T::load(k, xs, wide);
+                block_moments(k, wide, s, t, &mut out);
             }
         }
+        t.wide = wide;
         out
     };
     let work = s.batch * s.pixels * c;
     let per_block: Vec<Vec<Moments>> = if work < parallel::PAR_THRESHOLD {
-        (0..tasks).map(stats).collect()
+        let mut t = scratch();
+        (0..tasks).map(|i| stats(&mut t, i)).collect()
     } else {
-        (0..tasks).into_par_iter().map(stats).collect()
+        // A few contiguous runs of blocks per thread, one scratch per run.
+        let per = tasks.div_ceil(rayon::current_num_threads() * 4).max(1);
+        let runs: Vec<Vec<Vec<Moments>>> = (0..tasks.div_ceil(per))
+            .into_par_iter()
+            .map(|r| {
+                let mut t = scratch();
+                (r * per..((r + 1) * per).min(tasks))
+                    .map(|i| stats(&mut t, i))
+                    .collect()
+            })
+            .collect();
+        runs.into_iter().flatten().collect()
     };
     let cpg = s.cpg();
     (0..s.batch)
@@ -182,6 +215,71 @@ fn affines<T: FloatElem>(
         .collect()
 }
 
+/// Per-task scratch of the normalisation pass.
+struct NormScratch {
+    wide: Vec<f32>,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    /// The batch item whose per-channel mean, scale and shift are repeated over `a.len()`.
+    tiled: Option<(usize, [Vec<f32>; 3])>,
+}
+
+/// Normalises `xs` (whole pixels of batch item `n`) into `o`.
+fn normalise_run<T: FloatElem>(
+    k: Kernels,
+    xs: &[T],
+    o: &mut [T],
+    n: usize,
+    aff: &[Affine],
+    silu: bool,
+    t: &mut NormScratch,
+) {
+    let len = xs.len();
+    let cap = t.a.len();
+    if t.tiled.as_ref().is_none_or(|tl| tl.0 != n) {
+        let Some(af) = aff.get(n) else { return };
+        let tile = |v: &[f32]| {
+            let mut t = vec![0f32; cap];
+            for row in t.chunks_mut(v.len().max(1)) {
+                let n = row.len();
+                row.copy_from_slice(&v[..n]);
+            }
+            t
+        };
+        t.tiled = Some((n, [tile(&af.mean), tile(&af.scale), tile(&af.shift)]));
+    }
+    let Some((_, [mean, scale, shift])) = t.tiled.as_ref() else {
+        return;
+    };
+    let xf: &[f32] = match T::as_f32(xs) {
+        Some(f) => f,
+        None => {
+            T::load(k, xs, &mut t.wide[..len]);
+            &t.wide[..len]
+        }
+    };
+    let (a, bb) = (&mut t.a[..len], &mut t.b[..len]);
+    let (mean, scale, shift) = (&mean[..len], &scale[..len], &shift[..len]);
+    k.binary_f32(BinaryOp::Sub, xf, mean, a);
+    k.binary_f32(BinaryOp::Mul, a, scale, bb);
+    match (silu, T::as_f32_mut(o)) {
+        (false, Some(of)) => k.binary_f32(BinaryOp::Add, bb, shift, of),
+        (true, Some(of)) => {
+            k.binary_f32(BinaryOp::Add, bb, shift, a);
+            k.unary_f32(UnaryOp::Silu, a, of);
+        }
+        (false, None) => {
+            k.binary_f32(BinaryOp::Add, bb, shift, a);
+            T::store(k, a, o);
+        }
+        (true, None) => {
+            k.binary_f32(BinaryOp::Add, bb, shift, a);
+            k.unary_f32(UnaryOp::Silu, a, bb);
+            T::store(k, bb, o);
+        }
+    }
+}
+
 /// Group norm (+ SiLU) of dense NHWC `x` (`batch · pixels · channels` elements) with `f32`
 /// per-channel weight and bias; returns dense NHWC output of the same dtype.
 pub(crate) fn group_norm_nhwc<T: FloatElem>(
@@ -193,46 +291,57 @@ pub(crate) fn group_norm_nhwc<T: FloatElem>(
 ) -> Vec<T> {
     let c = s.channels;
     let total = s.batch * s.pixels * c;
-    let mut out = vec![T::zeroed(); total];
     if total == 0 || x.len() < total {
-        return out;
+        return vec![T::zeroed(); total];
     }
+    // Every element is written below (whole pixels, all of them).
+    let mut out = pool::take::<T>(total);
     let aff = affines(k, x, s, w, b);
     let block = s.block_pixels() * c;
-    parallel::for_each_chunk(&mut out, c, 4 * c, |start, chunk| {
-        let cap = block.min(chunk.len());
-        let mut wide = vec![0f32; if T::as_f32(&x[..0]).is_some() { 0 } else { cap }];
-        let mut y = vec![0f32; cap];
-        let mut act = vec![0f32; if s.silu { cap } else { 0 }];
-        let mut at = start;
-        for o in chunk.chunks_mut(block) {
-            let len = o.len();
+    let image = s.pixels * c;
+    let cap = block.min(total);
+    let is_f32 = T::as_f32(&x[..0]).is_some();
+    let scratch = || NormScratch {
+        wide: vec![0f32; if is_f32 { 0 } else { cap }],
+        a: vec![0f32; cap],
+        b: vec![0f32; cap],
+        tiled: None,
+    };
+    // Blocks of whole pixels (`block` is a multiple of `channels`), split at image boundaries.
+    let run = |t: &mut NormScratch, (i, o): (usize, &mut [T])| {
+        let mut at = i * block;
+        let mut rest = o;
+        while !rest.is_empty() {
+            let n = at / image.max(1);
+            let len = rest.len().min((n + 1) * image - at);
+            let (o, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
             let Some(xs) = x.get(at..at + len) else {
                 return;
             };
-            let xf: &[f32] = match T::as_f32(xs) {
-                Some(f) => f,
-                None => {
-                    T::load(k, xs, &mut wide[..len]);
-                    &wide[..len]
-                }
-            };
-            for (p, (yp, xp)) in y[..len].chunks_mut(c).zip(xf.chunks(c)).enumerate() {
-                let n = (at / c + p) / s.pixels.max(1);
-                let Some(a) = aff.get(n) else { return };
-                let rows = yp.iter_mut().zip(xp).zip(&a.mean).zip(&a.scale);
-                for ((((yo, &xv), &m), &sc), &sh) in rows.zip(&a.shift) {
-                    *yo = (xv - m) * sc + sh;
-                }
-            }
-            if s.silu {
-                k.unary_f32(UnaryOp::Silu, &y[..len], &mut act[..len]);
-                T::store(k, &act[..len], o);
-            } else {
-                T::store(k, &y[..len], o);
-            }
             at += len;
+            normalise_run(k, xs, o, n, &aff, s.silu, t);
         }
-    });
+    };
+    if total < parallel::PAR_THRESHOLD {
+        let mut t = scratch();
+        out.chunks_mut(block)
+            .enumerate()
+            .for_each(|io| run(&mut t, io));
+    } else {
+        // A few runs of whole blocks per thread, one scratch per run.
+        let per = total
+            .div_ceil(block)
+            .div_ceil(rayon::current_num_threads() * 4)
+            .max(1);
+        out.par_chunks_mut(per * block)
+            .enumerate()
+            .for_each(|(r, part)| {
+                let mut t = scratch();
+                for (j, o) in part.chunks_mut(block).enumerate() {
+                    run(&mut t, (r * per + j, o));
+                }
+            });
+    }
     out
 }
