@@ -106,7 +106,9 @@ impl Tensor {
     /// Group norm of an `[N, C, *spatial]` tensor (NCHW; any rank >= 2) as PyTorch's
     /// `group_norm(x, groups, weight, bias, eps)`: the `C / groups` channels of each group are
     /// normalised together per batch item, then scaled and shifted per channel. `groups` must
-    /// divide `C`; `weight` and `bias` have shape `[C]` and the input's dtype and device.
+    /// divide `C`; `weight` and `bias` have shape `[C]` and the input's dtype and device. The
+    /// output keeps the input's memory format: dense channels-last for a channels-last input
+    /// (normalised in its NHWC order on the Cpu, without a transpose), contiguous otherwise.
     pub fn group_norm(
         &self,
         groups: usize,
