@@ -26,7 +26,7 @@
 use half::bf16;
 use rayon::prelude::*;
 
-use super::amx_kernel::{begin, end, step, Block, Geo, TileState, KB, MR, TILE};
+use super::amx_kernel::{begin, end, step, Block, Geo, Phase, TileState, KB, MR, TILE};
 use super::operands::{head_base, mat_strides, MaskData, View};
 use crate::cpu::elem::FloatElem;
 use crate::cpu::gemm::{bf16_method, Bf16Method};
@@ -155,8 +155,8 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
     let tiles = rows.div_ceil(MR);
     sc.q.resize(tiles * MR * g.dp, 0);
     sc.o.resize(tiles * MR * g.dvp, 0.0);
-    sc.s.resize(MR * KB, 0.0);
-    sc.p.resize(MR * KB, 0);
+    sc.s.resize(tiles * MR * KB, 0.0);
+    sc.p.resize(tiles * MR * KB, 0);
     sc.bias.resize(MR * KB, 0.0);
     sc.row.resize(dv, 0.0);
     sc.m.clear();
@@ -183,37 +183,40 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
     {
         let k0 = b * KB;
         let valid = (lk - k0).min(KB);
-        for t in 0..tiles {
-            if let Some((data, mv)) = &c.mask {
-                let (rs, cs) = mat_strides(mv);
-                let base = head_base(mv, h);
-                for (r, row) in sc.bias.chunks_mut(KB).enumerate() {
-                    let qi = q0 + t * MR + r;
-                    if t * MR + r >= rows {
-                        row.fill(0.0);
-                        continue;
-                    }
-                    for (j, x) in row.iter_mut().take(valid).enumerate() {
-                        *x = data.get(base + qi * rs + (k0 + j) * cs);
+        for phase in [Phase::Scores, Phase::Probs, Phase::Values] {
+            for t in 0..tiles {
+                if let (Some((data, mv)), Phase::Probs) = (&c.mask, phase) {
+                    let (rs, cs) = mat_strides(mv);
+                    let base = head_base(mv, h);
+                    for (r, row) in sc.bias.chunks_mut(KB).enumerate() {
+                        let qi = q0 + t * MR + r;
+                        if t * MR + r >= rows {
+                            row.fill(0.0);
+                            continue;
+                        }
+                        for (j, x) in row.iter_mut().take(valid).enumerate() {
+                            *x = data.get(base + qi * rs + (k0 + j) * cs);
+                        }
                     }
                 }
+                let blk = Block {
+                    k: kb,
+                    v: vb,
+                    bias: c.mask.is_some().then_some(&sc.bias[..]),
+                    valid,
+                    first: b == 0,
+                };
+                let tile = MR * KB * t..MR * KB * (t + 1);
+                let mut st = TileState {
+                    q: &sc.q[t * MR * g.dp..(t + 1) * MR * g.dp],
+                    o: &mut sc.o[t * MR * g.dvp..(t + 1) * MR * g.dvp],
+                    m: &mut sc.m[t],
+                    l: &mut sc.l[t],
+                    s: &mut sc.s[tile.clone()],
+                    p: &mut sc.p[tile],
+                };
+                step(g, &blk, &mut st, phase);
             }
-            let blk = Block {
-                k: kb,
-                v: vb,
-                bias: c.mask.is_some().then_some(&sc.bias[..]),
-                valid,
-                first: b == 0,
-            };
-            let mut st = TileState {
-                q: &sc.q[t * MR * g.dp..(t + 1) * MR * g.dp],
-                o: &mut sc.o[t * MR * g.dvp..(t + 1) * MR * g.dvp],
-                m: &mut sc.m[t],
-                l: &mut sc.l[t],
-                s: &mut sc.s,
-                p: &mut sc.p,
-            };
-            step(g, &blk, &mut st);
         }
     }
     // SAFETY: as the ldtilecfg above.

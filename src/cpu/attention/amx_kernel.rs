@@ -18,12 +18,42 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::avx512::{exp2, valid_lanes};
+use super::avx512::valid_lanes;
+use super::MIN_EXP2;
+
+const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+/// `2^x` for `x <= 0` on the lanes of `keep` (the others 0), exactly 0 below `MIN_EXP2`:
+/// `x = n + f` with `|f| <= 1/2`, degree-5 Taylor series of `2^f` (relative error < 3e-6, far
+/// below the bf16 rounding of `P`), `vscalefps` for `2^n` (the argument clamped at `MIN_EXP2`
+/// so it never underflows into a microcode assist). NaN stays NaN.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn exp2(x: __m512, keep: __mmask16) -> __m512 {
+    const C: [f32; 6] = [
+        1.0,
+        std::f32::consts::LN_2,
+        0.240_226_5,
+        0.055_504_11,
+        0.009_618_129,
+        0.001_333_355_8,
+    ];
+    let lo = _mm512_set1_ps(MIN_EXP2);
+    let keep = _mm512_mask_cmp_ps_mask::<_CMP_NLT_UQ>(keep, x, lo);
+    let x = _mm512_max_ps(lo, x);
+    let n = _mm512_roundscale_ps::<RNE>(x);
+    let f = _mm512_sub_ps(x, n);
+    let mut p = _mm512_set1_ps(C[5]);
+    for &c in C[..5].iter().rev() {
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+    }
+    _mm512_maskz_scalef_ps(keep, p, n)
+}
 
 /// Query rows per tile (two A tiles of 16 rows).
 pub(super) const MR: usize = 32;
 /// Keys per block (a multiple of 32: whole pair steps of the `P · V` product).
-pub(super) const KB: usize = 64;
+pub(super) const KB: usize = 128;
 /// u32 per B tile (16 rows × 16 pairs).
 pub(super) const TILE: usize = 256;
 
@@ -193,8 +223,21 @@ pub(super) struct Geo {
     pub(super) qmul: f32,
 }
 
-/// One tile step, after checking every length the kernels rely on.
-pub(super) fn step(g: Geo, b: &Block, t: &mut TileState) {
+/// The three phases of a tile step. A task runs each phase over all its tiles before the next,
+/// so the stores of one phase (scores, probabilities, rescaled output) have drained by the time
+/// the next phase loads them into tiles or vectors (they cannot be forwarded).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// `S = Q · Kᵀ` into `s`.
+    Scores,
+    /// The online softmax: `m`, `l`, `P` into `p`, `O` rescaled.
+    Probs,
+    /// `O += P · V`.
+    Values,
+}
+
+/// One phase of a tile step, after checking every length the kernels rely on.
+pub(super) fn step(g: Geo, b: &Block, t: &mut TileState, phase: Phase) {
     let ok = g.dp.is_multiple_of(32)
         && g.dp > 0
         && g.dvp.is_multiple_of(16)
@@ -210,14 +253,20 @@ pub(super) fn step(g: Geo, b: &Block, t: &mut TileState) {
     if ok {
         // SAFETY: `attention` runs tasks only when `usable` (AMX granted, AVX-512F/BF16), the
         // task loaded the tile configuration, and the lengths were checked above.
-        unsafe { step_raw(g, b, t) }
+        unsafe {
+            match phase {
+                Phase::Scores => scores(g, b, t),
+                Phase::Probs => probs(g, b, t),
+                Phase::Values => values(g, b, t),
+            }
+        }
     }
 }
 
 /// # Safety
 /// As in [`step`].
 #[target_feature(enable = "avx512f,avx512dq,fma,avx512bf16")]
-unsafe fn step_raw(g: Geo, b: &Block, t: &mut TileState) {
+unsafe fn scores(g: Geo, b: &Block, t: &mut TileState) {
     let (sd, kchunks) = (g.dp / 32, b.valid.div_ceil(32) * 2);
     for j in (0..kchunks).step_by(2) {
         let kb = b.k.as_ptr().add(j * sd * TILE);
@@ -232,6 +281,12 @@ unsafe fn step_raw(g: Geo, b: &Block, t: &mut TileState) {
             0,
         );
     }
+}
+
+/// # Safety
+/// As in [`step`].
+#[target_feature(enable = "avx512f,avx512dq,fma,avx512bf16")]
+unsafe fn probs(g: Geo, b: &Block, t: &mut TileState) {
     let alpha = softmax(g.qmul, b, t);
     if !b.first && alpha.iter().any(|&a| a != 1.0) {
         for (r, &a) in alpha.iter().enumerate() {
@@ -245,6 +300,12 @@ unsafe fn step_raw(g: Geo, b: &Block, t: &mut TileState) {
             }
         }
     }
+}
+
+/// # Safety
+/// As in [`step`].
+#[target_feature(enable = "avx512f,avx512dq,fma,avx512bf16")]
+unsafe fn values(g: Geo, b: &Block, t: &mut TileState) {
     // Key steps that hold valid keys (P is zero beyond them, V's padding rows are zero).
     let (sk, all) = (b.valid.div_ceil(32), KB / 32);
     let (vcs, load) = (g.dvp / 16, usize::from(!b.first));
@@ -296,7 +357,7 @@ unsafe fn softmax(qmul: f32, b: &Block, t: &mut TileState) -> [f32; MR] {
         let mut mx = ninf;
         for v in 0..nv {
             let x = score(r, v, _mm512_setzero_ps());
-            mx = _mm512_max_ps(mx, _mm512_mask_blend_ps(valid_lanes(v, b.valid), ninf, x));
+            mx = _mm512_mask_max_ps(mx, valid_lanes(v, b.valid), mx, x);
         }
         let m_old = t.m[r];
         let m_new = m_old.max(_mm512_reduce_max_ps(mx));
@@ -310,15 +371,15 @@ unsafe fn softmax(qmul: f32, b: &Block, t: &mut TileState) -> [f32; MR] {
     }
     let mut alpha = [0f32; MR];
     for h in 0..MR / 16 {
-        let a = exp2(_mm512_loadu_ps(shift.as_ptr().add(16 * h)));
+        let a = exp2(_mm512_loadu_ps(shift.as_ptr().add(16 * h)), !0);
         _mm512_storeu_ps(alpha.as_mut_ptr().add(16 * h), a);
     }
     for r in 0..MR {
         let mu = _mm512_set1_ps(-m_use[r]);
         let mut sum = _mm512_setzero_ps();
         for v in (0..KB / 16).step_by(2) {
-            let e0 = _mm512_maskz_mov_ps(valid_lanes(v, b.valid), exp2(score(r, v, mu)));
-            let e1 = _mm512_maskz_mov_ps(valid_lanes(v + 1, b.valid), exp2(score(r, v + 1, mu)));
+            let e0 = exp2(score(r, v, mu), valid_lanes(v, b.valid));
+            let e1 = exp2(score(r, v + 1, mu), valid_lanes(v + 1, b.valid));
             sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
             let pk: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(e1, e0));
             _mm512_storeu_si512(p.add(r * KB + 16 * v).cast(), pk);

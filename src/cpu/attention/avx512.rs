@@ -19,7 +19,7 @@ const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 /// NaN stays NaN.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
-pub(super) unsafe fn exp2(x: __m512) -> __m512 {
+unsafe fn exp2(x: __m512) -> __m512 {
     const C: [f32; 8] = [
         1.0,
         std::f32::consts::LN_2,
