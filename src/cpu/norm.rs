@@ -8,7 +8,9 @@
 //! in `f64` by the SIMD kernels, the deviations `x - mean` are formed in `f32` and their squares
 //! summed in `f64`; the variance is biased (divides by the row length, as PyTorch). The output
 //! is `(x - mean) / sqrt(var + eps) * w[c] + b[c]` (optionally SiLU'd), computed in `f32` and
-//! rounded once to the input dtype; it is contiguous in the input's shape.
+//! rounded once to the input dtype; it is contiguous in the input's shape. Dense channels-last
+//! group norm inputs take [`CpuStorage::group_norm_channels_last`] instead (module `nhwc`:
+//! NHWC in, NHWC out, the same formula with block-wise two-pass statistics).
 
 mod nhwc;
 
