@@ -10,6 +10,11 @@
 //! `P · V` (`portable` or `avx512` kernels, chosen by `Kernels::level()`). The output is
 //! `o / l` rounded once to the input dtype.
 //!
+//! bf16 inputs run on Intel AMX tiles instead where AMX is in use (`bf16_method() == Amx`,
+//! `amx::usable`) and `XPU_CPU_ATTN` is not `fma`: `Q·Kᵀ` and `P·V` on `tdpbf16ps` with f32
+//! accumulation, `P` rounded to bf16, the softmax in f32 (see `amx` / `amx_kernel`), with the
+//! same invariants as below.
+//!
 //! Invariants:
 //! - Memory beyond the inputs and output is O((Lk + Lq_block)·(D + Dv)) per head: the packed
 //!   K/V and per-task tiles; no `Lq × Lk` buffer exists.

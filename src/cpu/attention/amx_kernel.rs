@@ -377,7 +377,8 @@ unsafe fn softmax(qmul: f32, b: &Block, t: &mut TileState) -> [f32; MR] {
     for r in 0..MR {
         let mu = _mm512_set1_ps(-m_use[r]);
         let mut sum = _mm512_setzero_ps();
-        for v in (0..KB / 16).step_by(2) {
+        // Vectors up to the last valid 32-key step (P beyond it is never read).
+        for v in (0..b.valid.div_ceil(32) * 2).step_by(2) {
             let e0 = exp2(score(r, v, mu), valid_lanes(v, b.valid));
             let e1 = exp2(score(r, v + 1, mu), valid_lanes(v + 1, b.valid));
             sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
