@@ -275,23 +275,14 @@ fn attention_float<T: FloatElem>(
         return out;
     }
     let dvp = s.dv.div_ceil(16).max(1) * 16;
-    // Enough tasks to balance the threads, at most MAX_TILES_PER_TASK tiles each.
-    let (heads, threads) = (s.heads(), rayon::current_num_threads());
-    let tiles = s.lq.div_ceil(MR);
     // Short key sequences (cross-attention) keep little in cache: take bigger tasks.
-    let mut per_task = if s.lk <= 2 * KB {
+    let max_tiles = if s.lk <= 2 * KB {
         4 * MAX_TILES_PER_TASK
     } else {
         MAX_TILES_PER_TASK
     };
-    while per_task > 1 && heads * tiles.div_ceil(per_task) < 4 * threads {
-        per_task /= 2;
-    }
-    let rows_per_task = per_task * MR;
-    // Heads are packed and computed a group at a time (packed K/V memory stays at a few heads'
-    // worth), each group big enough to keep every thread busy.
-    let tasks_per_head = tiles.div_ceil(per_task);
-    let group = heads.min((2 * threads).max((4 * threads).div_ceil(tasks_per_head)));
+    let (rows_per_task, group) = plan_tasks(s.heads(), s.lq.div_ceil(MR), max_tiles, MR);
+    let heads = s.heads();
     let mut heads_out = out.chunks_mut(s.lq * s.dv).enumerate();
     for h0 in (0..heads).step_by(group.max(1)) {
         let h1 = (h0 + group).min(heads);
@@ -318,6 +309,26 @@ fn attention_float<T: FloatElem>(
             .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
     }
     out
+}
+
+/// Splits the work into tasks of one head × `rows_per_task` query rows (at most `max_tiles`
+/// tiles of `mr` rows, fewer when that leaves under four tasks per thread) and heads into groups
+/// packed and computed together (packed K/V memory stays at a few heads' worth, each group big
+/// enough to keep every thread busy). Returns `(rows_per_task, heads per group)`.
+pub(super) fn plan_tasks(
+    heads: usize,
+    tiles: usize,
+    max_tiles: usize,
+    mr: usize,
+) -> (usize, usize) {
+    let threads = rayon::current_num_threads();
+    let mut per_task = max_tiles.max(1);
+    while per_task > 1 && heads * tiles.div_ceil(per_task) < 4 * threads {
+        per_task /= 2;
+    }
+    let tasks_per_head = tiles.div_ceil(per_task);
+    let group = heads.min((2 * threads).max((4 * threads).div_ceil(tasks_per_head.max(1))));
+    (per_task * mr, group.max(1))
 }
 
 /// Whether bf16 attention may use the AMX kernel: `XPU_CPU_ATTN=fma` keeps the FMA kernel

@@ -263,15 +263,9 @@ pub(super) fn attention(
         dvp: s.dv.div_ceil(16).max(1) * 16,
         qmul: s.scale * std::f32::consts::LOG2_E,
     };
-    let (heads, threads) = (s.heads(), rayon::current_num_threads());
-    let tiles = s.lq.div_ceil(MR);
-    let mut per_task = MAX_TILES_PER_TASK;
-    while per_task > 1 && heads * tiles.div_ceil(per_task) < 4 * threads {
-        per_task /= 2;
-    }
-    let rows_per_task = per_task * MR;
-    let tasks_per_head = tiles.div_ceil(per_task);
-    let group = heads.min((2 * threads).max((4 * threads).div_ceil(tasks_per_head)));
+    let heads = s.heads();
+    let (rows_per_task, group) =
+        super::plan_tasks(heads, s.lq.div_ceil(MR), MAX_TILES_PER_TASK, MR);
     let mut heads_out = out.chunks_mut(s.lq * s.dv).enumerate();
     for h0 in (0..heads).step_by(group.max(1)) {
         let h1 = (h0 + group).min(heads);
