@@ -4,10 +4,10 @@
 //! Invariant: a [`PackedWeight`] holds `B` as `K × N` panels of the weight's own dtype, exactly as
 //! the engine would pack them per call, so prepacked and per-call products are bit-identical. A
 //! GEGLU pack ([`PackedWeight::new_geglu`]) holds `K × 2N` and its products return
-//! `h · act(g)` (`N` columns); the bias then has `2N` entries.
+//! `h · act(g)` (`N` columns); the bias then has `2N` entries. 16-bit products are rounded in
+//! the engine's store (no f32 output pass), bit-identical to rounding the f32 product after.
 
-use super::gemm::{self, Activation, Epilogue, MatRef, PackedB};
-use super::matmul::narrow;
+use super::gemm::{self, Activation, Epilogue, MatRef, Out16, PackedB};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
 use crate::layout::Layout;
@@ -105,39 +105,57 @@ impl PackedWeight {
                 ));
             }
         }
-        // beta = 0: the engine writes every element, so a recycled buffer is fine.
-        let mut c = super::pool::take::<f32>(m * n);
-        let mut ep = Epilogue::default().with_activation(activation);
-        if let Some(b) = bias {
-            ep = ep.with_bias(b);
-        }
-        if let Some(r) = residual {
-            ep = ep.with_residual(r);
-        }
-        if m > 0 && n > 0 {
+        let base = || {
+            let mut ep = Epilogue::default().with_activation(activation);
+            if let Some(b) = bias {
+                ep = ep.with_bias(b);
+            }
+            if let Some(r) = residual {
+                ep = ep.with_residual(r);
+            }
+            ep
+        };
+        let run = |c: &mut [f32], ep: &Epilogue| -> Result<()> {
+            if m == 0 || n == 0 {
+                return Ok(());
+            }
             match (self, x) {
                 (PackedWeight::F32(p), CpuStorage::F32(v)) => {
-                    gemm::gemm_prepacked_f32(view(v, xl), p, &mut c, n, &ep)?
+                    gemm::gemm_prepacked_f32(view(v, xl), p, c, n, ep)
                 }
                 (PackedWeight::F16(p), CpuStorage::F16(v)) => {
-                    gemm::gemm_prepacked_f16(view(v, xl), p, &mut c, n, &ep)?
+                    gemm::gemm_prepacked_f16(view(v, xl), p, c, n, ep)
                 }
                 (PackedWeight::BF16(p), CpuStorage::BF16(v)) => {
-                    gemm::gemm_prepacked_bf16(view(v, xl), p, &mut c, n, &ep)?
+                    gemm::gemm_prepacked_bf16(view(v, xl), p, c, n, ep)
                 }
-                _ => {
-                    return Err(Error::DTypeMismatch {
-                        op: "linear",
-                        expected: self.dtype(),
-                        got: x.dtype(),
-                    })
-                }
+                _ => Err(Error::DTypeMismatch {
+                    op: "linear",
+                    expected: self.dtype(),
+                    got: x.dtype(),
+                }),
             }
-        }
+        };
+        // beta = 0: the engine writes every element (of C, or of the 16-bit output, C then
+        // holding only partial sums), so recycled buffers are fine.
+        let mut c = super::pool::take::<f32>(m * n);
         Ok(match x.dtype() {
-            DType::F16 => CpuStorage::F16(narrow(c)),
-            DType::BF16 => CpuStorage::BF16(narrow(c)),
-            _ => CpuStorage::F32(c),
+            DType::F16 => {
+                let mut out = super::pool::take::<f16>(m * n);
+                run(&mut c, &base().with_out16(Out16::f16(&mut out, n)))?;
+                super::pool::give(c);
+                CpuStorage::F16(out)
+            }
+            DType::BF16 => {
+                let mut out = super::pool::take::<bf16>(m * n);
+                run(&mut c, &base().with_out16(Out16::bf16(&mut out, n)))?;
+                super::pool::give(c);
+                CpuStorage::BF16(out)
+            }
+            _ => {
+                run(&mut c, &base())?;
+                CpuStorage::F32(c)
+            }
         })
     }
 

@@ -29,10 +29,9 @@ pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight};
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 
 use super::gemm::{
-    self, bf16_method, Activation, Bf16Method, Epilogue, GemmPath, MatRef, PackedB, RowSource,
-    ToF32, GATHER_KCU,
+    self, bf16_method, Activation, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB,
+    RowSource, ToF32, GATHER_KCU,
 };
-use super::matmul::narrow;
 use super::storage::CpuStorage;
 use crate::layout::Layout;
 use crate::ops::conv::ConvGeom;
@@ -231,12 +230,15 @@ impl ConvElem for bf16 {
     }
 }
 
+/// The convolution into f32 rows, or, with `out16`, rounded into those 16-bit rows (the f32
+/// buffer then holds only partial sums of K blocks, and is returned for recycling).
 fn conv_typed<S: ConvElem>(
     data: &[S],
     xl: &Layout,
     w: &PackedConv,
     g: &ConvGeom,
     ep: &ConvEpilogue,
+    out16: Option<Out16>,
 ) -> Result<Vec<f32>> {
     let op = "conv2d";
     let s = xl.strides();
@@ -299,6 +301,9 @@ fn conv_typed<S: ConvElem>(
                 let off = r.offset + image + gi * og * r.col_stride;
                 e = e.with_residual(MatRef::new(r.data, off, m, og, r.row_stride, r.col_stride));
             }
+            if let Some(o) = out16 {
+                e = e.with_out16(o.offset(part * m * g.o + gi * og));
+            }
             let c = &mut out[gi * og..];
             match &w.panels {
                 Panels::F32(p) => gemm::gemm_gather(ep.path, &src, m, &p[gi], c, g.o, &e)?,
@@ -335,22 +340,30 @@ pub(crate) fn conv2d_nhwc(
             ));
         }
     }
-    let out = match x {
-        CpuStorage::F32(v) => conv_typed(v, xl, w, g, ep)?,
-        CpuStorage::F16(v) => conv_typed(v, xl, w, g, ep)?,
-        CpuStorage::BF16(v) => conv_typed(v, xl, w, g, ep)?,
-        other => {
-            return Err(Error::UnsupportedDType {
-                op: "conv2d",
-                dtype: other.dtype(),
-                device: Device::Cpu,
-                hint: "; conv2d takes f32, f16 or bf16".into(),
-            })
-        }
+    let run = |out16: Option<Out16>| match x {
+        CpuStorage::F32(v) => conv_typed(v, xl, w, g, ep, out16),
+        CpuStorage::F16(v) => conv_typed(v, xl, w, g, ep, out16),
+        CpuStorage::BF16(v) => conv_typed(v, xl, w, g, ep, out16),
+        other => Err(Error::UnsupportedDType {
+            op: "conv2d",
+            dtype: other.dtype(),
+            device: Device::Cpu,
+            hint: "; conv2d takes f32, f16 or bf16".into(),
+        }),
     };
+    // Every output element is written (16-bit outputs by the engine's rounding store).
+    let size = g.m() * g.o;
     Ok(match ep.out_dtype {
-        DType::F16 => CpuStorage::F16(narrow(out)),
-        DType::BF16 => CpuStorage::BF16(narrow(out)),
-        _ => CpuStorage::F32(out),
+        DType::F16 => {
+            let mut out = super::pool::take::<half::f16>(size);
+            super::pool::give(run(Some(Out16::f16(&mut out, g.o)))?);
+            CpuStorage::F16(out)
+        }
+        DType::BF16 => {
+            let mut out = super::pool::take::<bf16>(size);
+            super::pool::give(run(Some(Out16::bf16(&mut out, g.o)))?);
+            CpuStorage::BF16(out)
+        }
+        _ => CpuStorage::F32(run(None)?),
     })
 }

@@ -261,7 +261,7 @@ pub(crate) unsafe fn tile_amx(kcu: usize, a: *const u32, b: *const u32, t: &Tile
     let plain = ep.bias.is_none() && ep.act == Activation::None && ep.residual.is_none();
     let ends = Ends {
         load_c: full && !t.first,
-        direct: full && (!t.last || plain) && !(t.first && ep.beta != 0.0),
+        direct: full && (!t.last || plain && ep.out16.is_none()) && !(t.first && ep.beta != 0.0),
     };
     let c = t.c as *mut u8;
     let cs = t.ldc * 4;

@@ -2,12 +2,13 @@
 //!
 //! Invariants: only lanes inside the tile's `nr` valid columns are read or written (masked
 //! loads/stores, which never fault on masked-off lanes); C is read only when accumulating a
-//! later K block or when `beta != 0`. Activations: `exp` by range reduction and a degree-7
+//! later K block or when `beta != 0`; with a 16-bit output ([`Out16`]) the last K block's values
+//! are rounded (bit for bit as the library's narrowing conversions) and written there, never to C. Activations: `exp` by range reduction and a degree-7
 //! polynomial with `vscalefps` (rel. err. ~2e-7), `erf` by Abramowitz–Stegun 7.1.26 (abs. err.
 //! 1.5e-7), reciprocals by `vrcp14ps` plus one Newton step.
 
 use super::driver::{EpCtx, Tile};
-use super::Activation;
+use super::{Activation, Half, Out16};
 use std::arch::x86_64::*;
 
 #[inline]
@@ -142,6 +143,29 @@ unsafe fn bias(ep: &EpCtx, col: usize, mask: __mmask16) -> __m512 {
     }
 }
 
+/// Rounds 16 final values to the 16-bit output at (`row`, `col..`), lanes in `mask` only.
+///
+/// # Safety
+/// The entry points validated `o` for every element of the tile.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store16(o: &Out16, row: usize, col: usize, mask: __mmask16, v: __m512) {
+    let h = match o.kind {
+        Half::Bf16 => {
+            let b = _mm512_castps_si512(v);
+            let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+            let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb);
+            let r = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
+            let q = _mm512_or_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(0x40));
+            _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), q)
+        }
+        Half::F16 => _mm512_cvtepu16_epi32(_mm512_cvtps_ph::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(v)),
+    };
+    _mm512_mask_cvtepi32_storeu_epi16(o.ptr.add(row * o.ld + col) as *mut _, mask, h);
+}
+
 /// Stores `MR` rows of two accumulator vectors into the tile, applying the epilogue.
 ///
 /// # Safety
@@ -164,7 +188,10 @@ pub(crate) unsafe fn store<const MR: usize>(acc: &[[__m512; 2]; MR], t: &Tile, e
             }
             let out = _mm512_mul_ps(_mm512_add_ps(h, bh), act_ps(ep.act, _mm512_add_ps(g, bg)));
             let out = _mm512_add_ps(out, residual(ep, t.row0 + r, t.col0, cnt, mask));
-            _mm512_mask_storeu_ps(t.c.add(r * t.ldc), mask, out);
+            match &ep.out16 {
+                Some(o) => store16(o, t.row0 + r, t.col0, mask, out),
+                None => _mm512_mask_storeu_ps(t.c.add(r * t.ldc), mask, out),
+            }
         }
         return;
     }
@@ -197,6 +224,10 @@ pub(crate) unsafe fn store<const MR: usize>(acc: &[[__m512; 2]; MR], t: &Tile, e
                 v = act_ps(ep.act, _mm512_add_ps(v, bv));
                 if ep.residual.is_some() {
                     v = _mm512_add_ps(v, residual(ep, t.row0 + r, t.col0 + j0, cnt, mask));
+                }
+                if let Some(o) = &ep.out16 {
+                    store16(o, t.row0 + r, t.col0 + j0, mask, v);
+                    continue;
                 }
             }
             _mm512_mask_storeu_ps(cp, mask, v);

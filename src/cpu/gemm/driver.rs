@@ -14,11 +14,13 @@
 //!   interleaved runs, per CPU-second): ~90% of the FMA peak with B in L1 and A streaming
 //!   from L2, ~75% with A in L1 and the 2.3× larger B panels streaming.
 //! - A tile is `first` on K block 0 (C is overwritten, or blended with `beta`) and `last` on the
-//!   final K block, where the whole epilogue is applied as the tile is stored.
+//!   final K block, where the whole epilogue is applied as the tile is stored (into C, or
+//!   rounded into [`EpCtx::out16`] when set, in which case C only ever holds partial sums).
 //! - Calls below [`PAR_MIN_FLOPS`] never touch the thread pool.
 
 use super::buf::{with_scratch, Slot};
 use super::layout::PackedView;
+use super::types::Out16;
 use super::{Activation, MatRef};
 use rayon::prelude::*;
 
@@ -44,6 +46,8 @@ pub(crate) struct EpCtx<'a> {
     pub glu: bool,
     /// Output columns N (offset of the gate's bias in GLU mode).
     pub n: usize,
+    /// 16-bit destination of the last K block's values (C then holds only partial sums).
+    pub out16: Option<Out16<'a>>,
 }
 
 /// One output tile handed to a kernel.

@@ -47,6 +47,7 @@ pub use layout::{PackElem, PackedB};
 pub(crate) use pack::ToF32;
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
+pub(crate) use types::{Half, Out16};
 
 use crate::{DType, Error, Result};
 use buf::{with_scratch, AlignedBuf, Slot};
@@ -281,6 +282,21 @@ fn check_out<'a>(
             ));
         }
     }
+    if let Some(o) = &ep.out16 {
+        let need = m
+            .checked_sub(1)
+            .and_then(|r| r.checked_mul(o.ld))
+            .and_then(|x| x.checked_add(n));
+        if m > 0 && n > 0 && (o.ld < n || need.is_none_or(|need| o.len < need)) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "16-bit output of {} elements with row stride {} cannot hold {m}x{n}",
+                    o.len, o.ld
+                ),
+            ));
+        }
+    }
     if glu && ep.beta != 0.0 {
         return Err(Error::invalid(
             op,
@@ -295,6 +311,7 @@ fn check_out<'a>(
         residual: ep.residual,
         glu,
         n,
+        out16: ep.out16,
     })
 }
 

@@ -107,7 +107,10 @@ unsafe fn store(acc: &[[f32; NR]; PMR], t: &Tile, ep: &EpCtx) {
                 act::apply(ep.act, (v + bias(col)) as f64) as f32
             };
             let res = ep.residual.map_or(0.0, |m| m.at(row, col));
-            *cp = v + res;
+            match &ep.out16 {
+                Some(o) => o.put(row, col, v + res),
+                None => *cp = v + res,
+            }
         }
     }
 }

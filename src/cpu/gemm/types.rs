@@ -179,6 +179,81 @@ pub struct Epilogue<'a> {
     pub activation: Activation,
     /// An `M × N` matrix added after the activation (any strides).
     pub residual: Option<MatRef<'a, f32>>,
+    /// Crate-internal: round the final values to 16 bits straight from the store (see [`Out16`]).
+    pub(crate) out16: Option<Out16<'a>>,
+}
+
+/// The 16-bit formats the store can round to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Half {
+    Bf16,
+    F16,
+}
+
+/// A 16-bit destination for the final values of a product: element `(m, n)` at `ptr + m * ld +
+/// n`, rounded to nearest even exactly as [`crate::cpu`]'s narrowing conversions do (NaN stays a
+/// quiet NaN). With it, tiles of the last K block are written here instead of C, and C only holds
+/// the f32 partial sums of earlier K blocks (a single-block product never touches C). This saves
+/// the separate f32 → 16-bit pass over the output and half the bytes of the final store.
+///
+/// Invariants: built only from a `&'a mut` slice of 16-bit values (so `len` is its length and the
+/// memory is exclusively ours for `'a`); the entry points validate `ld` and `len` against the
+/// output shape before any tile runs; tiles are disjoint, so the copies the kernels hold never
+/// write the same element.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Out16<'a> {
+    pub(crate) ptr: *mut u16,
+    pub(crate) len: usize,
+    pub(crate) ld: usize,
+    pub(crate) kind: Half,
+    _borrow: std::marker::PhantomData<&'a mut [u16]>,
+}
+
+// SAFETY: worker threads write disjoint tiles through the pointer (see the invariants).
+unsafe impl Send for Out16<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Out16<'_> {}
+
+impl<'a> Out16<'a> {
+    /// Rows of `ld` bf16 values in `out`.
+    pub(crate) fn bf16(out: &'a mut [half::bf16], ld: usize) -> Self {
+        Self::new(out.len(), out.as_mut_ptr() as *mut u16, ld, Half::Bf16)
+    }
+    /// Rows of `ld` f16 values in `out`.
+    pub(crate) fn f16(out: &'a mut [half::f16], ld: usize) -> Self {
+        Self::new(out.len(), out.as_mut_ptr() as *mut u16, ld, Half::F16)
+    }
+    fn new(len: usize, ptr: *mut u16, ld: usize, kind: Half) -> Self {
+        Out16 {
+            ptr,
+            len,
+            ld,
+            kind,
+            _borrow: std::marker::PhantomData,
+        }
+    }
+    /// The same destination starting `off` elements later (a column or row offset).
+    pub(crate) fn offset(self, off: usize) -> Self {
+        let off = off.min(self.len);
+        Out16 {
+            // SAFETY: off <= len keeps the pointer inside (or one past) the borrowed slice.
+            ptr: unsafe { self.ptr.add(off) },
+            len: self.len - off,
+            ..self
+        }
+    }
+    /// Rounds `v` and stores it at element `(r, c)`.
+    ///
+    /// # Safety
+    /// `r * ld + c < len` (checked by the entry points for every tile element).
+    #[inline]
+    pub(crate) unsafe fn put(&self, r: usize, c: usize, v: f32) {
+        let bits = match self.kind {
+            Half::Bf16 => crate::cpu::simd::bf16_from_f32_rne(v).to_bits(),
+            Half::F16 => half::f16::from_f32(v).to_bits(),
+        };
+        *self.ptr.add(r * self.ld + c) = bits;
+    }
 }
 
 impl Default for Epilogue<'_> {
@@ -189,6 +264,7 @@ impl Default for Epilogue<'_> {
             bias: None,
             activation: Activation::None,
             residual: None,
+            out16: None,
         }
     }
 }
@@ -217,6 +293,11 @@ impl<'a> Epilogue<'a> {
     /// Sets the residual added last.
     pub fn with_residual(mut self, residual: MatRef<'a, f32>) -> Self {
         self.residual = Some(residual);
+        self
+    }
+    /// Writes the final values rounded to 16 bits into `out` instead of C (see [`Out16`]).
+    pub(crate) fn with_out16(mut self, out: Out16<'a>) -> Self {
+        self.out16 = Some(out);
         self
     }
 }

@@ -105,6 +105,7 @@ fn kernel_probe() {
         residual: None,
         glu: false,
         n: 32,
+        out16: None,
     };
     for (kcu, npan) in [
         (64usize, 1usize),

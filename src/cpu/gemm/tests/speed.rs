@@ -33,6 +33,7 @@ fn speed_kernel_f32() {
         residual: None,
         glu: false,
         n: 32,
+        out16: None,
     };
     for (kcu, npan) in [(256usize, 1usize), (256, 12), (128, 12), (384, 12)] {
         let a = vec![0.5f32; 14 * kcu * npan];

@@ -1,11 +1,12 @@
 //! Test helpers: strided operands with poisoned gaps, a plain f64 reference, one-case checker.
 
 use super::super::{
-    act, gemm_with_path, Activation, BSrc, Epilogue, GemmPath, MatRef, PackedB, Runner,
+    act, gemm_with_path, Activation, BSrc, Epilogue, GemmPath, Half, MatRef, Out16, PackedB, Runner,
 };
 use crate::cpu::gemm::layout::PackKind;
 use crate::cpu::gemm::peak::BF16_KIND;
 use crate::WithDType;
+use half::f16;
 
 /// Small deterministic generator (xorshift64*).
 pub(crate) struct Rng(u64);
@@ -179,18 +180,19 @@ pub(crate) fn run_case<T: Runner + WithDType>(path: GemmPath, cs: Case, seed: u6
         bias: use_bias.then_some(&bias[..]),
         activation: act,
         residual: residual.as_ref().map(|r| r.view()),
+        out16: None,
     };
     let mut c = cin.clone();
-    let packed;
-    let bsrc = if cs.prepacked {
-        packed = if cs.glu {
-            PackedB::new_geglu(b.view())
+    let packed_b = cs.prepacked.then(|| {
+        if cs.glu {
+            PackedB::new_geglu(b.view()).expect("pack")
         } else {
-            PackedB::new(b.view())
-        };
-        BSrc::Packed(packed.as_ref().expect("pack"))
-    } else {
-        BSrc::Raw(b.view(), cs.glu)
+            PackedB::new(b.view()).expect("pack")
+        }
+    });
+    let bsrc = match &packed_b {
+        Some(p) => BSrc::Packed(p),
+        None => BSrc::Raw(b.view(), cs.glu),
     };
     gemm_with_path(path, a.view(), bsrc, &mut c, ldc, &ep).expect("gemm");
 
@@ -246,6 +248,40 @@ pub(crate) fn run_case<T: Runner + WithDType>(path: GemmPath, cs: Case, seed: u6
             let err = (got as f64 - want).abs();
             assert!(err <= tol, "{cs:?} {path:?} dtype {:?}: C[{i},{j}] = {got}, want {want} (err {err:e} > tol {tol:e})", T::DTYPE);
         }
+    }
+    // The same product rounded to 16 bits by the store: bit for bit the rounding of that C,
+    // nothing written past N, whatever C then holds (partial sums of earlier K blocks).
+    let half = if T::DTYPE == crate::DType::F16 {
+        Half::F16
+    } else {
+        Half::Bf16
+    };
+    let sentinel = 0x7e5au16;
+    let mut bits = vec![sentinel; m * ldc];
+    let mut c16 = cin.clone();
+    {
+        let out = match half {
+            Half::Bf16 => Out16::bf16(bytemuck::cast_slice_mut(&mut bits), ldc),
+            Half::F16 => Out16::f16(bytemuck::cast_slice_mut(&mut bits), ldc),
+        };
+        let bsrc = match &packed_b {
+            Some(p) => BSrc::Packed(p),
+            None => BSrc::Raw(b.view(), cs.glu),
+        };
+        gemm_with_path(path, a.view(), bsrc, &mut c16, ldc, &ep.with_out16(out)).expect("gemm");
+    }
+    for (i, (&got, &want)) in bits.iter().zip(&c).enumerate() {
+        let want = if i % ldc >= n {
+            sentinel
+        } else if half == Half::F16 {
+            f16::from_f32(want).to_bits()
+        } else {
+            crate::cpu::simd::bf16_from_f32_rne(want).to_bits()
+        };
+        assert_eq!(
+            got, want,
+            "{cs:?} {path:?} {half:?} output {i} (row stride {ldc})"
+        );
     }
     c
 }
