@@ -7,7 +7,7 @@
 //! `h · act(g)` (`N` columns); the bias then has `2N` entries. 16-bit products are rounded in
 //! the engine's store (no f32 output pass), bit-identical to rounding the f32 product after.
 
-use super::gemm::{self, Activation, Epilogue, MatRef, Out16, PackedB};
+use super::gemm::{self, Activation, Epilogue, MatRef, Out16, PackedB, Residual};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
 use crate::layout::Layout;
@@ -72,14 +72,14 @@ impl PackedWeight {
 
     /// `act(x @ B + bias) + residual` for `x` viewed as `M × K` (any strides), output `M × N`
     /// in `x`'s dtype (a GEGLU pack: `h · act(g)` of the two halves, bias `2N` long). The
-    /// residual is `M × N` f32 rows (any strides).
+    /// residual is `M × N` rows (any strides; f32, or 16-bit read in place).
     pub(crate) fn apply(
         &self,
         x: &CpuStorage,
         xl: &Layout,
         bias: Option<&[f32]>,
         activation: Activation,
-        residual: Option<MatRef<f32>>,
+        residual: Option<Residual>,
     ) -> Result<CpuStorage> {
         let (m, k) = (xl.shape()[0], xl.shape()[1]);
         check_layout("linear", xl, x.len())?;
@@ -97,11 +97,12 @@ impl PackedWeight {
         }
         let n = n.1;
         if let Some(r) = &residual {
-            if (r.rows, r.cols) != (m, n) {
+            if r.dims() != (m, n) {
+                let (rr, rc) = r.dims();
                 return Err(Error::shape(
                     "linear",
                     format!("a residual of shape [{m}, {n}]"),
-                    &[r.rows, r.cols],
+                    &[rr, rc],
                 ));
             }
         }
@@ -111,7 +112,7 @@ impl PackedWeight {
                 ep = ep.with_bias(b);
             }
             if let Some(r) = residual {
-                ep = ep.with_residual(r);
+                ep = ep.with_any_residual(r);
             }
             ep
         };
@@ -166,4 +167,19 @@ impl PackedWeight {
             PackedWeight::BF16(_) => DType::BF16,
         }
     }
+}
+
+/// The engine's view of `rows × cols` residual values in `s` at `(offset, row stride, column
+/// stride)`; `None` for a dtype the store cannot read (not f32, bf16 or f16).
+pub(crate) fn residual_of(
+    s: &CpuStorage,
+    (rows, cols): (usize, usize),
+    (off, rs, cs): (usize, usize, usize),
+) -> Option<Residual<'_>> {
+    Some(match s {
+        CpuStorage::F32(v) => Residual::F32(MatRef::new(v, off, rows, cols, rs, cs)),
+        CpuStorage::BF16(v) => Residual::bf16(MatRef::new(v, off, rows, cols, rs, cs)),
+        CpuStorage::F16(v) => Residual::f16(MatRef::new(v, off, rows, cols, rs, cs)),
+        _ => return None,
+    })
 }

@@ -10,11 +10,10 @@
 
 use std::sync::Arc;
 
-use crate::cpu::gemm::{Activation, MatRef};
+use crate::cpu::gemm::Activation;
 use crate::cpu::prepack::PackedWeight;
-use crate::cpu::CpuStorage;
 use crate::nn::layers::{join, MapFn};
-use crate::nn::linear::f32_rows;
+use crate::nn::linear::{residual_rows, residual_view};
 use crate::nn::weights::{Init, ParamSource};
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
@@ -181,7 +180,7 @@ impl FeedForward {
                     })
             })
             .transpose()?;
-        let rows_of = |r: &Tensor| f32_rows(r, dim_out);
+        let rows_of = |r: &Tensor| residual_rows(r, dim_out);
         let r = r.as_ref().map(rows_of).transpose()?;
         let x2 = x.reshape(&[rows, dim])?;
         let Storage::Cpu(xs) = x2.storage() else {
@@ -193,15 +192,10 @@ impl FeedForward {
         };
         let hidden =
             p.w1.apply(xs, x2.layout(), Some(&p.b1), Activation::Gelu, None)?;
-        let residual = match &r {
-            Some((t, (off, rs, cs))) => match t.storage() {
-                Storage::Cpu(CpuStorage::F32(v)) => {
-                    Some(MatRef::new(v, *off, rows, dim_out, *rs, *cs))
-                }
-                _ => return Err(Error::invalid(op, "internal: residual rows are not f32")),
-            },
-            None => None,
-        };
+        let residual = r
+            .as_ref()
+            .map(|(t, strides)| residual_view(t, (rows, dim_out), *strides))
+            .transpose()?;
         let out = p.w2.apply(
             &hidden,
             &Layout::contiguous(&[rows, inner]),

@@ -7,9 +7,8 @@
 
 use std::sync::Arc;
 
-use crate::cpu::gemm::{Activation, MatRef};
+use crate::cpu::gemm::{Activation, Residual};
 use crate::cpu::prepack::PackedWeight;
-use crate::cpu::CpuStorage;
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
@@ -155,18 +154,9 @@ impl Linear {
         }
         let n = self.out_features();
         let rows = r.numel() / n.max(1);
-        let (rt, (off, rs, cs)) = f32_rows(&r, n)?;
-        let Storage::Cpu(CpuStorage::F32(rv)) = rt.storage() else {
-            return Err(Error::invalid(
-                "Linear",
-                "internal: residual rows are not Cpu f32",
-            ));
-        };
-        self.run_packed(
-            x,
-            Activation::None,
-            Some(MatRef::new(rv, off, rows, n, rs, cs)),
-        )
+        let (rt, strides) = residual_rows(&r, n)?;
+        let residual = residual_view(&rt, (rows, n), strides)?;
+        self.run_packed(x, Activation::None, Some(residual))
     }
 
     /// The output shape for `x` `[..., in]`, checking device, dtype and the last dim.
@@ -192,7 +182,7 @@ impl Linear {
         &self,
         x: &Tensor,
         activation: Activation,
-        residual: Option<MatRef<f32>>,
+        residual: Option<Residual>,
     ) -> Result<Tensor> {
         let out_shape = self.out_shape(x)?;
         let k = self.in_features();
@@ -232,11 +222,11 @@ impl Linear {
     }
 }
 
-/// `r` (already broadcast to `[..., cols]`) as f32 rows of `cols`: the tensor holding them and
-/// `(offset, row stride, column stride)`. A view when `r` is f32 and its leading dims merge into
-/// one row stride (contiguous, a transposed view of tokens, a broadcast); otherwise one dense
-/// f32 copy.
-pub(crate) fn f32_rows(r: &Tensor, cols: usize) -> Result<(Tensor, (usize, usize, usize))> {
+/// `r` (already broadcast to `[..., cols]`) as rows of `cols` that the GEMM store reads in place
+/// (f32, bf16 or f16): the tensor holding them and `(offset, row stride, column stride)`. A view
+/// when its leading dims merge into one row stride (contiguous, a transposed view of tokens, a
+/// broadcast); otherwise one dense copy in its own dtype.
+pub(crate) fn residual_rows(r: &Tensor, cols: usize) -> Result<(Tensor, (usize, usize, usize))> {
     let (sh, st) = (r.shape(), r.strides());
     let last = sh.len().saturating_sub(1);
     // Leading dims that are not size 1, outermost first.
@@ -245,11 +235,34 @@ pub(crate) fn f32_rows(r: &Tensor, cols: usize) -> Result<(Tensor, (usize, usize
         .map(|d| (sh[d], st[d]))
         .collect();
     let merged = lead.windows(2).all(|p| p[0].1 == p[1].0 * p[1].1);
-    if r.dtype() == DType::F32 && merged && r.rank() > 0 {
+    if merged && r.rank() > 0 {
         let row_stride = lead.last().map_or(0, |p| p.1);
         let off = r.layout().offset();
         return Ok((r.clone(), (off, row_stride, st[last])));
     }
-    let dense = r.to_dtype(DType::F32)?.contiguous()?;
-    Ok((dense, (0, cols, 1)))
+    let dense = r.contiguous()?;
+    let off = dense.layout().offset();
+    Ok((dense, (off, cols, 1)))
+}
+
+/// The engine's view of `rows × cols` residual rows found by [`residual_rows`].
+pub(crate) fn residual_view(
+    t: &Tensor,
+    (rows, cols): (usize, usize),
+    (off, rs, cs): (usize, usize, usize),
+) -> Result<Residual<'_>> {
+    let view = match t.storage() {
+        Storage::Cpu(s) => crate::cpu::prepack::residual_of(s, (rows, cols), (off, rs, cs)),
+        Storage::Xpu(_) => None,
+    };
+    view.ok_or_else(|| {
+        Error::invalid(
+            "Linear",
+            format!(
+                "a Cpu f32/bf16/f16 residual, got {} on {}",
+                t.dtype(),
+                t.device()
+            ),
+        )
+    })
 }

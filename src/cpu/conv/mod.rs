@@ -30,7 +30,7 @@ pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 
 use super::gemm::{
     self, bf16_method, Activation, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB,
-    RowSource, ToF32, GATHER_KCU,
+    Residual, RowSource, ToF32, GATHER_KCU,
 };
 use super::storage::CpuStorage;
 use crate::layout::Layout;
@@ -186,10 +186,11 @@ pub(crate) struct ConvEpilogue<'a> {
     /// `[O]`.
     pub bias: Option<&'a [f32]>,
     pub activation: Activation,
-    /// `[N·Ho·Wo, O]` rows (any strides); with `residual_image_stride`, the `[Ho·Wo, O]` rows
-    /// of image 0, image `b`'s starting `b · stride` elements later (e.g. a `[N, O, 1, 1]`
-    /// broadcast: row stride 0), and the product runs image by image.
-    pub residual: Option<MatRef<'a, f32>>,
+    /// `[N·Ho·Wo, O]` rows (any strides; f32, or 16-bit read in place); with
+    /// `residual_image_stride`, the `[Ho·Wo, O]` rows of image 0, image `b`'s starting
+    /// `b · stride` elements later (e.g. a `[N, O, 1, 1]` broadcast: row stride 0), and the
+    /// product runs image by image.
+    pub residual: Option<Residual<'a>>,
     /// See `residual`.
     pub residual_image_stride: Option<usize>,
     pub out_dtype: DType,
@@ -298,8 +299,7 @@ fn conv_typed<S: ConvElem>(
             }
             if let Some(r) = ep.residual {
                 let image = ep.residual_image_stride.map_or(0, |st| part * st);
-                let off = r.offset + image + gi * og * r.col_stride;
-                e = e.with_residual(MatRef::new(r.data, off, m, og, r.row_stride, r.col_stride));
+                e = e.with_any_residual(r.shifted(image + gi * og * r.col_stride(), m, og));
             }
             if let Some(o) = out16 {
                 e = e.with_out16(o.offset(part * m * g.o + gi * og));

@@ -1,11 +1,12 @@
 //! Tensor-level entry of the Cpu convolution engine: format conversions around
-//! [`super::conv2d_nhwc`], weight packing from a tensor, and the residual as f32 output rows.
+//! [`super::conv2d_nhwc`], weight packing from a tensor, and the residual as output rows.
 //!
 //! Invariants: the engine always sees an input with channel stride 1 and writes dense NHWC
 //! rows; everything that is not already in that form is converted here exactly once.
 
 use super::{conv2d_nhwc, nchw_to_nhwc, nhwc_to_nchw, ConvEpilogue, PackedConv};
-use crate::cpu::gemm::{gemm_path, Activation, MatRef};
+use crate::cpu::gemm::{gemm_path, Activation};
+use crate::cpu::prepack::residual_of;
 use crate::cpu::CpuStorage;
 use crate::ops::conv::ConvGeom;
 use crate::storage::Storage;
@@ -35,10 +36,12 @@ pub(crate) fn conv2d_cpu(
     };
     let res = residual_in.map(|r| residual_rows(r, g)).transpose()?;
     let residual = match &res {
-        Some((t, rows)) => match cpu_storage(op, t)? {
-            CpuStorage::F32(v) => Some(MatRef::new(v, rows.0, g.m(), g.o, rows.1, rows.2)),
-            _ => return Err(Error::invalid(op, "internal: residual rows are not f32")),
-        },
+        Some((t, rows)) => {
+            let view = residual_of(cpu_storage(op, t)?, (g.m(), g.o), (rows.0, rows.1, rows.2));
+            Some(view.ok_or_else(|| {
+                Error::invalid(op, format!("a f32/bf16/f16 residual, got {}", t.dtype()))
+            })?)
+        }
         None => None,
     };
     let residual_image_stride = res.as_ref().and_then(|r| r.1 .3);
@@ -106,21 +109,18 @@ pub(crate) fn pack_weight(w: &Tensor, groups: usize) -> Result<PackedConv> {
     PackedConv::new(&f32_vec(w)?, shape, groups)
 }
 
-/// The residual as f32 `[N·Ho·Wo, O]` rows: the tensor holding them and `(offset, row stride,
-/// column stride, image stride)`. A view when the residual is f32 with channel stride 1 (or one
-/// channel) and its pixels at one stride, either across the whole batch (image stride `None`)
-/// or within each image (image stride `Some`, e.g. a `[N, O, 1, 1]` broadcast with row stride
-/// 0); otherwise one conversion to dense NHWC f32.
+/// The residual as `[N·Ho·Wo, O]` rows in its own dtype (the store reads f32, bf16 and f16 in
+/// place): the tensor holding them and `(offset, row stride, column stride, image stride)`. A
+/// view when the residual has channel stride 1 (or one channel) and its pixels at one stride,
+/// either across the whole batch (image stride `None`) or within each image (image stride
+/// `Some`, e.g. a `[N, O, 1, 1]` broadcast with row stride 0); otherwise one conversion to dense
+/// NHWC.
 #[allow(clippy::type_complexity)]
 fn residual_rows(
     r: &Tensor,
     g: &ConvGeom,
 ) -> Result<(Tensor, (usize, usize, usize, Option<usize>))> {
-    // 16-bit residuals are widened before broadcasting (a `[N, O, 1, 1]` one stays small).
-    let rb = match r.dtype() {
-        DType::F32 => r.broadcast_to(&g.out_shape())?,
-        _ => r.to_dtype(DType::F32)?.broadcast_to(&g.out_shape())?,
-    };
+    let rb = r.broadcast_to(&g.out_shape())?;
     let (sh, st) = (rb.shape().to_vec(), rb.strides().to_vec());
     // Dims that are not size 1 among `dims`, outermost first, and whether they merge into one.
     let merge = |dims: &[usize]| -> (bool, usize) {
@@ -132,7 +132,7 @@ fn residual_rows(
         let merged = px.windows(2).all(|p| p[0].1 == p[1].0 * p[1].1);
         (merged, px.last().map_or(0, |p| p.1))
     };
-    if rb.dtype() == DType::F32 && (st[1] == 1 || g.o == 1) {
+    if st[1] == 1 || g.o == 1 {
         let off = rb.layout().offset();
         if let (true, row_stride) = merge(&[0, 2, 3]) {
             return Ok((rb, (off, row_stride, st[1], None)));
@@ -148,9 +148,7 @@ fn residual_rows(
     };
     let dense = match dense {
         Some(t) => t,
-        None => rb
-            .to_dtype(DType::F32)?
-            .to_memory_format(MemoryFormat::ChannelsLast)?,
+        None => rb.to_memory_format(MemoryFormat::ChannelsLast)?,
     };
     Ok((dense, (0, g.o, 1, None)))
 }

@@ -154,7 +154,7 @@ fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
                 let ep = ConvEpilogue {
                     bias: Some(&bias),
                     activation: Activation::Silu,
-                    residual: Some(MatRef::new(&res, 0, g.m(), g.o, g.o + 1, 1)),
+                    residual: Some(Residual::F32(MatRef::new(&res, 0, g.m(), g.o, g.o + 1, 1))),
                     residual_image_stride: None,
                     out_dtype: DType::F32,
                     path,
@@ -200,7 +200,7 @@ fn amx_panels_match_direct_loops_for_bf16() -> Result<()> {
             let ep = ConvEpilogue {
                 bias: Some(&bias),
                 activation: Activation::Silu,
-                residual: Some(MatRef::new(&res, 0, g.m(), g.o, g.o + 1, 1)),
+                residual: Some(Residual::F32(MatRef::new(&res, 0, g.m(), g.o, g.o + 1, 1))),
                 residual_image_stride: None,
                 out_dtype,
                 path: GemmPath::Avx512,

@@ -8,7 +8,7 @@
 //! 1.5e-7), reciprocals by `vrcp14ps` plus one Newton step.
 
 use super::driver::{EpCtx, Tile};
-use super::{Activation, Half, Out16};
+use super::{Activation, Half, Out16, Residual};
 use std::arch::x86_64::*;
 
 #[inline]
@@ -109,13 +109,13 @@ fn mask_of(cnt: usize) -> __mmask16 {
     }
 }
 
-/// Residual values for columns `col..col + cnt` of `row`.
+/// Residual values for columns `col..col + cnt` of `row` (16-bit residuals widened exactly).
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn residual(ep: &EpCtx, row: usize, col: usize, cnt: usize, mask: __mmask16) -> __m512 {
     match ep.residual {
         None => _mm512_setzero_ps(),
-        Some(res) => {
+        Some(Residual::F32(res)) => {
             let base = res
                 .data
                 .as_ptr()
@@ -128,6 +128,28 @@ unsafe fn residual(ep: &EpCtx, row: usize, col: usize, cnt: usize, mask: __mmask
                     *t = *base.add(j * res.col_stride);
                 }
                 _mm512_loadu_ps(tmp.as_ptr())
+            }
+        }
+        Some(Residual::Half(res, kind)) => {
+            let base = res
+                .data
+                .as_ptr()
+                .add(res.offset + row * res.row_stride + col * res.col_stride);
+            let bits = if res.col_stride == 1 && cnt == 16 {
+                _mm256_loadu_si256(base as *const __m256i)
+            } else {
+                // Edge or strided: only the valid elements are read.
+                let mut tmp = [0u16; 16];
+                for (j, t) in tmp.iter_mut().enumerate().take(cnt) {
+                    *t = *base.add(j * res.col_stride);
+                }
+                _mm256_loadu_si256(tmp.as_ptr() as *const __m256i)
+            };
+            match kind {
+                Half::Bf16 => {
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(bits)))
+                }
+                Half::F16 => _mm512_cvtph_ps(bits),
             }
         }
     }

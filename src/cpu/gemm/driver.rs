@@ -20,8 +20,8 @@
 
 use super::buf::{with_scratch, Slot};
 use super::layout::PackedView;
-use super::types::Out16;
-use super::{Activation, MatRef};
+use super::types::{Out16, Residual};
+use super::Activation;
 use rayon::prelude::*;
 
 /// Products smaller than this many flops run on the calling thread.
@@ -41,7 +41,7 @@ pub(crate) struct EpCtx<'a> {
     pub beta: f32,
     pub bias: Option<&'a [f32]>,
     pub act: Activation,
-    pub residual: Option<MatRef<'a, f32>>,
+    pub residual: Option<Residual<'a>>,
     /// GLU mode: each tile's lanes 0..16 are `h`, lanes 16..32 are `g`.
     pub glu: bool,
     /// Output columns N (offset of the gate's bias in GLU mode).

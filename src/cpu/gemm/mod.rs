@@ -47,7 +47,7 @@ pub use layout::{PackElem, PackedB};
 pub(crate) use pack::ToF32;
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
-pub(crate) use types::{Half, Out16};
+pub(crate) use types::{Half, Out16, Residual};
 
 use crate::{DType, Error, Result};
 use buf::{with_scratch, AlignedBuf, Slot};
@@ -272,13 +272,22 @@ fn check_out<'a>(
             return Err(Error::shape(op, format!("bias of length {nb}"), &[b.len()]));
         }
     }
-    if let Some(r) = &ep.residual {
-        r.validate(op, "residual")?;
-        if r.rows != m || r.cols != n {
+    let residual = match (ep.residual, ep.residual16) {
+        (Some(r), None) => Some(Residual::F32(r)),
+        (None, Some((r, h))) => Some(Residual::Half(r, h)),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(op, "internal: two residuals"));
+        }
+    };
+    if let Some(r) = &residual {
+        r.validate(op)?;
+        let (rows, cols) = r.dims();
+        if rows != m || cols != n {
             return Err(Error::shape(
                 op,
                 format!("residual of shape [{m}, {n}]"),
-                &[r.rows, r.cols],
+                &[rows, cols],
             ));
         }
     }
@@ -308,7 +317,7 @@ fn check_out<'a>(
         beta: ep.beta,
         bias: ep.bias,
         act: ep.activation,
-        residual: ep.residual,
+        residual,
         glu,
         n,
         out16: ep.out16,

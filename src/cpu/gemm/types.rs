@@ -181,6 +181,83 @@ pub struct Epilogue<'a> {
     pub residual: Option<MatRef<'a, f32>>,
     /// Crate-internal: round the final values to 16 bits straight from the store (see [`Out16`]).
     pub(crate) out16: Option<Out16<'a>>,
+    /// Crate-internal: a 16-bit residual read (and widened) by the store instead of `residual`.
+    pub(crate) residual16: Option<(MatRef<'a, u16>, Half)>,
+}
+
+/// The residual the kernels read: f32, or 16-bit values widened exactly as they are loaded (so
+/// adding a bf16/f16 residual equals adding its f32 conversion, bit for bit).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Residual<'a> {
+    F32(MatRef<'a, f32>),
+    Half(MatRef<'a, u16>, Half),
+}
+
+impl<'a> Residual<'a> {
+    /// A bf16 residual view.
+    pub(crate) fn bf16(m: MatRef<'a, half::bf16>) -> Self {
+        Residual::Half(cast_view(m), Half::Bf16)
+    }
+    /// An f16 residual view.
+    pub(crate) fn f16(m: MatRef<'a, half::f16>) -> Self {
+        Residual::Half(cast_view(m), Half::F16)
+    }
+    /// Rows and columns.
+    pub(crate) fn dims(&self) -> (usize, usize) {
+        match self {
+            Residual::F32(m) => (m.rows, m.cols),
+            Residual::Half(m, _) => (m.rows, m.cols),
+        }
+    }
+    /// The same strides over `rows × cols` starting `delta` elements after this view's start
+    /// (validated again by the entry points).
+    pub(crate) fn shifted(self, delta: usize, rows: usize, cols: usize) -> Self {
+        fn sub<T: Copy>(m: MatRef<T>, delta: usize, rows: usize, cols: usize) -> MatRef<T> {
+            let off = m.offset.saturating_add(delta);
+            MatRef::new(m.data, off, rows, cols, m.row_stride, m.col_stride)
+        }
+        match self {
+            Residual::F32(m) => Residual::F32(sub(m, delta, rows, cols)),
+            Residual::Half(m, h) => Residual::Half(sub(m, delta, rows, cols), h),
+        }
+    }
+    /// Column stride of the view.
+    pub(crate) fn col_stride(&self) -> usize {
+        match self {
+            Residual::F32(m) => m.col_stride,
+            Residual::Half(m, _) => m.col_stride,
+        }
+    }
+    pub(crate) fn validate(&self, op: &'static str) -> Result<()> {
+        match self {
+            Residual::F32(m) => m.validate(op, "residual"),
+            Residual::Half(m, _) => m.validate(op, "residual"),
+        }
+    }
+    /// Element `(r, c)` in f32.
+    ///
+    /// # Safety
+    /// As [`MatRef::at`].
+    #[inline]
+    pub(crate) unsafe fn at(&self, r: usize, c: usize) -> f32 {
+        match self {
+            Residual::F32(m) => m.at(r, c),
+            Residual::Half(m, Half::Bf16) => half::bf16::from_bits(m.at(r, c)).to_f32(),
+            Residual::Half(m, Half::F16) => half::f16::from_bits(m.at(r, c)).to_f32(),
+        }
+    }
+}
+
+/// The bits of a 16-bit float view.
+fn cast_view<T: bytemuck::Pod>(m: MatRef<T>) -> MatRef<u16> {
+    MatRef::new(
+        bytemuck::cast_slice(m.data),
+        m.offset,
+        m.rows,
+        m.cols,
+        m.row_stride,
+        m.col_stride,
+    )
 }
 
 /// The 16-bit formats the store can round to.
@@ -265,6 +342,7 @@ impl Default for Epilogue<'_> {
             activation: Activation::None,
             residual: None,
             out16: None,
+            residual16: None,
         }
     }
 }
@@ -293,6 +371,20 @@ impl<'a> Epilogue<'a> {
     /// Sets the residual added last.
     pub fn with_residual(mut self, residual: MatRef<'a, f32>) -> Self {
         self.residual = Some(residual);
+        self
+    }
+    /// Sets the residual, in any of the engine's formats (a 16-bit one is read in place).
+    pub(crate) fn with_any_residual(mut self, residual: Residual<'a>) -> Self {
+        match residual {
+            Residual::F32(m) => {
+                self.residual = Some(m);
+                self.residual16 = None;
+            }
+            Residual::Half(m, h) => {
+                self.residual = None;
+                self.residual16 = Some((m, h));
+            }
+        }
         self
     }
     /// Writes the final values rounded to 16 bits into `out` instead of C (see [`Out16`]).

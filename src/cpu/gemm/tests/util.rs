@@ -1,12 +1,13 @@
 //! Test helpers: strided operands with poisoned gaps, a plain f64 reference, one-case checker.
 
 use super::super::{
-    act, gemm_with_path, Activation, BSrc, Epilogue, GemmPath, Half, MatRef, Out16, PackedB, Runner,
+    act, gemm_with_path, Activation, BSrc, Epilogue, GemmPath, Half, MatRef, Out16, PackedB,
+    Residual, Runner,
 };
 use crate::cpu::gemm::layout::PackKind;
 use crate::cpu::gemm::peak::BF16_KIND;
 use crate::WithDType;
-use half::f16;
+use half::{bf16, f16};
 
 /// Small deterministic generator (xorshift64*).
 pub(crate) struct Rng(u64);
@@ -181,6 +182,7 @@ pub(crate) fn run_case<T: Runner + WithDType>(path: GemmPath, cs: Case, seed: u6
         activation: act,
         residual: residual.as_ref().map(|r| r.view()),
         out16: None,
+        residual16: None,
     };
     let mut c = cin.clone();
     let packed_b = cs.prepacked.then(|| {
@@ -249,6 +251,36 @@ pub(crate) fn run_case<T: Runner + WithDType>(path: GemmPath, cs: Case, seed: u6
             assert!(err <= tol, "{cs:?} {path:?} dtype {:?}: C[{i},{j}] = {got}, want {want} (err {err:e} > tol {tol:e})", T::DTYPE);
         }
     }
+    // A 16-bit residual read in place adds exactly its f32 widening.
+    if let Some(t) = res {
+        let lay = if t { Lay::ColStrided } else { Lay::Row };
+        let mut rng16 = Rng::new(seed ^ 0x5eed);
+        let rb = Owned::<bf16>::random(m, n, lay, &mut rng16);
+        let rh = Owned::<f16>::random(m, n, lay, &mut rng16);
+        for (narrow, wide) in [
+            (Residual::bf16(rb.view()), widened(&rb)),
+            (Residual::f16(rh.view()), widened(&rh)),
+        ] {
+            let run = |ep: &Epilogue| {
+                let mut c = cin.clone();
+                let bsrc = match &packed_b {
+                    Some(p) => BSrc::Packed(p),
+                    None => BSrc::Raw(b.view(), cs.glu),
+                };
+                gemm_with_path(path, a.view(), bsrc, &mut c, ldc, ep).expect("gemm");
+                c
+            };
+            let want = run(&ep.with_residual(wide.view()));
+            let got = run(&ep.with_any_residual(narrow));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{cs:?} {path:?} 16-bit residual, C[{i}]"
+                );
+            }
+        }
+    }
     // The same product rounded to 16 bits by the store: bit for bit the rounding of that C,
     // nothing written past N, whatever C then holds (partial sums of earlier K blocks).
     let half = if T::DTYPE == crate::DType::F16 {
@@ -284,6 +316,19 @@ pub(crate) fn run_case<T: Runner + WithDType>(path: GemmPath, cs: Case, seed: u6
         );
     }
     c
+}
+
+/// `o` with every stored value (gaps included) widened to f32.
+fn widened<T: WithDType>(o: &Owned<T>) -> Owned<f32> {
+    Owned {
+        vals: o.vals.clone(),
+        data: o.data.iter().map(|x| x.to_f64() as f32).collect(),
+        offset: o.offset,
+        rows: o.rows,
+        cols: o.cols,
+        rs: o.rs,
+        cs: o.cs,
+    }
 }
 
 /// Runs `cs` on both paths (each checked against the reference); bf16 additionally under both
