@@ -456,3 +456,49 @@ fn speed_f32_single_best() {
         }
     });
 }
+
+#[test]
+#[ignore = "manual probe: f32 GEMM with prepacked B of several K-block depths, interleaved best runs (KCU_PROBE=384,256,192)"]
+fn speed_f32_kcu() {
+    use crate::cpu::gemm::{gemm_prepacked_f32, measure_fma_peak_gflops, Epilogue, PackedB};
+    let kcus: Vec<usize> = std::env::var("KCU_PROBE")
+        .unwrap_or_else(|_| "384,256,192".into())
+        .split(',')
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    for (m, k, n) in [
+        (2048, 2048, 2048),
+        (8192, 320, 1280),
+        (8192, 640, 640),
+        (8192, 1280, 320),
+        (512, 512, 512),
+    ] {
+        let mut rng = Rng::new(1);
+        let a = Owned::<f32>::random(m, k, Lay::Row, &mut rng);
+        let b = Owned::<f32>::random(k, n, Lay::Row, &mut rng);
+        let packs: Vec<_> = kcus
+            .iter()
+            .map(|&kcu| PackedB::new_f32_blocked(b.view(), kcu).expect("pack"))
+            .collect();
+        let mut c = vec![0f32; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut best = vec![f64::MAX; kcus.len()];
+        let t0 = std::time::Instant::now();
+        while t0.elapsed().as_secs_f64() < 6.0 {
+            for (i, p) in packs.iter().enumerate() {
+                let t = std::time::Instant::now();
+                gemm_prepacked_f32(a.view(), p, &mut c, n, &Epilogue::default()).expect("gemm");
+                best[i] = best[i].min(t.elapsed().as_secs_f64());
+            }
+        }
+        let peak = (0..3)
+            .map(|_| measure_fma_peak_gflops(2))
+            .fold(0.0, f64::max);
+        let line: Vec<String> = kcus
+            .iter()
+            .zip(&best)
+            .map(|(kcu, t)| format!("kcu {kcu}: {:.0}%", 100.0 * flops / t / 1e9 / peak))
+            .collect();
+        println!("{m}x{k}x{n} (peak {peak:.0}): {}", line.join("  "));
+    }
+}
