@@ -165,14 +165,12 @@ unsafe fn bias(ep: &EpCtx, col: usize, mask: __mmask16) -> __m512 {
     }
 }
 
-/// Rounds 16 final values to the 16-bit output at (`row`, `col..`), lanes in `mask` only.
-///
-/// # Safety
-/// The entry points validated `o` for every element of the tile.
+/// The 16-bit patterns of `v` rounded to nearest even (bf16: NaN made quiet, as the library's
+/// narrowing conversions), one per 32-bit lane.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn store16(o: &Out16, row: usize, col: usize, mask: __mmask16, v: __m512) {
-    let h = match o.kind {
+unsafe fn round16(kind: Half, v: __m512) -> __m512i {
+    match kind {
         Half::Bf16 => {
             let b = _mm512_castps_si512(v);
             let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
@@ -184,8 +182,31 @@ unsafe fn store16(o: &Out16, row: usize, col: usize, mask: __mmask16, v: __m512)
         Half::F16 => _mm512_cvtepu16_epi32(_mm512_cvtps_ph::<
             { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
         >(v)),
-    };
+    }
+}
+
+/// Rounds 16 final values to the 16-bit output at (`row`, `col..`), lanes in `mask` only.
+///
+/// # Safety
+/// The entry points validated `o` for every element of the tile.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store16(o: &Out16, row: usize, col: usize, mask: __mmask16, v: __m512) {
+    let h = round16(o.kind, v);
     _mm512_mask_cvtepi32_storeu_epi16(o.ptr.add(row * o.ld + col) as *mut _, mask, h);
+}
+
+/// Rounds 32 final values (two vectors) and writes them as one 64-byte row at (`row`, `col..`).
+///
+/// # Safety
+/// As [`store16`], for 32 columns.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store16_row(o: &Out16, row: usize, col: usize, lo: __m512, hi: __m512) {
+    let lo = _mm512_cvtepi32_epi16(round16(o.kind, lo));
+    let hi = _mm512_cvtepi32_epi16(round16(o.kind, hi));
+    let line = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+    _mm512_storeu_si512(o.ptr.add(row * o.ld + col) as *mut _, line);
 }
 
 /// Stores `MR` rows of two accumulator vectors into the tile, applying the epilogue.
@@ -218,6 +239,34 @@ pub(crate) unsafe fn store<const MR: usize>(acc: &[[__m512; 2]; MR], t: &Tile, e
         return;
     }
     let beta = splat(ep.beta);
+    // The value of accumulator row `r`, half `h` (columns `16h..`), after the whole epilogue.
+    let last_value = |r: usize, a: &[__m512; 2], h: usize, bv: __m512| {
+        let mut v = if scale {
+            _mm512_mul_ps(a[h], alpha)
+        } else {
+            a[h]
+        };
+        let cp = t.c.add(r * t.ldc + 16 * h);
+        if !t.first {
+            v = _mm512_add_ps(v, _mm512_loadu_ps(cp));
+        } else if ep.beta != 0.0 {
+            v = _mm512_fmadd_ps(beta, _mm512_loadu_ps(cp), v);
+        }
+        v = act_ps(ep.act, _mm512_add_ps(v, bv));
+        if ep.residual.is_some() {
+            v = _mm512_add_ps(v, residual(ep, t.row0 + r, t.col0 + 16 * h, 16, 0xffff));
+        }
+        v
+    };
+    if let (Some(o), true, 32) = (&ep.out16, t.last, t.nr) {
+        // Full-width last tile into a 16-bit output: whole 64-byte rows, no masks.
+        let (b0, b1) = (bias(ep, t.col0, 0xffff), bias(ep, t.col0 + 16, 0xffff));
+        for (r, a) in acc.iter().enumerate().take(t.mr) {
+            let (lo, hi) = (last_value(r, a, 0, b0), last_value(r, a, 1, b1));
+            store16_row(o, t.row0 + r, t.col0, lo, hi);
+        }
+        return;
+    }
     for h in 0..2 {
         let j0 = 16 * h;
         if j0 >= t.nr {

@@ -502,3 +502,47 @@ fn speed_f32_kcu() {
         println!("{m}x{k}x{n} (peak {peak:.0}): {}", line.join("  "));
     }
 }
+
+#[test]
+#[ignore = "manual probe: bf16 products rounded by the store (Out16) against f32 output plus a separate rounding pass, interleaved best runs"]
+fn speed_out16() {
+    use crate::cpu::gemm::{gemm_prepacked_bf16, Epilogue, Out16, PackedB};
+    for (m, k, n) in [
+        (8192, 320, 1280),
+        (8192, 1280, 320),
+        (8192, 640, 640),
+        (2048, 2048, 2048),
+    ] {
+        let mut rng = Rng::new(1);
+        let a = Owned::<bf16>::random(m, k, Lay::Row, &mut rng);
+        let b = Owned::<bf16>::random(k, n, Lay::Row, &mut rng);
+        let p = PackedB::new(b.view()).expect("pack");
+        let mut c = vec![0f32; m * n];
+        let mut o = vec![bf16::ZERO; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut best = [f64::MAX; 3];
+        let t0 = std::time::Instant::now();
+        while t0.elapsed().as_secs_f64() < 6.0 {
+            for (i, b) in best.iter_mut().enumerate() {
+                let t = std::time::Instant::now();
+                if i == 2 {
+                    let ep = Epilogue::default().with_out16(Out16::bf16(&mut o, n));
+                    gemm_prepacked_bf16(a.view(), &p, &mut c, n, &ep).expect("gemm");
+                } else {
+                    gemm_prepacked_bf16(a.view(), &p, &mut c, n, &Epilogue::default())
+                        .expect("gemm");
+                    if i == 1 {
+                        crate::cpu::simd::f32_to_bf16(&c, &mut o);
+                    }
+                }
+                *b = b.min(t.elapsed().as_secs_f64());
+            }
+        }
+        println!(
+            "{m}x{k}x{n} GFLOP/s: f32 out {:.0}, f32 out + rounding pass {:.0}, rounded in the store {:.0}",
+            flops / best[0] / 1e9,
+            flops / best[1] / 1e9,
+            flops / best[2] / 1e9
+        );
+    }
+}
