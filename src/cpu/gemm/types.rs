@@ -228,6 +228,7 @@ impl<'a> Residual<'a> {
             Residual::Half(m, _) => m.col_stride,
         }
     }
+    /// Checks that every element of the view lies inside its data ([`MatRef::validate`]).
     pub(crate) fn validate(&self, op: &'static str) -> Result<()> {
         match self {
             Residual::F32(m) => m.validate(op, "residual"),
