@@ -166,3 +166,25 @@ fn matmul_zero_sizes_and_large() {
         assert_close(&format!("{device} large sample"), &got, &want, 1e-4, 1e-5);
     }
 }
+
+#[test]
+fn matmul_k0_gives_zeros_in_every_float_dtype() {
+    for device in common::devices() {
+        for &dtype in &FLOATS {
+            // A dropped large (pooled: over 1 MiB) result may come back as the output's buffer: K = 0 must still give
+            // zeros (the 16-bit outputs are written by the GEMM store, which writes nothing here).
+            let junk = Tensor::ones(&[1024, 1024], dtype, device)
+                .unwrap()
+                .mul_scalar(3.0)
+                .unwrap();
+            drop(junk);
+            let a = Tensor::zeros(&[1024, 0], dtype, device).unwrap();
+            let b = Tensor::zeros(&[0, 1024], dtype, device).unwrap();
+            let got = values(&a.matmul(&b).unwrap());
+            assert!(
+                got.len() == 1024 * 1024 && got.iter().all(|&x| x == 0.0),
+                "{device} {dtype}: K = 0 gives zeros"
+            );
+        }
+    }
+}

@@ -5,12 +5,13 @@
 //! (already broadcast by the caller; any strides, including 0 and transposed: the engine packs
 //! from strided views, so no operand is copied first); the output is a new contiguous
 //! `[..batch, M, N]`. Products accumulate in `f32` (16-bit inputs are widened exactly while
-//! packing and the result is rounded once). Large products are threaded inside the engine;
+//! packing and the result is rounded once, by the GEMM store). Large products are threaded inside the engine;
 //! many small batches run in parallel over the batch instead.
 
 use super::elem::FloatElem;
-use super::gemm::{self, Epilogue, MatRef};
+use super::gemm::{self, Epilogue, MatRef, Out16};
 use super::parallel;
+use super::pool::Recycle;
 use super::simd::Kernels;
 use super::storage::CpuStorage;
 use super::strided::check_layout;
@@ -98,16 +99,58 @@ gemm_elem!(f32, gemm_f32, gemm_geglu_f32);
 gemm_elem!(half::f16, gemm_f16, gemm_geglu_f16);
 gemm_elem!(half::bf16, gemm_bf16, gemm_geglu_bf16);
 
-/// The f32 product of strided batched operands, contiguous `[..batch, M, N]`.
-fn matmul_to_f32<T: GemmElem>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Result<Vec<f32>> {
+/// Elements of the `[..batch, M, N]` product, and its K.
+fn out_size(al: &Layout, bl: &Layout) -> Result<(usize, usize)> {
     let (batch_shape, m, k, n) = dims(al, bl)?;
-    check_layout("matmul", al, a.len())?;
-    check_layout("matmul", bl, b.len())?;
     let batch: usize = batch_shape.iter().product();
     let mn = m
         .checked_mul(n)
         .and_then(|x| x.checked_mul(batch))
         .ok_or_else(|| Error::invalid("matmul", "output size overflows usize"))?;
+    Ok((mn, k))
+}
+
+/// The f32 product of strided batched operands, contiguous `[..batch, M, N]`.
+fn matmul_to_f32<T: GemmElem>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Result<Vec<f32>> {
+    matmul_into(a, al, b, bl, None)
+}
+
+/// The product rounded to 16 bits by the GEMM store (`make` builds the [`Out16`] of the output
+/// rows), contiguous `[..batch, M, N]`; the f32 buffer of K-block partial sums is recycled.
+fn matmul_to_16<T: GemmElem, H: Recycle>(
+    a: &[T],
+    al: &Layout,
+    b: &[T],
+    bl: &Layout,
+    make: impl for<'o> Fn(&'o mut [H], usize) -> Out16<'o>,
+) -> Result<Vec<H>> {
+    let (mn, k) = out_size(al, bl)?;
+    let n = dims(al, bl)?.3;
+    // K = 0: the product is zeros and the engine writes nothing.
+    let mut out = if k == 0 {
+        vec![H::zeroed(); mn]
+    } else {
+        super::pool::take::<H>(mn)
+    };
+    let partial = matmul_into(a, al, b, bl, Some(make(&mut out, n)))?;
+    super::pool::give(partial);
+    Ok(out)
+}
+
+/// The product into f32 `[..batch, M, N]`, or, with `out16`, rounded into those 16-bit rows (the
+/// returned f32 buffer then holds only partial sums).
+fn matmul_into<T: GemmElem>(
+    a: &[T],
+    al: &Layout,
+    b: &[T],
+    bl: &Layout,
+    out16: Option<Out16>,
+) -> Result<Vec<f32>> {
+    let (batch_shape, m, k, n) = dims(al, bl)?;
+    check_layout("matmul", al, a.len())?;
+    check_layout("matmul", bl, b.len())?;
+    let (mn, _) = out_size(al, bl)?;
+    let batch: usize = batch_shape.iter().product();
     if mn == 0 || k == 0 {
         return Ok(vec![0f32; mn]);
     }
@@ -121,7 +164,11 @@ fn matmul_to_f32<T: GemmElem>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Res
         let b_off = batch_offset(bi, &batch_shape, &bl.strides()[..r - 2], bl.offset());
         let av = MatRef::new(a, a_off, m, k, sam, sak);
         let bv = MatRef::new(b, b_off, k, n, sbk, sbn);
-        T::gemm(av, bv, c, n, &Epilogue::default())
+        let mut ep = Epilogue::default();
+        if let Some(o) = out16 {
+            ep = ep.with_out16(o.offset(bi * m * n));
+        }
+        T::gemm(av, bv, c, n, &ep)
     };
     let small = m * n * k < (1 << 22);
     if batch > 1 && small {
@@ -184,10 +231,14 @@ impl CpuStorage {
                 CpuStorage::F32(matmul_to_f32(a, lhs, b, rhs_layout)?)
             }
             (CpuStorage::F16(a), CpuStorage::F16(b)) => {
-                CpuStorage::F16(narrow(matmul_to_f32(a, lhs, b, rhs_layout)?))
+                CpuStorage::F16(matmul_to_16(a, lhs, b, rhs_layout, |o, n| {
+                    Out16::f16(o, n)
+                })?)
             }
             (CpuStorage::BF16(a), CpuStorage::BF16(b)) => {
-                CpuStorage::BF16(narrow(matmul_to_f32(a, lhs, b, rhs_layout)?))
+                CpuStorage::BF16(matmul_to_16(a, lhs, b, rhs_layout, |o, n| {
+                    Out16::bf16(o, n)
+                })?)
             }
             _ => {
                 return Err(Error::UnsupportedDType {
