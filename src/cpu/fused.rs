@@ -2,9 +2,10 @@
 //! activation, residual) and its GLU kernel, applied per batch as each tile is stored.
 //!
 //! Invariants: `c` and `residual` arrive broadcast to the output shape and are gathered once to
-//! contiguous f32; `bias` is gathered to f32; the f32 result is rounded once to the output dtype.
+//! contiguous f32; `bias` is gathered to f32; a 16-bit output is rounded once, by the GEMM store
+//! (or after the epilogue when K = 0).
 
-use super::gemm::{Activation, Epilogue, MatRef};
+use super::gemm::{Activation, Epilogue, MatRef, Out16};
 use super::matmul::{batch_offset, dims, narrow, GemmElem};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
@@ -30,12 +31,15 @@ fn to_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
         .ok_or_else(|| Error::invalid("matmul_fused", "internal: cast to f32 gave another dtype"))
 }
 
+/// The fused product into f32 rows, or, with `out16` (K > 0 only), rounded into those 16-bit
+/// rows by the GEMM store (the returned f32 buffer then holds only partial sums and `C`).
 fn fused_f32<T: GemmElem>(
     a: &[T],
     al: &Layout,
     b: &[T],
     bl: &Layout,
     f: &CpuFused,
+    out16: Option<Out16>,
 ) -> Result<Vec<f32>> {
     let (batch_shape, m, k, n_prod) = dims(al, bl)?;
     check_layout("matmul_fused", al, a.len())?;
@@ -67,6 +71,9 @@ fn fused_f32<T: GemmElem>(
         }
         if let Some(res) = &residual {
             ep = ep.with_residual(MatRef::new(res, bi * m * n, m, n, n, 1));
+        }
+        if let Some(o) = out16 {
+            ep = ep.with_out16(o.offset(bi * m * n));
         }
         if k == 0 {
             return zero_k(c, n, &ep, f.geglu);
@@ -129,19 +136,40 @@ impl CpuStorage {
         rhs_layout: &Layout,
         f: &CpuFused,
     ) -> Result<CpuStorage> {
-        let out = match (self, rhs) {
-            (CpuStorage::F32(a), CpuStorage::F32(b)) => fused_f32(a, lhs, b, rhs_layout, f)?,
-            (CpuStorage::F16(a), CpuStorage::F16(b)) => fused_f32(a, lhs, b, rhs_layout, f)?,
-            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => fused_f32(a, lhs, b, rhs_layout, f)?,
-            _ => {
-                return Err(Error::UnsupportedDType {
-                    op: "matmul_fused",
-                    dtype: self.dtype(),
-                    device: Device::Cpu,
-                    hint: ": needs matching float operands".into(),
-                })
+        let run = |out16: Option<Out16>| match (self, rhs) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => fused_f32(a, lhs, b, rhs_layout, f, out16),
+            (CpuStorage::F16(a), CpuStorage::F16(b)) => fused_f32(a, lhs, b, rhs_layout, f, out16),
+            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => {
+                fused_f32(a, lhs, b, rhs_layout, f, out16)
             }
+            _ => Err(Error::UnsupportedDType {
+                op: "matmul_fused",
+                dtype: self.dtype(),
+                device: Device::Cpu,
+                hint: ": needs matching float operands".into(),
+            }),
         };
+        let (batch_shape, m, k, n_prod) = dims(lhs, rhs_layout)?;
+        let n = if f.geglu { n_prod / 2 } else { n_prod };
+        let size = batch_shape.iter().product::<usize>() * m * n;
+        // 16-bit outputs are rounded by the GEMM store, which writes every element when K > 0
+        // (K = 0 runs the epilogue on f32 zeros and rounds after).
+        if k > 0 {
+            match f.out_dtype {
+                DType::F16 => {
+                    let mut out = super::pool::take::<half::f16>(size);
+                    super::pool::give(run(Some(Out16::f16(&mut out, n)))?);
+                    return Ok(CpuStorage::F16(out));
+                }
+                DType::BF16 => {
+                    let mut out = super::pool::take::<half::bf16>(size);
+                    super::pool::give(run(Some(Out16::bf16(&mut out, n)))?);
+                    return Ok(CpuStorage::BF16(out));
+                }
+                _ => {}
+            }
+        }
+        let out = run(None)?;
         Ok(match f.out_dtype {
             DType::F16 => CpuStorage::F16(narrow(out)),
             DType::BF16 => CpuStorage::BF16(narrow(out)),
