@@ -5,8 +5,8 @@
 //! (already broadcast by the caller; any strides, including 0 and transposed: the engine packs
 //! from strided views, so no operand is copied first); the output is a new contiguous
 //! `[..batch, M, N]`. Products accumulate in `f32` (16-bit inputs are widened exactly while
-//! packing and the result is rounded once, by the GEMM store). Large products are threaded inside the engine;
-//! many small batches run in parallel over the batch instead.
+//! packing and the result is rounded once, by the GEMM store). Large products are threaded
+//! inside the engine; many small batches run in parallel over the batch instead.
 
 use super::elem::FloatElem;
 use super::gemm::{self, Epilogue, MatRef, Out16};
@@ -99,15 +99,15 @@ gemm_elem!(f32, gemm_f32, gemm_geglu_f32);
 gemm_elem!(half::f16, gemm_f16, gemm_geglu_f16);
 gemm_elem!(half::bf16, gemm_bf16, gemm_geglu_bf16);
 
-/// Elements of the `[..batch, M, N]` product, and its K.
-fn out_size(al: &Layout, bl: &Layout) -> Result<(usize, usize)> {
+/// Elements of the `[..batch, M, N]` product, its K and its N.
+fn out_size(al: &Layout, bl: &Layout) -> Result<(usize, usize, usize)> {
     let (batch_shape, m, k, n) = dims(al, bl)?;
     let batch: usize = batch_shape.iter().product();
     let mn = m
         .checked_mul(n)
         .and_then(|x| x.checked_mul(batch))
         .ok_or_else(|| Error::invalid("matmul", "output size overflows usize"))?;
-    Ok((mn, k))
+    Ok((mn, k, n))
 }
 
 /// The f32 product of strided batched operands, contiguous `[..batch, M, N]`.
@@ -124,8 +124,7 @@ fn matmul_to_16<T: GemmElem, H: Recycle>(
     bl: &Layout,
     make: impl for<'o> Fn(&'o mut [H], usize) -> Out16<'o>,
 ) -> Result<Vec<H>> {
-    let (mn, k) = out_size(al, bl)?;
-    let n = dims(al, bl)?.3;
+    let (mn, k, n) = out_size(al, bl)?;
     // K = 0: the product is zeros and the engine writes nothing.
     let mut out = if k == 0 {
         vec![H::zeroed(); mn]
@@ -149,7 +148,7 @@ fn matmul_into<T: GemmElem>(
     let (batch_shape, m, k, n) = dims(al, bl)?;
     check_layout("matmul", al, a.len())?;
     check_layout("matmul", bl, b.len())?;
-    let (mn, _) = out_size(al, bl)?;
+    let (mn, _, _) = out_size(al, bl)?;
     let batch: usize = batch_shape.iter().product();
     if mn == 0 || k == 0 {
         return Ok(vec![0f32; mn]);
