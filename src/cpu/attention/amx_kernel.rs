@@ -57,23 +57,6 @@ pub(super) const KB: usize = 128;
 /// u32 per B tile (16 rows × 16 pairs).
 pub(super) const TILE: usize = 256;
 
-/// Palette 1, eight tiles of 16 rows × 64 bytes (A: 16 rows × 16 pairs, B: 16 pairs × 16
-/// columns, C: 16 × 16 f32).
-#[repr(C, align(64))]
-struct TileCfg([u8; 64]);
-
-const CFG: TileCfg = {
-    let mut c = [0u8; 64];
-    c[0] = 1;
-    let mut t = 0;
-    while t < 8 {
-        c[16 + 2 * t] = 64;
-        c[48 + t] = 16;
-        t += 1;
-    }
-    TileCfg(c)
-};
-
 /// `C (+)= A · B` on 32 rows × 32 columns: A two 16-row tiles at `a` (row stride `lda` bytes,
 /// 64 bytes per step), B the 1 KiB tiles of two 16-column chunks from `b0` / `b1` (one per
 /// step), C f32 at `c` (row stride `ldc` bytes), accumulated onto when `load != 0`.
@@ -392,12 +375,13 @@ unsafe fn softmax(qmul: f32, b: &Block, t: &mut TileState) -> [f32; MR] {
     alpha
 }
 
-/// Loads the tile configuration on this thread.
+/// Loads the tile configuration on this thread: the GEMM's (eight tiles of 16 rows × 64 bytes
+/// serve A: 16 rows × 16 pairs, B: 16 pairs × 16 columns, C: 16 × 16 f32 here too).
 ///
 /// # Safety
 /// AMX must be granted to this process (`super::amx::usable`).
 pub(super) unsafe fn begin() {
-    asm!("ldtilecfg [{0}]", in(reg) CFG.0.as_ptr(), options(nostack, readonly, preserves_flags));
+    crate::cpu::gemm::amx_load_config();
 }
 
 /// Releases this thread's tile state.
@@ -405,5 +389,5 @@ pub(super) unsafe fn begin() {
 /// # Safety
 /// As [`begin`].
 pub(super) unsafe fn end() {
-    asm!("tilerelease", options(nostack, nomem, preserves_flags));
+    crate::cpu::gemm::amx_release();
 }

@@ -40,6 +40,7 @@ mod portable;
 mod tests;
 mod types;
 
+pub(crate) use amx::{load_config as amx_load_config, release as amx_release};
 pub(crate) use amx_gather::gemm_gather_amx;
 pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
