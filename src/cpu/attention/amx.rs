@@ -4,7 +4,8 @@
 //!
 //! Per 32-row query tile and key block of `KB` keys: `S = Q · Kᵀ` (Q as two 16-row A tiles of
 //! bf16 pairs, K in the B pair layout, f32 accumulators), the softmax on the stored scores
-//! (times `scale·log2 e`, plus the mask; row max, `exp2`, per-lane row sums, all f32), `P`
+//! (times `scale·log2 e`, plus the mask; `exp2` against a row max that is only moved when a
+//! block rises more than `2^8` above it, per-lane row sums, all f32), `P`
 //! rounded to bf16 in the A layout, and `O += P · V` with the running f32 output, as PyTorch's
 //! bf16 flash attention.
 //!

@@ -1,6 +1,7 @@
 //! AMX tile kernels of the bf16 CPU attention (driven by [`super::amx`]): one tile step of
 //! 32 query rows against one key block: `S = Q · Kᵀ` on `tdpbf16ps` tiles (f32 accumulators
-//! stored with `tilestored`), the online softmax on the stored scores in f32 AVX-512, `P`
+//! stored with `tilestored`), the online softmax on the stored scores in f32 AVX-512 (one pass
+//! per row against a lazily moved reference max, see [`softmax`]), `P`
 //! rounded to bf16, `O += P · V` with the running output loaded into and stored from the
 //! accumulator tiles (rescaled by AVX-512 only when a row's max moved).
 //!
@@ -313,64 +314,123 @@ unsafe fn values(g: Geo, b: &Block, t: &mut TileState) {
     }
 }
 
+/// How far (in log2 units) a later block's scores may rise above a row's reference max before
+/// the row is redone with a new one: probabilities stay below `2^LAZY_RISE`, which f32 sums
+/// and bf16 `P` hold without loss, and most blocks need no max pass and no rescale.
+const LAZY_RISE: f32 = 8.0;
+
+/// `2^x` for `P` on the lanes of `keep` (the others 0): as [`exp2`] with a degree-3 minimax
+/// polynomial (relative error < 7.5e-5, thirty times below the bf16 rounding of `P`). With
+/// `MASKED` the lanes below `MIN_EXP2` (a `-inf` mask) are exactly 0; without it the clamp
+/// alone keeps the result normal (unmasked scores minus their max are finite).
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn exp2_p<const MASKED: bool>(x: __m512, keep: __mmask16) -> __m512 {
+    const C: [f32; 4] = [0.999_928_1, 0.693_261, 0.242_610_54, 0.055_171_322];
+    let lo = _mm512_set1_ps(MIN_EXP2);
+    let keep = if MASKED {
+        _mm512_mask_cmp_ps_mask::<_CMP_NLT_UQ>(keep, x, lo)
+    } else {
+        keep
+    };
+    let x = _mm512_max_ps(lo, x);
+    let n = _mm512_roundscale_ps::<RNE>(x);
+    let f = _mm512_sub_ps(x, n);
+    let mut p = _mm512_set1_ps(C[3]);
+    for &c in C[..3].iter().rev() {
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+    }
+    _mm512_maskz_scalef_ps(keep, p, n)
+}
+
 /// The online softmax on the stored scores: updates `m` and `l`, writes bf16 `P`, returns each
 /// row's rescale factor for the running output.
+///
+/// `m[r]` is the reference max the row's probabilities are taken against, not always the true
+/// max: a row with one keeps it while the block's scores stay within [`LAZY_RISE`] of it (one
+/// pass, the block max tracked on the side); the first block of a row, or one that rises
+/// further, is redone against its exact max and the row rescaled.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma,avx512bf16")]
 unsafe fn softmax(qmul: f32, b: &Block, t: &mut TileState) -> [f32; MR] {
+    match b.bias {
+        Some(_) => softmax_rows::<true>(qmul, b, t),
+        None => softmax_rows::<false>(qmul, b, t),
+    }
+}
+
+/// [`softmax`] with (`MASKED`) or without an additive mask.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma,avx512bf16")]
+unsafe fn softmax_rows<const MASKED: bool>(qmul: f32, b: &Block, t: &mut TileState) -> [f32; MR] {
     let (s, p) = (t.s.as_ptr(), t.p.as_mut_ptr());
     let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
     let qv = _mm512_set1_ps(qmul);
-    let bias = b.bias.map(|x| x.as_ptr());
-    // Scaled score vector `v` of row `r`, plus `add` when there is no mask.
+    let bias = b.bias.map_or(std::ptr::null(), |x| x.as_ptr());
+    // Scaled score vector `v` of row `r`, plus `add`.
     let score = |r: usize, v: usize, add: __m512| {
         let x = _mm512_loadu_ps(s.add(r * KB + 16 * v));
-        match bias {
-            Some(bp) => _mm512_add_ps(
-                _mm512_fmadd_ps(x, qv, _mm512_loadu_ps(bp.add(r * KB + 16 * v))),
-                add,
-            ),
-            None => _mm512_fmadd_ps(x, qv, add),
+        if MASKED {
+            let bv = _mm512_loadu_ps(bias.add(r * KB + 16 * v));
+            _mm512_add_ps(_mm512_fmadd_ps(x, qv, bv), add)
+        } else {
+            _mm512_fmadd_ps(x, qv, add)
         }
     };
-    let nv = b.valid.div_ceil(16);
-    let mut m_use = [0f32; MR];
-    let mut shift = [f32::NEG_INFINITY; MR];
+    // Probabilities of row `r` against `m` into `p`, their per-lane sum, and the max of the
+    // exponents over the valid lanes (up to the last valid 32-key step: `P` beyond is unread).
+    let row = |r: usize, m: f32| {
+        let mu = _mm512_set1_ps(-m);
+        let (mut sum, mut mx) = (_mm512_setzero_ps(), ninf);
+        for v in (0..b.valid.div_ceil(32) * 2).step_by(2) {
+            let (k0, k1) = (valid_lanes(v, b.valid), valid_lanes(v + 1, b.valid));
+            let (x0, x1) = (score(r, v, mu), score(r, v + 1, mu));
+            mx = _mm512_mask_max_ps(mx, k0, mx, x0);
+            mx = _mm512_mask_max_ps(mx, k1, mx, x1);
+            let (e0, e1) = (exp2_p::<MASKED>(x0, k0), exp2_p::<MASKED>(x1, k1));
+            sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
+            let pk: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(e1, e0));
+            _mm512_storeu_si512(p.add(r * KB + 16 * v).cast(), pk);
+        }
+        (sum, _mm512_reduce_max_ps(mx))
+    };
+    let mut shift = [0f32; MR];
+    let mut sums = [_mm512_setzero_ps(); MR];
     for r in 0..MR {
+        let m_old = t.m[r];
+        if m_old != f32::NEG_INFINITY {
+            let (sum, rise) = row(r, m_old);
+            // NaN scores keep the reference (the output is NaN anyway).
+            if rise.is_nan() || rise <= LAZY_RISE {
+                sums[r] = sum;
+                continue;
+            }
+        }
         let mut mx = ninf;
-        for v in 0..nv {
+        for v in 0..b.valid.div_ceil(16) {
             let x = score(r, v, _mm512_setzero_ps());
             mx = _mm512_mask_max_ps(mx, valid_lanes(v, b.valid), mx, x);
         }
-        let m_old = t.m[r];
         let m_new = m_old.max(_mm512_reduce_max_ps(mx));
-        m_use[r] = if m_new == f32::NEG_INFINITY {
+        // A row masked out so far keeps -inf (its probabilities are 0 against any reference).
+        let m_use = if m_new == f32::NEG_INFINITY {
             0.0
         } else {
             m_new
         };
-        shift[r] = m_old - m_use[r];
+        shift[r] = m_old - m_use;
         t.m[r] = m_new;
+        sums[r] = row(r, m_use).0;
     }
     let mut alpha = [0f32; MR];
     for h in 0..MR / 16 {
         let a = exp2(_mm512_loadu_ps(shift.as_ptr().add(16 * h)), !0);
         _mm512_storeu_ps(alpha.as_mut_ptr().add(16 * h), a);
     }
-    for r in 0..MR {
-        let mu = _mm512_set1_ps(-m_use[r]);
-        let mut sum = _mm512_setzero_ps();
-        // Vectors up to the last valid 32-key step (P beyond it is never read).
-        for v in (0..b.valid.div_ceil(32) * 2).step_by(2) {
-            let e0 = exp2(score(r, v, mu), valid_lanes(v, b.valid));
-            let e1 = exp2(score(r, v + 1, mu), valid_lanes(v + 1, b.valid));
-            sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
-            let pk: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(e1, e0));
-            _mm512_storeu_si512(p.add(r * KB + 16 * v).cast(), pk);
-        }
+    for (r, sum) in sums.iter().enumerate() {
         let l = t.l[r].as_mut_ptr();
         let old = _mm512_loadu_ps(l);
-        _mm512_storeu_ps(l, _mm512_fmadd_ps(old, _mm512_set1_ps(alpha[r]), sum));
+        _mm512_storeu_ps(l, _mm512_fmadd_ps(old, _mm512_set1_ps(alpha[r]), *sum));
     }
     alpha
 }

@@ -195,3 +195,51 @@ fn amx_result_independent_of_threads() {
     let one = pool.install(|| check(&q, &k, &v, None, "one thread"));
     assert_eq!(many, one);
 }
+
+#[test]
+fn amx_scores_rising_across_key_blocks() {
+    // Keys grow along the sequence, so each row's scores rise from one 128-key block to the
+    // next: slowly in head 0 (the reference max is kept), steeply in head 1 (rows are redone
+    // against a new max and rescaled); rows of negative queries fall instead.
+    let (lq, lk, d) = (33, 3 * 128 + 5, 40);
+    let wave = |i: usize| ((i as f32) * 0.737).sin();
+    let q: Vec<f32> = (0..2 * lq * d)
+        .map(|i| if (i / d) % 5 == 3 { -0.5 } else { 0.5 } + 0.3 * wave(i))
+        .collect();
+    let k: Vec<f32> = (0..2 * lk * d)
+        .map(|i| {
+            let (h, j) = (i / (lk * d), (i / d) % lk);
+            let slope = if h == 0 { 0.5 } else { 3.0 };
+            slope * j as f32 / 128.0 + 0.3 * wave(7 * i + 1)
+        })
+        .collect();
+    let v: Vec<f32> = (0..2 * lk * d).map(|i| wave(3 * i + 2)).collect();
+    let t = |x: Vec<f32>, l: usize| {
+        Tensor::from_vec(x, &[1, 2, l, d], Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+    };
+    let (q, k, v) = (t(q, lq), t(k, lk), t(v, lk));
+    check(&q, &k, &v, None, "rising scores");
+    // The same through the masked path: an additive ramp on top of plain keys.
+    let m: Vec<f32> = (0..lq * lk)
+        .map(|i| {
+            let (r, j) = (i / lk, i % lk);
+            if (r + j) % 13 == 0 {
+                f32::NEG_INFINITY
+            } else {
+                (r % 4) as f32 * 4.0 * (j / 128) as f32
+            }
+        })
+        .collect();
+    let mask = Tensor::from_vec(m, &[lq, lk], Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let (k, v) = (
+        input(1, 2, lk, d, 1.0, false, 61),
+        input(1, 2, lk, d, 1.0, false, 62),
+    );
+    check(&q, &k, &v, Some(&mask), "rising mask");
+}
