@@ -319,14 +319,18 @@ unsafe fn values(g: Geo, b: &Block, t: &mut TileState) {
 /// and bf16 `P` hold without loss, and most blocks need no max pass and no rescale.
 const LAZY_RISE: f32 = 8.0;
 
-/// `2^x` for `P` on the lanes of `keep` (the others 0): as [`exp2`] with a degree-3 minimax
-/// polynomial (relative error < 7.5e-5, thirty times below the bf16 rounding of `P`). With
-/// `MASKED` the lanes below `MIN_EXP2` (a `-inf` mask) are exactly 0; without it the clamp
-/// alone keeps the result normal (unmasked scores minus their max are finite).
+/// `2^x` for `P` on the lanes of `keep` (the others 0): `x = n + f` with `n = floor(x)`, `f` in
+/// `[0, 1)` from one `vreduceps`, a degree-3 minimax polynomial for `2^f` (relative error <
+/// 7.5e-5, thirty times below the bf16 rounding of `P`), and `vscalefps`, which scales by
+/// `2^floor(x)` itself. With `MASKED` the lanes below `MIN_EXP2` (a `-inf` mask) are exactly 0;
+/// without it the clamp alone keeps the result normal (unmasked scores minus their max are
+/// finite). NaN stays NaN.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
 unsafe fn exp2_p<const MASKED: bool>(x: __m512, keep: __mmask16) -> __m512 {
-    const C: [f32; 4] = [0.999_928_1, 0.693_261, 0.242_610_54, 0.055_171_322];
+    const C: [f32; 4] = [0.999_925_2, 0.695_833_74, 0.226_067_22, 0.078_024_19];
+    // `vreduceps` imm8: no fraction bits kept, round down, precision exception suppressed.
+    const FRACTION_BELOW: i32 = 0x09;
     let lo = _mm512_set1_ps(MIN_EXP2);
     let keep = if MASKED {
         _mm512_mask_cmp_ps_mask::<_CMP_NLT_UQ>(keep, x, lo)
@@ -334,13 +338,12 @@ unsafe fn exp2_p<const MASKED: bool>(x: __m512, keep: __mmask16) -> __m512 {
         keep
     };
     let x = _mm512_max_ps(lo, x);
-    let n = _mm512_roundscale_ps::<RNE>(x);
-    let f = _mm512_sub_ps(x, n);
+    let f = _mm512_reduce_ps::<FRACTION_BELOW>(x);
     let mut p = _mm512_set1_ps(C[3]);
     for &c in C[..3].iter().rev() {
         p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
     }
-    _mm512_maskz_scalef_ps(keep, p, n)
+    _mm512_maskz_scalef_ps(keep, p, x)
 }
 
 /// The online softmax on the stored scores: updates `m` and `l`, writes bf16 `P`, returns each
