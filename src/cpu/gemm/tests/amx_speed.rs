@@ -4,8 +4,12 @@
 //!
 //! What they showed on this workplace's Sapphire Rapids VM: `tdpbf16ps` on register tiles runs at
 //! ~16 cycles (2.2 TFLOP/s per core); the 2×2-tile loop with A in L1 costs ~97 cycles per
-//! 32-deep step, but ~235 when B streams from L2 (tile loads from L2 are the bottleneck, ~15
-//! bytes/cycle); prefetching the next step's B lines gains ~10%.
+//! 32-deep step, but ~235 when B streams from L2; prefetching the next step's B lines gains
+//! ~10%. With B in L1 as well (`AMX_PROBE_STEPS=8 AMX_PROBE_NPAN=1`) the loop still takes
+//! ~195 cycles: the cost is the tile loads' latency, which the 2×2 loop (all eight tiles in
+//! use, nothing to double-buffer into) cannot hide, not L2 bandwidth. Tried at 14:20 on
+//! 2026-11-22 and dropped: B-major order of the four products (~240), `tileloaddt1` for B
+//! (~320), a 1×3 loop with A double-buffered (~300 per four products).
 
 use super::util::{Lay, Owned, Rng};
 use crate::cpu::gemm::{amx_unavailable_reason, Activation};
@@ -161,8 +165,13 @@ fn speed_amx_loops() {
     if amx_unavailable_reason().is_some() {
         return;
     }
-    let steps = 16usize;
-    let npan = 12usize;
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (steps, npan) = (env("AMX_PROBE_STEPS", 16), env("AMX_PROBE_NPAN", 12));
     let mut rng = Rng::new(3);
     let mut val = || {
         let x = bf16::from_f32(rng.next()).to_bits() as u32;
