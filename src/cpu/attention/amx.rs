@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use super::amx_kernel::{begin, end, step, Block, Geo, Phase, TileState, KB, MR, TILE};
 use super::operands::{head_base, mat_strides, MaskData, View};
 use crate::cpu::elem::FloatElem;
-use crate::cpu::gemm::{bf16_method, Bf16Method};
+use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
 use crate::layout::Layout;
 use crate::ops::attention::AttnShape;
@@ -58,10 +58,11 @@ fn read_row(data: &[bf16], at: usize, cs: usize, dst: &mut [u16]) {
     }
 }
 
-/// K and V of a group of heads in the AMX layouts.
+/// K and V of a group of heads in the AMX layouts, on cache lines (a tile row that straddled
+/// two lines would cost two loads: measured at three to five times the tile-load time).
 struct Packed {
-    k: Vec<u32>,
-    v: Vec<u32>,
+    k: AlignedBuf,
+    v: AlignedBuf,
     /// u32 per head in `k` / `v`.
     k_head: usize,
     v_head: usize,
@@ -77,12 +78,17 @@ fn pack(
     let (dp, dvp, lk) = (g.dp, g.dvp, s.lk);
     let blocks = lk.div_ceil(KB);
     let (k_head, v_head) = (blocks * KB * dp / 2, blocks * KB * dvp / 2);
-    let mut k = vec![0u32; heads.len() * k_head];
-    let mut v = vec![0u32; heads.len() * v_head];
+    let (mut k, mut v) = (AlignedBuf::default(), AlignedBuf::default());
+    // Fresh buffers: zero-filled, as the padding and the V pairs' `|=` need.
+    let (k_all, v_all) = (
+        k.slice_mut::<u32>(heads.len() * k_head),
+        v.slice_mut::<u32>(heads.len() * v_head),
+    );
     let ((krs, kcs), (vrs, vcs)) = (mat_strides(kv.0.layout), mat_strides(kv.1.layout));
     let (sd, sk) = (dp / 32, KB / 32);
-    k.par_chunks_mut(k_head.max(1))
-        .zip(v.par_chunks_mut(v_head.max(1)))
+    k_all
+        .par_chunks_mut(k_head.max(1))
+        .zip(v_all.par_chunks_mut(v_head.max(1)))
         .enumerate()
         .for_each(|(i, (kh, vh))| {
             let h = heads.start + i;
@@ -125,15 +131,16 @@ struct Ctx<'a> {
     g: Geo,
 }
 
-/// Per-thread task scratch, reused (every element a task reads it has written first).
+/// Per-thread task scratch, reused (every element a task reads it has written first); the
+/// buffers tiles load from or store to start on cache lines.
 #[derive(Default)]
 struct Scratch {
-    q: Vec<u16>,
-    o: Vec<f32>,
+    q: AlignedBuf,
+    o: AlignedBuf,
     m: Vec<[f32; MR]>,
     l: Vec<[[f32; 16]; MR]>,
-    s: Vec<f32>,
-    p: Vec<u16>,
+    s: AlignedBuf,
+    p: AlignedBuf,
     bias: Vec<f32>,
     row: Vec<f32>,
 }
@@ -154,10 +161,10 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
     let (g, d, dv, lk) = (c.g, c.s.d, c.s.dv, c.s.lk);
     let rows = out.len() / dv.max(1);
     let tiles = rows.div_ceil(MR);
-    sc.q.resize(tiles * MR * g.dp, 0);
-    sc.o.resize(tiles * MR * g.dvp, 0.0);
-    sc.s.resize(tiles * MR * KB, 0.0);
-    sc.p.resize(tiles * MR * KB, 0);
+    let sq = sc.q.slice_mut::<u16>(tiles * MR * g.dp);
+    let so = sc.o.slice_mut::<f32>(tiles * MR * g.dvp);
+    let ss = sc.s.slice_mut::<f32>(tiles * MR * KB);
+    let sp = sc.p.slice_mut::<u16>(tiles * MR * KB);
     sc.bias.resize(MR * KB, 0.0);
     sc.row.resize(dv, 0.0);
     sc.m.clear();
@@ -166,15 +173,15 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
     sc.l.resize(tiles, [[0.0; 16]; MR]);
     let (qrs, qcs) = mat_strides(c.q.layout);
     let qb = head_base(c.q.layout, h);
-    for (r, qr) in sc.q[..tiles * MR * g.dp].chunks_mut(g.dp).enumerate() {
+    for (r, qr) in sq.chunks_mut(g.dp).enumerate() {
         qr.fill(0);
         if r < rows {
             read_row(c.q.data, qb + (q0 + r) * qrs, qcs, &mut qr[..d]);
         }
     }
     let hk = h - c.kv.h0;
-    let k_all = &c.kv.k[hk * c.kv.k_head..][..c.kv.k_head];
-    let v_all = &c.kv.v[hk * c.kv.v_head..][..c.kv.v_head];
+    let k_all = &c.kv.k.slice::<u32>((hk + 1) * c.kv.k_head)[hk * c.kv.k_head..];
+    let v_all = &c.kv.v.slice::<u32>((hk + 1) * c.kv.v_head)[hk * c.kv.v_head..];
     // SAFETY: tasks exist only when `usable()` held, so AMX is granted to this process.
     unsafe { begin() };
     for (b, (kb, vb)) in k_all
@@ -209,12 +216,12 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
                 };
                 let tile = MR * KB * t..MR * KB * (t + 1);
                 let mut st = TileState {
-                    q: &sc.q[t * MR * g.dp..(t + 1) * MR * g.dp],
-                    o: &mut sc.o[t * MR * g.dvp..(t + 1) * MR * g.dvp],
+                    q: &sq[t * MR * g.dp..(t + 1) * MR * g.dp],
+                    o: &mut so[t * MR * g.dvp..(t + 1) * MR * g.dvp],
                     m: &mut sc.m[t],
                     l: &mut sc.l[t],
-                    s: &mut sc.s[tile.clone()],
-                    p: &mut sc.p[tile],
+                    s: &mut ss[tile.clone()],
+                    p: &mut sp[tile],
                 };
                 step(g, &blk, &mut st, phase);
             }
@@ -224,7 +231,7 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
     unsafe { end() };
     for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
         let (t, i) = (r / MR, r % MR);
-        let acc = &sc.o[(t * MR + i) * g.dvp..][..dv];
+        let acc = &so[(t * MR + i) * g.dvp..][..dv];
         let (mi, li) = (sc.m[t][i], sc.l[t][i].iter().sum::<f32>());
         // All keys masked out (or weights summing to nothing): zeros, as PyTorch.
         let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {

@@ -51,7 +51,8 @@ pub use types::{Activation, Epilogue, MatRef};
 pub(crate) use types::{Half, Out16, Residual};
 
 use crate::{DType, Error, Result};
-use buf::{with_scratch, AlignedBuf, Slot};
+pub(crate) use buf::AlignedBuf;
+use buf::{with_scratch, Slot};
 use driver::EpCtx;
 use half::{bf16, f16};
 use layout::sealed::Sealed;

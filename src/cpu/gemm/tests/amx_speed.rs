@@ -183,8 +183,12 @@ fn speed_amx_loops() {
             .map(|_| if random { val() } else { 0x3f80_3f80 })
             .collect()
     };
-    let a = fill(32 * 16 * steps);
-    let b = fill(32 * 16 * steps * npan);
+    // Panels start on 4 KiB pages plus AMX_PROBE_SKEW bytes (a multiple of 4).
+    let skew = env("AMX_PROBE_SKEW", 0) / 4;
+    let aligned = |v: &Vec<u32>| (1024 - (v.as_ptr() as usize / 4) % 1024) % 1024 + skew;
+    let a_buf = fill(32 * 16 * steps + 2048);
+    let b_buf = fill(32 * 16 * steps * npan + 2048);
+    let (a, b) = (&a_buf[aligned(&a_buf)..], &b_buf[aligned(&b_buf)..]);
     println!("data: {}", if random { "random" } else { "ones" });
     let reps = 10usize;
     let run = |name: &str, f: &dyn Fn(*const u32, *const u32)| {
