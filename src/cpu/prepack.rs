@@ -139,21 +139,21 @@ impl PackedWeight {
         };
         // beta = 0: the engine writes every element (of C, or of the 16-bit output, C then
         // holding only partial sums), so recycled buffers are fine.
-        let mut c = super::pool::take::<f32>(m * n);
         Ok(match x.dtype() {
             DType::F16 => {
                 let mut out = super::pool::take::<f16>(m * n);
-                run(&mut c, &base().with_out16(Out16::f16(&mut out, n)))?;
-                super::pool::give(c);
+                let ep = base().with_out16(Out16::f16(&mut out, n));
+                gemm::with_partial_sums(m * n, |c| run(c, &ep))?;
                 CpuStorage::F16(out)
             }
             DType::BF16 => {
                 let mut out = super::pool::take::<bf16>(m * n);
-                run(&mut c, &base().with_out16(Out16::bf16(&mut out, n)))?;
-                super::pool::give(c);
+                let ep = base().with_out16(Out16::bf16(&mut out, n));
+                gemm::with_partial_sums(m * n, |c| run(c, &ep))?;
                 CpuStorage::BF16(out)
             }
             _ => {
+                let mut c = super::pool::take::<f32>(m * n);
                 run(&mut c, &base())?;
                 CpuStorage::F32(c)
             }

@@ -231,16 +231,16 @@ impl ConvElem for bf16 {
     }
 }
 
-/// The convolution into f32 rows, or, with `out16`, rounded into those 16-bit rows (the f32
-/// buffer then holds only partial sums of K blocks, and is returned for recycling).
+/// The convolution into the f32 rows `out` (`g.m() * g.o`), or, with `out16`, rounded into
+/// those 16-bit rows (`out` then holds only partial sums of K blocks).
 fn conv_typed<S: ConvElem>(
     data: &[S],
     xl: &Layout,
     w: &PackedConv,
     g: &ConvGeom,
     ep: &ConvEpilogue,
-    out16: Option<Out16>,
-) -> Result<Vec<f32>> {
+    (out, out16): (&mut [f32], Option<Out16>),
+) -> Result<()> {
     let op = "conv2d";
     let s = xl.strides();
     if xl.shape() != [g.n, g.c, g.h, g.w] || s[1] != 1 && g.c > 1 {
@@ -270,9 +270,14 @@ fn conv_typed<S: ConvElem>(
             ),
         ));
     }
-    let mut out = super::pool::take::<f32>(g.m() * g.o);
+    if out.len() != g.m() * g.o {
+        return Err(Error::invalid(
+            op,
+            "internal: output rows of the wrong size",
+        ));
+    }
     if out.is_empty() {
-        return Ok(out);
+        return Ok(());
     }
     let zeros = vec![S::zeroed(); cg.max(1)];
     // Images run together, or one by one when the residual steps per image.
@@ -318,7 +323,7 @@ fn conv_typed<S: ConvElem>(
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// `act(conv(x, w) + bias) + residual` for an input view `xl` of `[N, C, H, W]` with channel
@@ -340,10 +345,10 @@ pub(crate) fn conv2d_nhwc(
             ));
         }
     }
-    let run = |out16: Option<Out16>| match x {
-        CpuStorage::F32(v) => conv_typed(v, xl, w, g, ep, out16),
-        CpuStorage::F16(v) => conv_typed(v, xl, w, g, ep, out16),
-        CpuStorage::BF16(v) => conv_typed(v, xl, w, g, ep, out16),
+    let run = |out: &mut [f32], out16: Option<Out16>| match x {
+        CpuStorage::F32(v) => conv_typed(v, xl, w, g, ep, (out, out16)),
+        CpuStorage::F16(v) => conv_typed(v, xl, w, g, ep, (out, out16)),
+        CpuStorage::BF16(v) => conv_typed(v, xl, w, g, ep, (out, out16)),
         other => Err(Error::UnsupportedDType {
             op: "conv2d",
             dtype: other.dtype(),
@@ -356,14 +361,20 @@ pub(crate) fn conv2d_nhwc(
     Ok(match ep.out_dtype {
         DType::F16 => {
             let mut out = super::pool::take::<half::f16>(size);
-            super::pool::give(run(Some(Out16::f16(&mut out, g.o)))?);
+            let o16 = Out16::f16(&mut out, g.o);
+            gemm::with_partial_sums(size, |c| run(c, Some(o16)))?;
             CpuStorage::F16(out)
         }
         DType::BF16 => {
             let mut out = super::pool::take::<bf16>(size);
-            super::pool::give(run(Some(Out16::bf16(&mut out, g.o)))?);
+            let o16 = Out16::bf16(&mut out, g.o);
+            gemm::with_partial_sums(size, |c| run(c, Some(o16)))?;
             CpuStorage::BF16(out)
         }
-        _ => CpuStorage::F32(run(None)?),
+        _ => {
+            let mut c = super::pool::take::<f32>(size);
+            run(&mut c, None)?;
+            CpuStorage::F32(c)
+        }
     })
 }

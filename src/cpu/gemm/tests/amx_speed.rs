@@ -559,3 +559,40 @@ fn speed_out16() {
         );
     }
 }
+
+#[test]
+#[ignore = "manual probe: multi-K-block bf16 products rounded in the store, with their f32 partial sums in a Vec (16 bytes past a line) or on cache lines, interleaved best runs"]
+fn speed_out16_c_alignment() {
+    use crate::cpu::gemm::{gemm_prepacked_bf16, AlignedBuf, Epilogue, Out16, PackedB};
+    for (m, k, n) in [(8192, 2880, 320), (8192, 1280, 320), (2048, 5760, 640)] {
+        let mut rng = Rng::new(1);
+        let a = Owned::<bf16>::random(m, k, Lay::Row, &mut rng);
+        let b = Owned::<bf16>::random(k, n, Lay::Row, &mut rng);
+        let p = PackedB::<bf16>::new(b.view()).expect("pack");
+        let mut c = vec![0f32; m * n];
+        let mut cbuf = AlignedBuf::default();
+        let mut o = vec![bf16::ZERO; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut best = [f64::MAX; 2];
+        println!("Vec C at {} bytes past a line", c.as_ptr() as usize % 64);
+        let t0 = std::time::Instant::now();
+        while t0.elapsed().as_secs_f64() < 8.0 {
+            for (i, bst) in best.iter_mut().enumerate() {
+                let t = std::time::Instant::now();
+                let ep = Epilogue::default().with_out16(Out16::bf16(&mut o, n));
+                let cc: &mut [f32] = if i == 0 {
+                    &mut c
+                } else {
+                    cbuf.slice_mut::<f32>(m * n)
+                };
+                gemm_prepacked_bf16(a.view(), &p, cc, n, &ep).expect("gemm");
+                *bst = bst.min(t.elapsed().as_secs_f64());
+            }
+        }
+        println!(
+            "{m}x{k}x{n}: vec C {:.0}, aligned C {:.0} GFLOP/s",
+            flops / best[0] / 1e9,
+            flops / best[1] / 1e9
+        );
+    }
+}
