@@ -27,6 +27,12 @@ pub(crate) const MR: usize = 32;
 /// Target pairs per K block: a 32-row A micro-panel of 32 KiB stays in L1 while 32 KiB B panels
 /// stream from L2.
 pub(crate) const KCU_AMX: usize = 256;
+/// Pairs up to which K stays one block even past [`KCU_AMX`] (K ≤ 768): a second block costs
+/// every tile a load of its C tiles and a store of them, whose latency the tile loop cannot
+/// hide; one 384-pair block was 20–45% faster than two for K of 640 and 768 (interleaved
+/// best runs of `speed_amx_kcu`), while longer K keeps 256-pair blocks (4 × 360 pairs was
+/// 10–20% slower than 6 × 240 at K = 2880).
+pub(crate) const ONE_BLOCK_AMX: usize = 384;
 #[cfg(test)]
 thread_local! {
     /// Test hook: overrides [`KCU_AMX`] on this thread.
@@ -36,14 +42,24 @@ thread_local! {
 /// Packs below this many elements run on the calling thread.
 const PAR_PACK_MIN: usize = 1 << 16;
 
+/// The tests' override of the K-block depth ([`KCU_TEST`]).
+#[cfg(test)]
+fn forced_kcu() -> Option<usize> {
+    KCU_TEST.with(|c| c.get())
+}
+
+/// No override outside the tests.
+#[cfg(not(test))]
+fn forced_kcu() -> Option<usize> {
+    None
+}
+
 /// Geometry of an AMX-packed B (`glu`: `K × 2N`, one K block, halves interleaved per panel).
 pub(crate) fn layout(k: usize, n: usize, glu: bool) -> BLayout {
-    #[cfg(test)]
-    let kcu_max = KCU_TEST.with(|c| c.get()).unwrap_or(KCU_AMX);
-    #[cfg(not(test))]
-    let kcu_max = KCU_AMX;
+    let forced = forced_kcu();
+    let kcu_max = forced.unwrap_or(KCU_AMX);
     let units = k.div_ceil(2).next_multiple_of(STEP);
-    let kcu = if glu || units == 0 {
+    let kcu = if glu || units == 0 || forced.is_none() && units <= ONE_BLOCK_AMX {
         units
     } else {
         units

@@ -338,3 +338,21 @@ fn amx_alpha_one_beta_multi_block() {
         }
     }
 }
+
+/// K up to 768 (384 pairs) is one AMX K block; longer K is cut into balanced blocks of at most
+/// 256 pairs.
+#[test]
+fn amx_k_blocks() {
+    use crate::cpu::gemm::amx_pack::layout;
+    for (k, blocks, kcu) in [
+        (32, 1, 16),
+        (768, 1, 384),
+        (770, 2, 208),
+        (1000, 2, 256),
+        (2880, 6, 240),
+    ] {
+        let l = layout(k, 64, false);
+        assert_eq!((l.nblk, l.kcu), (blocks, kcu), "K = {k}");
+    }
+    assert_eq!(layout(2880, 64, true).nblk, 1, "GLU keeps K whole");
+}

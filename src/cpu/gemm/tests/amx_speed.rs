@@ -596,3 +596,58 @@ fn speed_out16_c_alignment() {
         );
     }
 }
+
+#[test]
+#[ignore = "manual probe: bf16 products (rounded in the store) with prepacked B of several K-block depths, interleaved best runs (`AMX_KCU_PROBE=256,384`, shapes `AMX_KCU_SHAPES=MxKxN,...`)"]
+fn speed_amx_kcu() {
+    use crate::cpu::gemm::{gemm_prepacked_bf16, AlignedBuf, Epilogue, Out16, PackedB};
+    let list = |key: &str, default: &str| -> Vec<String> {
+        let v = std::env::var(key).unwrap_or_else(|_| default.into());
+        v.split(',').map(|x| x.trim().to_string()).collect()
+    };
+    let kcus: Vec<usize> = list("AMX_KCU_PROBE", "256,384")
+        .iter()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let shapes: Vec<(usize, usize, usize)> =
+        list("AMX_KCU_SHAPES", "8192x768x320,2048x640x640,8192x2880x320")
+            .iter()
+            .filter_map(|x| {
+                let d: Vec<usize> = x.split('x').filter_map(|y| y.parse().ok()).collect();
+                (d.len() == 3).then(|| (d[0], d[1], d[2]))
+            })
+            .collect();
+    for &(m, k, n) in &shapes {
+        let mut rng = Rng::new(1);
+        let a = Owned::<bf16>::random(m, k, Lay::Row, &mut rng);
+        let b = Owned::<bf16>::random(k, n, Lay::Row, &mut rng);
+        let ps: Vec<PackedB<bf16>> = kcus
+            .iter()
+            .map(|&kc| {
+                crate::cpu::gemm::amx_pack::KCU_TEST.with(|c| c.set(Some(kc)));
+                PackedB::<bf16>::new(b.view()).expect("pack")
+            })
+            .collect();
+        crate::cpu::gemm::amx_pack::KCU_TEST.with(|c| c.set(None));
+        let mut cbuf = AlignedBuf::default();
+        let mut o = vec![bf16::ZERO; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut best = vec![f64::MAX; kcus.len()];
+        let t0 = std::time::Instant::now();
+        while t0.elapsed().as_secs_f64() < 10.0 {
+            for (i, bst) in best.iter_mut().enumerate() {
+                let t = std::time::Instant::now();
+                let ep = Epilogue::default().with_out16(Out16::bf16(&mut o, n));
+                gemm_prepacked_bf16(a.view(), &ps[i], cbuf.slice_mut::<f32>(m * n), n, &ep)
+                    .expect("gemm");
+                *bst = bst.min(t.elapsed().as_secs_f64());
+            }
+        }
+        let rates: Vec<(usize, i64)> = kcus
+            .iter()
+            .zip(&best)
+            .map(|(kc, t)| (*kc, (flops / t / 1e9) as i64))
+            .collect();
+        println!("{m}x{k}x{n}: (max pairs per K block, GFLOP/s) {rates:?}");
+    }
+}
