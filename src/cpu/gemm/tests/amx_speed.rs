@@ -3,13 +3,13 @@
 //! short runs.
 //!
 //! What they showed on this workplace's Sapphire Rapids VM: `tdpbf16ps` on register tiles runs at
-//! ~16 cycles (2.2 TFLOP/s per core); the 2×2-tile loop with A in L1 costs ~97 cycles per
-//! 32-deep step, but ~235 when B streams from L2; prefetching the next step's B lines gains
-//! ~10%. With B in L1 as well (`AMX_PROBE_STEPS=8 AMX_PROBE_NPAN=1`) the loop still takes
-//! ~195 cycles: the cost is the tile loads' latency, which the 2×2 loop (all eight tiles in
-//! use, nothing to double-buffer into) cannot hide, not L2 bandwidth. Tried at 14:20 on
-//! 2026-11-22 and dropped: B-major order of the four products (~240), `tileloaddt1` for B
-//! (~320), a 1×3 loop with A double-buffered (~300 per four products).
+//! ~16 cycles (2.2 TFLOP/s per core). The 2×2-tile loop with A in L1 and B streaming from L2
+//! takes ~87 cycles per 32-deep step (64 ideal) when the panels start on cache lines, but
+//! 200–440 when they sit 4–16 bytes past one (`AMX_PROBE_SKEW=4`): every tile row then spans
+//! two lines, which is why the library keeps every buffer tiles touch on lines. Where a 4 KiB
+//! page boundary falls made no difference. Tried on 2026-11-22 and dropped: B-major order of
+//! the four products, `tileloaddt1` for B, a 1×3 loop with A double-buffered (all slower). Some
+//! runs of any variant come out 2–3× slow at random: the shared machine, not the code.
 
 use super::util::{Lay, Owned, Rng};
 use crate::cpu::gemm::{amx_unavailable_reason, Activation};
