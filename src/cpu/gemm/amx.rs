@@ -248,6 +248,11 @@ struct Ends {
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn tile_amx(kcu: usize, a: *const u32, b: *const u32, t: &Tile, ep: &EpCtx) {
     let steps = kcu / STEP;
+    if t.last {
+        if let Some(o) = &ep.out16 {
+            super::avx512_ep::prefetch_out16(o, t);
+        }
+    }
     let mut acc = std::mem::MaybeUninit::<Acc>::uninit();
     let buf = acc.as_mut_ptr() as *mut u8;
     if t.mr <= 16 {

@@ -130,9 +130,13 @@ impl Kernel for AvxBf16<'_> {
     }
 }
 
-/// Starts pulling the tile's C lines towards L1 so the store at the end does not stall.
+/// Starts pulling the tile's C lines (and on the last K block its 16-bit output lines) towards
+/// L1 so the store at the end does not stall.
 #[inline(always)]
 fn prefetch_c(t: &Tile, ep: &EpCtx) {
+    if let (true, Some(o)) = (t.last, &ep.out16) {
+        super::avx512_ep::prefetch_out16(o, t);
+    }
     if t.first && t.last && ep.beta == 0.0 && ep.out16.is_some() {
         return; // C is neither read nor written: the values go to the 16-bit output
     }
