@@ -252,6 +252,7 @@ pub(crate) unsafe fn tile_amx(kcu: usize, a: *const u32, b: *const u32, t: &Tile
         if let Some(o) = &ep.out16 {
             super::avx512_ep::prefetch_out16(o, t);
         }
+        super::avx512_ep::prefetch_residual(ep, t);
     }
     let mut acc = std::mem::MaybeUninit::<Acc>::uninit();
     let buf = acc.as_mut_ptr() as *mut u8;

@@ -134,8 +134,11 @@ impl Kernel for AvxBf16<'_> {
 /// L1 so the store at the end does not stall.
 #[inline(always)]
 fn prefetch_c(t: &Tile, ep: &EpCtx) {
-    if let (true, Some(o)) = (t.last, &ep.out16) {
-        super::avx512_ep::prefetch_out16(o, t);
+    if t.last {
+        if let Some(o) = &ep.out16 {
+            super::avx512_ep::prefetch_out16(o, t);
+        }
+        super::avx512_ep::prefetch_residual(ep, t);
     }
     if t.first && t.last && ep.beta == 0.0 && ep.out16.is_some() {
         return; // C is neither read nor written: the values go to the 16-bit output

@@ -196,6 +196,35 @@ unsafe fn store16(o: &Out16, row: usize, col: usize, mask: __mmask16, v: __m512)
     _mm512_mask_cvtepi32_storeu_epi16(o.ptr.add(row * o.ld + col) as *mut _, mask, h);
 }
 
+/// Asks for the residual lines the tile's store will read (row-contiguous residuals only), as
+/// [`prefetch_out16`] does for the output. Interleaved probe, prepacked bf16 with a bf16
+/// residual on AMX, 2 threads: 8192×1280×320 851 → 890, 8192×320×320 530 → 569, 2048×640×640
+/// 941 → 1044 GFLOP/s.
+#[inline]
+pub(crate) fn prefetch_residual(ep: &EpCtx, t: &Tile) {
+    let (base, rs, bytes) = match &ep.residual {
+        Some(Residual::F32(m)) if m.col_stride == 1 => (
+            m.data.as_ptr().wrapping_add(m.offset + t.col0) as *const i8,
+            4 * m.row_stride,
+            4 * t.nr.max(1),
+        ),
+        Some(Residual::Half(m, _)) if m.col_stride == 1 => (
+            m.data.as_ptr().wrapping_add(m.offset + t.col0) as *const i8,
+            2 * m.row_stride,
+            2 * t.nr.max(1),
+        ),
+        _ => return,
+    };
+    for r in 0..t.mr {
+        let p = base.wrapping_add((t.row0 + r) * rs);
+        // SAFETY: prefetches never fault.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bytes - 1));
+        }
+    }
+}
+
 /// Asks for the tile's 16-bit output lines, for writing, before its products run: the store
 /// at the end of the tile then finds them in cache instead of stalling on their fetch (output
 /// buffers are usually cold). Interleaved probe `speed_amx_profile_shape`, prepacked bf16 on
