@@ -10,6 +10,8 @@ mod amx_gather;
 mod amx_speed;
 mod epilogue;
 mod misc;
+#[cfg(target_arch = "x86_64")]
+mod out16_speed;
 mod shapes;
 #[cfg(target_arch = "x86_64")]
 mod speed;
