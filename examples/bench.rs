@@ -310,6 +310,7 @@ fn matmul(
             (512, 512, 512),
             (1024, 1024, 1024),
             (2048, 2048, 2048),
+            (4096, 4096, 4096),
             (8192, 320, 320),
             (8192, 320, 1280),
             (8192, 640, 640),
@@ -330,6 +331,25 @@ fn matmul(
             2.0 * (m * n * k) as f64,
             peak_flops,
         ));
+        // The cooperative-matrix kernel where the adapter has one (forced: Auto does not pick it).
+        if device == Device::Xpu && xpu::xpu_features().is_ok_and(|f| f.cooperative_matrix) {
+            use xpu::MatmulKernel::CoopMatrix;
+            match time(device, o.quick, || {
+                a.matmul_fused(&b).kernel(CoopMatrix).run()
+            }) {
+                Ok(ms) => rows.push(Row::flops(
+                    "matmul",
+                    "coop_matrix",
+                    device,
+                    dtype,
+                    vec![m, k, n],
+                    ms,
+                    2.0 * (m * n * k) as f64,
+                    peak_flops,
+                )),
+                Err(e) => eprintln!("bench: coop_matrix {m}x{k}x{n} {dtype}: {e}"),
+            }
+        }
     }
     Ok(())
 }
@@ -511,7 +531,10 @@ fn attention(
     peak_flops: Option<f64>,
     rows: &mut Vec<Row>,
 ) -> xpu::Result<()> {
-    let (b, h, l, d) = if o.quick || device == Device::Xpu {
+    // A software Vulkan driver (lavapipe) would take minutes at SD's size; a hardware GPU runs it.
+    let software_xpu =
+        device == Device::Xpu && xpu::xpu_adapter().map_or(true, |a| a.device_type == "Cpu");
+    let (b, h, l, d) = if o.quick || software_xpu {
         (1, 2, 512, 40)
     } else {
         (2, 8, 4096, 40)

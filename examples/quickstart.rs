@@ -19,6 +19,15 @@ fn main() -> xpu::Result<()> {
             a.features,
             a.max_buffer_size >> 20
         );
+        for (dtype, path) in &a.matmul_paths {
+            println!("      matmul {dtype:?}: {path}");
+        }
+        if !a.cooperative_matrix_configs.is_empty() {
+            println!(
+                "      cooperative matrices: {:?}",
+                a.cooperative_matrix_configs
+            );
+        }
     }
     let a = Tensor::randn(&[512, 768], DType::F32, Device::Cpu, 42)?;
     let w = Tensor::randn(&[768, 1024], DType::F32, Device::Cpu, 7)?.mul_scalar(0.036)?;

@@ -11,7 +11,7 @@ use xpu::nn::{UNet2DConditionModel, WeightStore};
 use xpu::{DType, Device, MemoryFormat, Tensor};
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unet_sd1")
+    common::repo_root().join("tests/fixtures/unet_sd1")
 }
 
 fn io(key: &str, dtype: DType) -> Tensor {

@@ -8,7 +8,7 @@ use xpu::nn::{UNet2DConditionModel, UNetConfig, WeightStore};
 use xpu::{DType, Device, Error};
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unet_sd1")
+    repo_root().join("tests/fixtures/unet_sd1")
 }
 
 fn fixture_weights() -> Vec<u8> {
@@ -396,4 +396,15 @@ fn diffusers_sd_configs_parse_to_the_presets() {
     assert_eq!(sd2.attention_head_dim, vec![2, 4, 4]);
     assert_eq!(sd2.only_cross_attention, vec![false, true, false]);
     assert!(sd2.use_linear_projection && sd2.upcast_attention);
+}
+
+/// The repository root: where the tests were built, or the current directory when that path
+/// does not exist (test binaries carried to another machine run from the repository root).
+fn repo_root() -> std::path::PathBuf {
+    let built = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if built.join("tests").is_dir() {
+        built
+    } else {
+        std::path::PathBuf::from(".")
+    }
 }

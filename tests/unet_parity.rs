@@ -20,7 +20,7 @@ fn lock() -> MutexGuard<'static, ()> {
 }
 
 fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    common::repo_root()
         .join("tests/fixtures")
         .join(format!("unet_{name}"))
 }

@@ -41,6 +41,9 @@ pub struct AdapterSummary {
     pub selected: bool,
     /// The matrix-product path each float dtype takes on this adapter.
     pub matmul_paths: Vec<(crate::DType, String)>,
+    /// Cooperative-matrix shapes the driver reports, as `MxNxK ab->cr` (e.g. `16x16x16
+    /// F16->F32`); empty without `EXPERIMENTAL_COOPERATIVE_MATRIX`.
+    pub cooperative_matrix_configs: Vec<String>,
 }
 
 /// Features that `xpu` can use when present.
@@ -121,6 +124,16 @@ fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
         max_invocations: limits.max_compute_invocations_per_workgroup,
         selected: false,
         matmul_paths: super::kernels::matmul_select::paths(feats),
+        cooperative_matrix_configs: adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}x{}x{} {:?}->{:?}",
+                    p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type
+                )
+            })
+            .collect(),
     }
 }
 

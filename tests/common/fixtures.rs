@@ -3,17 +3,13 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use xpu::{Device, Tensor};
 
 /// All tensors of a fixture file under tests/fixtures/, on Cpu in their stored dtype
 /// (F32, F16, BF16, U8; I64 is narrowed to I32).
 pub fn load(name: &str) -> HashMap<String, Tensor> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("fixtures")
-        .join(name);
+    let path = super::repo_root().join("tests").join("fixtures").join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let mut out = HashMap::new();

@@ -4,6 +4,17 @@
 
 pub mod fixtures;
 
+/// The repository root: where the tests were built, or the current directory when that path
+/// does not exist (test binaries carried to another machine run from the repository root).
+pub fn repo_root() -> std::path::PathBuf {
+    let built = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if built.join("tests").is_dir() {
+        built
+    } else {
+        std::path::PathBuf::from(".")
+    }
+}
+
 use xpu::{DType, Device, Tensor};
 
 /// True when an Xpu test must not skip (CI, or the user asked for it).

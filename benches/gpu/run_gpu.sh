@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine with no Rust toolchain (see ../shared/device/README.md): binaries
+# built here by benches/gpu/pack.sh (.gpupack/devbin.tar.xz, unpacked to .devbin/), the Vulkan loader in .gl/, optional Python wheels
+# (diffusers) in .whl/. From the repository root there:
+#
+#   bash benches/gpu/run_gpu.sh info tests bench torch sd
+#
+# Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
+# tests (every test binary with XPU_REQUIRE_ADAPTER=1), bench (examples/bench on the Xpu in
+# f32/f16/bf16), torch (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
+# sd (one SD 1.5 UNet step loop on the Xpu in f32 and f16, and PyTorch eager's step).
+# Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
+set -u
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+[ -d .devbin ] || tar xJf .gpupack/devbin.tar.xz
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export XPU_REQUIRE_ADAPTER=1
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
+summary=()
+for phase in "$@"; do
+  t0=$(date +%s)
+  case $phase in
+    info)
+      timeout 60 .devbin/quickstart >"$OUT/info.txt" 2>&1
+      cat "$OUT/info.txt"
+      ;;
+    tests)
+      ls .devbin/test-* | xargs -P 4 -I{} sh -c \
+        'timeout 240 {} --test-threads 4 >"{}.log" 2>&1; echo "$? {}" >>"{}.log"'
+      : >"$OUT/tests.log"
+      for f in .devbin/test-*.log; do
+        echo "=== $f" >>"$OUT/tests.log"
+        cat "$f" >>"$OUT/tests.log"
+        rc=$(tail -n 1 "$f" | cut -d' ' -f1)
+        res=$(grep -E '^test result' "$f" | tail -n 1)
+        summary+=("tests $(basename "$f" .log): rc=$rc $res")
+      done
+      grep -E '^(test .* FAILED|---- )' "$OUT/tests.log" | head -40
+      ;;
+    bench)
+      for dt in f32 f16 bf16; do
+        timeout 200 .devbin/bench matmul conv ffn attention --device xpu --dtype "$dt" --json \
+          >>"$OUT/bench.jsonl" 2>>"$OUT/bench.err"
+        echo "bench $dt rc=$?" >>"$OUT/bench.err"
+      done
+      tail -n 5 "$OUT/bench.err"
+      ;;
+    torch)
+      timeout 200 python3 benches/gpu/torch_gpu_ref.py --dtypes f32,f16,bf16 >"$OUT/torch.jsonl" 2>&1
+      tail -n 3 "$OUT/torch.jsonl"
+      ;;
+    sd)
+      for dt in f32 f16; do
+        timeout 150 .devbin/sd_unet --device xpu --dtype "$dt" --preset sd15 --steps 4 \
+          --output /tmp/sd_$dt.safetensors >>"$OUT/sd.log" 2>&1
+        echo "sd_unet $dt rc=$?" >>"$OUT/sd.log"
+      done
+      timeout 200 python3 benches/gpu/torch_gpu_ref.py --families "" --unet --dtypes f32,f16 \
+        >>"$OUT/sd.log" 2>&1
+      grep -vE '^\s*$|\[' "$OUT/sd.log" | tail -n 12
+      ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+  summary+=("phase $phase: $(( $(date +%s) - t0 )) s")
+done
+printf '%s\n' "${summary[@]}"
