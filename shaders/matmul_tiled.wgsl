@@ -23,6 +23,39 @@ fn full_step(k0: u32, tk: u32, rows_full: bool, cols_ok: bool) -> bool {
     return rows_full && cols_ok && k0 + tk <= dim_k();
 }
 
+// Register blocks are vec4 variables indexed only by constants: an accumulator array indexed
+// in a loop is demoted to local memory by some drivers (NVIDIA's Vulkan compiler does not
+// unroll naga's loops), which made every FMA a memory round trip (0.8 TFLOP/s on an H100).
+
+// Finishes one row of an 8x8 block: `lo` holds columns (c, c+1, c+32, c+33), `hi` (c+64,
+// c+65, c+96, c+97) of the 128-wide tile, c = 2 lx. GEGLU: lo is h, hi the gate g of 64
+// output columns.
+fn finish_row8(b: u32, r: u32, tile: u32, lx: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    if (is_geglu()) {
+        let c = tile * 64u + 2u * lx;
+        finish_pair(b, r, c, lo.x, lo.y, hi.x, hi.y);
+        finish_pair(b, r, c + 32u, lo.z, lo.w, hi.z, hi.w);
+    } else {
+        let c = tile * 128u + 2u * lx;
+        finish_pair(b, r, c, lo.x, lo.y, 0.0, 0.0);
+        finish_pair(b, r, c + 32u, lo.z, lo.w, 0.0, 0.0);
+        finish_pair(b, r, c + 64u, hi.x, hi.y, 0.0, 0.0);
+        finish_pair(b, r, c + 96u, hi.z, hi.w, 0.0, 0.0);
+    }
+}
+
+// Finishes one row of a block whose vec4 holds columns (c, c+1, c+gap, c+gap+1) of a tile
+// 2*gap wide, c = 2 lx. GEGLU: (x, y) is h and (z, w) the gate of gap output columns.
+fn finish_row4(b: u32, r: u32, tile: u32, lx: u32, gap: u32, v: vec4<f32>) {
+    if (is_geglu()) {
+        finish_pair(b, r, tile * gap + 2u * lx, v.x, v.y, v.z, v.w);
+    } else {
+        let c = tile * 2u * gap + 2u * lx;
+        finish_pair(b, r, c, v.x, v.y, 0.0, 0.0);
+        finish_pair(b, r, c + gap, v.z, v.w, 0.0, 0.0);
+    }
+}
+
 @compute @workgroup_size(16, 16)
 fn mm_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
@@ -33,7 +66,22 @@ fn mm_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id)
     let rows_full = row0 + 128u <= dim_m();
     let cf = cols_full(wid.x, 128u);
     let nt = (dim_k() + 7u) / 8u;
-    var acc: array<f32, 64>;
+    var c0l = vec4<f32>(0.0);
+    var c0h = vec4<f32>(0.0);
+    var c1l = vec4<f32>(0.0);
+    var c1h = vec4<f32>(0.0);
+    var c2l = vec4<f32>(0.0);
+    var c2h = vec4<f32>(0.0);
+    var c3l = vec4<f32>(0.0);
+    var c3h = vec4<f32>(0.0);
+    var c4l = vec4<f32>(0.0);
+    var c4h = vec4<f32>(0.0);
+    var c5l = vec4<f32>(0.0);
+    var c5h = vec4<f32>(0.0);
+    var c6l = vec4<f32>(0.0);
+    var c6h = vec4<f32>(0.0);
+    var c7l = vec4<f32>(0.0);
+    var c7h = vec4<f32>(0.0);
     stage_a(0u, ab, row0, 0u, 128u, 8u, lid, full_step(0u, 8u, rows_full, true));
     stage_b(0u, bb, wid.x, 0u, 128u, 8u, lid, full_step(0u, 8u, true, cf));
     workgroupBarrier();
@@ -45,32 +93,45 @@ fn mm_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id)
             stage_b(1u - (t & 1u), bb, wid.x, k1, 128u, 8u, lid, full_step(k1, 8u, true, cf));
         }
         for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-            var av: array<f32, 8>;
-            var bv: array<f32, 8>;
-            for (var i = 0u; i < 8u; i = i + 1u) {
-                av[i] = sa[cur + kk * 128u + l.y + 16u * i];
-                bv[i] = sb[cur + kk * 128u + 2u * l.x + (i & 1u) + 32u * (i >> 1u)];
-            }
-            for (var i = 0u; i < 8u; i = i + 1u) {
-                for (var j = 0u; j < 8u; j = j + 1u) {
-                    acc[i * 8u + j] = fma(av[i], bv[j], acc[i * 8u + j]);
-                }
-            }
+            let ao = cur + kk * 128u + l.y;
+            let bo = cur + kk * 128u + 2u * l.x;
+            let a0 = sa[ao + 0u];
+            let a1 = sa[ao + 16u];
+            let a2 = sa[ao + 32u];
+            let a3 = sa[ao + 48u];
+            let a4 = sa[ao + 64u];
+            let a5 = sa[ao + 80u];
+            let a6 = sa[ao + 96u];
+            let a7 = sa[ao + 112u];
+            let blo = vec4<f32>(sb[bo], sb[bo + 1u], sb[bo + 32u], sb[bo + 33u]);
+            let bhi = vec4<f32>(sb[bo + 64u], sb[bo + 65u], sb[bo + 96u], sb[bo + 97u]);
+            c0l = fma(vec4<f32>(a0), blo, c0l);
+            c0h = fma(vec4<f32>(a0), bhi, c0h);
+            c1l = fma(vec4<f32>(a1), blo, c1l);
+            c1h = fma(vec4<f32>(a1), bhi, c1h);
+            c2l = fma(vec4<f32>(a2), blo, c2l);
+            c2h = fma(vec4<f32>(a2), bhi, c2h);
+            c3l = fma(vec4<f32>(a3), blo, c3l);
+            c3h = fma(vec4<f32>(a3), bhi, c3h);
+            c4l = fma(vec4<f32>(a4), blo, c4l);
+            c4h = fma(vec4<f32>(a4), bhi, c4h);
+            c5l = fma(vec4<f32>(a5), blo, c5l);
+            c5h = fma(vec4<f32>(a5), bhi, c5h);
+            c6l = fma(vec4<f32>(a6), blo, c6l);
+            c6h = fma(vec4<f32>(a6), bhi, c6h);
+            c7l = fma(vec4<f32>(a7), blo, c7l);
+            c7h = fma(vec4<f32>(a7), bhi, c7h);
         }
         workgroupBarrier();
     }
-    let g = is_geglu();
-    let jn = select(4u, 2u, g);
-    let cw = select(128u, 64u, g);
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        let r = row0 + l.y + 16u * i;
-        for (var j = 0u; j < jn; j = j + 1u) {
-            let c = wid.x * cw + 2u * l.x + 32u * j;
-            let h = i * 8u + 2u * j;
-            let gi = select(h, h + 4u, g);
-            finish_pair(b, r, c, acc[h], acc[h + 1u], acc[gi], acc[gi + 1u]);
-        }
-    }
+    finish_row8(b, row0 + l.y + 0u, wid.x, l.x, c0l, c0h);
+    finish_row8(b, row0 + l.y + 16u, wid.x, l.x, c1l, c1h);
+    finish_row8(b, row0 + l.y + 32u, wid.x, l.x, c2l, c2h);
+    finish_row8(b, row0 + l.y + 48u, wid.x, l.x, c3l, c3h);
+    finish_row8(b, row0 + l.y + 64u, wid.x, l.x, c4l, c4h);
+    finish_row8(b, row0 + l.y + 80u, wid.x, l.x, c5l, c5h);
+    finish_row8(b, row0 + l.y + 96u, wid.x, l.x, c6l, c6h);
+    finish_row8(b, row0 + l.y + 112u, wid.x, l.x, c7l, c7h);
 }
 
 @compute @workgroup_size(16, 16)
@@ -83,7 +144,10 @@ fn mm_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
     let rows_full = row0 + 64u <= dim_m();
     let cf = cols_full(wid.x, 64u);
     let nt = (dim_k() + 15u) / 16u;
-    var acc: array<f32, 16>;
+    var c0l = vec4<f32>(0.0);
+    var c1l = vec4<f32>(0.0);
+    var c2l = vec4<f32>(0.0);
+    var c3l = vec4<f32>(0.0);
     stage_a(0u, ab, row0, 0u, 64u, 16u, lid, full_step(0u, 16u, rows_full, true));
     stage_b(0u, bb, wid.x, 0u, 64u, 16u, lid, full_step(0u, 16u, true, cf));
     workgroupBarrier();
@@ -95,32 +159,24 @@ fn mm_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
             stage_b(1u - (t & 1u), bb, wid.x, k1, 64u, 16u, lid, full_step(k1, 16u, true, cf));
         }
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
-            var av: array<f32, 4>;
-            var bv: array<f32, 4>;
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                av[i] = sa[cur + kk * 64u + l.y + 16u * i];
-                bv[i] = sb[cur + kk * 64u + 2u * l.x + (i & 1u) + 32u * (i >> 1u)];
-            }
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    acc[i * 4u + j] = fma(av[i], bv[j], acc[i * 4u + j]);
-                }
-            }
+            let ao = cur + kk * 64u + l.y;
+            let bo = cur + kk * 64u + 2u * l.x;
+            let a0 = sa[ao + 0u];
+            let a1 = sa[ao + 16u];
+            let a2 = sa[ao + 32u];
+            let a3 = sa[ao + 48u];
+            let bv = vec4<f32>(sb[bo], sb[bo + 1u], sb[bo + 32u], sb[bo + 33u]);
+            c0l = fma(vec4<f32>(a0), bv, c0l);
+            c1l = fma(vec4<f32>(a1), bv, c1l);
+            c2l = fma(vec4<f32>(a2), bv, c2l);
+            c3l = fma(vec4<f32>(a3), bv, c3l);
         }
         workgroupBarrier();
     }
-    let g = is_geglu();
-    let jn = select(2u, 1u, g);
-    let cw = select(64u, 32u, g);
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = row0 + l.y + 16u * i;
-        for (var j = 0u; j < jn; j = j + 1u) {
-            let c = wid.x * cw + 2u * l.x + 32u * j;
-            let h = i * 4u + 2u * j;
-            let gi = select(h, h + 2u, g);
-            finish_pair(b, r, c, acc[h], acc[h + 1u], acc[gi], acc[gi + 1u]);
-        }
-    }
+    finish_row4(b, row0 + l.y + 0u, wid.x, l.x, 32u, c0l);
+    finish_row4(b, row0 + l.y + 16u, wid.x, l.x, 32u, c1l);
+    finish_row4(b, row0 + l.y + 32u, wid.x, l.x, 32u, c2l);
+    finish_row4(b, row0 + l.y + 48u, wid.x, l.x, 32u, c3l);
 }
 
 @compute @workgroup_size(32, 8)
@@ -133,7 +189,8 @@ fn mm_skinny(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
     let rows_full = row0 + 16u <= dim_m();
     let cf = cols_full(wid.x, 128u);
     let nt = (dim_k() + 7u) / 8u;
-    var acc: array<f32, 8>;
+    var c0l = vec4<f32>(0.0);
+    var c1l = vec4<f32>(0.0);
     stage_a(0u, ab, row0, 0u, 16u, 8u, lid, full_step(0u, 8u, rows_full, true));
     stage_b(0u, bb, wid.x, 0u, 128u, 8u, lid, full_step(0u, 8u, true, cf));
     workgroupBarrier();
@@ -145,34 +202,18 @@ fn mm_skinny(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
             stage_b(1u - (t & 1u), bb, wid.x, k1, 128u, 8u, lid, full_step(k1, 8u, true, cf));
         }
         for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-            var av: array<f32, 2>;
-            var bv: array<f32, 4>;
-            for (var i = 0u; i < 2u; i = i + 1u) {
-                av[i] = sa[cur + kk * 16u + l.y + 8u * i];
-            }
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                bv[j] = sb[cur + kk * 128u + 2u * l.x + (j & 1u) + 64u * (j >> 1u)];
-            }
-            for (var i = 0u; i < 2u; i = i + 1u) {
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    acc[i * 4u + j] = fma(av[i], bv[j], acc[i * 4u + j]);
-                }
-            }
+            let ao = cur + kk * 16u + l.y;
+            let bo = cur + kk * 128u + 2u * l.x;
+            let a0 = sa[ao + 0u];
+            let a1 = sa[ao + 8u];
+            let bv = vec4<f32>(sb[bo], sb[bo + 1u], sb[bo + 64u], sb[bo + 65u]);
+            c0l = fma(vec4<f32>(a0), bv, c0l);
+            c1l = fma(vec4<f32>(a1), bv, c1l);
         }
         workgroupBarrier();
     }
-    let g = is_geglu();
-    let jn = select(2u, 1u, g);
-    let cw = select(128u, 64u, g);
-    for (var i = 0u; i < 2u; i = i + 1u) {
-        let r = row0 + l.y + 8u * i;
-        for (var j = 0u; j < jn; j = j + 1u) {
-            let c = wid.x * cw + 2u * l.x + 64u * j;
-            let h = i * 4u + 2u * j;
-            let gi = select(h, h + 2u, g);
-            finish_pair(b, r, c, acc[h], acc[h + 1u], acc[gi], acc[gi + 1u]);
-        }
-    }
+    finish_row4(b, row0 + l.y + 0u, wid.x, l.x, 64u, c0l);
+    finish_row4(b, row0 + l.y + 8u, wid.x, l.x, 64u, c1l);
 }
 
 // GEMV-style product, 4 rows per workgroup (grid y covers M; meant for M <= 4). VARIANT 1: B column-major (8 columns x 32 K lanes, lanes

@@ -9,6 +9,11 @@ cd "$(git rev-parse --show-toplevel)"
 mkdir -p .git/info .gpupack
 for d in .gpupack .whl; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >>.git/info/exclude; done
 bash ../shared/device/gpu-pack.sh "$@"
+# NVIDIA's Vulkan ICD lives in libGLX_nvidia, which loads glvnd's dispatch libraries.
+lists=$(mktemp -d); mkdir -p "$lists/partial"
+o="-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=$lists"
+apt-get $o update >/dev/null
+(cd .gl && apt-get $o download libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 2>/dev/null)
 rm -f .devbin/*.log
 tar cf - .devbin | xz -6 -T2 >.gpupack/devbin.tar.xz
 if ! ls .whl/diffusers-*.whl >/dev/null 2>&1; then

@@ -8,7 +8,7 @@
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # tests (every test binary with XPU_REQUIRE_ADAPTER=1), bench (examples/bench on the Xpu in
 # f32/f16/bf16), torch (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
-# sd (one SD 1.5 UNet step loop on the Xpu in f32 and f16, and PyTorch eager's step).
+# sd (SD 1.5 UNet steps on the Xpu in f32 and f16), torchsd (PyTorch eager's SD 1.5 step).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -16,7 +16,13 @@ mkdir -p "$OUT"
 [ -d .devbin ] || tar xJf .gpupack/devbin.tar.xz
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+# The NVIDIA ICD (libGLX_nvidia) needs glvnd's libraries too: .gl holds libvulkan1, libglvnd0,
+# libglx0, libegl1 and friends (benches/gpu/pack.sh downloads them).
+icd=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd*.json /usr/share/vulkan/icd.d/nvidia_icd*.json \
+  /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -n 1)
+export VK_DRIVER_FILES=${icd:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+echo "VK_DRIVER_FILES=$VK_DRIVER_FILES"; cat "$VK_DRIVER_FILES" 2>&1 | head -n 8
 export XPU_REQUIRE_ADAPTER=1
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -29,7 +35,7 @@ for phase in "$@"; do
   t0=$(date +%s)
   case $phase in
     info)
-      timeout 60 .devbin/quickstart >"$OUT/info.txt" 2>&1
+      VK_LOADER_DEBUG=error,warn,driver timeout 60 .devbin/quickstart >"$OUT/info.txt" 2>&1
       cat "$OUT/info.txt"
       ;;
     tests)
@@ -63,9 +69,12 @@ for phase in "$@"; do
           --output /tmp/sd_$dt.safetensors >>"$OUT/sd.log" 2>&1
         echo "sd_unet $dt rc=$?" >>"$OUT/sd.log"
       done
+      grep -vE '^\s*$|\[' "$OUT/sd.log" | tail -n 12
+      ;;
+    torchsd)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --families "" --unet --dtypes f32,f16 \
         >>"$OUT/sd.log" 2>&1
-      grep -vE '^\s*$|\[' "$OUT/sd.log" | tail -n 12
+      tail -n 2 "$OUT/sd.log"
       ;;
     *) echo "unknown phase $phase" ;;
   esac
