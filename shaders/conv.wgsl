@@ -244,7 +244,22 @@ fn conv_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let col0 = wid.x * 128u;
     let rows = staged_rows(lid, row0, g, 128u, 8u);
     let nt = k_steps(8u);
-    var acc: array<f32, 64>;
+    var c0l = vec4<f32>(0.0);
+    var c0h = vec4<f32>(0.0);
+    var c1l = vec4<f32>(0.0);
+    var c1h = vec4<f32>(0.0);
+    var c2l = vec4<f32>(0.0);
+    var c2h = vec4<f32>(0.0);
+    var c3l = vec4<f32>(0.0);
+    var c3h = vec4<f32>(0.0);
+    var c4l = vec4<f32>(0.0);
+    var c4h = vec4<f32>(0.0);
+    var c5l = vec4<f32>(0.0);
+    var c5h = vec4<f32>(0.0);
+    var c6l = vec4<f32>(0.0);
+    var c6h = vec4<f32>(0.0);
+    var c7l = vec4<f32>(0.0);
+    var c7h = vec4<f32>(0.0);
     if (nt > 0u) {
         let ks = k_step(0u, 8u);
         stage_a(0u, rows, lid, ks, 128u, 8u);
@@ -259,29 +274,56 @@ fn conv_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             stage_b(1u - (t & 1u), g, col0, lid, ks, 128u, 8u);
         }
         for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-            var av: array<f32, 8>;
-            var bv: array<f32, 8>;
-            for (var i = 0u; i < 8u; i = i + 1u) {
-                let o = (i & 1u) + 32u * (i >> 1u);
-                av[i] = conv_a[cur + kk * 128u + swz(kk, 2u * lr + o, 8u, 128u)];
-                bv[i] = conv_b[cur + kk * 128u + swz(kk, 2u * lc + o, 8u, 128u)];
-            }
-            for (var i = 0u; i < 8u; i = i + 1u) {
-                for (var j = 0u; j < 8u; j = j + 1u) {
-                    acc[i * 8u + j] = fma(av[i], bv[j], acc[i * 8u + j]);
-                }
-            }
+            let base = cur + kk * 128u;
+            let a0 = conv_a[base + swz(kk, 2u * lr + 0u, 8u, 128u)];
+            let a1 = conv_a[base + swz(kk, 2u * lr + 1u, 8u, 128u)];
+            let a2 = conv_a[base + swz(kk, 2u * lr + 32u, 8u, 128u)];
+            let a3 = conv_a[base + swz(kk, 2u * lr + 33u, 8u, 128u)];
+            let a4 = conv_a[base + swz(kk, 2u * lr + 64u, 8u, 128u)];
+            let a5 = conv_a[base + swz(kk, 2u * lr + 65u, 8u, 128u)];
+            let a6 = conv_a[base + swz(kk, 2u * lr + 96u, 8u, 128u)];
+            let a7 = conv_a[base + swz(kk, 2u * lr + 97u, 8u, 128u)];
+            let blo = vec4<f32>(conv_b[base + swz(kk, 2u * lc + 0u, 8u, 128u)], conv_b[base + swz(kk, 2u * lc + 1u, 8u, 128u)], conv_b[base + swz(kk, 2u * lc + 32u, 8u, 128u)], conv_b[base + swz(kk, 2u * lc + 33u, 8u, 128u)]);
+            let bhi = vec4<f32>(conv_b[base + swz(kk, 2u * lc + 64u, 8u, 128u)], conv_b[base + swz(kk, 2u * lc + 65u, 8u, 128u)], conv_b[base + swz(kk, 2u * lc + 96u, 8u, 128u)], conv_b[base + swz(kk, 2u * lc + 97u, 8u, 128u)]);
+            c0l = fma(vec4<f32>(a0), blo, c0l);
+            c0h = fma(vec4<f32>(a0), bhi, c0h);
+            c1l = fma(vec4<f32>(a1), blo, c1l);
+            c1h = fma(vec4<f32>(a1), bhi, c1h);
+            c2l = fma(vec4<f32>(a2), blo, c2l);
+            c2h = fma(vec4<f32>(a2), bhi, c2h);
+            c3l = fma(vec4<f32>(a3), blo, c3l);
+            c3h = fma(vec4<f32>(a3), bhi, c3h);
+            c4l = fma(vec4<f32>(a4), blo, c4l);
+            c4h = fma(vec4<f32>(a4), bhi, c4h);
+            c5l = fma(vec4<f32>(a5), blo, c5l);
+            c5h = fma(vec4<f32>(a5), bhi, c5h);
+            c6l = fma(vec4<f32>(a6), blo, c6l);
+            c6h = fma(vec4<f32>(a6), bhi, c6h);
+            c7l = fma(vec4<f32>(a7), blo, c7l);
+            c7h = fma(vec4<f32>(a7), bhi, c7h);
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = row0 + 2u * lr + 32u * i;
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let c = col0 + 2u * lc + 32u * j;
-            let a = 2u * i * 8u + 2u * j;
-            store_block(g, r, c, acc[a], acc[a + 1u], acc[a + 8u], acc[a + 9u]);
-        }
-    }
+    let r0 = row0 + 2u * lr + 0u;
+    store_block(g, r0, col0 + 2u * lc + 0u, c0l.x, c0l.y, c1l.x, c1l.y);
+    store_block(g, r0, col0 + 2u * lc + 32u, c0l.z, c0l.w, c1l.z, c1l.w);
+    store_block(g, r0, col0 + 2u * lc + 64u, c0h.x, c0h.y, c1h.x, c1h.y);
+    store_block(g, r0, col0 + 2u * lc + 96u, c0h.z, c0h.w, c1h.z, c1h.w);
+    let r1 = row0 + 2u * lr + 32u;
+    store_block(g, r1, col0 + 2u * lc + 0u, c2l.x, c2l.y, c3l.x, c3l.y);
+    store_block(g, r1, col0 + 2u * lc + 32u, c2l.z, c2l.w, c3l.z, c3l.w);
+    store_block(g, r1, col0 + 2u * lc + 64u, c2h.x, c2h.y, c3h.x, c3h.y);
+    store_block(g, r1, col0 + 2u * lc + 96u, c2h.z, c2h.w, c3h.z, c3h.w);
+    let r2 = row0 + 2u * lr + 64u;
+    store_block(g, r2, col0 + 2u * lc + 0u, c4l.x, c4l.y, c5l.x, c5l.y);
+    store_block(g, r2, col0 + 2u * lc + 32u, c4l.z, c4l.w, c5l.z, c5l.w);
+    store_block(g, r2, col0 + 2u * lc + 64u, c4h.x, c4h.y, c5h.x, c5h.y);
+    store_block(g, r2, col0 + 2u * lc + 96u, c4h.z, c4h.w, c5h.z, c5h.w);
+    let r3 = row0 + 2u * lr + 96u;
+    store_block(g, r3, col0 + 2u * lc + 0u, c6l.x, c6l.y, c7l.x, c7l.y);
+    store_block(g, r3, col0 + 2u * lc + 32u, c6l.z, c6l.w, c7l.z, c7l.w);
+    store_block(g, r3, col0 + 2u * lc + 64u, c6h.x, c6h.y, c7h.x, c7h.y);
+    store_block(g, r3, col0 + 2u * lc + 96u, c6h.z, c6h.w, c7h.z, c7h.w);
 }
 
 @compute @workgroup_size(16, 16)
@@ -295,7 +337,10 @@ fn conv_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let col0 = wid.x * 64u;
     let rows = staged_rows(lid, row0, g, 64u, 16u);
     let nt = k_steps(16u);
-    var acc: array<f32, 16>;
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
     if (nt > 0u) {
         let ks = k_step(0u, 16u);
         stage_a(0u, rows, lid, ks, 64u, 16u);
@@ -310,29 +355,25 @@ fn conv_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             stage_b(1u - (t & 1u), g, col0, lid, ks, 64u, 16u);
         }
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
-            var av: array<f32, 4>;
-            var bv: array<f32, 4>;
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                let o = (i & 1u) + 32u * (i >> 1u);
-                av[i] = conv_a[cur + kk * 64u + swz(kk, 2u * lr + o, 16u, 64u)];
-                bv[i] = conv_b[cur + kk * 64u + swz(kk, 2u * lc + o, 16u, 64u)];
-            }
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    acc[i * 4u + j] = fma(av[i], bv[j], acc[i * 4u + j]);
-                }
-            }
+            let base = cur + kk * 64u;
+            let a0 = conv_a[base + swz(kk, 2u * lr + 0u, 16u, 64u)];
+            let a1 = conv_a[base + swz(kk, 2u * lr + 1u, 16u, 64u)];
+            let a2 = conv_a[base + swz(kk, 2u * lr + 32u, 16u, 64u)];
+            let a3 = conv_a[base + swz(kk, 2u * lr + 33u, 16u, 64u)];
+            let bv = vec4<f32>(conv_b[base + swz(kk, 2u * lc + 0u, 16u, 64u)], conv_b[base + swz(kk, 2u * lc + 1u, 16u, 64u)], conv_b[base + swz(kk, 2u * lc + 32u, 16u, 64u)], conv_b[base + swz(kk, 2u * lc + 33u, 16u, 64u)]);
+            c0 = fma(vec4<f32>(a0), bv, c0);
+            c1 = fma(vec4<f32>(a1), bv, c1);
+            c2 = fma(vec4<f32>(a2), bv, c2);
+            c3 = fma(vec4<f32>(a3), bv, c3);
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 2u; i = i + 1u) {
-        let r = row0 + 2u * lr + 32u * i;
-        for (var j = 0u; j < 2u; j = j + 1u) {
-            let c = col0 + 2u * lc + 32u * j;
-            let a = 2u * i * 4u + 2u * j;
-            store_block(g, r, c, acc[a], acc[a + 1u], acc[a + 4u], acc[a + 5u]);
-        }
-    }
+    let r0 = row0 + 2u * lr + 0u;
+    store_block(g, r0, col0 + 2u * lc + 0u, c0.x, c0.y, c1.x, c1.y);
+    store_block(g, r0, col0 + 2u * lc + 32u, c0.z, c0.w, c1.z, c1.w);
+    let r1 = row0 + 2u * lr + 32u;
+    store_block(g, r1, col0 + 2u * lc + 0u, c2.x, c2.y, c3.x, c3.y);
+    store_block(g, r1, col0 + 2u * lc + 32u, c2.z, c2.w, c3.z, c3.w);
 }
 
 @compute @workgroup_size(8, 32)
@@ -343,7 +384,10 @@ fn conv_narrow(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let col0 = wid.x * 16u;
     let rows = staged_rows(lid, row0, g, 128u, 8u);
     let nt = k_steps(8u);
-    var acc: array<f32, 8>;
+    var c0 = vec2<f32>(0.0);
+    var c1 = vec2<f32>(0.0);
+    var c2 = vec2<f32>(0.0);
+    var c3 = vec2<f32>(0.0);
     if (nt > 0u) {
         let ks = k_step(0u, 8u);
         stage_a(0u, rows, lid, ks, 128u, 8u);
@@ -358,24 +402,21 @@ fn conv_narrow(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             stage_b(1u - (t & 1u), g, col0, lid, ks, 16u, 8u);
         }
         for (var kk = 0u; kk < 8u; kk = kk + 1u) {
-            var av: array<f32, 4>;
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                let r = 2u * l.y + (i & 1u) + 64u * (i >> 1u);
-                av[i] = conv_a[cur + kk * 128u + swz(kk, r, 8u, 128u)];
-            }
-            let b0 = conv_b[cur + kk * 16u + swz(kk, 2u * l.x, 8u, 16u)];
-            let b1 = conv_b[cur + kk * 16u + swz(kk, 2u * l.x + 1u, 8u, 16u)];
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                acc[i * 2u] = fma(av[i], b0, acc[i * 2u]);
-                acc[i * 2u + 1u] = fma(av[i], b1, acc[i * 2u + 1u]);
-            }
+            let base = cur + kk * 128u;
+            let a0 = conv_a[base + swz(kk, 2u * l.y + 0u, 8u, 128u)];
+            let a1 = conv_a[base + swz(kk, 2u * l.y + 1u, 8u, 128u)];
+            let a2 = conv_a[base + swz(kk, 2u * l.y + 64u, 8u, 128u)];
+            let a3 = conv_a[base + swz(kk, 2u * l.y + 65u, 8u, 128u)];
+            let bv = vec2<f32>(conv_b[cur + kk * 16u + swz(kk, 2u * l.x, 8u, 16u)],
+                               conv_b[cur + kk * 16u + swz(kk, 2u * l.x + 1u, 8u, 16u)]);
+            c0 = fma(vec2<f32>(a0), bv, c0);
+            c1 = fma(vec2<f32>(a1), bv, c1);
+            c2 = fma(vec2<f32>(a2), bv, c2);
+            c3 = fma(vec2<f32>(a3), bv, c3);
         }
         workgroupBarrier();
     }
     let c = col0 + 2u * l.x;
-    for (var i = 0u; i < 2u; i = i + 1u) {
-        let r = row0 + 2u * l.y + 64u * i;
-        let a = 4u * i;
-        store_block(g, r, c, acc[a], acc[a + 1u], acc[a + 2u], acc[a + 3u]);
-    }
+    store_block(g, row0 + 2u * l.y, c, c0.x, c0.y, c1.x, c1.y);
+    store_block(g, row0 + 2u * l.y + 64u, c, c2.x, c2.y, c3.x, c3.y);
 }
