@@ -332,7 +332,10 @@ fn matmul(
             peak_flops,
         ));
         // The cooperative-matrix kernel where the adapter has one (forced: Auto does not pick it).
-        if device == Device::Xpu && xpu::xpu_features().is_ok_and(|f| f.cooperative_matrix) {
+        let coop = xpu::xpu_features().is_ok_and(|f| {
+            f.subgroup && (f.coop_f32_8x8 || (dtype == DType::F16 && f.coop_f16_16x16))
+        });
+        if device == Device::Xpu && coop {
             use xpu::MatmulKernel::CoopMatrix;
             match time(device, o.quick, || {
                 a.matmul_fused(&b).kernel(CoopMatrix).run()

@@ -271,28 +271,75 @@ fn gemv_col_major_without_subgroups() {
     );
 }
 
+/// Whether the adapter's driver reports a cooperative-matrix configuration for `dtype`.
+fn coop_runs(dtype: DType) -> bool {
+    let f = xpu::xpu_features().unwrap();
+    f.subgroup && (f.coop_f32_8x8 || (dtype == DType::F16 && f.coop_f16_16x16))
+}
+
 #[test]
-fn coop_matrix_is_refused_without_the_feature() {
+fn coop_matrix_runs_where_reported_else_is_refused() {
     if !common::xpu() {
         return;
     }
-    let a = randn(&[64, 32], DType::F32, 1).to(Device::Xpu).unwrap();
-    let b = randn(&[32, 48], DType::F32, 2).to(Device::Xpu).unwrap();
-    let r = a.matmul_fused(&b).kernel(MatmulKernel::CoopMatrix).run();
-    if xpu::xpu_features().unwrap().cooperative_matrix {
-        let want = a
-            .to(Device::Cpu)
-            .unwrap()
-            .matmul(&b.to(Device::Cpu).unwrap())
-            .unwrap();
-        assert_close("coop", &values(&r.unwrap()), &values(&want), 1e-4, 1e-4);
-    } else {
-        let e = r.unwrap_err();
-        assert!(
-            matches!(e, Error::InvalidArgument { .. })
-                && e.to_string().contains("EXPERIMENTAL_COOPERATIVE_MATRIX"),
-            "{e}"
-        );
+    for (di, &dtype) in FLOATS.iter().enumerate() {
+        if !coop_runs(dtype) {
+            let a = randn(&[64, 32], dtype, 1).to(Device::Xpu).unwrap();
+            let b = randn(&[32, 48], dtype, 2).to(Device::Xpu).unwrap();
+            let e = a
+                .matmul_fused(&b)
+                .kernel(MatmulKernel::CoopMatrix)
+                .run()
+                .unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidArgument { .. })
+                    && e.to_string().contains("EXPERIMENTAL_COOPERATIVE_MATRIX"),
+                "{e}"
+            );
+            continue;
+        }
+        // Every edge size, transposes, broadcast batches and epilogue on the forced kernel.
+        for i in 0..SIZES.len() {
+            let (m, k, n) = (SIZES[i], SIZES[(i + 4 + di) % 9], SIZES[(i * 5 + 1) % 9]);
+            let ci = i + di;
+            let e = ci % 6;
+            let cpu = case(m, k, n, ci, e, dtype, Device::Cpu);
+            let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
+            let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
+            let got = run(&gpu, e, MatmulKernel::CoopMatrix).unwrap();
+            let t = tol(dtype, k);
+            let what = format!("coop {dtype} {m}x{k}x{n} case {ci} epilogue {e}");
+            assert_close(&what, &values(&got), &values(&want), t, t);
+        }
+    }
+}
+
+/// F16 products large enough for Auto to take the tensor-core kernel where the driver reports
+/// one (the tiled kernels elsewhere): every epilogue, odd edges, transposes and batches.
+#[test]
+fn auto_f16_at_tensor_core_sizes() {
+    if !common::xpu() {
+        return;
+    }
+    for (i, &(m, k, n)) in [
+        (257, 65, 129),
+        (129, 257, 257),
+        (128, 31, 128),
+        (300, 1000, 130),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for e in 0..6 {
+            let ci = i * 6 + e;
+            let cpu = case(m, k, n, ci, e, DType::F16, Device::Cpu);
+            let gpu = case(m, k, n, ci, e, DType::F16, Device::Xpu);
+            let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
+            let got = run(&gpu, e, MatmulKernel::Auto).unwrap();
+            let t = tol(DType::F16, k);
+            let what = format!("auto f16 {m}x{k}x{n} case {ci} epilogue {e}");
+            assert_close(&what, &values(&got), &values(&want), t, t);
+        }
     }
 }
 

@@ -55,6 +55,11 @@ pub struct XpuFeatures {
     pub subgroup: bool,
     /// Cooperative matrices (experimental in wgpu).
     pub cooperative_matrix: bool,
+    /// The driver reports 8x8x8 f32 cooperative matrices (what `matmul_coop.wgsl` uses).
+    pub coop_f32_8x8: bool,
+    /// The driver reports 16x16x16 f16 cooperative matrices with f32 accumulation, and f16
+    /// shaders and the workgroup memory `matmul_coop16.wgsl` needs are there too.
+    pub coop_f16_16x16: bool,
     /// GPU timestamps.
     pub timestamp_query: bool,
 }
@@ -68,6 +73,9 @@ const WANTED: [(wgpu::Features, &str); 4] = [
     ),
     (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
 ];
+
+/// Workgroup memory of `matmul_coop16.wgsl`: f16 A and B tiles and the f32 epilogue scratch.
+pub(crate) const COOP16_WORKGROUP_BYTES: u32 = 2 * (5120 + 4352) + 4 * 4096 + 4;
 
 /// The process-wide GPU context.
 pub struct Context {
@@ -101,6 +109,37 @@ fn type_rank(t: wgpu::DeviceType) -> u8 {
     }
 }
 
+/// The features `xpu` uses that `adapter` offers (all of them are requested on its device).
+fn adapter_features(adapter: &wgpu::Adapter) -> XpuFeatures {
+    let has = adapter.features();
+    let limits = adapter.limits();
+    let coop = has.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    let configs = if coop {
+        adapter.cooperative_matrix_properties()
+    } else {
+        Vec::new()
+    };
+    use wgpu::CooperativeScalarType as Coop;
+    let reports = |size: u32, ab: Coop, cr: Coop| {
+        configs.iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (size, size, size)
+                && p.ab_type == ab
+                && p.cr_type == cr
+        })
+    };
+    let shader_f16 = has.contains(wgpu::Features::SHADER_F16);
+    XpuFeatures {
+        shader_f16,
+        subgroup: has.contains(wgpu::Features::SUBGROUP),
+        cooperative_matrix: coop,
+        coop_f32_8x8: reports(8, Coop::F32, Coop::F32),
+        coop_f16_16x16: reports(16, Coop::F16, Coop::F32)
+            && shader_f16
+            && limits.max_compute_workgroup_storage_size >= COOP16_WORKGROUP_BYTES,
+        timestamp_query: has.contains(wgpu::Features::TIMESTAMP_QUERY),
+    }
+}
+
 fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
     let info = adapter.get_info();
     let limits = adapter.limits();
@@ -123,7 +162,7 @@ fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
         max_workgroup_memory: limits.max_compute_workgroup_storage_size,
         max_invocations: limits.max_compute_invocations_per_workgroup,
         selected: false,
-        matmul_paths: super::kernels::matmul_select::paths(feats),
+        matmul_paths: super::kernels::matmul_select::paths(&adapter_features(adapter)),
         cooperative_matrix_configs: adapter
             .cooperative_matrix_properties()
             .iter()
@@ -206,12 +245,7 @@ fn create() -> std::result::Result<Arc<Context>, String> {
             v.push(e.to_string());
         }
     }));
-    let features = XpuFeatures {
-        shader_f16: required.contains(wgpu::Features::SHADER_F16),
-        subgroup: required.contains(wgpu::Features::SUBGROUP),
-        cooperative_matrix: required.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
-        timestamp_query: required.contains(wgpu::Features::TIMESTAMP_QUERY),
-    };
+    let features = adapter_features(adapter);
     let allocator = Allocator::new(limits.max_buffer_size);
     let stream = Stream::new(&device);
     Ok(Arc::new(Context {

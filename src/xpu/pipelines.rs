@@ -24,8 +24,11 @@ pub enum ShaderId {
     Matmul,
     /// `shaders/matmul_tiled.wgsl` (after `matmul.wgsl`): cooperative-tile kernels.
     MatmulTiled,
-    /// `shaders/matmul_coop.wgsl` (after `matmul.wgsl`): hardware cooperative matrices.
+    /// `shaders/matmul_coop.wgsl` (after `matmul.wgsl`): hardware cooperative matrices, 8x8 f32.
     MatmulCoop,
+    /// `shaders/matmul_coop16.wgsl` (after `matmul.wgsl`): 16x16 f16 cooperative matrices with
+    /// f32 accumulation (NVIDIA tensor cores through Vulkan).
+    MatmulCoop16,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/norm.wgsl`: layer norm and group norm (optionally with fused SiLU).
@@ -40,12 +43,13 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 9] = [
+    pub const ALL: [ShaderId; 10] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
+        ShaderId::MatmulCoop16,
         ShaderId::MatmulSubgroup,
         ShaderId::Norm,
         ShaderId::Conv,
@@ -60,6 +64,7 @@ impl ShaderId {
             ShaderId::Matmul => "matmul.wgsl",
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
+            ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::Norm => "norm.wgsl",
             ShaderId::Conv => "conv.wgsl",
@@ -76,6 +81,7 @@ impl ShaderId {
             ShaderId::Matmul => &[MATMUL],
             ShaderId::MatmulTiled => &[MATMUL, include_str!("../../shaders/matmul_tiled.wgsl")],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
+            ShaderId::MatmulCoop16 => &[MATMUL, include_str!("../../shaders/matmul_coop16.wgsl")],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }

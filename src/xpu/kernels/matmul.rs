@@ -219,7 +219,7 @@ impl XpuStorage {
             n,
             pitch,
         };
-        let engine = choose(op, ep.kernel, &self.ctx.features, m, n)?;
+        let engine = choose(op, ep.kernel, &self.ctx.features, self.dtype, m, n)?;
         let out = match engine {
             Engine::Simple => self.matmul_simple(rhs, &pr, ep)?,
             _ => self.matmul_tiled(rhs, &pr, ep, engine)?,

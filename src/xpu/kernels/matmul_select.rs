@@ -1,10 +1,13 @@
 //! Kernel selection for Xpu matrix products: which engine and tile config runs a problem.
 //!
-//! Invariants: `Auto` never picks a path the adapter lacks and never picks the cooperative-matrix
-//! path (it cannot be executed on the machines the project is tested on, so it runs only when
-//! forced); a forced path the adapter cannot run is an error naming the missing feature, never
-//! a silently different kernel. Every tile config handles every shape (edges are exact), so
-//! forcing one is only a performance choice.
+//! Invariants: `Auto` never picks a path the adapter lacks; a forced path the adapter cannot run
+//! is an error naming what is missing, never a silently different kernel. Every tile config
+//! handles every shape (edges are exact), so forcing one is only a performance choice.
+//! Cooperative matrices are chosen by what the driver *reports* (`cooperative_matrix_properties`),
+//! not by the feature bit alone: NVIDIA's Vulkan driver has the feature but no 8x8 f32
+//! configuration, and the 8x8 f32 kernel compiled there silently wrote zeros (seen on an H100).
+//! `Auto` takes the f16 tensor-core kernel (`Coop16`) for F16 operands when the driver reports
+//! 16x16x16 F16->F32 and both sides span a full 128 tile; the 8x8 f32 kernel stays forced-only.
 
 use crate::ops::fused::{MatmulKernel, TileConfig};
 use crate::xpu::context::XpuFeatures;
@@ -18,8 +21,10 @@ pub(crate) enum Engine {
     Simple,
     /// A `matmul_tiled.wgsl` entry point.
     Tiled(TileConfig),
-    /// `matmul_coop.wgsl` `mm_coop`.
+    /// `matmul_coop.wgsl` `mm_coop` (8x8 f32 cooperative matrices).
     Coop,
+    /// `matmul_coop16.wgsl` `mm_coop16` (16x16 f16 cooperative matrices, f32 accumulation).
+    Coop16,
 }
 
 /// Geometry of a fused kernel: entry point, output tile (rows, virtual product columns).
@@ -58,6 +63,7 @@ impl Engine {
                 if b_col_major { 8 } else { 64 },
             ),
             Engine::Coop => g(ShaderId::MatmulCoop, "mm_coop", 32, 32),
+            Engine::Coop16 => g(ShaderId::MatmulCoop16, "mm_coop16", 128, 128),
         }
     }
 }
@@ -82,42 +88,56 @@ pub(crate) fn auto(m: usize, n: usize) -> TileConfig {
     }
 }
 
-/// The engine for `kernel` on an adapter with `features`, or why it cannot run there.
+/// The engine for `kernel` on an adapter with `features`, for operands of `dtype`, or why it
+/// cannot run there.
 pub(crate) fn choose(
     op: &'static str,
     kernel: MatmulKernel,
     features: &XpuFeatures,
+    dtype: DType,
     m: usize,
     n: usize,
 ) -> Result<Engine> {
     match kernel {
+        MatmulKernel::Auto if dtype == DType::F16 && coop16(features) && m >= 128 && n >= 128 => {
+            Ok(Engine::Coop16)
+        }
         MatmulKernel::Auto => Ok(Engine::Tiled(auto(m, n))),
         MatmulKernel::Simple => Ok(Engine::Simple),
         MatmulKernel::Tiled(t) => Ok(Engine::Tiled(t)),
-        MatmulKernel::CoopMatrix => {
-            if features.cooperative_matrix && features.subgroup {
-                Ok(Engine::Coop)
-            } else {
-                Err(Error::invalid(
-                    op,
-                    "MatmulKernel::CoopMatrix needs an adapter with the features \
-                     EXPERIMENTAL_COOPERATIVE_MATRIX and SUBGROUP; this adapter lacks \
-                     them (see xpu::devices()); use MatmulKernel::Auto or a Tiled config",
-                ))
-            }
-        }
+        MatmulKernel::CoopMatrix if dtype == DType::F16 && coop16(features) => Ok(Engine::Coop16),
+        MatmulKernel::CoopMatrix if features.coop_f32_8x8 && features.subgroup => Ok(Engine::Coop),
+        MatmulKernel::CoopMatrix => Err(Error::invalid(
+            op,
+            format!(
+                "MatmulKernel::CoopMatrix needs an adapter with EXPERIMENTAL_COOPERATIVE_MATRIX and \
+                 SUBGROUP whose driver reports 8x8x8 f32 cooperative matrices (any float dtype) or \
+                 16x16x16 f16->f32 ones with SHADER_F16 (f16 operands); this adapter has \
+                 cooperative_matrix={}, subgroup={}, 8x8 f32={}, 16x16 f16={} for {dtype} \
+                 operands (see xpu::devices()); use MatmulKernel::Auto or a Tiled config",
+                features.cooperative_matrix,
+                features.subgroup,
+                features.coop_f32_8x8,
+                features.coop_f16_16x16
+            ),
+        )),
     }
 }
 
+/// Whether the f16 tensor-core kernel can run (and `XPU_MATMUL_COOP=0` does not turn it off).
+pub(crate) fn coop16(features: &XpuFeatures) -> bool {
+    features.coop_f16_16x16
+        && features.subgroup
+        && std::env::var_os("XPU_MATMUL_COOP").is_none_or(|v| v != "0")
+}
+
 /// The matmul path each float dtype uses on an adapter with `features` (for `xpu::devices()`).
-pub(crate) fn paths(features: wgpu::Features) -> Vec<(DType, String)> {
+pub(crate) fn paths(features: &XpuFeatures) -> Vec<(DType, String)> {
     let mut extra = String::new();
-    if features.contains(wgpu::Features::SUBGROUP) {
+    if features.subgroup {
         extra.push_str("; gemv with subgroup reduction for K-contiguous B");
     }
-    if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
-        && features.contains(wgpu::Features::SUBGROUP)
-    {
+    if features.coop_f32_8x8 && features.subgroup {
         extra.push_str("; coop-matrix 8x8 f32 when forced");
     }
     [
@@ -127,8 +147,14 @@ pub(crate) fn paths(features: wgpu::Features) -> Vec<(DType, String)> {
     ]
     .into_iter()
     .map(|(d, how)| {
+        let tensor_cores = if d == DType::F16 && features.coop_f16_16x16 && features.subgroup {
+            "coop-matrix 16x16 f16 (f32 accumulation) when M, N >= 128, else "
+        } else {
+            ""
+        };
         let path = format!(
-            "tiled gemv/skinny/medium/large, {how}, f32 accumulation, fused epilogue{extra}"
+            "{tensor_cores}tiled gemv/skinny/medium/large, {how}, f32 accumulation, fused \
+             epilogue{extra}"
         );
         (d, path)
     })
@@ -149,19 +175,65 @@ mod tests {
     }
 
     #[test]
-    fn coop_needs_the_feature() {
+    fn coop_needs_a_reported_configuration() {
         let none = XpuFeatures::default();
-        let e = choose("matmul", MatmulKernel::CoopMatrix, &none, 64, 64).unwrap_err();
+        let e = choose(
+            "matmul",
+            MatmulKernel::CoopMatrix,
+            &none,
+            DType::F32,
+            64,
+            64,
+        )
+        .unwrap_err();
         assert!(
             e.to_string().contains("EXPERIMENTAL_COOPERATIVE_MATRIX"),
             "{e}"
         );
+        // The feature bit alone (NVIDIA: no 8x8 f32 configuration) is not enough.
         let mut f = none;
         f.cooperative_matrix = true;
         f.subgroup = true;
+        assert!(choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, 64, 64).is_err());
+        f.coop_f32_8x8 = true;
         assert_eq!(
-            choose("matmul", MatmulKernel::CoopMatrix, &f, 64, 64).unwrap(),
+            choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, 64, 64).unwrap(),
             Engine::Coop
         );
+        assert_eq!(
+            choose("matmul", MatmulKernel::Auto, &f, DType::F32, 1024, 1024).unwrap(),
+            Engine::Tiled(TileConfig::Large)
+        );
+    }
+
+    #[test]
+    fn f16_takes_tensor_cores_where_reported() {
+        let mut f = XpuFeatures {
+            cooperative_matrix: true,
+            subgroup: true,
+            coop_f16_16x16: true,
+            ..XpuFeatures::default()
+        };
+        let pick = |f: &XpuFeatures, k, d, m, n| choose("matmul", k, f, d, m, n);
+        assert_eq!(
+            pick(&f, MatmulKernel::Auto, DType::F16, 1024, 1024).unwrap(),
+            Engine::Coop16
+        );
+        assert_eq!(
+            pick(&f, MatmulKernel::Auto, DType::F16, 64, 1024).unwrap(),
+            Engine::Tiled(TileConfig::Medium)
+        );
+        assert_eq!(
+            pick(&f, MatmulKernel::Auto, DType::F32, 1024, 1024).unwrap(),
+            Engine::Tiled(TileConfig::Large)
+        );
+        assert_eq!(
+            pick(&f, MatmulKernel::CoopMatrix, DType::F16, 7, 7).unwrap(),
+            Engine::Coop16
+        );
+        // f32/bf16 operands would lose precision in f16 tiles: refused without 8x8 f32.
+        assert!(pick(&f, MatmulKernel::CoopMatrix, DType::BF16, 64, 64).is_err());
+        f.coop_f16_16x16 = false;
+        assert!(pick(&f, MatmulKernel::CoopMatrix, DType::F16, 64, 64).is_err());
     }
 }

@@ -1,0 +1,211 @@
+// matmul_coop16.wgsl: f16 cooperative-matrix products with f32 accumulation (composed as
+// common.wgsl + matmul.wgsl + this file; the runtime hoists the `enable` lines). Needs the
+// adapter features EXPERIMENTAL_COOPERATIVE_MATRIX (reporting 16x16x16 F16->F32), SHADER_F16
+// and SUBGROUP, and 34.5 KiB of workgroup memory. This is the path NVIDIA's Vulkan driver
+// exposes (tensor cores); the 8x8 f32 kernel of matmul_coop.wgsl is for adapters that report
+// 8x8 f32 (Apple).
+//
+// A workgroup of 256 invocations computes a 128x128 tile of virtual product columns. The tile
+// is eight 32x64 slots (4 rows x 2 columns); subgroup s owns slot s and keeps its 2x4 grid of
+// 16x16 f32 accumulators in registers through the whole K loop. With fewer than eight subgroups
+// (subgroups wider than 32) the workgroup makes ceil(8 / subgroups) passes, each re-staging the
+// K range for the next slots, so any subgroup size gives the same result.
+// Per K step of 32 the workgroup stages A [128 rows][32 k] (row stride 40) and B [32 k][128
+// columns] (row stride 136) as f16 (strides padded by 16 bytes against bank conflicts, every
+// tile load 16-byte aligned). Inputs of any dtype are read through the prelude's loads and
+// rounded to f16, so only F16 operands are exact; the selector sends only F16 here.
+// GEGLU: within each 64-column slot the first 32 virtual columns are h and the last 32 the gate g
+// of the same 32 output columns, so one subgroup holds both halves of its outputs.
+// Epilogue: each accumulator tile (and its gate tile) goes through the subgroup's 512 f32 of
+// `coop_c`, and the subgroup's lanes finish column pairs with the shared fused epilogue.
+
+enable f16;
+enable wgpu_cooperative_matrix;
+
+const CA: u32 = 40u;
+const CB: u32 = 136u;
+
+var<workgroup> coop_a: array<f16, 5120>;
+var<workgroup> coop_b: array<f16, 4352>;
+var<workgroup> coop_c: array<f32, 4096>;
+var<workgroup> coop_passes: u32;
+
+// Output column and whether it is inside N for virtual column jj of column tile `tile`.
+fn coop_col(tile: u32, jj: u32) -> vec2<u32> {
+    let n = dim_n();
+    if (is_geglu()) {
+        let w = jj % 64u;
+        let oc = tile * 64u + (jj / 64u) * 32u + w % 32u;
+        return vec2<u32>(oc + select(0u, n, w >= 32u), u32(oc < n));
+    }
+    let oc = tile * 128u + jj;
+    return vec2<u32>(oc, u32(oc < n));
+}
+
+// Stages the K step at k0: A rows row0.. and B virtual columns of tile `tile`, as f16.
+fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: bool) {
+    let ars = p(35u);
+    let acs = p(36u);
+    let a_by_k = acs == 1u;
+    for (var e = lid; e < 4096u; e = e + 256u) {
+        let r = select(e % 128u, e / 32u, a_by_k);
+        let kk = select(e / 128u, e % 32u, a_by_k);
+        var v = 0.0;
+        if (full || (row0 + r < dim_m() && k0 + kk < dim_k())) {
+            v = load0(ab + (row0 + r) * ars + (k0 + kk) * acs);
+        }
+        coop_a[r * CA + kk] = f16(v);
+    }
+    let brs = p(37u);
+    let bcs = p(38u);
+    let b_by_k = brs == 1u && bcs != 1u;
+    for (var e = lid; e < 4096u; e = e + 256u) {
+        let jj = select(e % 128u, e / 32u, b_by_k);
+        let kk = select(e / 128u, e % 32u, b_by_k);
+        let pc = coop_col(tile, jj);
+        var v = 0.0;
+        if (full || (pc.y != 0u && k0 + kk < dim_k())) {
+            v = load1(bb + (k0 + kk) * brs + pc.x * bcs);
+        }
+        coop_b[kk * CB + jj] = f16(v);
+    }
+}
+
+// Finishes one 16x16 output tile from coop_c[base..base+256) (h) and, for GEGLU (gate = 256),
+// the gate tile after it: the subgroup's lanes take column pairs in turn.
+fn coop_finish(b: u32, r0: u32, c0: u32, base: u32, gate: u32, lane: u32, width: u32,
+               has: bool) {
+    if (!has) {
+        return;
+    }
+    for (var q = lane; q < 128u; q = q + width) {
+        let r = q / 8u;
+        let c = 2u * (q % 8u);
+        let i = base + r * 16u + c;
+        finish_pair(b, r0 + r, c0 + c, coop_c[i], coop_c[i + 1u], coop_c[i + gate],
+                    coop_c[i + gate + 1u]);
+    }
+}
+
+@compute @workgroup_size(256)
+fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+             @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) nsg: u32,
+             @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) width: u32) {
+    let b = wid.z + p(39u);
+    let ab = a_base(b);
+    let bb = b_base(b);
+    let row0 = wid.y * 128u;
+    let rows_full = row0 + 128u <= dim_m();
+    let cf = cols_full(wid.x, 128u);
+    if (lid == 0u) {
+        coop_passes = (8u + nsg - 1u) / nsg;
+    }
+    let passes = workgroupUniformLoad(&coop_passes);
+    let g = is_geglu();
+    for (var round = 0u; round < passes; round = round + 1u) {
+        let slot = sg + round * nsg;
+        let has = slot < 8u;
+        // naga requires cooperative loads in uniform control flow: a subgroup without a slot
+        // multiplies slot 7's tiles too and keeps nothing (its stores are skipped).
+        let cs = min(slot, 7u);
+        let ar = (cs / 2u) * 32u;
+        let bc = (cs % 2u) * 64u;
+        var c00 = coop_mat16x16<f32, C>();
+        var c01 = coop_mat16x16<f32, C>();
+        var c02 = coop_mat16x16<f32, C>();
+        var c03 = coop_mat16x16<f32, C>();
+        var c10 = coop_mat16x16<f32, C>();
+        var c11 = coop_mat16x16<f32, C>();
+        var c12 = coop_mat16x16<f32, C>();
+        var c13 = coop_mat16x16<f32, C>();
+        for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
+            coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
+            workgroupBarrier();
+            for (var kk = 0u; kk < 32u; kk = kk + 16u) {
+                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA + kk], CA);
+                let a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[(ar + 16u) * CA + kk], CA);
+                let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc], CB);
+                let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 16u], CB);
+                let b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 32u], CB);
+                let b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 48u], CB);
+                c00 = coopMultiplyAdd(a0, b0, c00);
+                c01 = coopMultiplyAdd(a0, b1, c01);
+                c02 = coopMultiplyAdd(a0, b2, c02);
+                c03 = coopMultiplyAdd(a0, b3, c03);
+                c10 = coopMultiplyAdd(a1, b0, c10);
+                c11 = coopMultiplyAdd(a1, b1, c11);
+                c12 = coopMultiplyAdd(a1, b2, c12);
+                c13 = coopMultiplyAdd(a1, b3, c13);
+            }
+            workgroupBarrier();
+        }
+        // Epilogue through this subgroup's 512 f32 of coop_c (only slots < 8 have one).
+        let base = cs * 512u;
+        let r0 = row0 + ar;
+        if (g) {
+            let oc = wid.x * 64u + (slot % 2u) * 32u;
+            if (has) {
+                coopStoreT(c00, &coop_c[base], 16u);
+                coopStoreT(c02, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0, oc, base, 256u, lane, width, has);
+            workgroupBarrier();
+            if (has) {
+                coopStoreT(c01, &coop_c[base], 16u);
+                coopStoreT(c03, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0, oc + 16u, base, 256u, lane, width, has);
+            workgroupBarrier();
+            if (has) {
+                coopStoreT(c10, &coop_c[base], 16u);
+                coopStoreT(c12, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0 + 16u, oc, base, 256u, lane, width, has);
+            workgroupBarrier();
+            if (has) {
+                coopStoreT(c11, &coop_c[base], 16u);
+                coopStoreT(c13, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0 + 16u, oc + 16u, base, 256u, lane, width, has);
+            workgroupBarrier();
+        } else {
+            let oc = wid.x * 128u + bc;
+            if (has) {
+                coopStoreT(c00, &coop_c[base], 16u);
+                coopStoreT(c01, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0, oc, base, 0u, lane, width, has);
+            coop_finish(b, r0, oc + 16u, base + 256u, 0u, lane, width, has);
+            workgroupBarrier();
+            if (has) {
+                coopStoreT(c02, &coop_c[base], 16u);
+                coopStoreT(c03, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0, oc + 32u, base, 0u, lane, width, has);
+            coop_finish(b, r0, oc + 48u, base + 256u, 0u, lane, width, has);
+            workgroupBarrier();
+            if (has) {
+                coopStoreT(c10, &coop_c[base], 16u);
+                coopStoreT(c11, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0 + 16u, oc, base, 0u, lane, width, has);
+            coop_finish(b, r0 + 16u, oc + 16u, base + 256u, 0u, lane, width, has);
+            workgroupBarrier();
+            if (has) {
+                coopStoreT(c12, &coop_c[base], 16u);
+                coopStoreT(c13, &coop_c[base + 256u], 16u);
+            }
+            workgroupBarrier();
+            coop_finish(b, r0 + 16u, oc + 32u, base, 0u, lane, width, has);
+            coop_finish(b, r0 + 16u, oc + 48u, base + 256u, 0u, lane, width, has);
+            workgroupBarrier();
+        }
+    }
+}
