@@ -39,10 +39,11 @@ for phase in "$@"; do
       cat "$OUT/info.txt"
       ;;
     tests)
-      ls .devbin/test-* | xargs -P 4 -I{} sh -c \
+      ls .devbin/test-* | grep -v '\.log$' | xargs -P 4 -I{} sh -c \
         'timeout 240 {} --test-threads 4 >"{}.log" 2>&1; echo "$? {}" >>"{}.log"'
       : >"$OUT/tests.log"
       for f in .devbin/test-*.log; do
+        [ -f "$f" ] || continue
         echo "=== $f" >>"$OUT/tests.log"
         cat "$f" >>"$OUT/tests.log"
         rc=$(tail -n 1 "$f" | cut -d' ' -f1)
@@ -57,6 +58,9 @@ for phase in "$@"; do
           >>"$OUT/bench.jsonl" 2>>"$OUT/bench.err"
         echo "bench $dt rc=$?" >>"$OUT/bench.err"
       done
+      # The tiled kernels on f16 too (Auto takes the tensor-core kernel where there is one).
+      XPU_MATMUL_COOP=0 timeout 100 .devbin/bench matmul --device xpu --dtype f16 --json \
+        >"$OUT/bench_f16_tiled.jsonl" 2>>"$OUT/bench.err"
       tail -n 5 "$OUT/bench.err"
       ;;
     torch)
