@@ -130,12 +130,14 @@ pub(crate) fn compile_module(
     file: &'static str,
     source: &str,
 ) -> Result<wgpu::ShaderModule> {
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(file),
         source: wgpu::ShaderSource::Wgsl(source.into()),
     });
-    match pollster::block_on(scope.pop()) {
+    let errors = [pollster::block_on(scope.pop()), pollster::block_on(internal.pop())];
+    match errors.into_iter().flatten().next() {
         Some(e) => Err(Error::Shader {
             shader: file,
             msg: e.to_string(),
@@ -196,6 +198,9 @@ impl PipelineCache {
             ("WG", key.workgroup as f64),
             ("VARIANT", key.variant as f64),
         ];
+        // A driver that fails to compile the module reports an internal error, not a
+        // validation error: both become `Error::Shader` instead of a pipeline that never runs.
+        let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(key.entry),
@@ -208,7 +213,8 @@ impl PipelineCache {
             },
             cache: None,
         });
-        if let Some(e) = pollster::block_on(scope.pop()) {
+        let errors = [pollster::block_on(scope.pop()), pollster::block_on(internal.pop())];
+        if let Some(e) = errors.into_iter().flatten().next() {
             return Err(Error::Shader {
                 shader: key.shader.file(),
                 msg: format!("entry point {}: {e}", key.entry),
