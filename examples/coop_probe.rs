@@ -25,7 +25,10 @@ static LOGGER: StderrLog = StderrLog;
 fn main() -> xpu::Result<()> {
     let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
     let a = xpu::xpu_adapter()?;
-    println!("{} ({}): {:?}", a.name, a.backend, a.cooperative_matrix_configs);
+    println!(
+        "{} ({}): {:?}",
+        a.name, a.backend, a.cooperative_matrix_configs
+    );
     println!("features: {:?}", xpu::xpu_features()?);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         for (m, k, n) in [(16, 16, 16), (64, 32, 48), (257, 65, 129)] {

@@ -64,7 +64,7 @@ pub struct XpuFeatures {
     pub timestamp_query: bool,
 }
 
-const WANTED: [(wgpu::Features, &str); 4] = [
+const WANTED: [(wgpu::Features, &str); 5] = [
     (wgpu::Features::SHADER_F16, "SHADER_F16"),
     (wgpu::Features::SUBGROUP, "SUBGROUP"),
     (
@@ -72,6 +72,8 @@ const WANTED: [(wgpu::Features, &str); 4] = [
         "EXPERIMENTAL_COOPERATIVE_MATRIX",
     ),
     (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
+    // Cooperative-matrix shaders go to the driver as SPIR-V (see `xpu::passthrough`).
+    (wgpu::Features::PASSTHROUGH_SHADERS, "PASSTHROUGH_SHADERS"),
 ];
 
 /// Workgroup memory of `matmul_coop16.wgsl`: f16 A and B tiles and the f32 epilogue scratch.

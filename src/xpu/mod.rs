@@ -9,6 +9,7 @@
 pub(crate) mod allocator;
 pub(crate) mod context;
 pub(crate) mod kernels;
+pub(crate) mod passthrough;
 pub(crate) mod pipelines;
 pub(crate) mod stream;
 

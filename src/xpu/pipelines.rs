@@ -136,7 +136,10 @@ pub(crate) fn compile_module(
         label: Some(file),
         source: wgpu::ShaderSource::Wgsl(source.into()),
     });
-    let errors = [pollster::block_on(scope.pop()), pollster::block_on(internal.pop())];
+    let errors = [
+        pollster::block_on(scope.pop()),
+        pollster::block_on(internal.pop()),
+    ];
     match errors.into_iter().flatten().next() {
         Some(e) => Err(Error::Shader {
             shader: file,
@@ -198,6 +201,15 @@ impl PipelineCache {
             ("WG", key.workgroup as f64),
             ("VARIANT", key.variant as f64),
         ];
+        if super::passthrough::applies(device, &key) {
+            let pipeline =
+                super::passthrough::pipeline(device, &key, &key.shader.source(), &constants)?;
+            self.pipelines
+                .lock()
+                .map_err(|_| poisoned())?
+                .insert(key, pipeline.clone());
+            return Ok(pipeline);
+        }
         // A driver that fails to compile the module reports an internal error, not a
         // validation error: both become `Error::Shader` instead of a pipeline that never runs.
         let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
@@ -213,7 +225,10 @@ impl PipelineCache {
             },
             cache: None,
         });
-        let errors = [pollster::block_on(scope.pop()), pollster::block_on(internal.pop())];
+        let errors = [
+            pollster::block_on(scope.pop()),
+            pollster::block_on(internal.pop()),
+        ];
         if let Some(e) = errors.into_iter().flatten().next() {
             return Err(Error::Shader {
                 shader: key.shader.file(),

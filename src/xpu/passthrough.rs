@@ -1,0 +1,249 @@
+//! Cooperative-matrix pipelines through SPIR-V passthrough (Vulkan).
+//!
+//! Why: naga 30 writes every module that uses cooperative matrices under the Vulkan memory
+//! model, but emits its workgroup loads and stores without `NonPrivatePointer` and its barriers
+//! without `MakeAvailable`/`MakeVisible`. Under that model the barriers then do not make one
+//! invocation's workgroup-memory writes visible to another, and NVIDIA's compiler takes it at its
+//! word: on an H100 both cooperative kernels read back zeros. The cooperative-matrix SPIR-V
+//! extension does not need the Vulkan memory model, so for these shaders we let naga write the
+//! SPIR-V itself (overrides resolved per pipeline, as wgpu would), switch the module to the
+//! GLSL450 memory model (where the barriers' `AcquireRelease | WorkgroupMemory` semantics do
+//! order plain workgroup accesses), and hand the words to the driver with
+//! `create_shader_module_passthrough`, with an explicit bind-group layout (passthrough modules are
+//! not reflected).
+//!
+//! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
+//! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
+//! operands), which every dispatch of these pipelines binds in full; any naga or driver failure is
+//! an `Error::Shader`.
+
+use crate::xpu::pipelines::{PipelineKey, ShaderId};
+use crate::{Error, Result};
+
+const OP_EXTENSION: u32 = 10;
+const OP_MEMORY_MODEL: u32 = 14;
+const OP_CAPABILITY: u32 = 17;
+const CAPABILITY_VULKAN_MEMORY_MODEL: u32 = 5345;
+const MEMORY_MODEL_GLSL450: u32 = 1;
+
+/// Whether `key` is compiled through this module on `device`.
+pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
+    matches!(key.shader, ShaderId::MatmulCoop | ShaderId::MatmulCoop16)
+        && device
+            .features()
+            .contains(wgpu::Features::PASSTHROUGH_SHADERS)
+}
+
+/// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
+/// memory model.
+pub(crate) fn spirv(
+    file: &'static str,
+    source: &str,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> Result<Vec<u32>> {
+    let fail = |msg: String| Error::Shader { shader: file, msg };
+    let module =
+        naga::front::wgsl::parse_str(source).map_err(|e| fail(e.emit_to_string(source)))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| fail(e.emit_to_string(source)))?;
+    let mut values = naga::back::PipelineConstants::default();
+    for (name, v) in constants {
+        values.insert((*name).to_string(), *v);
+    }
+    let stage = naga::ShaderStage::Compute;
+    let (module, info) = naga::back::pipeline_constants::process_overrides(
+        &module,
+        &info,
+        Some((stage, entry)),
+        &values,
+    )
+    .map_err(|e| fail(format!("overrides: {e}")))?;
+    use naga::back::spv;
+    use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
+    let options = spv::Options {
+        lang_version: (1, 6),
+        bounds_check_policies: BoundsCheckPolicies {
+            index: BoundsCheckPolicy::Restrict,
+            buffer: BoundsCheckPolicy::Restrict,
+            image_load: BoundsCheckPolicy::Restrict,
+            binding_array: BoundsCheckPolicy::Unchecked,
+        },
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
+        force_loop_bounding: false,
+        ..spv::Options::default()
+    };
+    let pipeline = spv::PipelineOptions {
+        shader_stage: stage,
+        entry_point: entry.to_string(),
+    };
+    let words = spv::write_vec(&module, &info, &options, Some(&pipeline))
+        .map_err(|e| fail(format!("SPIR-V: {e}")))?;
+    glsl450_memory_model(&words).map_err(fail)
+}
+
+/// The module with `OpMemoryModel ... Vulkan` turned into GLSL450 and the Vulkan memory model's
+/// capability and extension dropped; everything else unchanged.
+fn glsl450_memory_model(words: &[u32]) -> std::result::Result<Vec<u32>, String> {
+    const HEADER: usize = 5;
+    if words.len() < HEADER {
+        return Err("SPIR-V module shorter than its header".into());
+    }
+    let mut out = words[..HEADER].to_vec();
+    let mut i = HEADER;
+    while i < words.len() {
+        let count = (words[i] >> 16) as usize;
+        let opcode = words[i] & 0xffff;
+        if count == 0 || i + count > words.len() {
+            return Err(format!("malformed SPIR-V instruction at word {i}"));
+        }
+        let inst = &words[i..i + count];
+        let drop = match opcode {
+            OP_CAPABILITY => inst.get(1) == Some(&CAPABILITY_VULKAN_MEMORY_MODEL),
+            OP_EXTENSION => literal_string(&inst[1..]) == "SPV_KHR_vulkan_memory_model",
+            _ => false,
+        };
+        if !drop {
+            let start = out.len();
+            out.extend_from_slice(inst);
+            if opcode == OP_MEMORY_MODEL && count == 3 {
+                out[start + 2] = MEMORY_MODEL_GLSL450;
+            }
+        }
+        i += count;
+    }
+    Ok(out)
+}
+
+/// A SPIR-V literal string (UTF-8, nul-terminated, packed little-endian in words).
+fn literal_string(words: &[u32]) -> String {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=6 read-only operands.
+fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
+    let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    };
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }];
+    entries.push(storage(1, false));
+    entries.extend((2..=6).map(|b| storage(b, true)));
+    let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("xpu matmul passthrough"),
+        entries: &entries,
+    });
+    device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some("xpu matmul passthrough"),
+        bind_group_layouts: &[Some(&group)],
+        immediate_size: 0,
+    })
+}
+
+/// Compiles the pipeline of `key` from `source` through SPIR-V passthrough.
+pub(crate) fn pipeline(
+    device: &wgpu::Device,
+    key: &PipelineKey,
+    source: &str,
+    constants: &[(&str, f64)],
+) -> Result<wgpu::ComputePipeline> {
+    let file = key.shader.file();
+    let words = spirv(file, source, key.entry, constants)?;
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let entry_points = [wgpu::PassthroughShaderEntryPoint {
+        name: key.entry.into(),
+        workgroup_size: (256, 1, 1),
+    }];
+    // SAFETY: the words are naga's own SPIR-V for a module naga validated, changed only in its
+    // memory model (see the module docs); bindings match `matmul_layout`.
+    let module = unsafe {
+        device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+            label: Some(file),
+            entry_points: entry_points.as_slice().into(),
+            spirv: Some(words.into()),
+            ..Default::default()
+        })
+    };
+    let layout = matmul_layout(device);
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(key.entry),
+        layout: Some(&layout),
+        module: &module,
+        entry_point: Some(key.entry),
+        compilation_options: wgpu::PipelineCompilationOptions {
+            constants: &[],
+            zero_initialize_workgroup_memory: false,
+        },
+        cache: None,
+    });
+    let errors = [
+        pollster::block_on(scope.pop()),
+        pollster::block_on(internal.pop()),
+    ];
+    match errors.into_iter().flatten().next() {
+        Some(e) => Err(Error::Shader {
+            shader: file,
+            msg: format!("entry point {} (SPIR-V passthrough): {e}", key.entry),
+        }),
+        None => Ok(pipeline),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coop_module_switches_to_glsl450() {
+        let source = ShaderId::MatmulCoop16.source();
+        let constants = [
+            ("DT_IN", 1.0),
+            ("DT_OUT", 1.0),
+            ("WG", 256.0),
+            ("VARIANT", 0.0),
+        ];
+        let words = spirv("matmul_coop16.wgsl", &source, "mm_coop16", &constants).unwrap();
+        let mut i = 5;
+        let mut model = None;
+        while i < words.len() {
+            let count = (words[i] >> 16) as usize;
+            let opcode = words[i] & 0xffff;
+            if opcode == OP_CAPABILITY {
+                assert_ne!(words[i + 1], CAPABILITY_VULKAN_MEMORY_MODEL);
+            }
+            if opcode == OP_MEMORY_MODEL {
+                model = Some(words[i + 2]);
+            }
+            i += count;
+        }
+        assert_eq!(model, Some(MEMORY_MODEL_GLSL450));
+    }
+
+    #[test]
+    fn malformed_modules_are_errors() {
+        assert!(glsl450_memory_model(&[0; 3]).is_err());
+        assert!(glsl450_memory_model(&[0x0723_0203, 0, 0, 0, 0, 0]).is_err());
+    }
+}
