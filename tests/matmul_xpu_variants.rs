@@ -306,7 +306,17 @@ fn coop_matrix_runs_where_reported_else_is_refused() {
             let cpu = case(m, k, n, ci, e, dtype, Device::Cpu);
             let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
             let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
-            let got = run(&gpu, e, MatmulKernel::CoopMatrix).unwrap();
+            // A driver whose cooperative matrices fail xpu's self-check gets an error naming
+            // it, never numbers: wrong results are the one outcome this test rejects.
+            let got = match run(&gpu, e, MatmulKernel::CoopMatrix) {
+                Ok(t) => t,
+                Err(err) => {
+                    let msg = err.to_string();
+                    assert!(msg.contains("self-check"), "{msg}");
+                    eprintln!("cooperative matrices refused after the self-check: {msg}");
+                    return;
+                }
+            };
             let t = tol(dtype, k);
             let what = format!("coop {dtype} {m}x{k}x{n} case {ci} epilogue {e}");
             assert_close(&what, &values(&got), &values(&want), t, t);

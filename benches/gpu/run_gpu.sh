@@ -6,6 +6,7 @@
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
+# probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
 # tests (every test binary with XPU_REQUIRE_ADAPTER=1), bench (examples/bench on the Xpu in
 # f32/f16/bf16), torch (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), torchsd (PyTorch eager's SD 1.5 step).
@@ -37,6 +38,10 @@ for phase in "$@"; do
     info)
       VK_LOADER_DEBUG=error,warn,driver timeout 60 .devbin/quickstart >"$OUT/info.txt" 2>&1
       cat "$OUT/info.txt"
+      ;;
+    probe)
+      timeout 60 .devbin/coop_probe >"$OUT/probe.txt" 2>&1
+      cat "$OUT/probe.txt"
       ;;
     tests)
       ls .devbin/test-* | grep -v '\.log$' | xargs -P 4 -I{} sh -c \

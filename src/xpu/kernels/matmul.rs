@@ -219,7 +219,16 @@ impl XpuStorage {
             n,
             pitch,
         };
-        let engine = choose(op, ep.kernel, &self.ctx.features, self.dtype, m, n)?;
+        let mut engine = choose(op, ep.kernel, &self.ctx.features, self.dtype, m, n)?;
+        if matches!(engine, Engine::Coop | Engine::Coop16) {
+            // A cooperative engine serves calls only after it computed a known product right.
+            if let Err(why) = super::coop_check::verdict() {
+                if ep.kernel != MatmulKernel::Auto {
+                    return Err(Error::invalid(op, why));
+                }
+                engine = Engine::Tiled(super::matmul_select::auto(m, n));
+            }
+        }
         let out = match engine {
             Engine::Simple => self.matmul_simple(rhs, &pr, ep)?,
             _ => self.matmul_tiled(rhs, &pr, ep, engine)?,

@@ -1,0 +1,104 @@
+//! A once-per-process check that the adapter's cooperative-matrix kernels compute the right
+//! product before any of them serves a real call.
+//!
+//! Why: a driver can report a cooperative-matrix configuration, compile our kernel and still
+//! return wrong numbers (on an H100 the naga-compiled kernels returned zeros, then garbage). A
+//! matrix engine that is silently wrong is worse than a slow one, so the first time a
+//! cooperative engine is chosen, a small product with exactly representable inputs (every dtype
+//! the engine takes, odd edges included) runs through it and through the tiled kernels, and the
+//! results must agree to f32 rounding.
+//!
+//! Invariants: the check runs at most once per process (its verdict is kept); while it runs,
+//! `choose` is bypassed through a thread-local flag so the check's own products do not recurse;
+//! a failed check turns `Auto` back to the tiled kernels and makes a forced `CoopMatrix` an error
+//! that carries the verdict.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use crate::{DType, Device, MatmulKernel, Tensor, TileConfig};
+
+thread_local! {
+    /// True while this thread runs the check (its products skip the check).
+    static CHECKING: Cell<bool> = const { Cell::new(false) };
+}
+
+static VERDICT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+
+/// Whether the cooperative engines passed the check (running it on first call), or why not.
+pub(crate) fn verdict() -> std::result::Result<(), String> {
+    if CHECKING.with(Cell::get) {
+        return Ok(());
+    }
+    VERDICT
+        .get_or_init(|| {
+            CHECKING.with(|c| c.set(true));
+            let r = run_check();
+            CHECKING.with(|c| c.set(false));
+            r
+        })
+        .clone()
+}
+
+/// Small integers over 8: exact in f16 and in every partial sum of the products below.
+fn exact(len: usize, seed: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| (((i * 7 + seed * 3) % 13) as f32 - 6.0) / 8.0)
+        .collect()
+}
+
+fn run_check() -> std::result::Result<(), String> {
+    let (m, k, n) = (70, 45, 83);
+    let check = || -> crate::Result<std::result::Result<(), String>> {
+        let dtypes = {
+            let f = crate::xpu_features()?;
+            if f.coop_f32_8x8 {
+                vec![DType::F32, DType::F16, DType::BF16]
+            } else {
+                vec![DType::F16]
+            }
+        };
+        for dtype in dtypes {
+            let a = Tensor::from_vec(exact(m * k, 1), &[m, k], Device::Cpu)?
+                .to_dtype(dtype)?
+                .to(Device::Xpu)?;
+            let b = Tensor::from_vec(exact(k * n, 2), &[k, n], Device::Cpu)?
+                .to_dtype(dtype)?
+                .to(Device::Xpu)?;
+            let run = |kernel| -> crate::Result<Vec<f32>> {
+                a.matmul_fused(&b)
+                    .kernel(kernel)
+                    .out_dtype(DType::F32)
+                    .run()?
+                    .to_vec::<f32>()
+            };
+            let coop = run(MatmulKernel::CoopMatrix)?;
+            let tiled = run(MatmulKernel::Tiled(TileConfig::Medium))?;
+            let worst = coop
+                .iter()
+                .zip(&tiled)
+                .map(|(x, y)| (x - y).abs())
+                .fold(
+                    0.0f32,
+                    |w, d| if d.is_nan() { f32::INFINITY } else { w.max(d) },
+                );
+            if worst > 1e-3 {
+                return Ok(Err(format!(
+                    "the adapter's cooperative-matrix kernel gave wrong results in xpu's \
+                     self-check ({dtype} {m}x{k}x{n}: max |coop - tiled| = {worst:e}, first \
+                     values {:?} vs {:?}); the tiled kernels are used instead",
+                    &coop[..3],
+                    &tiled[..3]
+                )));
+            }
+        }
+        Ok(Ok(()))
+    };
+    match check() {
+        Ok(v) => v,
+        Err(e) => Err(format!(
+            "the adapter's cooperative-matrix kernel failed in xpu's self-check: {e}; the tiled \
+             kernels are used instead"
+        )),
+    }
+}
