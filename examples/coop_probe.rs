@@ -1,6 +1,8 @@
 //! Probes the cooperative-matrix matmul kernels on the adapter at hand: prints what the driver
 //! reports, runs the forced `MatmulKernel::CoopMatrix` path for each float dtype on a small
 //! product and compares it with the Cpu, and prints wgpu's warnings and errors as they come.
+//! With `XPU_COOP_CHECK=0` the self-check is skipped (so a failing kernel's numbers show), and
+//! `XPU_COOP16_VARIANT=N` selects the f16 kernel's diagnostic variant bits.
 //! `cargo run --release --example coop_probe`
 
 use xpu::{DType, Device, MatmulKernel, Tensor};
@@ -43,6 +45,10 @@ fn main() -> xpu::Result<()> {
                 .and_then(|t| t.to_dtype(DType::F32)?.to_vec::<f32>());
             let sync = xpu::synchronize();
             match got {
+                Ok(v) if m == 16 && dtype == DType::F16 => {
+                    // The whole 16x16 result, for working out what a broken driver computed.
+                    println!("{dtype} 16x16x16 got {v:?}\nwant {want:?}");
+                }
                 Ok(v) => {
                     let err = v
                         .iter()

@@ -16,6 +16,8 @@
 // rounded to f16, so only F16 operands are exact; the selector sends only F16 here.
 // GEGLU: within each 64-column slot the first 32 virtual columns are h and the last 32 the gate g
 // of the same 32 output columns, so one subgroup holds both halves of its outputs.
+// VARIANT bits are diagnostics for drivers under investigation (examples/coop_probe): bit 0
+// loads zero accumulators from memory instead of using a null constant, bit 1 skips the products.
 // Epilogue: each accumulator tile (and its gate tile) goes through the subgroup's 512 f32 of
 // `coop_c`, and the subgroup's lanes finish column pairs with the shared fused epilogue.
 
@@ -111,17 +113,27 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         let ar = (cs / 2u) * 32u;
         let bc = (cs % 2u) * 64u;
         var c00 = coop_mat16x16<f32, C>();
-        var c01 = coop_mat16x16<f32, C>();
-        var c02 = coop_mat16x16<f32, C>();
-        var c03 = coop_mat16x16<f32, C>();
-        var c10 = coop_mat16x16<f32, C>();
-        var c11 = coop_mat16x16<f32, C>();
-        var c12 = coop_mat16x16<f32, C>();
-        var c13 = coop_mat16x16<f32, C>();
+        if ((VARIANT & 1u) != 0u) {
+            // Diagnostic: zero accumulators loaded from memory instead of a null constant.
+            for (var e = lid; e < 4096u; e = e + 256u) {
+                coop_c[e] = 0.0;
+            }
+            workgroupBarrier();
+            c00 = coopLoadT<coop_mat16x16<f32, C>>(&coop_c[cs * 512u], 16u);
+            workgroupBarrier();
+        }
+        var c01 = c00;
+        var c02 = c00;
+        var c03 = c00;
+        var c10 = c00;
+        var c11 = c00;
+        var c12 = c00;
+        var c13 = c00;
         for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
             coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
             workgroupBarrier();
-            for (var kk = 0u; kk < 32u; kk = kk + 16u) {
+            // Diagnostic VARIANT bit 1: no products (the output must be the epilogue of zeros).
+            for (var kk = 0u; kk < select(32u, 0u, (VARIANT & 2u) != 0u); kk = kk + 16u) {
                 let a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA + kk], CA);
                 let a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[(ar + 16u) * CA + kk], CA);
                 let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc], CB);

@@ -129,7 +129,7 @@ pub fn shader_sources() -> Vec<(&'static str, String)> {
 #[doc(hidden)]
 pub fn compile_wgsl(source: &str) -> Result<()> {
     let ctx = xpu::ctx()?;
-    xpu::pipelines::compile_module(&ctx.device, "user.wgsl", source).map(drop)
+    xpu::pipelines::compile_module(&ctx.device, "user.wgsl", source, false).map(drop)
 }
 
 /// The README's example, compiled and run as a doctest.

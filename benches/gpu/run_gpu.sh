@@ -41,7 +41,11 @@ for phase in "$@"; do
       ;;
     probe)
       timeout 60 .devbin/coop_probe >"$OUT/probe.txt" 2>&1
-      cat "$OUT/probe.txt"
+      for v in 0 1 2 3; do
+        echo "=== XPU_COOP_CHECK=0 XPU_COOP16_VARIANT=$v" >>"$OUT/probe.txt"
+        XPU_COOP_CHECK=0 XPU_COOP16_VARIANT=$v timeout 60 .devbin/coop_probe >>"$OUT/probe.txt" 2>&1
+      done
+      grep -E "^(===|f16)" "$OUT/probe.txt" | cut -c1-300
       ;;
     tests)
       ls .devbin/test-* | grep -v '\.log$' | xargs -P 4 -I{} sh -c \

@@ -125,17 +125,32 @@ pub fn dtype_code(dtype: DType) -> u32 {
 }
 
 /// Compiles a WGSL module inside a validation error scope (the path every shader takes).
+/// `ours`: the source is one of this crate's shaders (see the loop-bounding note below); other
+/// WGSL keeps every runtime check.
 pub(crate) fn compile_module(
     device: &wgpu::Device,
     file: &'static str,
     source: &str,
+    ours: bool,
 ) -> Result<wgpu::ShaderModule> {
     let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+    // Bounds checks stay on. The forced loop bounding (a counter added to every loop against
+    // infinite loops) is dropped: every loop in shaders/ runs to a bound taken from the dispatch
+    // params or a constant, and the counter sat in every inner product loop.
+    // `XPU_SHADER_LOOP_BOUNDING=1` keeps it (for comparison and diagnosis).
+    let checks = wgpu::ShaderRuntimeChecks {
+        force_loop_bounding: !ours
+            || std::env::var_os("XPU_SHADER_LOOP_BOUNDING").is_some_and(|v| v == "1"),
+        ..wgpu::ShaderRuntimeChecks::checked()
+    };
+    let desc = wgpu::ShaderModuleDescriptor {
         label: Some(file),
         source: wgpu::ShaderSource::Wgsl(source.into()),
-    });
+    };
+    // SAFETY: `checks` keeps bounds and division checks; loop bounding is off only for this
+    // crate's shaders, none of which has a loop without a finite bound (see above).
+    let module = unsafe { device.create_shader_module_trusted(desc, checks) };
     let errors = [
         pollster::block_on(scope.pop()),
         pollster::block_on(internal.pop()),
@@ -189,7 +204,7 @@ impl PipelineCache {
             match modules.get(&key.shader) {
                 Some(m) => m.clone(),
                 None => {
-                    let m = compile_module(device, key.shader.file(), &key.shader.source())?;
+                    let m = compile_module(device, key.shader.file(), &key.shader.source(), true)?;
                     modules.insert(key.shader, m.clone());
                     m
                 }

@@ -266,7 +266,11 @@ impl XpuStorage {
             dt_in: self.dtype,
             dt_out: ep.out_dtype,
             workgroup: 256,
-            variant: u32::from(geo.entry == "mm_gemv" && b_col_major),
+            variant: if engine == Engine::Coop16 {
+                super::coop_check::coop16_variant()
+            } else {
+                u32::from(geo.entry == "mm_gemv" && b_col_major)
+            },
         };
         let bindings = self.bindings(rhs, ep);
         self.per_batch_chunk(ep.op, pr.batch, |first, count| {
