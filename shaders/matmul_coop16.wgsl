@@ -17,7 +17,9 @@
 // GEGLU: within each 64-column slot the first 32 virtual columns are h and the last 32 the gate g
 // of the same 32 output columns, so one subgroup holds both halves of its outputs.
 // VARIANT bits are diagnostics for drivers under investigation (examples/coop_probe): bit 0
-// loads zero accumulators from memory instead of using a null constant, bit 1 skips the products.
+// loads zero accumulators from memory instead of using a null constant, bit 1 skips the products,
+// bits 2 and 3 replace the A or B tiles by identities (the product then shows the other operand
+// as the driver loaded it).
 // Epilogue: each accumulator tile (and its gate tile) goes through the subgroup's 512 f32 of
 // `coop_c`, and the subgroup's lanes finish column pairs with the shared fused epilogue.
 
@@ -56,7 +58,10 @@ fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: b
         if (full || (row0 + r < dim_m() && k0 + kk < dim_k())) {
             v = load0(ab + (row0 + r) * ars + (k0 + kk) * acs);
         }
-        coop_a[r * CA + kk] = f16(v);
+        // Diagnostic VARIANT bit 2: A tiles replaced by identities (the product shows B as
+        // the driver loaded it).
+        let eye_a = f16(select(0.0, 1.0, r % 16u == kk && kk < 16u));
+        coop_a[r * CA + kk] = select(f16(v), eye_a, (VARIANT & 4u) != 0u);
     }
     let brs = p(37u);
     let bcs = p(38u);
@@ -69,7 +74,9 @@ fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: b
         if (full || (pc.y != 0u && k0 + kk < dim_k())) {
             v = load1(bb + (k0 + kk) * brs + pc.x * bcs);
         }
-        coop_b[kk * CB + jj] = f16(v);
+        // Diagnostic VARIANT bit 3: B tiles replaced by identities (the product shows A).
+        let eye_b = f16(select(0.0, 1.0, jj % 16u == kk && kk < 16u));
+        coop_b[kk * CB + jj] = select(f16(v), eye_b, (VARIANT & 8u) != 0u);
     }
 }
 

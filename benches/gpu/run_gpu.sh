@@ -41,7 +41,7 @@ for phase in "$@"; do
       ;;
     probe)
       timeout 60 .devbin/coop_probe >"$OUT/probe.txt" 2>&1
-      for v in 0 1 2 3; do
+      for v in ${COOP_VARIANTS:-0 1 2 3}; do
         echo "=== XPU_COOP_CHECK=0 XPU_COOP16_VARIANT=$v" >>"$OUT/probe.txt"
         XPU_COOP_CHECK=0 XPU_COOP16_VARIANT=$v timeout 60 .devbin/coop_probe >>"$OUT/probe.txt" 2>&1
       done
