@@ -47,7 +47,9 @@ fn main() -> xpu::Result<()> {
             match got {
                 Ok(v) if m == 16 && dtype == DType::F16 => {
                     // The whole 16x16 result, for working out what a broken driver computed.
+                    let (a, b) = (x.to_dtype(DType::F32)?, w.to_dtype(DType::F32)?);
                     println!("{dtype} 16x16x16 got {v:?}\nwant {want:?}");
+                    println!("a {:?}\nb {:?}", a.to_vec::<f32>()?, b.to_vec::<f32>()?);
                 }
                 Ok(v) => {
                     let err = v

@@ -20,6 +20,12 @@
 // loads zero accumulators from memory instead of using a null constant, bit 1 skips the products,
 // bits 2 and 3 replace the A or B tiles by identities (the product then shows the other operand
 // as the driver loaded it).
+// Workgroup layout: every workgroup variable is an array whose size is a multiple of 16 bytes, so
+// every tile a cooperative load or store addresses is 16-byte aligned whatever order the driver
+// lays the variables out in. On the H100 a 4-byte `u32` workgroup scalar (the pass count) put the
+// arrays 4 bytes off alignment, and the driver's cooperative loads and stores then addressed 4
+// bytes before the intended element (an exact fit of the probe's output: A, B and C all shifted by
+// -4 bytes, while plain loads and stores were right), so the products came out shifted.
 // Epilogue: each accumulator tile (and its gate tile) goes through the subgroup's 512 f32 of
 // `coop_c`, and the subgroup's lanes finish column pairs with the shared fused epilogue.
 
@@ -32,7 +38,6 @@ const CB: u32 = 136u;
 var<workgroup> coop_a: array<f16, 5120>;
 var<workgroup> coop_b: array<f16, 4352>;
 var<workgroup> coop_c: array<f32, 4096>;
-var<workgroup> coop_passes: u32;
 
 // Output column and whether it is inside N for virtual column jj of column tile `tile`.
 fn coop_col(tile: u32, jj: u32) -> vec2<u32> {
@@ -106,10 +111,12 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     let row0 = wid.y * 128u;
     let rows_full = row0 + 128u <= dim_m();
     let cf = cols_full(wid.x, 128u);
+    // The pass count goes through coop_c's last element (no scalar workgroup variable: see the
+    // layout note at the top).
     if (lid == 0u) {
-        coop_passes = (8u + nsg - 1u) / nsg;
+        coop_c[4095] = f32((8u + nsg - 1u) / nsg);
     }
-    let passes = workgroupUniformLoad(&coop_passes);
+    let passes = u32(workgroupUniformLoad(&coop_c[4095]));
     let g = is_geglu();
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;

@@ -246,4 +246,26 @@ mod tests {
         assert!(glsl450_memory_model(&[0; 3]).is_err());
         assert!(glsl450_memory_model(&[0x0723_0203, 0, 0, 0, 0, 0]).is_err());
     }
+
+    /// Every workgroup variable of the cooperative modules is a whole number of 16-byte lines,
+    /// so the tiles cooperative loads and stores address stay aligned in any variable order
+    /// (a 4-byte scalar shifted every tile address by -4 bytes on the H100's driver).
+    #[test]
+    fn coop_workgroup_variables_keep_16_byte_alignment() {
+        for id in [ShaderId::MatmulCoop, ShaderId::MatmulCoop16] {
+            let source = id.source();
+            let module = naga::front::wgsl::parse_str(&source).unwrap();
+            let mut layouter = naga::proc::Layouter::default();
+            layouter.update(module.to_ctx()).unwrap();
+            let mut seen = 0;
+            for (_, var) in module.global_variables.iter() {
+                if var.space == naga::AddressSpace::WorkGroup {
+                    let size = layouter[var.ty].size;
+                    assert_eq!(size % 16, 0, "{:?}: {:?} is {size} bytes", id, var.name);
+                    seen += 1;
+                }
+            }
+            assert!(seen > 0, "{id:?} declares no workgroup memory");
+        }
+    }
 }
