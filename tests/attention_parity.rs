@@ -162,6 +162,17 @@ fn cpu_fallback_matches_materialised_reference() {
     with_simd_level(SimdLevel::Fallback, || check_cpu_reference(&CASES[..6]));
 }
 
+/// The AVX2 kernels (the default on CPUs without AVX-512, forced here so AVX-512 machines test
+/// them too), masks included.
+#[test]
+fn cpu_avx2_matches_materialised_reference() {
+    use xpu::cpu::{with_simd_level, SimdLevel};
+    with_simd_level(SimdLevel::Avx2, || {
+        check_cpu_reference(&CASES);
+        check_masks(Device::Cpu);
+    });
+}
+
 /// Boolean and additive masks with broadcasting, incl. fully masked rows (zeros) and an
 /// explicit scale.
 fn check_masks(device: Device) {

@@ -29,6 +29,8 @@ mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_kernel;
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod operands;
 mod portable;
@@ -113,6 +115,12 @@ fn tile(level: SimdLevel, t: &Tile, st: &mut State) {
         // SAFETY: `Avx512` is only reported when the CPU has AVX-512F/DQ and FMA
         // (`Kernels::new` clamps to the hardware); `fits` checked the slice lengths.
         return unsafe { avx512::tile(t, st) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx2 {
+        // SAFETY: `Avx2` is only reported when the CPU has AVX2 and FMA (`Kernels::new`
+        // clamps to the hardware); `fits` checked the slice lengths.
+        return unsafe { avx2::tile(t, st) };
     }
     let _ = level;
     portable::tile(t, st);

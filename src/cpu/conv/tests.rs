@@ -120,7 +120,7 @@ fn channel_slice_input(g: &ConvGeom, seed: u64) -> (Vec<f32>, Vec<f32>, Layout) 
 #[test]
 fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
     let cases = cases();
-    let mut paths = vec![GemmPath::Fallback];
+    let mut paths = vec![GemmPath::Fallback, GemmPath::Avx2];
     if gemm::gemm_path(DType::F32) == GemmPath::Avx512 {
         paths.push(GemmPath::Avx512);
     }

@@ -274,9 +274,9 @@ pub enum Bf16Method {
     Amx,
     /// AVX512_BF16 dot products (`vdpbf16ps`).
     DotProduct,
-    /// bf16 widened to f32 while packing, AVX-512 FMA kernel.
+    /// bf16 widened to f32 while packing, the f32 FMA kernel (AVX-512 or AVX2).
     Widen,
-    /// Portable Rust kernels (forced fallback or no AVX-512).
+    /// Portable Rust kernels (forced fallback, or no AVX-512 nor AVX2).
     Portable,
 }
 
@@ -285,7 +285,7 @@ impl std::fmt::Display for Bf16Method {
         f.write_str(match self {
             Bf16Method::Amx => "amx (tdpbf16ps tiles)",
             Bf16Method::DotProduct => "avx512 vdpbf16ps",
-            Bf16Method::Widen => "avx512 fma (bf16 widened to f32)",
+            Bf16Method::Widen => "f32 fma kernel (bf16 widened to f32)",
             Bf16Method::Portable => "portable",
         })
     }

@@ -177,6 +177,20 @@ impl<R: RowSource> Kernel for Gather<'_, R, super::avx512::AvxF32<'_, f32>> {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+impl<R: RowSource> Kernel for Gather<'_, R, super::avx2::Avx2F32<'_, f32>> {
+    type PA = f32;
+    type PB = f32;
+    const MR: usize = super::avx2::MR;
+    const B_STATIONARY: bool = true;
+    fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [f32]) {
+        pack_gathered::<R, { super::avx2::MR }>(self.src, row0, rows, (u0, u1), dst, false);
+    }
+    unsafe fn tile(&self, kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &driver::EpCtx) {
+        self.tile.tile(kcu, a, b, t, ep);
+    }
+}
+
 /// `C (m × N) = epilogue(A @ B)` with A (`m × K`) gathered from `src` and B prepacked (f32
 /// layout), on `path` (callers pass [`super::gemm_path`]`(DType::F32)`; tests force either).
 /// Validates C, the bias and the residual like the plain entry points.
@@ -199,6 +213,13 @@ pub(crate) fn gemm_gather<R: RowSource>(
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(tile) = super::avx512::AvxF32::new(none) {
+            driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx);
+            return Ok(());
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if path != GemmPath::Fallback {
+        if let Some(tile) = super::avx2::Avx2F32::new(none) {
             driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx);
             return Ok(());
         }

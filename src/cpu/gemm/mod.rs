@@ -11,9 +11,11 @@
 //!   panics on bad input.
 //! - Paths: [`GemmPath::Avx512`] (14×32 f32 FMA kernel; for bf16 Intel AMX tiles when the CPU
 //!   and OS allow them, else `vdpbf16ps` or widening, see [`bf16_method`]; f16 widened with
-//!   F16C while packing) and [`GemmPath::Fallback`] (portable Rust over the same packed layouts).
-//!   The path is chosen per call from the CPU features, `XPU_CPU_SIMD=fallback` (read once) and
-//!   [`set_gemm_override`]; a path the CPU cannot run silently degrades to the fallback.
+//!   F16C while packing), [`GemmPath::Avx2`] (6×32 f32 FMA kernel for CPUs without AVX-512;
+//!   bf16 and f16 widened while packing) and [`GemmPath::Fallback`] (portable Rust over the same
+//!   packed layouts). The path is chosen per call from the CPU features, `XPU_CPU_SIMD`
+//!   (`fallback` or `avx2`, read once) and [`set_gemm_override`]; a path the CPU cannot run
+//!   degrades to the next one down (AVX-512 → AVX2 → fallback).
 //! - Packed B layouts do not depend on the path, so a [`PackedB`] works under any path.
 //! - Small products run on the calling thread; larger ones split over rayon's pool.
 
@@ -23,6 +25,8 @@ mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_gather;
 mod amx_pack;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
@@ -65,6 +69,9 @@ use std::sync::OnceLock;
 pub enum GemmPath {
     /// AVX-512 microkernels (x86-64 with AVX-512F; AVX512_BF16 for bf16).
     Avx512,
+    /// The AVX2 + FMA microkernel (x86-64 with AVX2, FMA and F16C; every float dtype widened
+    /// to f32 while packing).
+    Avx2,
     /// Portable Rust kernels (always available).
     Fallback,
 }
@@ -72,36 +79,52 @@ pub enum GemmPath {
 static OVERRIDE: AtomicU8 = AtomicU8::new(0);
 
 /// Forces every later GEMM call (process-wide) onto `path`, or restores automatic selection
-/// with `None`. Forcing [`GemmPath::Avx512`] on a CPU without it still runs the fallback.
+/// with `None`. A forced path the CPU cannot run degrades to the next one down (AVX-512 →
+/// AVX2 → fallback).
 pub fn set_gemm_override(path: Option<GemmPath>) {
     let v = match path {
         None => 0,
         Some(GemmPath::Avx512) => 1,
         Some(GemmPath::Fallback) => 2,
+        Some(GemmPath::Avx2) => 3,
     };
     OVERRIDE.store(v, Ordering::Relaxed);
 }
 
-fn env_fallback() -> bool {
-    static ENV: OnceLock<bool> = OnceLock::new();
+/// `XPU_CPU_SIMD` as a path cap: `fallback` or `avx2` (read once; anything else: no cap).
+fn env_cap() -> Option<GemmPath> {
+    static ENV: OnceLock<Option<GemmPath>> = OnceLock::new();
     *ENV.get_or_init(|| {
-        std::env::var("XPU_CPU_SIMD").is_ok_and(|v| v.trim().eq_ignore_ascii_case("fallback"))
+        let v = std::env::var("XPU_CPU_SIMD").ok()?;
+        match v.trim().to_ascii_lowercase().as_str() {
+            "fallback" => Some(GemmPath::Fallback),
+            "avx2" => Some(GemmPath::Avx2),
+            _ => None,
+        }
     })
 }
 
-fn simd_available(dtype: DType) -> bool {
+/// True under `XPU_CPU_SIMD=fallback`.
+fn env_fallback() -> bool {
+    env_cap() == Some(GemmPath::Fallback)
+}
+
+/// True when the CPU can run `path`'s kernels for `dtype` inputs.
+fn path_available(path: GemmPath, dtype: DType) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        match dtype {
-            DType::F32 | DType::F16 => avx512::has_avx512(),
-            DType::BF16 => avx512::has_avx512_bf16(),
+        match (path, dtype) {
+            (GemmPath::Fallback, _) => true,
+            (GemmPath::Avx512, DType::F32 | DType::F16) => avx512::has_avx512(),
+            (GemmPath::Avx512, DType::BF16) => avx512::has_avx512(),
+            (GemmPath::Avx2, DType::F32 | DType::F16 | DType::BF16) => avx2::has_avx2(),
             _ => false,
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = dtype;
-        false
+        path == GemmPath::Fallback
     }
 }
 
@@ -110,14 +133,16 @@ pub fn gemm_path(dtype: DType) -> GemmPath {
     let wanted = match OVERRIDE.load(Ordering::Relaxed) {
         1 => GemmPath::Avx512,
         2 => GemmPath::Fallback,
-        _ if env_fallback() => GemmPath::Fallback,
-        _ => GemmPath::Avx512,
+        3 => GemmPath::Avx2,
+        _ => env_cap().unwrap_or(GemmPath::Avx512),
     };
-    if wanted == GemmPath::Avx512 && simd_available(dtype) {
-        GemmPath::Avx512
-    } else {
-        GemmPath::Fallback
-    }
+    let order = [GemmPath::Avx512, GemmPath::Avx2, GemmPath::Fallback];
+    let from = order.iter().position(|&p| p == wanted).unwrap_or(0);
+    order[from..]
+        .iter()
+        .copied()
+        .find(|&p| path_available(p, dtype))
+        .unwrap_or(GemmPath::Fallback)
 }
 
 /// Runs the kernels of one element type over an already packed B.
@@ -149,6 +174,12 @@ fn run_f32_like<S: ToF32>(
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(k) = avx512::AvxF32::new(a) {
+            return driver::run(&k, a.rows, view, c, ldc, ep);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if path != GemmPath::Fallback {
+        if let Some(k) = avx2::Avx2F32::new(a) {
             return driver::run(&k, a.rows, view, c, ldc, ep);
         }
     }

@@ -3,8 +3,9 @@
 //! Invariants: each probe runs `threads` OS threads (not the rayon pool) concurrently for about
 //! 100 ms of tight loops over 24 independent accumulator chains, and reports total flops over
 //! the wall time of the whole run. Flop counts: an f32 FMA on 16 lanes is 32 flops; a
-//! `vdpbf16ps` is 16 lanes × 2 pair-products × 2 = 64 flops. Without the instruction set the
-//! probes measure a portable scalar loop (FMA) or return 0 (bf16).
+//! `vdpbf16ps` is 16 lanes × 2 pair-products × 2 = 64 flops. Without AVX-512 the FMA probe runs
+//! 12 chains of 8-lane AVX2 FMAs (16 flops each), without AVX2 a portable loop; the bf16
+//! probes return 0 without their instructions.
 
 use super::layout::PackKind;
 use std::time::{Duration, Instant};
@@ -72,6 +73,34 @@ mod x86 {
         (iters * CHAINS * 32) as f64
     }
 
+    /// # Safety
+    /// avx2 and fma must be available.
+    pub(super) unsafe fn fma256_block() -> f64 {
+        fma256_iters(ITERS)
+    }
+
+    /// `iters` rounds of 12 independent 8-lane FMA chains (AVX2 has 16 registers); returns
+    /// the flops done.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn fma256_iters(iters: usize) -> f64 {
+        let x = _mm256_set1_ps(black_box(0.999_999));
+        let y = _mm256_set1_ps(black_box(1e-7));
+        let mut acc = [_mm256_set1_ps(black_box(1.0)); CHAINS / 2];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm256_fmadd_ps(*a, x, y);
+            }
+        }
+        let s = acc
+            .iter()
+            .fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a));
+        let mut lanes = [0f32; 8];
+        // SAFETY: lanes holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), s) };
+        black_box(lanes);
+        (iters * CHAINS / 2 * 16) as f64
+    }
+
     /// `iters` rounds of 24 independent `vdpbf16ps` chains; returns the flops done.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(super) fn bf16_iters(iters: usize) -> f64 {
@@ -105,12 +134,18 @@ fn portable_block() -> f64 {
 }
 
 /// Peak f32 FMA throughput in GFLOP/s with `threads` threads: independent `_mm512_fmadd_ps`
-/// chains (or a portable multiply-add loop without AVX-512) for about 100 ms.
+/// chains, `_mm256_fmadd_ps` chains on CPUs with AVX2 but no AVX-512, or a portable
+/// multiply-add loop, for about 100 ms.
 pub fn measure_fma_peak_gflops(threads: usize) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
         // SAFETY: the feature was just detected.
         return probe(threads, || unsafe { x86::fma_block() });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the features were just detected.
+        return probe(threads, || unsafe { x86::fma256_block() });
     }
     probe(threads, portable_block)
 }

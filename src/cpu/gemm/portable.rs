@@ -78,11 +78,12 @@ impl Kernel for PortBf16<'_> {
     }
 }
 
-/// Stores a tile with the epilogue, one element at a time.
+/// Stores a tile of `M` accumulator rows with the epilogue, one element at a time (also the
+/// AVX2 kernel's store: the epilogue is a small part of a tile's time there).
 ///
 /// # Safety
 /// As [`Kernel::tile`].
-unsafe fn store(acc: &[[f32; NR]; PMR], t: &Tile, ep: &EpCtx) {
+pub(crate) unsafe fn store<const M: usize>(acc: &[[f32; NR]; M], t: &Tile, ep: &EpCtx) {
     for (r, accr) in acc.iter().enumerate().take(t.mr) {
         let row = t.row0 + r;
         for j in 0..t.nr {

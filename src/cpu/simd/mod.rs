@@ -4,14 +4,17 @@
 //! - Every kernel takes plain slices and processes the common prefix of its arguments
 //!   (`min` of the lengths); none of them panics or reads/writes outside its slices.
 //! - The AVX-512 path is only ever selected when the CPU reports `avx512f`, `avx512bw`,
-//!   `avx512dq`, `avx512vl`, `fma` and `f16c`; an override asking for AVX-512 on other hardware
-//!   silently falls back to the portable path (that is what keeps the `unsafe` calls sound).
+//!   `avx512dq`, `avx512vl`, `fma` and `f16c`, the AVX2 level when it reports `avx2`, `fma` and
+//!   `f16c`; an override asking for more than the hardware has gets the best level below it
+//!   (that is what keeps the `unsafe` calls sound). At the AVX2 level the slice kernels here
+//!   run the portable code; the GEMM, convolution and attention have AVX2 kernels.
 //! - Both paths implement the same semantics: the scalar references `UnaryOp::apply` /
 //!   `BinaryOp::apply` rounded to `f32` within a few ulps (transcendentals ~1e-6 relative or
 //!   1e-6 absolute near zero). Reductions accumulate sums in `f64`; max/min propagate NaN.
 //! - The level is chosen per call by [`simd_level`]: a scoped thread-local override
 //!   ([`with_simd_level`]) wins over the global one ([`set_simd_override`]), which wins over the
-//!   `XPU_CPU_SIMD` environment variable (`fallback` forces the portable path), read once.
+//!   `XPU_CPU_SIMD` environment variable (`fallback` forces the portable path, `avx2` caps at
+//!   AVX2), read once.
 //!   Multi-threaded callers resolve the level once on the calling thread ([`Kernels::current`])
 //!   and hand the [`Kernels`] value to their workers.
 
@@ -34,6 +37,10 @@ use std::sync::OnceLock;
 pub enum SimdLevel {
     /// Portable Rust (scalar or compiler auto-vectorised), available everywhere.
     Fallback,
+    /// AVX2 + FMA (x86-64 without AVX-512: AMD Zen 1–3, older Intel). The GEMM, convolution
+    /// and attention kernels have AVX2 versions; the slice kernels here run the portable code
+    /// compiled for AVX2.
+    Avx2,
     /// Hand-written AVX-512 kernels (x86-64 with AVX-512F/BW/DQ/VL, FMA and F16C).
     Avx512,
 }
@@ -51,6 +58,7 @@ fn encode(level: Option<SimdLevel>) -> u8 {
         None => 0,
         Some(SimdLevel::Fallback) => 1,
         Some(SimdLevel::Avx512) => 2,
+        Some(SimdLevel::Avx2) => 3,
     }
 }
 
@@ -58,6 +66,7 @@ fn decode(v: u8) -> Option<SimdLevel> {
     match v {
         1 => Some(SimdLevel::Fallback),
         2 => Some(SimdLevel::Avx512),
+        3 => Some(SimdLevel::Avx2),
         _ => None,
     }
 }
@@ -76,6 +85,12 @@ pub fn hardware_simd_level() -> SimdLevel {
             {
                 return SimdLevel::Avx512;
             }
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
+                return SimdLevel::Avx2;
+            }
         }
         SimdLevel::Fallback
     })
@@ -83,25 +98,22 @@ pub fn hardware_simd_level() -> SimdLevel {
 
 fn env_default_level() -> SimdLevel {
     *ENV_DEFAULT.get_or_init(|| {
-        let forced = std::env::var("XPU_CPU_SIMD")
-            .map(|v| {
-                matches!(
-                    v.to_ascii_lowercase().as_str(),
-                    "fallback" | "scalar" | "none" | "off"
-                )
-            })
-            .unwrap_or(false);
-        if forced {
-            SimdLevel::Fallback
-        } else {
-            hardware_simd_level()
+        let v = std::env::var("XPU_CPU_SIMD").unwrap_or_default();
+        match v.trim().to_ascii_lowercase().as_str() {
+            "fallback" | "scalar" | "none" | "off" => SimdLevel::Fallback,
+            "avx2" => clamp_to_hardware(SimdLevel::Avx2),
+            _ => hardware_simd_level(),
         }
     })
 }
 
+/// `level`, or the best level below it that the hardware has (AVX-512 → AVX2 → fallback).
 fn clamp_to_hardware(level: SimdLevel) -> SimdLevel {
     match (level, hardware_simd_level()) {
         (SimdLevel::Avx512, SimdLevel::Avx512) => SimdLevel::Avx512,
+        (SimdLevel::Avx512 | SimdLevel::Avx2, SimdLevel::Avx512 | SimdLevel::Avx2) => {
+            SimdLevel::Avx2
+        }
         _ => SimdLevel::Fallback,
     }
 }
@@ -116,8 +128,8 @@ pub fn simd_level() -> SimdLevel {
     clamp_to_hardware(requested)
 }
 
-/// Sets (or with `None` clears) the process-wide level override. Asking for
-/// [`SimdLevel::Avx512`] on a CPU without it gives the fallback.
+/// Sets (or with `None` clears) the process-wide level override. Asking for a level the CPU
+/// lacks gives the best one below it.
 pub fn set_simd_override(level: Option<SimdLevel>) {
     OVERRIDE.store(encode(level), Ordering::Relaxed);
 }

@@ -297,4 +297,17 @@ fn overrides_select_levels() {
             "this machine has AVX-512; the fast path must be tested"
         );
     }
+    // Every x86-64 machine CI runs on has AVX2: the AVX2 level must be selectable there (also
+    // on AVX-512 machines), so its kernels are tested wherever the suite runs.
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(
+            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"),
+            "this x86-64 machine lacks AVX2/FMA: the AVX2 kernels would go untested"
+        );
+        assert_eq!(
+            with_simd_level(SimdLevel::Avx2, simd_level),
+            SimdLevel::Avx2
+        );
+    }
 }

@@ -18,6 +18,9 @@ pub(crate) const LENGTHS: [usize; 9] = [0, 1, 7, 15, 16, 17, 63, 65, 257];
 /// The SIMD levels to test on this machine.
 pub(crate) fn levels() -> Vec<SimdLevel> {
     let mut v = vec![SimdLevel::Fallback];
+    if matches!(hardware_simd_level(), SimdLevel::Avx2 | SimdLevel::Avx512) {
+        v.push(SimdLevel::Avx2);
+    }
     if hardware_simd_level() == SimdLevel::Avx512 {
         v.push(SimdLevel::Avx512);
     }

@@ -130,7 +130,7 @@ fn zero_sizes_and_k0() {
     assert_eq!(c, vec![5.0; 12]);
     // K = 0: C = beta * C + bias, then activation.
     let bias = [1.0, -2.0, 3.0];
-    for path in [GemmPath::Avx512, GemmPath::Fallback] {
+    for path in [GemmPath::Avx512, GemmPath::Avx2, GemmPath::Fallback] {
         let mut c = vec![2f32; 12];
         let ep = Epilogue::new()
             .with_scale(3.0, 0.5)
@@ -149,6 +149,9 @@ fn zero_sizes_and_k0() {
     }
 }
 
+/// Serialises the tests that set the process-wide path override.
+static OVERRIDE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn public_entry_points_and_override() {
     let mut rng = Rng::new(42);
@@ -157,6 +160,7 @@ fn public_entry_points_and_override() {
     let mut c1 = vec![0f32; 70 * 50];
     let mut c2 = c1.clone();
     gemm_f32(a.view(), b.view(), &mut c1, 50, &Epilogue::default()).expect("gemm");
+    let _guard = OVERRIDE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     set_gemm_override(Some(GemmPath::Fallback));
     assert_eq!(gemm_path(crate::DType::F32), GemmPath::Fallback);
     gemm_f32(a.view(), b.view(), &mut c2, 50, &Epilogue::default()).expect("gemm");
@@ -165,9 +169,32 @@ fn public_entry_points_and_override() {
         assert!((x - y).abs() < 1e-4, "{x} vs {y}");
     }
     #[cfg(target_arch = "x86_64")]
-    if std::env::var("XPU_CPU_SIMD").is_err() && avx512::has_avx512() {
-        assert_eq!(gemm_path(crate::DType::F32), GemmPath::Avx512);
+    if std::env::var("XPU_CPU_SIMD").is_err() {
+        let auto = if avx512::has_avx512() {
+            GemmPath::Avx512
+        } else if avx2::has_avx2() {
+            GemmPath::Avx2
+        } else {
+            GemmPath::Fallback
+        };
+        assert_eq!(gemm_path(crate::DType::F32), auto);
     }
+}
+
+/// Forcing AVX2 runs the AVX2 kernel wherever the CPU has it (every x86-64 CI machine), also on
+/// AVX-512 machines, so its tests never silently run another kernel.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_override_selects_the_avx2_kernel() {
+    assert!(
+        avx2::has_avx2(),
+        "this x86-64 machine lacks AVX2/FMA/F16C: the AVX2 kernel tests would test the fallback"
+    );
+    let _guard = OVERRIDE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    set_gemm_override(Some(GemmPath::Avx2));
+    let paths = [DType::F32, DType::F16, DType::BF16].map(gemm_path);
+    set_gemm_override(None);
+    assert_eq!(paths, [GemmPath::Avx2; 3]);
 }
 
 #[test]

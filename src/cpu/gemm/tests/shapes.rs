@@ -24,6 +24,11 @@ fn f32_all_dims_avx512() {
 }
 
 #[test]
+fn f32_all_dims_avx2() {
+    all_dims(GemmPath::Avx2);
+}
+
+#[test]
 fn f32_all_dims_fallback() {
     all_dims(GemmPath::Fallback);
 }
@@ -126,7 +131,7 @@ fn one_dim_1000() {
 
 #[test]
 fn prepacked_matches_unpacked_bitwise() {
-    for path in [GemmPath::Avx512, GemmPath::Fallback] {
+    for path in [GemmPath::Avx512, GemmPath::Avx2, GemmPath::Fallback] {
         for (m, k, n) in [(17, 600, 65), (129, 63, 129), (1, 1000, 3)] {
             for la in [super::util::Lay::Row, super::util::Lay::Col] {
                 let cs = Case {

@@ -342,6 +342,7 @@ pub(crate) fn both_paths<T: Runner + WithDType>(cs: Case, seed: u64) {
     for &kind in kinds {
         with_bf16_kind(kind, || {
             run_case::<T>(GemmPath::Avx512, cs, seed);
+            run_case::<T>(GemmPath::Avx2, cs, seed);
             run_case::<T>(GemmPath::Fallback, cs, seed);
         });
     }

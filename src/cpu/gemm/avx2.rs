@@ -1,0 +1,131 @@
+//! AVX2 + FMA microkernel for CPUs without AVX-512 (AMD Zen 1–3, Intel Haswell–Alder Lake):
+//! 6×32 f32 tiles over the same packed layouts as every other path.
+//!
+//! Why 6 rows: AVX2 has 16 ymm registers. A 6×16 block (12 accumulators, 2 B vectors, 1 A
+//! broadcast) is the largest that stays in registers; the 32-column B panel is covered in two
+//! passes over the L1-resident A micro-panel, the accumulators parked in a 6×32 stack tile in
+//! between. Per k step a pass does 12 FMAs for 2 B loads and 6 broadcasts, within the two
+//! load ports' reach, so the loop is FMA-bound.
+//!
+//! Invariants: numerics are f32 FMA in k order per output (the same as the AVX-512 kernel, so
+//! results agree with it to the last bit only where no FMA contraction differs: tests compare
+//! against an f64 reference). The kernel is only built through [`Avx2F32::new`], which checks
+//! AVX2, FMA and F16C at run time, so calling its `#[target_feature]` functions is sound. Full
+//! tiles whose store needs no activation, residual, GLU or 16-bit output are stored with
+//! vector code; every other store goes through the portable per-element epilogue
+//! ([`super::portable::store`]), so the epilogue semantics are shared, not re-implemented.
+
+use super::driver::{EpCtx, Kernel, Tile};
+use super::layout::NR;
+use super::pack::{pack_a_f32, ToF32};
+use super::{Activation, MatRef};
+use std::arch::x86_64::*;
+
+/// Rows per AVX2 micro-panel.
+pub(crate) const MR: usize = 6;
+
+/// How far ahead (in f32 values: 32 k steps) the kernel prefetches B, as the AVX-512 kernel.
+const B_PREFETCH: usize = 1024;
+
+/// True when the AVX2 kernel can run (F16C too: f16 operands are widened while packing).
+pub(crate) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// AVX2 f32 kernel with A widened from `S` while packing.
+pub(crate) struct Avx2F32<'a, S> {
+    a: MatRef<'a, S>,
+}
+
+impl<'a, S> Avx2F32<'a, S> {
+    /// The kernel, if this CPU has AVX2, FMA and F16C.
+    pub(crate) fn new(a: MatRef<'a, S>) -> Option<Self> {
+        has_avx2().then_some(Avx2F32 { a })
+    }
+}
+
+impl<S: ToF32> Kernel for Avx2F32<'_, S> {
+    type PA = f32;
+    type PB = f32;
+    const MR: usize = MR;
+    fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [f32]) {
+        pack_a_f32(&self.a, MR, row0, rows, u0, u1, dst);
+    }
+    unsafe fn tile(&self, kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &EpCtx) {
+        tile_f32(kcu, a, b, t, ep);
+    }
+}
+
+/// Multiplies a 6-row A micro-panel by a 32-column B micro-panel and stores the tile.
+///
+/// # Safety
+/// As [`Kernel::tile`]; AVX2 and FMA available.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn tile_f32(kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &EpCtx) {
+    let mut out = [[0f32; NR]; MR];
+    // Columns 16..32 hold nothing but padding when the tile is at most 16 wide (GLU tiles keep
+    // their gate there, so they always need both halves).
+    let halves = if ep.glu || t.nr > 16 { 2 } else { 1 };
+    for half in 0..halves {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let mut ap = a;
+        let mut bp = b.add(16 * half);
+        for _ in 0..kcu {
+            // Prefetches never fault; past the panel's end they run into the next panel.
+            _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(B_PREFETCH) as *const i8);
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            for (r, accr) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(r));
+                accr[0] = _mm256_fmadd_ps(av, b0, accr[0]);
+                accr[1] = _mm256_fmadd_ps(av, b1, accr[1]);
+            }
+            ap = ap.add(MR);
+            bp = bp.add(NR);
+        }
+        for (row, accr) in out.iter_mut().zip(&acc) {
+            _mm256_storeu_ps(row.as_mut_ptr().add(16 * half), accr[0]);
+            _mm256_storeu_ps(row.as_mut_ptr().add(16 * half + 8), accr[1]);
+        }
+    }
+    if !store_plain(&out, t, ep) {
+        super::portable::store::<MR>(&out, t, ep);
+    }
+}
+
+/// Vector store of a full tile when the epilogue is at most alpha/beta and a bias; false (and
+/// nothing written) otherwise.
+///
+/// # Safety
+/// As [`tile_f32`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn store_plain(out: &[[f32; NR]; MR], t: &Tile, ep: &EpCtx) -> bool {
+    let plain_last = ep.act == Activation::None && ep.residual.is_none() && ep.out16.is_none();
+    if t.mr != MR || t.nr != NR || ep.glu || (t.last && !plain_last) {
+        return false;
+    }
+    let alpha = _mm256_set1_ps(ep.alpha);
+    let beta = _mm256_set1_ps(ep.beta);
+    let bias = match ep.bias {
+        Some(b) if t.last => Some(b[t.col0..t.col0 + NR].as_ptr()),
+        _ => None,
+    };
+    for (r, row) in out.iter().enumerate() {
+        let cp = t.c.add(r * t.ldc);
+        for j in (0..NR).step_by(8) {
+            let mut v = _mm256_mul_ps(alpha, _mm256_loadu_ps(row.as_ptr().add(j)));
+            if !t.first {
+                v = _mm256_add_ps(v, _mm256_loadu_ps(cp.add(j)));
+            } else if ep.beta != 0.0 {
+                v = _mm256_add_ps(v, _mm256_mul_ps(beta, _mm256_loadu_ps(cp.add(j))));
+            }
+            if let Some(bp) = bias {
+                v = _mm256_add_ps(v, _mm256_loadu_ps(bp.add(j)));
+            }
+            _mm256_storeu_ps(cp.add(j), v);
+        }
+    }
+    true
+}
