@@ -11,14 +11,13 @@
 //! results agree with it to the last bit only where no FMA contraction differs: tests compare
 //! against an f64 reference). The kernel is only built through [`Avx2F32::new`], which checks
 //! AVX2, FMA and F16C at run time, so calling its `#[target_feature]` functions is sound. Full
-//! tiles whose store needs no activation, residual, GLU or 16-bit output are stored with
-//! vector code; every other store goes through the portable per-element epilogue
-//! ([`super::portable::store`]), so the epilogue semantics are shared, not re-implemented.
+//! tiles are stored with the vector epilogue of [`super::avx2_ep`]; edge tiles go through the
+//! portable per-element epilogue ([`super::portable::store`]), whose semantics it mirrors.
 
 use super::driver::{EpCtx, Kernel, Tile};
 use super::layout::NR;
 use super::pack::{pack_a_f32, ToF32};
-use super::{Activation, MatRef};
+use super::MatRef;
 use std::arch::x86_64::*;
 
 /// Rows per AVX2 micro-panel.
@@ -90,42 +89,7 @@ pub(crate) unsafe fn tile_f32(kcu: usize, a: *const f32, b: *const f32, t: &Tile
             _mm256_storeu_ps(row.as_mut_ptr().add(16 * half + 8), accr[1]);
         }
     }
-    if !store_plain(&out, t, ep) {
+    if !super::avx2_ep::store(&out, t, ep) {
         super::portable::store::<MR>(&out, t, ep);
     }
-}
-
-/// Vector store of a full tile when the epilogue is at most alpha/beta and a bias; false (and
-/// nothing written) otherwise.
-///
-/// # Safety
-/// As [`tile_f32`].
-#[target_feature(enable = "avx2,fma")]
-unsafe fn store_plain(out: &[[f32; NR]; MR], t: &Tile, ep: &EpCtx) -> bool {
-    let plain_last = ep.act == Activation::None && ep.residual.is_none() && ep.out16.is_none();
-    if t.mr != MR || t.nr != NR || ep.glu || (t.last && !plain_last) {
-        return false;
-    }
-    let alpha = _mm256_set1_ps(ep.alpha);
-    let beta = _mm256_set1_ps(ep.beta);
-    let bias = match ep.bias {
-        Some(b) if t.last => Some(b[t.col0..t.col0 + NR].as_ptr()),
-        _ => None,
-    };
-    for (r, row) in out.iter().enumerate() {
-        let cp = t.c.add(r * t.ldc);
-        for j in (0..NR).step_by(8) {
-            let mut v = _mm256_mul_ps(alpha, _mm256_loadu_ps(row.as_ptr().add(j)));
-            if !t.first {
-                v = _mm256_add_ps(v, _mm256_loadu_ps(cp.add(j)));
-            } else if ep.beta != 0.0 {
-                v = _mm256_add_ps(v, _mm256_mul_ps(beta, _mm256_loadu_ps(cp.add(j))));
-            }
-            if let Some(bp) = bias {
-                v = _mm256_add_ps(v, _mm256_loadu_ps(bp.add(j)));
-            }
-            _mm256_storeu_ps(cp.add(j), v);
-        }
-    }
-    true
 }
