@@ -73,6 +73,8 @@ pub(crate) trait Kernel: Sync {
     type PB: bytemuck::Pod + Sync;
     /// Rows per micro-panel.
     const MR: usize;
+    /// B micro-panels per L2-resident B sub-block (see [`NB_PANELS`]).
+    const NB_PANELS: usize = NB_PANELS;
     /// Loop order inside a task: `false` keeps each A micro-panel in L1 while B micro-panels
     /// stream past it; `true` keeps each B micro-panel in L1 while the A block streams.
     const B_STATIONARY: bool = false;
@@ -251,7 +253,7 @@ fn run_task<K: Kernel>(
                 }
                 continue;
             }
-            let nbp = NB_PANELS;
+            let nbp = K::NB_PANELS;
             // B sub-block (kcu x 32*nbp) stays in L2; each A micro-panel stays in L1 while it
             // sweeps the sub-block's B micro-panels.
             let mut qb = q0;
