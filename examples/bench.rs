@@ -617,11 +617,14 @@ fn run(o: &Opts) -> xpu::Result<()> {
                         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
                         format!(
                             ", f32 FMA peak {p:.1} GFLOP/s, bf16 dot-product peak {:.1} GFLOP/s, \
-                             AMX bf16 peak {:.1} GFLOP/s{}; CPU bf16 GEMM path: {}",
+                             AMX bf16 peak {:.1} GFLOP/s{}; CPU f32 GEMM path: {:?}, SIMD level: \
+                             {:?}, bf16 GEMM path: {}",
                             xpu::cpu::gemm::measure_bf16_dp_peak_gflops(threads),
                             xpu::cpu::gemm::measure_amx_peak_gflops(threads),
                             xpu::cpu::gemm::amx_unavailable_reason()
                                 .map_or(String::new(), |why| format!(" (no AMX: {why})")),
+                            xpu::cpu::gemm::gemm_path(DType::F32),
+                            xpu::cpu::simd_level(),
                             xpu::cpu::gemm::bf16_method()
                         )
                     }
