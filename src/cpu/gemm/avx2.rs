@@ -63,8 +63,8 @@ impl<S: ToF32> Kernel for Avx2F32<'_, S> {
 /// Multiplies a 6-row A micro-panel by a 32-column B micro-panel and stores the tile.
 ///
 /// # Safety
-/// As [`Kernel::tile`]; AVX2 and FMA available.
-#[target_feature(enable = "avx2,fma")]
+/// As [`Kernel::tile`]; AVX2, FMA and F16C available.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_f32(kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &EpCtx) {
     let mut out = [[0f32; NR]; MR];
     // Columns 16..32 hold nothing but padding when the tile is at most 16 wide (GLU tiles keep

@@ -8,15 +8,16 @@
 //! here; the semantics are the portable store's ([`super::portable::store`]): C is read only
 //! when accumulating a later K block or when `beta != 0`, GLU tiles are `(alpha·h + bias) ·
 //! act(alpha·g + gate bias)` and never read C, the residual is added after the activation, and
-//! a 16-bit output takes the last K block's values through [`Out16::put`] (the library's
-//! rounding), never C. Activations mirror the AVX-512 epilogue: `exp` by range reduction and a
+//! a 16-bit output takes the last K block's values rounded to nearest even (bit for bit as
+//! [`Out16::put`] and the AVX-512 store; bf16 NaNs made quiet), never C. 16-bit residuals are
+//! widened exactly. Activations mirror the AVX-512 epilogue: `exp` by range reduction and a
 //! degree-7 polynomial (rel. err. ~2e-7), `erf` by Abramowitz–Stegun 7.1.26 (abs. err. 1.5e-7),
 //! exact divisions.
 
 use super::avx2::MR;
 use super::driver::{EpCtx, Tile};
 use super::layout::NR;
-use super::{Activation, Residual};
+use super::{Activation, Half, Out16, Residual};
 use std::arch::x86_64::*;
 
 #[inline]
@@ -113,13 +114,24 @@ fn act_ps(act: Activation, x: __m256) -> __m256 {
 /// # Safety
 /// The residual was validated against the output shape and the columns are inside it.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn residual(res: &Residual, row: usize, col: usize) -> __m256 {
-    if let Residual::F32(m) = res {
-        if m.col_stride == 1 {
+    match res {
+        Residual::F32(m) if m.col_stride == 1 => {
             let p = m.data.as_ptr().add(m.offset + row * m.row_stride + col);
             return _mm256_loadu_ps(p);
         }
+        Residual::Half(m, kind) if m.col_stride == 1 => {
+            let p = m.data.as_ptr().add(m.offset + row * m.row_stride + col);
+            let bits = _mm_loadu_si128(p as *const __m128i);
+            return match kind {
+                Half::Bf16 => {
+                    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bits)))
+                }
+                Half::F16 => _mm256_cvtph_ps(bits),
+            };
+        }
+        _ => {}
     }
     let mut tmp = [0f32; 8];
     for (j, t) in tmp.iter_mut().enumerate() {
@@ -141,25 +153,45 @@ unsafe fn bias(ep: &EpCtx, col: usize) -> __m256 {
     }
 }
 
+/// Rounds 8 values to nearest even 16-bit floats (bf16: NaN made quiet, as the library's
+/// narrowing conversions and the AVX-512 store) and writes them at (`row`, `col..col + 8`).
+///
+/// # Safety
+/// The entry points validated `o` for every element of the tile.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store16(o: &Out16, row: usize, col: usize, v: __m256) {
+    let dst = o.ptr.add(row * o.ld + col) as *mut __m128i;
+    let packed = match o.kind {
+        Half::Bf16 => {
+            let b = _mm256_castps_si256(v);
+            let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+            let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
+            let r = _mm256_srli_epi32::<16>(_mm256_add_epi32(b, bias));
+            let q = _mm256_or_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(0x40));
+            let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+            let h = _mm256_blendv_epi8(r, q, nan);
+            // Lanes hold values below 2^16: pack the two 128-bit halves without saturation.
+            _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+        }
+        Half::F16 => _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v),
+    };
+    _mm_storeu_si128(dst, packed);
+}
+
 /// Writes the final values of columns `col..col + 8` of tile row `r` (residual added).
 ///
 /// # Safety
 /// As [`store`].
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn put(t: &Tile, ep: &EpCtx, r: usize, j: usize, mut v: __m256) {
     let (row, col) = (t.row0 + r, t.col0 + j);
     if let Some(res) = &ep.residual {
         v = _mm256_add_ps(v, residual(res, row, col));
     }
     match &ep.out16 {
-        Some(o) => {
-            let mut tmp = [0f32; 8];
-            _mm256_storeu_ps(tmp.as_mut_ptr(), v);
-            for (i, &x) in tmp.iter().enumerate() {
-                o.put(row, col + i, x);
-            }
-        }
+        Some(o) => store16(o, row, col, v),
         None => _mm256_storeu_ps(t.c.add(r * t.ldc + j), v),
     }
 }
@@ -169,7 +201,7 @@ unsafe fn put(t: &Tile, ep: &EpCtx, r: usize, j: usize, mut v: __m256) {
 ///
 /// # Safety
 /// As [`super::driver::Kernel::tile`]; AVX2 and FMA available.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn store(out: &[[f32; NR]; MR], t: &Tile, ep: &EpCtx) -> bool {
     let full = if ep.glu { t.nr == 16 } else { t.nr == NR };
     if t.mr != MR || !full {
