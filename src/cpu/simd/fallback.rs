@@ -44,11 +44,13 @@ pub(super) const GELU_TANH_C: f32 = 0.797_884_6;
 /// The cubic coefficient of the GELU-tanh approximation.
 pub(super) const GELU_TANH_A: f32 = 0.044_715;
 
+#[inline(always)]
 fn horner(c: &[f32], u: f32) -> f32 {
     c.iter().rev().fold(0.0, |acc, &k| acc * u + k)
 }
 
 /// `1/(1+e^-x)` without overflow: `e = exp(-|x|)` never exceeds 1.
+#[inline(always)]
 pub(super) fn sigmoid(x: f32) -> f32 {
     let e = (-x.abs()).exp();
     let r = 1.0 / (1.0 + e);
@@ -61,6 +63,7 @@ pub(super) fn sigmoid(x: f32) -> f32 {
 
 /// Exact-erf GELU, `0.5 x (1 + erf(x/sqrt 2))`, computed through `erfc` for `|x| >= sqrt 2` so
 /// that negative inputs keep their relative accuracy.
+#[inline(always)]
 pub(super) fn gelu_erf(x: f32) -> f32 {
     let z = x * std::f32::consts::FRAC_1_SQRT_2;
     let a = z.abs();
@@ -80,6 +83,7 @@ pub(super) fn gelu_erf(x: f32) -> f32 {
 }
 
 /// Tanh-approximated GELU, `0.5 x (1 + tanh(u)) = x * sigmoid(2u)` (no cancellation for x < 0).
+#[inline(always)]
 pub(super) fn gelu_tanh(x: f32) -> f32 {
     let u = GELU_TANH_C * x * (1.0 + GELU_TANH_A * x * x);
     x * sigmoid(2.0 * u)
@@ -87,6 +91,7 @@ pub(super) fn gelu_tanh(x: f32) -> f32 {
 
 /// `max` propagating NaN (PyTorch's `maximum`/`clamp`/`relu`), spelled out because `f32::max`
 /// ignores NaN.
+#[inline(always)]
 fn maxnum(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
@@ -98,6 +103,7 @@ fn maxnum(a: f32, b: f32) -> f32 {
 }
 
 /// `min` propagating NaN.
+#[inline(always)]
 fn minnum(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
@@ -108,6 +114,7 @@ fn minnum(a: f32, b: f32) -> f32 {
     }
 }
 
+#[inline(always)]
 fn map(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = f(s);
@@ -115,6 +122,7 @@ fn map(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32) {
 }
 
 /// `dst[i] = op(src[i])`.
+#[inline(always)]
 pub(crate) fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     match op {
         UnaryOp::Neg => map(src, dst, |x| -x),
@@ -171,11 +179,13 @@ macro_rules! binary_loop {
 }
 
 /// `dst[i] = op(a[i], b[i])`.
+#[inline(always)]
 pub(crate) fn binary(op: BinaryOp, a: &[f32], b: &[f32], dst: &mut [f32]) {
     binary_loop!(op, |x, y| *x, *y, dst, dst.iter_mut().zip(a.iter().zip(b)))
 }
 
 /// `dst[i] = op(a[i], s)`.
+#[inline(always)]
 pub(crate) fn binary_scalar_rhs(op: BinaryOp, a: &[f32], s: f32, dst: &mut [f32]) {
     binary_loop!(
         op,
@@ -187,6 +197,7 @@ pub(crate) fn binary_scalar_rhs(op: BinaryOp, a: &[f32], s: f32, dst: &mut [f32]
 }
 
 /// `dst[i] = op(s, b[i])`.
+#[inline(always)]
 pub(crate) fn binary_scalar_lhs(op: BinaryOp, s: f32, b: &[f32], dst: &mut [f32]) {
     binary_loop!(
         op,
@@ -198,6 +209,7 @@ pub(crate) fn binary_scalar_lhs(op: BinaryOp, s: f32, b: &[f32], dst: &mut [f32]
 }
 
 /// Sum in `f64` with eight independent accumulators.
+#[inline(always)]
 pub(crate) fn sum(x: &[f32]) -> f64 {
     let mut acc = [0f64; 8];
     let mut chunks = x.chunks_exact(8);
@@ -211,6 +223,7 @@ pub(crate) fn sum(x: &[f32]) -> f64 {
 }
 
 /// NaN-propagating maximum.
+#[inline(always)]
 pub(crate) fn max(x: &[f32]) -> f32 {
     let mut m = f32::NEG_INFINITY;
     for &v in x {
@@ -225,6 +238,7 @@ pub(crate) fn max(x: &[f32]) -> f32 {
 }
 
 /// NaN-propagating minimum.
+#[inline(always)]
 pub(crate) fn min(x: &[f32]) -> f32 {
     let mut m = f32::INFINITY;
     for &v in x {
@@ -239,6 +253,7 @@ pub(crate) fn min(x: &[f32]) -> f32 {
 }
 
 /// First index of the maximum (first NaN wins).
+#[inline(always)]
 pub(crate) fn argmax(x: &[f32]) -> Option<usize> {
     let mut best = (0usize, *x.first()?);
     for (i, &v) in x.iter().enumerate() {
@@ -253,6 +268,7 @@ pub(crate) fn argmax(x: &[f32]) -> Option<usize> {
 }
 
 /// First index of the minimum (first NaN wins).
+#[inline(always)]
 pub(crate) fn argmin(x: &[f32]) -> Option<usize> {
     let mut best = (0usize, *x.first()?);
     for (i, &v) in x.iter().enumerate() {
@@ -267,6 +283,7 @@ pub(crate) fn argmin(x: &[f32]) -> Option<usize> {
 }
 
 /// `acc[i] += x[i]` in `f64`.
+#[inline(always)]
 pub(crate) fn add_assign_f64(acc: &mut [f64], x: &[f32]) {
     for (a, &v) in acc.iter_mut().zip(x) {
         *a += f64::from(v);
@@ -274,6 +291,7 @@ pub(crate) fn add_assign_f64(acc: &mut [f64], x: &[f32]) {
 }
 
 /// NaN-propagating elementwise maximum into `acc`.
+#[inline(always)]
 pub(crate) fn max_assign(acc: &mut [f32], x: &[f32]) {
     for (a, &v) in acc.iter_mut().zip(x) {
         if v > *a || v.is_nan() {
@@ -283,6 +301,7 @@ pub(crate) fn max_assign(acc: &mut [f32], x: &[f32]) {
 }
 
 /// NaN-propagating elementwise minimum into `acc`.
+#[inline(always)]
 pub(crate) fn min_assign(acc: &mut [f32], x: &[f32]) {
     for (a, &v) in acc.iter_mut().zip(x) {
         if v < *a || v.is_nan() {
@@ -292,6 +311,7 @@ pub(crate) fn min_assign(acc: &mut [f32], x: &[f32]) {
 }
 
 /// Stable softmax of one row (sum in `f64`).
+#[inline(always)]
 pub(crate) fn softmax_row(src: &[f32], dst: &mut [f32]) {
     let m = max(src);
     let mut s = 0f64;
@@ -307,6 +327,7 @@ pub(crate) fn softmax_row(src: &[f32], dst: &mut [f32]) {
 }
 
 /// Exact `f16 -> f32`.
+#[inline(always)]
 pub(crate) fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d = s.to_f32();
@@ -314,6 +335,7 @@ pub(crate) fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
 }
 
 /// `f32 -> f16`, round to nearest even.
+#[inline(always)]
 pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = f16::from_f32(s);
@@ -321,6 +343,7 @@ pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
 }
 
 /// Exact `bf16 -> f32`.
+#[inline(always)]
 pub(crate) fn bf16_to_f32(src: &[bf16], dst: &mut [f32]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d = f32::from_bits(u32::from(s.to_bits()) << 16);
@@ -328,6 +351,7 @@ pub(crate) fn bf16_to_f32(src: &[bf16], dst: &mut [f32]) {
 }
 
 /// `f32 -> bf16`, round to nearest even.
+#[inline(always)]
 pub(crate) fn f32_to_bf16(src: &[f32], dst: &mut [bf16]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = bf16_from_f32_rne(s);
@@ -336,6 +360,7 @@ pub(crate) fn f32_to_bf16(src: &[f32], dst: &mut [bf16]) {
 
 /// Portable matmul tile (bounds already checked by the caller; safe indexing anyway).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn matmul_tile(
     a: &[f32],
     (rsa, csa): (usize, usize),

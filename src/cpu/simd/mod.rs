@@ -7,7 +7,8 @@
 //!   `avx512dq`, `avx512vl`, `fma` and `f16c`, the AVX2 level when it reports `avx2`, `fma` and
 //!   `f16c`; an override asking for more than the hardware has gets the best level below it
 //!   (that is what keeps the `unsafe` calls sound). At the AVX2 level the slice kernels here
-//!   run the portable code; the GEMM, convolution and attention have AVX2 kernels.
+//!   run the portable code compiled for AVX2 ([`avx2`]); the GEMM, convolution and attention
+//!   have hand-written AVX2 kernels.
 //! - Both paths implement the same semantics: the scalar references `UnaryOp::apply` /
 //!   `BinaryOp::apply` rounded to `f32` within a few ulps (transcendentals ~1e-6 relative or
 //!   1e-6 absolute near zero). Reductions accumulate sums in `f64`; max/min propagate NaN.
@@ -18,6 +19,8 @@
 //!   Multi-threaded callers resolve the level once on the calling thread ([`Kernels::current`])
 //!   and hand the [`Kernels`] value to their workers.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
@@ -163,6 +166,11 @@ macro_rules! dispatch {
                 // avx512 module enables (see `clamp_to_hardware`).
                 #[allow(unused_unsafe)]
                 return unsafe { avx512::$name($($arg),*) };
+            }
+            if $self.level == SimdLevel::Avx2 {
+                // SAFETY: `level` is Avx2 only when the CPU has AVX2, FMA and F16C (see
+                // `clamp_to_hardware`).
+                return unsafe { avx2::$name($($arg),*) };
             }
         }
         fallback::$name($($arg),*)
@@ -406,6 +414,7 @@ pub fn f32_to_bf16(src: &[f32], dst: &mut [bf16]) {
 
 /// Scalar `f32 -> bf16` with round-to-nearest-even, NaN made quiet (bit-identical to
 /// `half::bf16::from_f32`).
+#[inline(always)]
 pub fn bf16_from_f32_rne(x: f32) -> bf16 {
     let b = x.to_bits();
     if x.is_nan() {
