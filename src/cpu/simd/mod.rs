@@ -7,7 +7,7 @@
 //!   `avx512dq`, `avx512vl`, `fma` and `f16c`, the AVX2 level when it reports `avx2`, `fma` and
 //!   `f16c`; an override asking for more than the hardware has gets the best level below it
 //!   (that is what keeps the `unsafe` calls sound). At the AVX2 level the slice kernels here
-//!   run the portable code compiled for AVX2 ([`avx2`]); the GEMM, convolution and attention
+//!   run the portable code compiled for AVX2 (`simd/avx2.rs`); the GEMM, convolution and attention
 //!   have hand-written AVX2 kernels.
 //! - Both paths implement the same semantics: the scalar references `UnaryOp::apply` /
 //!   `BinaryOp::apply` rounded to `f32` within a few ulps (transcendentals ~1e-6 relative or
