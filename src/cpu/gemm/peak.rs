@@ -186,7 +186,7 @@ thread_local! {
 /// [`PackKind::Bf16`] runs `vdpbf16ps`, [`PackKind::F32`] widens bf16 to f32 while packing and
 /// runs the FMA kernel.
 ///
-/// Chosen once per process: [`PackKind::F32`] under `XPU_CPU_SIMD=fallback`; else
+/// Chosen once per process: [`PackKind::F32`] under `XPU_CPU_SIMD=fallback` or `avx2`; else
 /// `XPU_CPU_BF16=dot|widen` if set; else (default, or `XPU_CPU_BF16=amx`) [`PackKind::Amx`]
 /// when AMX is usable; else widen when the CPU lacks AVX512_BF16, else a ~1 ms calibration
 /// comparing the two instructions' flop rates (on the Sapphire Rapids this was written on
@@ -199,7 +199,9 @@ pub(crate) fn bf16_kind() -> PackKind {
     }
     static KIND: std::sync::OnceLock<PackKind> = std::sync::OnceLock::new();
     *KIND.get_or_init(|| {
-        if super::env_fallback() {
+        // The portable and AVX2 paths have no bf16 pair kernels: widen (under
+        // `XPU_CPU_SIMD=avx2` an AMX or `vdpbf16ps` layout would only meet the portable kernel).
+        if super::env_fallback() || super::env_cap() == Some(super::GemmPath::Avx2) {
             return PackKind::F32;
         }
         match std::env::var("XPU_CPU_BF16").as_deref().map(str::trim) {
