@@ -82,6 +82,15 @@ fn pack_gathered<R: RowSource, const MR: usize>(
             // `out` holds MR * len >= MR * done values; AVX-512F was detected by the caller.
             unsafe { pack_run_avx(&rp, len / 16, out.as_mut_ptr()) };
         }
+        #[cfg(target_arch = "x86_64")]
+        if simd && MR == super::avx2::MR && len >= 8 {
+            let mut rp = [std::ptr::null::<R::Elem>(); super::avx2::MR];
+            rp.copy_from_slice(&ptrs[..super::avx2::MR]);
+            done = len / 8 * 8;
+            // SAFETY: as above; `out` holds MR * len >= MR * done values; the AVX2 kernel
+            // (whose packing passes `simd`) is only built where AVX2 and F16C were detected.
+            unsafe { pack_run_avx2(&rp, len / 8, out.as_mut_ptr()) };
+        }
         let _ = simd;
         for u in done..len {
             for (r, p) in ptrs.iter().enumerate() {
@@ -110,6 +119,80 @@ fn prefetch_rows<S>(ptrs: &[*const S]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = ptrs;
+}
+
+/// Packs `chunks` 8-unit chunks of 6 rows (one run per row) through 8×8 transposes (two zero
+/// rows), for the AVX2 kernel.
+///
+/// # Safety
+/// Every pointer is readable for `8 * chunks` elements; `dst` is writable for `8 * chunks * 6`
+/// values; AVX2 and F16C are available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn pack_run_avx2<S: ToF32>(
+    ptrs: &[*const S; super::avx2::MR],
+    chunks: usize,
+    dst: *mut f32,
+) {
+    use super::pack::SrcKind;
+    use std::arch::x86_64::*;
+    const MR: usize = super::avx2::MR;
+    let load8 = |p: *const S| match S::KIND {
+        SrcKind::F32 => _mm256_loadu_ps(p as *const f32),
+        SrcKind::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+        SrcKind::Bf16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+            _mm_loadu_si128(p as *const __m128i),
+        ))),
+    };
+    let es = std::mem::size_of::<S>();
+    for ch in 0..chunks {
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (v, &p) in r.iter_mut().zip(ptrs) {
+            _mm_prefetch::<_MM_HINT_T0>(
+                (p as *const u8).wrapping_add((ch + 8) * 8 * es) as *const i8
+            );
+            *v = load8(p.add(ch * 8));
+        }
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let z = _mm256_setzero_ps();
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, z);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, z);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, z);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, z);
+        // Column j of the chunk: rows 0..6 of unit j (lanes 6, 7 zero).
+        let cols = [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ];
+        let out = dst.add(ch * 8 * MR);
+        // Each 8-wide store spills two zeros into the next unit's slots, which that unit's
+        // store (or the next chunk's) overwrites; the very last unit is stored as 4 + 2.
+        let last = ch + 1 == chunks;
+        for (j, c) in cols.iter().enumerate() {
+            if last && j == 7 {
+                _mm_storeu_ps(out.add(j * MR), _mm256_castps256_ps128(*c));
+                let hi = _mm256_extractf128_ps::<1>(*c);
+                _mm_storel_pd(out.add(j * MR + 4) as *mut f64, _mm_castps_pd(hi));
+            } else {
+                _mm256_storeu_ps(out.add(j * MR), *c);
+            }
+        }
+    }
 }
 
 /// Packs `chunks` 16-unit chunks of 14 rows (one run per row) through 16×16 transposes,
@@ -184,7 +267,7 @@ impl<R: RowSource> Kernel for Gather<'_, R, super::avx2::Avx2F32<'_, f32>> {
     const MR: usize = super::avx2::MR;
     const B_STATIONARY: bool = true;
     fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [f32]) {
-        pack_gathered::<R, { super::avx2::MR }>(self.src, row0, rows, (u0, u1), dst, false);
+        pack_gathered::<R, { super::avx2::MR }>(self.src, row0, rows, (u0, u1), dst, true);
     }
     unsafe fn tile(&self, kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &driver::EpCtx) {
         self.tile.tile(kcu, a, b, t, ep);
