@@ -7,6 +7,18 @@
 //! between. Per k step a pass does 12 FMAs for 2 B loads and 6 broadcasts, within the two
 //! load ports' reach, so the loop is FMA-bound.
 //!
+//! Measured on a Zen 3 VM (probes `speed_kernel_f32_avx2`, `speed_avx2_b_layouts`, GFLOP per
+//! CPU-second of one core, ~93 nominal peak): the bare 6×16 k loop runs at 90–99 on
+//! L1/L2-resident panels whether B's two 16-lane halves are interleaved (the shared layout) or
+//! stored one after the other, except when B micro-panels stream from L2 past one A panel
+//! (interleaved 77–90, split 91–96): a gain too small and too noisy to give up the one-layout
+//! invariant of [`super::layout`] for. The B-stationary loop order (the convolution's) was
+//! slower for plain products in interleaved bench runs (4096³: 104–116 against 125–152
+//! GFLOP/s), so this kernel keeps the A-stationary order. The tile writes its stack
+//! accumulators without clearing them first and prefetches C, the residual and 16-bit output
+//! lines before the k loop (the store's share of an SD 1.5 f32 step fell from 5.8% to 3.5% in
+//! `perf`).
+//!
 //! Invariants: numerics are f32 FMA in k order per output (the same as the AVX-512 kernel, so
 //! results agree with it to the last bit only where no FMA contraction differs: tests compare
 //! against an f64 reference). The kernel is only built through [`Avx2F32::new`], which checks
@@ -66,10 +78,22 @@ impl<S: ToF32> Kernel for Avx2F32<'_, S> {
 /// As [`Kernel::tile`]; AVX2, FMA and F16C available.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_f32(kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &EpCtx) {
-    let mut out = [[0f32; NR]; MR];
+    // C (read on later K blocks, written on every one) and the last block's residual and
+    // 16-bit output lines are usually cold: the store at the end would stall on them.
+    super::avx512_ep::prefetch_c(t, ep);
+    // Every lane is written below (by a pass, or zeroed when the second pass is skipped), so
+    // the stack tile is not cleared first (a 768-byte memset per tile).
+    let mut out = std::mem::MaybeUninit::<[[f32; NR]; MR]>::uninit();
+    let rows = out.as_mut_ptr() as *mut f32;
     // Columns 16..32 hold nothing but padding when the tile is at most 16 wide (GLU tiles keep
     // their gate there, so they always need both halves).
     let halves = if ep.glu || t.nr > 16 { 2 } else { 1 };
+    if halves == 1 {
+        for r in 0..MR {
+            _mm256_storeu_ps(rows.add(r * NR + 16), _mm256_setzero_ps());
+            _mm256_storeu_ps(rows.add(r * NR + 24), _mm256_setzero_ps());
+        }
+    }
     for half in 0..halves {
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let mut ap = a;
@@ -87,12 +111,14 @@ pub(crate) unsafe fn tile_f32(kcu: usize, a: *const f32, b: *const f32, t: &Tile
             ap = ap.add(MR);
             bp = bp.add(NR);
         }
-        for (row, accr) in out.iter_mut().zip(&acc) {
-            _mm256_storeu_ps(row.as_mut_ptr().add(16 * half), accr[0]);
-            _mm256_storeu_ps(row.as_mut_ptr().add(16 * half + 8), accr[1]);
+        for (r, accr) in acc.iter().enumerate() {
+            _mm256_storeu_ps(rows.add(r * NR + 16 * half), accr[0]);
+            _mm256_storeu_ps(rows.add(r * NR + 16 * half + 8), accr[1]);
         }
     }
-    if !super::avx2_ep::store(&out, t, ep) {
-        super::portable::store::<MR>(&out, t, ep);
+    // SAFETY: all MR × NR lanes were written above.
+    let out = out.assume_init_ref();
+    if !super::avx2_ep::store(out, t, ep) {
+        super::portable::store::<MR>(out, t, ep);
     }
 }

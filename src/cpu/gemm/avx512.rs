@@ -130,30 +130,6 @@ impl Kernel for AvxBf16<'_> {
     }
 }
 
-/// Starts pulling the tile's C lines (and on the last K block its 16-bit output lines) towards
-/// L1 so the store at the end does not stall.
-#[inline(always)]
-fn prefetch_c(t: &Tile, ep: &EpCtx) {
-    if t.last {
-        if let Some(o) = &ep.out16 {
-            super::avx512_ep::prefetch_out16(o, t);
-        }
-        super::avx512_ep::prefetch_residual(ep, t);
-    }
-    if t.first && t.last && ep.beta == 0.0 && ep.out16.is_some() {
-        return; // C is neither read nor written: the values go to the 16-bit output
-    }
-    for r in 0..t.mr {
-        let p = t.c.wrapping_add(r * t.ldc) as *const i8;
-        // SAFETY: prefetches never fault.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(127));
-        }
-    }
-}
-
 /// How far ahead (in f32 values: 32 k steps, 4 KiB) the f32 kernel prefetches B. Measured on
 /// this workplace's Sapphire Rapids VM, interleaved best-of runs with prepacked B on 2 threads:
 /// 2048³ 63–71% → 74–82% of the FMA peak, 8192×320×320 58–64% → 68–74%, 512³ 63–65% → 70–72%;
@@ -162,7 +138,7 @@ const B_PREFETCH: usize = 1024;
 
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_f32(kcu: usize, mut a: *const f32, mut b: *const f32, t: &Tile, ep: &EpCtx) {
-    prefetch_c(t, ep);
+    super::avx512_ep::prefetch_c(t, ep);
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     for _ in 0..kcu {
         // B streams from L2 in the A-stationary order (hardware prefetch alone left the loads
@@ -185,7 +161,7 @@ unsafe fn tile_f32(kcu: usize, mut a: *const f32, mut b: *const f32, t: &Tile, e
 
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn tile_bf16(kcu: usize, mut a: *const u32, mut b: *const u32, t: &Tile, ep: &EpCtx) {
-    prefetch_c(t, ep);
+    super::avx512_ep::prefetch_c(t, ep);
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     for _ in 0..kcu {
         let b0: __m512bh = std::mem::transmute(_mm512_loadu_epi32(b as *const i32));

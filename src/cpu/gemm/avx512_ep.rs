@@ -196,6 +196,31 @@ unsafe fn store16(o: &Out16, row: usize, col: usize, mask: __mmask16, v: __m512)
     _mm512_mask_cvtepi32_storeu_epi16(o.ptr.add(row * o.ld + col) as *mut _, mask, h);
 }
 
+/// Starts pulling the tile's C lines (and on the last K block its 16-bit output lines) towards
+/// L1 so the store at the end does not stall. Plain prefetch instructions (SSE), shared by the
+/// AVX-512 and AVX2 kernels.
+#[inline(always)]
+pub(crate) fn prefetch_c(t: &Tile, ep: &EpCtx) {
+    if t.last {
+        if let Some(o) = &ep.out16 {
+            prefetch_out16(o, t);
+        }
+        prefetch_residual(ep, t);
+    }
+    if t.first && t.last && ep.beta == 0.0 && ep.out16.is_some() {
+        return; // C is neither read nor written: the values go to the 16-bit output
+    }
+    for r in 0..t.mr {
+        let p = t.c.wrapping_add(r * t.ldc) as *const i8;
+        // SAFETY: prefetches never fault.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(127));
+        }
+    }
+}
+
 /// Asks for the residual lines the tile's store will read (row-contiguous residuals only), as
 /// [`prefetch_out16`] does for the output. Interleaved probe, prepacked bf16 with a bf16
 /// residual on AMX, 2 threads: 8192×1280×320 851 → 890, 8192×320×320 530 → 569, 2048×640×640

@@ -8,6 +8,8 @@ mod amx;
 mod amx_gather;
 #[cfg(target_arch = "x86_64")]
 mod amx_speed;
+#[cfg(target_arch = "x86_64")]
+mod avx2_layout_probe;
 mod epilogue;
 mod misc;
 #[cfg(target_arch = "x86_64")]

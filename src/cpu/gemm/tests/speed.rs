@@ -4,7 +4,7 @@
 use crate::cpu::gemm::driver::{EpCtx, Kernel, Tile};
 use crate::cpu::gemm::{Activation, MatRef};
 
-fn thread_cpu() -> f64 {
+pub(super) fn thread_cpu() -> f64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
         .and_then(|s| {
