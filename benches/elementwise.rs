@@ -1,5 +1,5 @@
 //! Criterion benchmarks for regressions: elementwise and reduction bandwidth on each device.
-//! `cargo bench --bench elementwise`. The user-facing tool with peaks is `examples/bench.rs`.
+//! `cargo bench --bench elementwise`. The user-facing tool with peaks is `examples/bench/`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use xpu::{DType, Device, Tensor};

@@ -1,5 +1,5 @@
 //! Criterion benchmarks for regressions: matmul on each device, plain and fused, f32 and bf16.
-//! `cargo bench --bench matmul`. The user-facing tool with peaks is `examples/bench.rs`.
+//! `cargo bench --bench matmul`. The user-facing tool with peaks is `examples/bench/`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use xpu::{Activation, DType, Device, Tensor};

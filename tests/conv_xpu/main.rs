@@ -8,13 +8,15 @@
 //! The Xpu result is rounded once from an f32 accumulator, so it must match the f32 reference
 //! to the accumulation-order difference plus one rounding of its dtype.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod errors;
 
 use std::sync::{Mutex, MutexGuard};
 
 use common::{assert_close, eps, randn, values, FLOATS};
 use xpu::ops::conv_xpu::{conv2d_xpu, ConvTile, ConvXpuArgs};
-use xpu::{Activation, Conv2dParams, DType, Device, Error, Tensor};
+use xpu::{Activation, Conv2dParams, DType, Device, Tensor};
 
 /// The Xpu tests of this file run one at a time, so the peak-memory test sees only its own
 /// allocations.
@@ -384,73 +386,6 @@ fn no_im2col_buffer() {
         );
         assert!(extra * 8 < im2col);
     }
-}
-
-#[test]
-fn bad_inputs_are_errors() {
-    if !common::xpu() {
-        return;
-    }
-    let _g = gpu_lock();
-    let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
-    let x = gx(randn(&[1, 4, 6, 6], DType::F32, 1));
-    let w = gx(randn(&[2, 4, 3, 3], DType::F32, 2));
-    let p = Conv2dParams::default();
-    let none = ConvXpuArgs::default();
-    // Cpu operands.
-    let e = conv2d_xpu(&randn(&[1, 4, 6, 6], DType::F32, 1), &w, p, &none).unwrap_err();
-    assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
-    let e = conv2d_xpu(&x, &randn(&[2, 4, 3, 3], DType::F32, 2), p, &none).unwrap_err();
-    assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
-    // Dtypes.
-    let e = conv2d_xpu(&x, &w.to_dtype(DType::F16).unwrap(), p, &none).unwrap_err();
-    assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
-    let xi = x.to_dtype(DType::I32).unwrap();
-    let e = conv2d_xpu(&xi, &w.to_dtype(DType::I32).unwrap(), p, &none).unwrap_err();
-    assert!(matches!(e, Error::UnsupportedDType { .. }), "{e}");
-    // Shapes and parameters.
-    let bad_bias = gx(randn(&[3], DType::F32, 3));
-    let args = ConvXpuArgs {
-        bias: Some(&bad_bias),
-        ..Default::default()
-    };
-    let e = conv2d_xpu(&x, &w, p, &args).unwrap_err();
-    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
-    let bad_res = gx(randn(&[1, 2, 5, 4], DType::F32, 4));
-    let args = ConvXpuArgs {
-        residual: Some(&bad_res),
-        ..Default::default()
-    };
-    let e = conv2d_xpu(&x, &w, p, &args).unwrap_err();
-    assert!(e.to_string().contains("broadcastable"), "{e}");
-    let e = conv2d_xpu(&x, &gx(randn(&[2, 3, 3, 3], DType::F32, 5)), p, &none).unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
-    let e = conv2d_xpu(&x, &gx(randn(&[2, 4, 9, 3], DType::F32, 5)), p, &none).unwrap_err();
-    assert!(e.to_string().contains("does not fit"), "{e}");
-    let e = conv2d_xpu(&x, &w, params(0, 0, 1, 1), &none).unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
-    let x3 = gx(randn(&[4, 6, 6], DType::F32, 6));
-    let e = conv2d_xpu(&x3, &w, p, &none).unwrap_err();
-    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
-    // A broadcast residual ([O, 1, 1]) works.
-    let r = gx(randn(&[2, 1, 1], DType::F32, 7));
-    let args = ConvXpuArgs {
-        residual: Some(&r),
-        ..Default::default()
-    };
-    let got = conv2d_xpu(&x, &w, p, &args).unwrap();
-    let want = f32_cpu(&x)
-        .conv2d(&f32_cpu(&w), None, p)
-        .unwrap()
-        .add(&f32_cpu(&r))
-        .unwrap();
-    assert_close(
-        "broadcast residual",
-        &values(&got),
-        &values(&want),
-        1e-5,
-        1e-5,
-    );
 }
 
 #[test]

@@ -1,0 +1,336 @@
+//! The user's benchmark tool.
+//!
+//! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick]`
+//!
+//! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn`, `attention` (none means all). Prints a
+//! table, or one JSON object per line with `op`, `variant`, `device`, `dtype`, `shape`,
+//! `median_ms`, `gflops` or `gbps`, `peak_fraction`, and for the `attention` family `speedup`
+//! (unfused time / this row's) and `peak_mem_mb` (allocator peak on Xpu, heap peak on Cpu, above
+//! what was in use before). Peaks are measured in the same run: memory bandwidth by a large
+//! copy on each device, and the CPU's FMA rate by a register-only FMA loop.
+
+use std::time::Instant;
+
+use xpu::{DType, Device, Tensor};
+
+mod attention;
+mod families;
+
+use attention::attention;
+use families::{conv, elementwise, ffn, matmul, reduce};
+
+/// A benchmarked closure producing a tensor.
+type Op<'a> = Box<dyn Fn() -> xpu::Result<Tensor> + 'a>;
+
+struct Row {
+    op: String,
+    variant: String,
+    device: Device,
+    dtype: DType,
+    shape: Vec<usize>,
+    median_ms: f64,
+    gflops: Option<f64>,
+    gbps: Option<f64>,
+    peak_fraction: Option<f64>,
+    speedup: Option<f64>,
+    peak_mem_mb: Option<f64>,
+}
+
+// Row constructors take one argument per table column.
+#[allow(clippy::too_many_arguments)]
+impl Row {
+    /// A row measured in GFLOP/s (`peak` in GFLOP/s when known).
+    fn flops(
+        op: &str,
+        variant: &str,
+        device: Device,
+        dtype: DType,
+        shape: Vec<usize>,
+        ms: f64,
+        flops: f64,
+        peak: Option<f64>,
+    ) -> Row {
+        let gflops = flops / (ms / 1e3) / 1e9;
+        Row {
+            op: op.into(),
+            variant: variant.into(),
+            device,
+            dtype,
+            shape,
+            median_ms: ms,
+            gflops: Some(gflops),
+            gbps: None,
+            peak_fraction: peak.map(|p| gflops / p),
+            speedup: None,
+            peak_mem_mb: None,
+        }
+    }
+
+    /// A row measured in GB/s against the device's copy bandwidth.
+    fn bytes(
+        op: &str,
+        variant: &str,
+        device: Device,
+        dtype: DType,
+        shape: Vec<usize>,
+        ms: f64,
+        bytes: f64,
+        peak: f64,
+    ) -> Row {
+        let gbps = bytes / (ms / 1e3) / 1e9;
+        Row {
+            op: op.into(),
+            variant: variant.into(),
+            device,
+            dtype,
+            shape,
+            median_ms: ms,
+            gflops: None,
+            gbps: Some(gbps),
+            peak_fraction: Some(gbps / peak),
+            speedup: None,
+            peak_mem_mb: None,
+        }
+    }
+}
+
+struct Opts {
+    families: Vec<String>,
+    devices: Vec<Device>,
+    dtypes: Vec<DType>,
+    json: bool,
+    quick: bool,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        families: vec![],
+        devices: vec![],
+        dtypes: vec![],
+        json: false,
+        quick: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--json" => o.json = true,
+            "--quick" => o.quick = true,
+            "--device" => o.devices.push(
+                args.next()
+                    .and_then(|d| Device::parse(&d))
+                    .ok_or("--device takes cpu or xpu")?,
+            ),
+            "--dtype" => o.dtypes.push(
+                args.next()
+                    .and_then(|d| DType::parse(&d))
+                    .ok_or("--dtype takes f32, f16 or bf16")?,
+            ),
+            "elementwise" | "reduce" | "matmul" | "conv" | "ffn" | "attention" => {
+                o.families.push(a)
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; families: elementwise reduce matmul conv ffn attention"
+                ))
+            }
+        }
+    }
+    if o.families.is_empty() {
+        o.families = vec![
+            "elementwise".into(),
+            "reduce".into(),
+            "matmul".into(),
+            "conv".into(),
+            "ffn".into(),
+            "attention".into(),
+        ];
+    }
+    if o.devices.is_empty() {
+        o.devices.push(Device::Cpu);
+        if xpu::xpu_available() {
+            o.devices.push(Device::Xpu);
+        }
+    }
+    if o.dtypes.is_empty() {
+        o.dtypes = vec![DType::F32];
+    }
+    Ok(o)
+}
+
+/// Median milliseconds per call of `f` (GPU work is synchronised inside each sample).
+fn time(
+    device: Device,
+    quick: bool,
+    mut f: impl FnMut() -> xpu::Result<Tensor>,
+) -> xpu::Result<f64> {
+    let sync = |t: Tensor| -> xpu::Result<()> {
+        if device == Device::Xpu {
+            drop(t);
+            xpu::synchronize()?;
+        }
+        Ok(())
+    };
+    sync(f()?)?; // warm-up: pipelines compiled, buffers cached
+    let start = Instant::now();
+    sync(f()?)?;
+    let once = start.elapsed().as_secs_f64();
+    let iters = ((0.05 / once.max(1e-6)) as usize).clamp(1, 100);
+    let samples = if quick { 3 } else { 7 };
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        let mut last = None;
+        for _ in 0..iters {
+            last = Some(f()?);
+        }
+        if let Some(t) = last {
+            sync(t)?;
+        }
+        times.push(start.elapsed().as_secs_f64() * 1e3 / iters as f64);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
+}
+
+/// Copy bandwidth of a device in GB/s (bytes read + written), the reference for `gbps` rows.
+fn copy_peak(device: Device, quick: bool) -> xpu::Result<f64> {
+    let n = 1 << 24;
+    let x = Tensor::zeros(&[n], DType::F32, device)?;
+    if device == Device::Cpu {
+        // One copy per core over halves of the buffers, after a first touch of every page.
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+        let src = vec![1.0f32; n];
+        let mut dst = vec![0.0f32; n];
+        let part = n.div_ceil(threads);
+        let copy = |dst: &mut [f32]| {
+            std::thread::scope(|s| {
+                for (d, c) in dst.chunks_mut(part).zip(src.chunks(part)) {
+                    s.spawn(move || d.copy_from_slice(c));
+                }
+            })
+        };
+        copy(&mut dst);
+        let start = Instant::now();
+        for _ in 0..5 {
+            copy(&mut dst);
+            std::hint::black_box(&mut dst);
+        }
+        let s = start.elapsed().as_secs_f64() / 5.0;
+        return Ok(2.0 * 4.0 * n as f64 / s / 1e9);
+    }
+    // Device-to-device buffer copy.
+    let ms = time(device, quick, || x.copy())?;
+    Ok(2.0 * 4.0 * n as f64 / (ms / 1e3) / 1e9)
+}
+
+/// Single-precision FMA peak of this CPU (all cores), from a register-only AVX-512 FMA loop.
+fn cpu_fma_peak() -> f64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    xpu::cpu::gemm::measure_fma_peak_gflops(threads)
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&o) {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(o: &Opts) -> xpu::Result<()> {
+    let mut rows = Vec::new();
+    let fma_peak = if o
+        .families
+        .iter()
+        .any(|f| f == "matmul" || f == "conv" || f == "ffn" || f == "attention")
+    {
+        Some(cpu_fma_peak())
+    } else {
+        None
+    };
+    for &device in &o.devices {
+        let peak_bw = copy_peak(device, o.quick)?;
+        if !o.json {
+            println!(
+                "# {device}: copy bandwidth {peak_bw:.1} GB/s{}",
+                match (device, fma_peak) {
+                    (Device::Cpu, Some(p)) => {
+                        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+                        format!(
+                            ", f32 FMA peak {p:.1} GFLOP/s, bf16 dot-product peak {:.1} GFLOP/s, \
+                             AMX bf16 peak {:.1} GFLOP/s{}; CPU f32 GEMM path: {:?}, SIMD level: \
+                             {:?}, bf16 GEMM path: {}",
+                            xpu::cpu::gemm::measure_bf16_dp_peak_gflops(threads),
+                            xpu::cpu::gemm::measure_amx_peak_gflops(threads),
+                            xpu::cpu::gemm::amx_unavailable_reason()
+                                .map_or(String::new(), |why| format!(" (no AMX: {why})")),
+                            xpu::cpu::gemm::gemm_path(DType::F32),
+                            xpu::cpu::simd_level(),
+                            xpu::cpu::gemm::bf16_method()
+                        )
+                    }
+                    _ => String::new(),
+                }
+            );
+        }
+        let flop_peak = if device == Device::Cpu {
+            fma_peak
+        } else {
+            None
+        };
+        for &dtype in &o.dtypes {
+            for fam in &o.families {
+                match fam.as_str() {
+                    "elementwise" => elementwise(o, device, dtype, peak_bw, &mut rows)?,
+                    "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,
+                    "conv" => conv(o, device, dtype, flop_peak, &mut rows)?,
+                    "ffn" => ffn(o, device, dtype, flop_peak, &mut rows)?,
+                    "attention" => attention(o, device, dtype, flop_peak, &mut rows)?,
+                    _ => matmul(o, device, dtype, flop_peak, &mut rows)?,
+                }
+            }
+        }
+    }
+    for r in &rows {
+        let num = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.4}"));
+        if o.json {
+            println!(
+                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{},\"speedup\":{},\"peak_mem_mb\":{}}}",
+                r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction), num(r.speedup), num(r.peak_mem_mb)
+            );
+        } else {
+            let rate = r
+                .gflops
+                .map(|g| format!("{g:9.1} GFLOP/s"))
+                .or(r.gbps.map(|g| format!("{g:9.1} GB/s   ")))
+                .unwrap_or_default();
+            let frac = r
+                .peak_fraction
+                .map_or(String::new(), |f| format!("{:5.1}% of peak", f * 100.0));
+            let extra = match (r.speedup, r.peak_mem_mb) {
+                (None, None) => String::new(),
+                (s, m) => format!(
+                    "  {:>6} speedup  {:>9} MB peak",
+                    s.map_or("-".into(), |s| format!("{s:.2}x")),
+                    m.map_or("-".into(), |m| format!("{m:.1}"))
+                ),
+            };
+            println!(
+                "{:<20} {:<12} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}{extra}",
+                r.op,
+                r.variant,
+                r.device.to_string(),
+                r.dtype.as_str(),
+                format!("{:?}", r.shape),
+                r.median_ms
+            );
+        }
+    }
+    Ok(())
+}
