@@ -72,6 +72,12 @@ impl<S: ToF32> Kernel for Avx2F32<'_, S> {
     }
 }
 
+/// The accumulators parked between the two passes, on cache lines: each 32-byte vector store
+/// and the store's loads then stay inside one line (a plain array sat 16 bytes off a line, so
+/// every second vector split two).
+#[repr(C, align(64))]
+struct StackTile([[f32; NR]; MR]);
+
 /// Multiplies a 6-row A micro-panel by a 32-column B micro-panel and stores the tile.
 ///
 /// # Safety
@@ -83,7 +89,7 @@ pub(crate) unsafe fn tile_f32(kcu: usize, a: *const f32, b: *const f32, t: &Tile
     super::avx512_ep::prefetch_c(t, ep);
     // Every lane is written below (by a pass, or zeroed when the second pass is skipped), so
     // the stack tile is not cleared first (a 768-byte memset per tile).
-    let mut out = std::mem::MaybeUninit::<[[f32; NR]; MR]>::uninit();
+    let mut out = std::mem::MaybeUninit::<StackTile>::uninit();
     let rows = out.as_mut_ptr() as *mut f32;
     // Columns 16..32 hold nothing but padding when the tile is at most 16 wide (GLU tiles keep
     // their gate there, so they always need both halves).
@@ -117,7 +123,7 @@ pub(crate) unsafe fn tile_f32(kcu: usize, a: *const f32, b: *const f32, t: &Tile
         }
     }
     // SAFETY: all MR × NR lanes were written above.
-    let out = out.assume_init_ref();
+    let out = &out.assume_init_ref().0;
     if !super::avx2_ep::store(out, t, ep) {
         super::portable::store::<MR>(out, t, ep);
     }
