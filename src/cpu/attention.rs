@@ -71,7 +71,8 @@ pub(crate) struct Tile<'a> {
     /// `MR × KB` additive mask in log2 units (`-inf` drops), if any.
     bias: Option<&'a [f32]>,
     d: usize,
-    /// Value columns rounded up to a multiple of 16.
+    /// Value columns rounded up to whole vectors of the tile kernel (a multiple of 8 at the AVX2
+    /// level, of 16 otherwise).
     dvp: usize,
     /// Valid keys in this block (`1..=KB`); the rest are padding.
     valid: usize,
@@ -98,7 +99,7 @@ impl Tile<'_> {
             && self.kt.len() >= self.d * KB
             && self.v.len() >= KB * self.dvp
             && self.bias.is_none_or(|b| b.len() >= MR * KB)
-            && self.dvp.is_multiple_of(16)
+            && self.dvp.is_multiple_of(8)
             && (1..=KB).contains(&self.valid)
             && st.o.len() >= MR * self.dvp
             && st.p.len() >= MR * KB
@@ -111,9 +112,10 @@ fn tile(level: SimdLevel, t: &Tile, st: &mut State) {
         return; // unreachable by construction; never read out of bounds
     }
     #[cfg(target_arch = "x86_64")]
-    if level == SimdLevel::Avx512 {
+    if level == SimdLevel::Avx512 && t.dvp.is_multiple_of(16) {
         // SAFETY: `Avx512` is only reported when the CPU has AVX-512F/DQ and FMA
-        // (`Kernels::new` clamps to the hardware); `fits` checked the slice lengths.
+        // (`Kernels::new` clamps to the hardware); `fits` checked the slice lengths, and the
+        // value columns are whole 16-lane vectors (the padding this level packs).
         return unsafe { avx512::tile(t, st) };
     }
     #[cfg(target_arch = "x86_64")]
@@ -282,7 +284,10 @@ fn attention_float<T: FloatElem>(
         out.fill(T::zeroed());
         return out;
     }
-    let dvp = s.dv.div_ceil(16).max(1) * 16;
+    // Value columns are padded to whole vectors of the tile kernel: 8 lanes for AVX2 (SD's
+    // head dim 40 then costs 40 columns of `P · V` instead of 48), 16 otherwise.
+    let lanes = if k.level() == SimdLevel::Avx2 { 8 } else { 16 };
+    let dvp = s.dv.div_ceil(lanes).max(1) * lanes;
     // Short key sequences (cross-attention) keep little in cache: take bigger tasks.
     let max_tiles = if s.lk <= 2 * KB {
         4 * MAX_TILES_PER_TASK

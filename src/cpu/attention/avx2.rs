@@ -5,7 +5,8 @@
 //! holds only 16 keys (12 accumulators, 2 key vectors, 1 query broadcast), so the scores of a
 //! key block are computed 16 keys at a time straight into the probability scratch `st.p`
 //! (L1 resident: 6 × 64 floats), and the online softmax then runs over that scratch. `P · V`
-//! runs in register blocks of 6 rows × 16 value columns.
+//! runs in register blocks of 6 rows × 16 value columns (a last block of 8 when the head dim
+//! is an odd multiple of 8, e.g. 40: value columns are padded to 8 lanes at this level).
 //!
 //! Invariants: only called when the CPU has AVX2 and FMA (`Kernels::level()` is `Avx2`, see the
 //! caller); every pointer access stays inside the slices of the `Tile` and `State`, whose
@@ -148,31 +149,36 @@ unsafe fn scores(t: &Tile, st: &mut State) -> [f32; MR] {
     alpha
 }
 
-/// `o[:, c0..c0 + 16] = o * alpha + p · v` over the block's valid keys.
+/// `o[:, c0..c0 + 8 NV] = o * alpha + p · v` over the block's valid keys (`NV` vectors of 8
+/// value columns: 2 for whole 16-column chunks, 1 for the last 8 columns of a head dim such as
+/// 40).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn update(t: &Tile, st: &mut State, alpha: &[f32; MR], c0: usize) {
+unsafe fn update<const NV: usize>(t: &Tile, st: &mut State, alpha: &[f32; MR], c0: usize) {
     let (o, p, v) = (st.o.as_mut_ptr(), st.p.as_ptr(), t.v.as_ptr());
     let dvp = t.dvp;
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    let mut acc = [[_mm256_setzero_ps(); NV]; MR];
     if !t.first {
         for (r, row) in acc.iter_mut().enumerate() {
             let a = _mm256_set1_ps(alpha[r]);
             for (h, av) in row.iter_mut().enumerate() {
-                // SAFETY: o holds MR * dvp floats and c0 + 16 <= dvp.
+                // SAFETY: o holds MR * dvp floats and c0 + 8 * NV <= dvp.
                 *av = _mm256_mul_ps(a, _mm256_loadu_ps(o.add(r * dvp + c0 + 8 * h)));
             }
         }
     }
     for j in 0..t.valid {
-        // SAFETY: v holds KB * dvp floats and j < valid <= KB.
-        let b0 = _mm256_loadu_ps(v.add(j * dvp + c0));
-        let b1 = _mm256_loadu_ps(v.add(j * dvp + c0 + 8));
+        let mut b = [_mm256_setzero_ps(); NV];
+        for (h, bv) in b.iter_mut().enumerate() {
+            // SAFETY: v holds KB * dvp floats and j < valid <= KB.
+            *bv = _mm256_loadu_ps(v.add(j * dvp + c0 + 8 * h));
+        }
         for (r, row) in acc.iter_mut().enumerate() {
             // SAFETY: p holds MR * KB floats.
             let a = _mm256_broadcast_ss(&*p.add(r * KB + j));
-            row[0] = _mm256_fmadd_ps(a, b0, row[0]);
-            row[1] = _mm256_fmadd_ps(a, b1, row[1]);
+            for (av, bv) in row.iter_mut().zip(&b) {
+                *av = _mm256_fmadd_ps(a, *bv, *av);
+            }
         }
     }
     for (r, row) in acc.iter().enumerate() {
@@ -189,7 +195,13 @@ unsafe fn update(t: &Tile, st: &mut State, alpha: &[f32; MR], c0: usize) {
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile(t: &Tile, st: &mut State) {
     let alpha = scores(t, st);
-    for c0 in (0..t.dvp).step_by(16) {
-        update(t, st, &alpha, c0);
+    // `fits` guarantees whole 8-lane vectors: 16-column chunks, then at most one of 8.
+    let mut c0 = 0;
+    while c0 + 16 <= t.dvp {
+        update::<2>(t, st, &alpha, c0);
+        c0 += 16;
+    }
+    if c0 < t.dvp {
+        update::<1>(t, st, &alpha, c0);
     }
 }
