@@ -57,6 +57,21 @@ pub(crate) const KB: usize = 64;
 /// `exp2` argument below which the result is exactly 0 (keeps `-inf - m` from making NaN and
 /// the AVX-512 kernel away from subnormal results, which cost a microcode assist).
 const MIN_EXP2: f32 = -125.0;
+/// Degree-7 Taylor coefficients of `2^f = e^{f ln 2}` for `|f| <= 1/2` (relative error < 1e-8
+/// before rounding), shared by the AVX-512 and AVX2 tile kernels' `exp2`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::excessive_precision)]
+const EXP2_SERIES: [f32; 8] = [
+    1.0,
+    std::f32::consts::LN_2,
+    0.240_226_5,
+    0.055_504_11,
+    0.009_618_129,
+    0.001_333_355_8,
+    0.000_154_035_3,
+    0.000_015_252_734,
+];
+
 /// Query tiles per task at most (48 rows: Q, O and one K/V block stay near L1).
 const MAX_TILES_PER_TASK: usize = 8;
 

@@ -20,16 +20,7 @@ const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
 unsafe fn exp2(x: __m512) -> __m512 {
-    const C: [f32; 8] = [
-        1.0,
-        std::f32::consts::LN_2,
-        0.240_226_5,
-        0.055_504_11,
-        0.009_618_129,
-        0.001_333_355_8,
-        0.000_154_035_3,
-        0.000_015_252_734,
-    ];
+    const C: [f32; 8] = super::EXP2_SERIES;
     let lo = _mm512_set1_ps(MIN_EXP2);
     // Not-less-than, unordered: NaN lanes are kept (and stay NaN through max_ps's 2nd operand).
     let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, lo);

@@ -10,7 +10,9 @@
 
 #![allow(clippy::excessive_precision)] // coefficients are quoted as published
 
-use super::fallback::{ERFC_LARGE, ERF_SMALL, GELU_TANH_A, GELU_TANH_C};
+use super::fallback::{
+    ERFC_LARGE, ERF_SMALL, EXP_REDUCED, GELU_TANH_A, GELU_TANH_C, LN2_LO, TANH_SMALL,
+};
 use std::arch::x86_64::*;
 
 const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -73,18 +75,8 @@ pub(super) fn exp(x: __m256) -> __m256 {
     let x = _mm256_max_ps(splat(-104.0), _mm256_min_ps(splat(88.8), x));
     let n = _mm256_round_ps::<RNE>(_mm256_mul_ps(x, splat(std::f32::consts::LOG2_E)));
     let r = _mm256_fnmadd_ps(n, splat(std::f32::consts::LN_2), x);
-    let r = _mm256_fnmadd_ps(n, splat(-1.904_654_3e-9), r);
-    let p = horner(
-        &[
-            5.000_000_120_1e-1,
-            1.666_666_545_9e-1,
-            4.166_579_589_4e-2,
-            8.333_451_907_3e-3,
-            1.398_199_950_7e-3,
-            1.987_569_150_0e-4,
-        ],
-        r,
-    );
+    let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
+    let p = horner(&EXP_REDUCED, r);
     let r2 = _mm256_mul_ps(r, r);
     let p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, splat(1.0)));
     // NaN lanes: n converts to i32::MIN, but p is NaN and stays NaN through the products.
@@ -97,16 +89,7 @@ pub(super) fn exp(x: __m256) -> __m256 {
 pub(super) fn tanh(x: __m256) -> __m256 {
     let a = abs(x);
     let z = _mm256_mul_ps(x, x);
-    let p = horner(
-        &[
-            -3.333_328_194_22e-1,
-            1.333_144_220_36e-1,
-            -5.373_971_555_31e-2,
-            2.063_908_879_54e-2,
-            -5.704_988_727_45e-3,
-        ],
-        z,
-    );
+    let p = horner(&TANH_SMALL, z);
     let small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
     let e = exp(_mm256_add_ps(a, a));
     let one = splat(1.0);

@@ -11,6 +11,33 @@ use super::{bf16_from_f32_rne, MATMUL_NR};
 use crate::ops::kinds::{BinaryOp, UnaryOp};
 use half::{bf16, f16};
 
+/// `(e^r - 1 - r) / r^2` as a polynomial in `r` for `|r| <= ln 2 / 2` (cephes `expf`), shared by
+/// the AVX-512 and AVX2 `exp` (which add the `1 + r` part with one FMA).
+#[cfg(target_arch = "x86_64")]
+pub(super) const EXP_REDUCED: [f32; 6] = [
+    5.000_000_120_1e-1,
+    1.666_666_545_9e-1,
+    4.166_579_589_4e-2,
+    8.333_451_907_3e-3,
+    1.398_199_950_7e-3,
+    1.987_569_150_0e-4,
+];
+
+/// Low part of `ln 2` for the vector `exp`'s two-step range reduction (`LN_2` is the high part).
+#[cfg(target_arch = "x86_64")]
+pub(super) const LN2_LO: f32 = -1.904_654_3e-9;
+
+/// `(tanh(x) - x) / x^3` as a polynomial in `x^2` for `|x| < 0.625` (cephes `tanhf`), shared by
+/// the AVX-512 and AVX2 `tanh`.
+#[cfg(target_arch = "x86_64")]
+pub(super) const TANH_SMALL: [f32; 5] = [
+    -3.333_328_194_22e-1,
+    1.333_144_220_36e-1,
+    -5.373_971_555_31e-2,
+    2.063_908_879_54e-2,
+    -5.704_988_727_45e-3,
+];
+
 /// `erf(z)/z` as a polynomial in `u = 2 z^2 - 1` for `|z| < 1` (Chebyshev fit, rel. err ~3e-8).
 pub(super) const ERF_SMALL: [f32; 7] = [
     9.654_687_643e-1,
