@@ -89,7 +89,7 @@ impl Conv2d {
         )?;
         let packed = match weight.device() {
             Device::Cpu => Some(Arc::new((
-                pack_weight(&weight, g)?,
+                pack_weight(&weight, params, true)?,
                 bias.as_ref().map(f32_vec).transpose()?,
             ))),
             Device::Xpu => None,

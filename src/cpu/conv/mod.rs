@@ -24,9 +24,15 @@ mod tensor;
 #[cfg(test)]
 mod tests;
 mod transpose;
+mod winograd;
+#[cfg(test)]
+mod winograd_tests;
 
 pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight};
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
+pub(crate) use winograd::{
+    suits as winograd_suits, PER_CALL_MIN_PIXELS as WINOGRAD_PER_CALL_MIN_PIXELS,
+};
 
 use super::gemm::{
     self, bf16_method, Activation, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB,
@@ -44,6 +50,8 @@ enum Panels {
     F32(Vec<PackedB<f32>>),
     /// bf16 panels in the AMX layout.
     Amx(Vec<PackedB<bf16>>),
+    /// A 3×3 stride-1 filter bank transformed for Winograd F(2,3) (see [`winograd`]).
+    Winograd(winograd::WinogradWeights),
 }
 
 /// Convolution weights prepacked for the implicit GEMM: per group, B = `[kh·kw·C/G, O/G]`.
@@ -123,11 +131,32 @@ impl PackedConv {
         }))
     }
 
+    /// Transforms a row-major `[O, C, 3, 3]` weight (f32, f16 or bf16 values) for Winograd
+    /// F(2,3); `params` must be stride 1, dilation 1, one group ([`winograd_suits`]).
+    pub(crate) fn new_winograd<S: ToF32>(
+        w: &[S],
+        shape: [usize; 4],
+        params: crate::Conv2dParams,
+    ) -> Result<PackedConv> {
+        let [o, c, kh, kw] = shape;
+        if (kh, kw, params.stride, params.dilation, params.groups) != (3, 3, (1, 1), (1, 1), 1) {
+            return Err(Error::invalid(
+                "conv2d prepack",
+                format!("Winograd needs a 3x3 stride-1 undilated ungrouped layer, got {shape:?} {params:?}"),
+            ));
+        }
+        Ok(PackedConv {
+            shape,
+            groups: 1,
+            panels: Panels::Winograd(winograd::WinogradWeights::new(w, o, c, params)?),
+        })
+    }
+
     /// True when these panels can run a convolution of `dtype` inputs right now (AMX panels:
     /// bf16 inputs with AMX usable on the current GEMM path).
     pub(crate) fn serves(&self, dtype: DType) -> bool {
         match self.panels {
-            Panels::F32(_) => true,
+            Panels::F32(_) | Panels::Winograd(_) => true,
             Panels::Amx(_) => dtype == DType::BF16 && bf16_method() == Bf16Method::Amx,
         }
     }
@@ -279,6 +308,17 @@ fn conv_typed<S: ConvElem>(
     if out.is_empty() {
         return Ok(());
     }
+    if let Panels::Winograd(wg) = &w.panels {
+        return match out16 {
+            None => winograd::conv_winograd(ep.path, data, xl, wg, g, ep, out),
+            Some(o16) => {
+                // `out` is scratch here: final f32 rows, then one rounding to 16 bits.
+                winograd::conv_winograd(ep.path, data, xl, wg, g, ep, out)?;
+                o16.store_rows(out, g.o);
+                Ok(())
+            }
+        };
+    }
     let zeros = vec![S::zeroed(); cg.max(1)];
     // Images run together, or one by one when the residual steps per image.
     let (parts, gp) = match ep.residual_image_stride {
@@ -312,6 +352,12 @@ fn conv_typed<S: ConvElem>(
             let c = &mut out[gi * og..];
             match &w.panels {
                 Panels::F32(p) => gemm::gemm_gather(ep.path, &src, m, &p[gi], c, g.o, &e)?,
+                Panels::Winograd(_) => {
+                    return Err(Error::invalid(
+                        op,
+                        "internal: Winograd weights reached the GEMM loop",
+                    ))
+                }
                 Panels::Amx(p) => {
                     if !S::run_amx(ep.path, &src, m, &p[gi], c, g.o, &e)? {
                         return Err(Error::invalid(

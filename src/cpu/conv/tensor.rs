@@ -10,7 +10,7 @@ use crate::cpu::prepack::residual_of;
 use crate::cpu::CpuStorage;
 use crate::ops::conv::ConvGeom;
 use crate::storage::Storage;
-use crate::{DType, Device, Error, Layout, MemoryFormat, Result, Tensor};
+use crate::{Conv2dParams, DType, Device, Error, Layout, MemoryFormat, Result, Tensor};
 
 /// `act(conv(x, w) + bias) + residual` on the Cpu engine for a validated convolution `g`
 /// (`epilogue` = activation and residual), with `packed` weights and the bias in f32; the
@@ -85,9 +85,16 @@ pub(crate) fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
     t.to_dtype(DType::F32)?.to_vec::<f32>()
 }
 
-/// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for the implicit GEMM:
-/// bf16 weights in the AMX layout when AMX is this process's bf16 method, else f32 panels.
-pub(crate) fn pack_weight(w: &Tensor, groups: usize) -> Result<PackedConv> {
+/// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for `params`: bf16
+/// weights in the AMX layout when AMX is this process's bf16 method; else, with
+/// `allow_winograd`, a 3×3 stride-1 layer that suits it as Winograd F(2,3) points; else f32
+/// panels for the implicit GEMM.
+pub(crate) fn pack_weight(
+    w: &Tensor,
+    params: Conv2dParams,
+    allow_winograd: bool,
+) -> Result<PackedConv> {
+    let groups = params.groups;
     let shape = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
     if w.dtype() == DType::BF16 {
         let dense = w.contiguous()?;
@@ -100,6 +107,26 @@ pub(crate) fn pack_weight(w: &Tensor, groups: usize) -> Result<PackedConv> {
             }
         }
     }
+    if allow_winograd && super::winograd_suits(shape, &params) && winograd_enabled() {
+        let dense = w.contiguous()?;
+        let off = dense.layout().offset();
+        let n = dense.numel();
+        let packed = match dense.storage() {
+            Storage::Cpu(CpuStorage::F32(v)) => v
+                .get(off..off + n)
+                .map(|d| PackedConv::new_winograd(d, shape, params)),
+            Storage::Cpu(CpuStorage::F16(v)) => v
+                .get(off..off + n)
+                .map(|d| PackedConv::new_winograd(d, shape, params)),
+            Storage::Cpu(CpuStorage::BF16(v)) => v
+                .get(off..off + n)
+                .map(|d| PackedConv::new_winograd(d, shape, params)),
+            _ => None,
+        };
+        if let Some(p) = packed {
+            return p;
+        }
+    }
     if let (Storage::Cpu(CpuStorage::F32(v)), true) = (w.storage(), w.is_contiguous()) {
         let off = w.layout().offset();
         if let Some(data) = v.get(off..off + w.numel()) {
@@ -107,6 +134,13 @@ pub(crate) fn pack_weight(w: &Tensor, groups: usize) -> Result<PackedConv> {
         }
     }
     PackedConv::new(&f32_vec(w)?, shape, groups)
+}
+
+/// False under `XPU_CPU_WINOGRAD=0` (read once): every convolution then runs as an implicit
+/// GEMM (for comparisons; the Winograd path is on by default).
+fn winograd_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("XPU_CPU_WINOGRAD").map_or(true, |v| v.trim() != "0"))
 }
 
 /// The residual as `[N·Ho·Wo, O]` rows in its own dtype (the store reads f32, bf16 and f16 in

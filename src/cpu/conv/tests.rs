@@ -8,7 +8,7 @@ use crate::ops::conv::ConvGeom;
 use crate::Conv2dParams;
 use half::{bf16, f16};
 
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+pub(super) fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -23,7 +23,7 @@ fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// `x` as NHWC values (`[n][h][w][c]`), weight OIHW; returns NHWC `act(conv + b) + res`.
-fn direct(x: &[f32], w: &[f32], g: &ConvGeom, bias: &[f32], res: &[f32]) -> Vec<f64> {
+pub(super) fn direct(x: &[f32], w: &[f32], g: &ConvGeom, bias: &[f32], res: &[f32]) -> Vec<f64> {
     let p = g.p;
     let (cg, og) = (g.c / p.groups, g.o / p.groups);
     let mut out = vec![0.0; g.m() * g.o];
@@ -60,14 +60,14 @@ fn direct(x: &[f32], w: &[f32], g: &ConvGeom, bias: &[f32], res: &[f32]) -> Vec<
     out
 }
 
-fn case(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> ConvGeom {
+pub(super) fn case(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> ConvGeom {
     match ConvGeom::new("test", &x, &w, p) {
         Ok(g) => g,
         Err(e) => panic!("bad test case: {e}"),
     }
 }
 
-fn pad(p: usize) -> Conv2dParams {
+pub(super) fn pad(p: usize) -> Conv2dParams {
     Conv2dParams {
         padding: (p, p),
         ..Default::default()
@@ -103,7 +103,7 @@ fn cases() -> [ConvGeom; 5] {
 
 /// The input as channels 1..C+1 of a wider NHWC tensor (offset 1, pixel stride C + 3): the
 /// wide values, the dense NHWC values, and the view's layout.
-fn channel_slice_input(g: &ConvGeom, seed: u64) -> (Vec<f32>, Vec<f32>, Layout) {
+pub(super) fn channel_slice_input(g: &ConvGeom, seed: u64) -> (Vec<f32>, Vec<f32>, Layout) {
     let cs = g.c + 3;
     let wide = rand_vec(g.n * g.h * g.w * cs, seed);
     let x: Vec<f32> = (0..g.n * g.h * g.w)

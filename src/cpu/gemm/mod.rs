@@ -395,6 +395,18 @@ fn gemm_on<T: Runner>(
     Ok(())
 }
 
+/// [`gemm_prepacked_f32`] on an explicit path (the convolutions pass theirs through).
+pub(crate) fn gemm_prepacked_f32_on(
+    path: GemmPath,
+    a: MatRef<f32>,
+    b: &PackedB<f32>,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &Epilogue,
+) -> Result<()> {
+    gemm_on("gemm_prepacked_f32", path, a, BSrc::Packed(b), c, ldc, ep)
+}
+
 /// Test hook: the same as the public functions but on an explicit path.
 #[cfg(test)]
 pub(crate) fn gemm_with_path<T: Runner>(

@@ -320,6 +320,33 @@ impl<'a> Out16<'a> {
             ..self
         }
     }
+    /// Rounds the rows of `cols` values in `src` into rows `0, 1, ...` of this destination
+    /// (rounding as [`Out16::put`]); stops at the first row that would not fit.
+    pub(crate) fn store_rows(&self, src: &[f32], cols: usize) {
+        let k = crate::cpu::simd::Kernels::current();
+        for (r, row) in src.chunks_exact(cols.max(1)).enumerate() {
+            let at = r * self.ld;
+            if at + row.len() > self.len {
+                return;
+            }
+            // SAFETY: `at + len <= self.len` keeps the run inside the borrowed slice, which
+            // nothing else writes during this call; f16 and bf16 are transparent u16s.
+            unsafe {
+                let p = self.ptr.add(at);
+                match self.kind {
+                    Half::Bf16 => k.f32_to_bf16(
+                        row,
+                        std::slice::from_raw_parts_mut(p as *mut half::bf16, row.len()),
+                    ),
+                    Half::F16 => k.f32_to_f16(
+                        row,
+                        std::slice::from_raw_parts_mut(p as *mut half::f16, row.len()),
+                    ),
+                }
+            }
+        }
+    }
+
     /// Rounds `v` and stores it at element `(r, c)`.
     ///
     /// # Safety

@@ -1,0 +1,512 @@
+//! Winograd F(2×2, 3×3) convolution for 3×3, stride-1, undilated, ungrouped layers on
+//! channels-last data.
+//!
+//! Why: a 3×3 convolution computed as an implicit GEMM costs `9·C·O` multiply-adds per output
+//! pixel; Winograd's minimal filtering computes each 2×2 output tile from a 4×4 input tile with
+//! `16·C·O`, i.e. `4·C·O` per pixel — 2.25× fewer. The work becomes 16 independent plain GEMMs
+//! (one per point of the transformed 4×4 tile) on the engine's own microkernels, plus two cheap
+//! linear transforms that only add and subtract. SD's UNet spends most of its time in such
+//! convolutions, so this is where a CPU step gains most (see BENCHMARKS.md).
+//!
+//! With `d` a 4×4 input tile, `g` the 3×3 filter and `Y` the 2×2 output tile:
+//! `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, where the elementwise product is summed over input
+//! channels — a `[tiles, C] @ [C, O]` product for each of the 16 points.
+//!
+//! Invariants:
+//! - The filter transform `U = G g Gᵀ` is made once per layer in f64 and rounded to f32 (its
+//!   entries are sums of halves and quarters of weights); the input and output transforms use
+//!   only additions, so the only extra rounding against the direct convolution is the order of
+//!   summation: errors stay within a few f32 ulps of the result's magnitude (tested against the
+//!   implicit GEMM and a direct reference).
+//! - Tile `(ty, tx)` of image `b` reads input pixels `(2ty − ph + i, 2tx − pw + j)`, `i, j < 4`
+//!   (zeros outside the image), and writes the output pixels `(2ty + i, 2tx + j)`, `i, j < 2`,
+//!   that exist: any input size and any padding are exact.
+//! - Tiles run in blocks of whole tile rows, so each block's output is one contiguous run of
+//!   NHWC rows and its transformed data (`16 · tiles · (C + O)` floats) stays near the cache.
+//! - The epilogue is the implicit GEMM's: `act(conv + bias) + residual` in f32, per output row.
+
+use super::ConvEpilogue;
+use crate::cpu::gemm::{self, Activation, Epilogue, GemmPath, MatRef, PackedB, Residual, ToF32};
+use crate::cpu::simd::Kernels;
+use crate::layout::Layout;
+use crate::ops::conv::ConvGeom;
+use crate::ops::kinds::UnaryOp;
+use crate::{Conv2dParams, Error, Result};
+use rayon::prelude::*;
+
+/// Points of the transformed tile.
+const POINTS: usize = 16;
+/// Target size of one block's transformed input and output (floats).
+const BLOCK_FLOATS: usize = 1 << 21;
+
+/// True when a layer of weight shape `[O, C, kh, kw]` and `params` can run as Winograd F(2,3)
+/// and is large enough to gain from it (the transforms cost about `16·(C + O)` adds per tile).
+pub(crate) fn suits(shape: [usize; 4], p: &Conv2dParams) -> bool {
+    let [o, c, kh, kw] = shape;
+    kh == 3
+        && kw == 3
+        && p.stride == (1, 1)
+        && p.dilation == (1, 1)
+        && p.groups == 1
+        && c >= MIN_CHANNELS
+        && o >= MIN_CHANNELS
+}
+
+/// Fewer channels than this on either side: the implicit GEMM is as fast.
+const MIN_CHANNELS: usize = 16;
+
+/// A convolution whose weights are transformed for this one call (not a prepacked layer) uses
+/// Winograd only from this many output pixels (`N·Ho·Wo`) on: the filter transform and its
+/// packing cost about `16·C·O` values, repaid by `5·C·O` fewer multiply-adds per pixel.
+pub(crate) const PER_CALL_MIN_PIXELS: usize = 1024;
+
+/// A 3×3 filter bank transformed for Winograd F(2,3): for each of the 16 points, the `C × O`
+/// matrix `U[point][c][o]`, packed for the GEMM engine.
+pub(crate) struct WinogradWeights {
+    pub c: usize,
+    pub o: usize,
+    /// Padding the layer was built for (the transform does not depend on it; kept so a call
+    /// with other parameters is refused rather than computed wrongly).
+    pub params: Conv2dParams,
+    u: Vec<PackedB<f32>>,
+}
+
+impl WinogradWeights {
+    /// Transforms an `[O, C, 3, 3]` row-major filter bank (any float source widened to f64).
+    pub(crate) fn new<S: ToF32>(w: &[S], o: usize, c: usize, params: Conv2dParams) -> Result<Self> {
+        if w.len() != o * c * 9 {
+            return Err(Error::invalid(
+                "conv2d prepack",
+                format!("a [{o}, {c}, 3, 3] weight, got {} values", w.len()),
+            ));
+        }
+        let mut u = vec![0f32; POINTS * c * o];
+        // Input channel outer, output channel inner: the 16 writes of each filter land next
+        // to the previous filter's (one run of `o` per point and channel).
+        for ci in 0..c {
+            for oi in 0..o {
+                let base = (oi * c + ci) * 9;
+                let g: [f64; 9] = std::array::from_fn(|i| w[base + i].to_f32() as f64);
+                for (point, v) in filter_transform(&g).into_iter().enumerate() {
+                    u[(point * c + ci) * o + oi] = v as f32;
+                }
+            }
+        }
+        let packs = (0..POINTS)
+            .map(|point| PackedB::new(MatRef::new(&u, point * c * o, c, o, o, 1)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(WinogradWeights {
+            c,
+            o,
+            params,
+            u: packs,
+        })
+    }
+}
+
+/// `G g Gᵀ` with `G = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]`, row-major 4×4.
+fn filter_transform(g: &[f64; 9]) -> [f64; 16] {
+    let col = |a: f64, b: f64, c: f64| [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c];
+    // G g: 4×3, column by column.
+    let gg: [[f64; 4]; 3] = std::array::from_fn(|j| col(g[j], g[3 + j], g[6 + j]));
+    let mut out = [0f64; 16];
+    for i in 0..4 {
+        let row = col(gg[0][i], gg[1][i], gg[2][i]);
+        out[i * 4..i * 4 + 4].copy_from_slice(&row);
+    }
+    out
+}
+
+/// Lanes of the transforms' inner vectors.
+const L: usize = 8;
+
+/// `Bᵀ d B` for 4×4 tiles of `L` channels, with `Bᵀ = [[1,0,−1,0],[0,1,1,0],[0,−1,1,0],[0,1,0,−1]]`.
+#[inline(always)]
+fn input_transform(d: &[[f32; L]; 16]) -> [[f32; L]; 16] {
+    let mut t = [[0f32; L]; 16];
+    for j in 0..4 {
+        for l in 0..L {
+            let (d0, d1, d2, d3) = (d[j][l], d[4 + j][l], d[8 + j][l], d[12 + j][l]);
+            t[j][l] = d0 - d2;
+            t[4 + j][l] = d1 + d2;
+            t[8 + j][l] = d2 - d1;
+            t[12 + j][l] = d1 - d3;
+        }
+    }
+    let mut v = [[0f32; L]; 16];
+    for i in 0..4 {
+        for l in 0..L {
+            let r = i * 4;
+            let (t0, t1, t2, t3) = (t[r][l], t[r + 1][l], t[r + 2][l], t[r + 3][l]);
+            v[r][l] = t0 - t2;
+            v[r + 1][l] = t1 + t2;
+            v[r + 2][l] = t2 - t1;
+            v[r + 3][l] = t1 - t3;
+        }
+    }
+    v
+}
+
+/// `Aᵀ m A` for 4×4 tiles of `L` channels, with `Aᵀ = [[1,1,1,0],[0,1,−1,−1]]`: row-major 2×2.
+#[inline(always)]
+fn output_transform(m: &[[f32; L]; 16]) -> [[f32; L]; 4] {
+    let mut s = [[0f32; L]; 8];
+    for j in 0..4 {
+        for l in 0..L {
+            let (m0, m1, m2, m3) = (m[j][l], m[4 + j][l], m[8 + j][l], m[12 + j][l]);
+            s[j][l] = m0 + m1 + m2;
+            s[4 + j][l] = m1 - m2 - m3;
+        }
+    }
+    let mut y = [[0f32; L]; 4];
+    for i in 0..2 {
+        for l in 0..L {
+            let r = i * 4;
+            let (s0, s1, s2, s3) = (s[r][l], s[r + 1][l], s[r + 2][l], s[r + 3][l]);
+            y[i * 2][l] = s0 + s1 + s2;
+            y[i * 2 + 1][l] = s1 - s2 - s3;
+        }
+    }
+    y
+}
+
+/// The input geometry the transforms need.
+#[derive(Clone, Copy)]
+struct Input {
+    /// Element index of `x[0, 0, 0, 0]` and the N, H, W strides (C has stride 1).
+    base: usize,
+    sn: usize,
+    sh: usize,
+    sw: usize,
+    tiles_y: usize,
+    tiles_x: usize,
+}
+
+/// Transforms tile row `row` (image `row / tiles_y`) into `v`: per tile, 16 runs of `c` floats.
+#[inline(always)]
+fn transform_row_body<S: ToF32>(data: &[S], inp: &Input, g: &ConvGeom, row: usize, v: &mut [f32]) {
+    let c = g.c;
+    let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
+    let (ph, pw) = g.p.padding;
+    for (tx, vt) in v.chunks_exact_mut(POINTS * c).enumerate() {
+        // The 16 input pixels' first elements, or None outside the image.
+        let starts: [Option<usize>; 16] = std::array::from_fn(|k| {
+            let iy = (2 * ty + k / 4).wrapping_sub(ph);
+            let ix = (2 * tx + k % 4).wrapping_sub(pw);
+            (iy < g.h && ix < g.w).then(|| inp.base + b * inp.sn + iy * inp.sh + ix * inp.sw)
+        });
+        let mut c0 = 0;
+        while c0 < c {
+            let n = L.min(c - c0);
+            let mut d = [[0f32; L]; 16];
+            for (dk, start) in d.iter_mut().zip(&starts) {
+                if let Some(s) = start {
+                    let run = &data[s + c0..s + c0 + n];
+                    if let Ok(full) = <&[S; L]>::try_from(run) {
+                        *dk = full.map(S::to_f32);
+                    } else {
+                        for (x, src) in dk.iter_mut().zip(run) {
+                            *x = src.to_f32();
+                        }
+                    }
+                }
+            }
+            let t = input_transform(&d);
+            for (k, tk) in t.iter().enumerate() {
+                let dst = &mut vt[k * c + c0..k * c + c0 + n];
+                if let Ok(full) = <&mut [f32; L]>::try_from(&mut *dst) {
+                    *full = *tk;
+                } else {
+                    dst.copy_from_slice(&tk[..n]);
+                }
+            }
+            c0 += n;
+        }
+    }
+}
+
+/// [`transform_row_body`] built for AVX2 (8-lane vectors, F16C conversions).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn transform_row_avx2<S: ToF32>(
+    data: &[S],
+    inp: &Input,
+    g: &ConvGeom,
+    row: usize,
+    v: &mut [f32],
+) {
+    transform_row_body(data, inp, g, row, v)
+}
+
+fn transform_row<S: ToF32>(
+    avx2: bool,
+    data: &[S],
+    inp: &Input,
+    g: &ConvGeom,
+    row: usize,
+    v: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is set only when the kernels' level is AVX2 or above, which the
+        // hardware check guarantees has AVX2, FMA and F16C.
+        return unsafe { transform_row_avx2(data, inp, g, row, v) };
+    }
+    let _ = avx2;
+    transform_row_body(data, inp, g, row, v)
+}
+
+/// Output transform of tile row `row` from `m` (per tile, 16 runs of `o` floats) into the
+/// NHWC rows `out` (the row's one or two output rows), then the epilogue.
+#[allow(clippy::too_many_arguments)]
+fn finish_row(
+    avx2: bool,
+    m: &[f32],
+    g: &ConvGeom,
+    inp: &Input,
+    row: usize,
+    ep: &ConvEpilogue,
+    kernels: Kernels,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: as in `transform_row`.
+        return unsafe { finish_row_avx2(m, g, inp, row, ep, kernels, out) };
+    }
+    let _ = avx2;
+    finish_row_body(m, g, inp, row, ep, kernels, out)
+}
+
+/// [`finish_row_body`] built for AVX2.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn finish_row_avx2(
+    m: &[f32],
+    g: &ConvGeom,
+    inp: &Input,
+    row: usize,
+    ep: &ConvEpilogue,
+    kernels: Kernels,
+    out: &mut [f32],
+) {
+    finish_row_body(m, g, inp, row, ep, kernels, out)
+}
+
+#[inline(always)]
+fn finish_row_body(
+    m: &[f32],
+    g: &ConvGeom,
+    inp: &Input,
+    row: usize,
+    ep: &ConvEpilogue,
+    kernels: Kernels,
+    out: &mut [f32],
+) {
+    let o = g.o;
+    let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
+    let rows_here = (g.ho - 2 * ty).min(2);
+    for (tx, mt) in m.chunks_exact(POINTS * o).enumerate() {
+        let cols_here = (g.wo - 2 * tx).min(2);
+        let mut o0 = 0;
+        while o0 < o {
+            let n = L.min(o - o0);
+            let mut mm = [[0f32; L]; 16];
+            for (k, mk) in mm.iter_mut().enumerate() {
+                let src = &mt[k * o + o0..k * o + o0 + n];
+                if let Ok(full) = <&[f32; L]>::try_from(src) {
+                    *mk = *full;
+                } else {
+                    mk[..n].copy_from_slice(src);
+                }
+            }
+            let y = output_transform(&mm);
+            for i in 0..rows_here {
+                for j in 0..cols_here {
+                    let at = (i * g.wo + 2 * tx + j) * o + o0;
+                    let dst = &mut out[at..at + n];
+                    if let Ok(full) = <&mut [f32; L]>::try_from(&mut *dst) {
+                        *full = y[i * 2 + j];
+                    } else {
+                        dst.copy_from_slice(&y[i * 2 + j][..n]);
+                    }
+                }
+            }
+            o0 += n;
+        }
+    }
+    // Epilogue per output pixel row: + bias, activation, + residual.
+    let act = unary_of(ep.activation);
+    let mut scratch = vec![0f32; if act.is_some() { o } else { 0 }];
+    for (i, pixels) in out.chunks_exact_mut(g.wo * o).enumerate() {
+        let oy = 2 * ty + i;
+        for (ox, r) in pixels.chunks_exact_mut(o).enumerate() {
+            if let Some(bias) = ep.bias {
+                r.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            }
+            if let Some(op) = act {
+                scratch.copy_from_slice(r);
+                kernels.unary_f32(op, &scratch, r);
+            }
+            if let Some(res) = &ep.residual {
+                let (res_row, res_view) = match ep.residual_image_stride {
+                    Some(st) => (oy * g.wo + ox, res.shifted(b * st, g.ho * g.wo, o)),
+                    None => ((b * g.ho + oy) * g.wo + ox, *res),
+                };
+                add_residual(r, &res_view, res_row);
+            }
+        }
+    }
+}
+
+/// `r[c] += res[row, c]`.
+fn add_residual(r: &mut [f32], res: &Residual, row: usize) {
+    if let Residual::F32(m) = res {
+        if m.col_stride == 1 {
+            let (s, n) = (m.offset + row * m.row_stride, r.len());
+            r.iter_mut()
+                .zip(&m.data[s..s + n])
+                .for_each(|(x, v)| *x += v);
+            return;
+        }
+    }
+    for (c, x) in r.iter_mut().enumerate() {
+        // SAFETY: the views were validated by `conv_winograd` for all rows and columns.
+        *x += unsafe { res.at(row, c) };
+    }
+}
+
+fn unary_of(a: Activation) -> Option<UnaryOp> {
+    match a {
+        Activation::None => None,
+        Activation::Relu => Some(UnaryOp::Relu),
+        Activation::Gelu => Some(UnaryOp::GeluErf),
+        Activation::GeluTanh => Some(UnaryOp::GeluTanh),
+        Activation::Silu => Some(UnaryOp::Silu),
+    }
+}
+
+/// `act(conv(x, w) + bias) + residual` into the f32 NHWC rows `out` (`N·Ho·Wo × O`), for the
+/// input view `xl` (channel stride 1, checked against `data` by the caller).
+pub(crate) fn conv_winograd<S: ToF32>(
+    path: GemmPath,
+    data: &[S],
+    xl: &Layout,
+    w: &WinogradWeights,
+    g: &ConvGeom,
+    ep: &ConvEpilogue,
+    out: &mut [f32],
+) -> Result<()> {
+    run_blocked(path, (data, xl), w, g, ep, out, BLOCK_FLOATS)
+}
+
+/// [`conv_winograd`] with blocks of about `block_floats` transformed values (tests use small
+/// blocks to cross block boundaries on small inputs).
+pub(super) fn run_blocked<S: ToF32>(
+    path: GemmPath,
+    (data, xl): (&[S], &Layout),
+    w: &WinogradWeights,
+    g: &ConvGeom,
+    ep: &ConvEpilogue,
+    out: &mut [f32],
+    block_floats: usize,
+) -> Result<()> {
+    let op = "conv2d";
+    if (g.c, g.o, g.kh, g.kw) != (w.c, w.o, 3, 3) || g.p != w.params {
+        return Err(Error::invalid(
+            op,
+            "Winograd weights used for a convolution of another shape or parameters",
+        ));
+    }
+    if out.len() != g.m() * g.o {
+        return Err(Error::invalid(
+            op,
+            "internal: output rows of the wrong size",
+        ));
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    if let Some(r) = &ep.residual {
+        match ep.residual_image_stride {
+            Some(st) => {
+                for b in 0..g.n {
+                    r.shifted(b * st, g.ho * g.wo, g.o).validate(op)?;
+                }
+            }
+            None => r.validate(op)?,
+        }
+    }
+    let s = xl.strides();
+    let inp = Input {
+        base: xl.offset(),
+        sn: s[0],
+        sh: s[2],
+        sw: s[3],
+        tiles_y: g.ho.div_ceil(2),
+        tiles_x: g.wo.div_ceil(2),
+    };
+    let (c, o) = (g.c, g.o);
+    let tile_rows = g.n * inp.tiles_y;
+    let row_floats = inp.tiles_x * POINTS * (c + o);
+    let rows_per_block = (block_floats / row_floats).clamp(1, tile_rows);
+    let kernels = Kernels::current();
+    let avx2 = kernels.level() != crate::cpu::simd::SimdLevel::Fallback;
+    let mut v = crate::cpu::pool::take::<f32>(rows_per_block * inp.tiles_x * POINTS * c);
+    let mut m = crate::cpu::pool::take::<f32>(rows_per_block * inp.tiles_x * POINTS * o);
+    // Output rows of tile row r start at `row_start(r)`.
+    let row_start = |r: usize| {
+        let (b, ty) = (r / inp.tiles_y, r % inp.tiles_y);
+        (b * g.ho + (2 * ty).min(g.ho)) * g.wo * o
+    };
+    let mut r0 = 0;
+    while r0 < tile_rows {
+        let r1 = (r0 + rows_per_block).min(tile_rows);
+        let tiles = (r1 - r0) * inp.tiles_x;
+        let v = &mut v[..tiles * POINTS * c];
+        v.par_chunks_mut(inp.tiles_x * POINTS * c)
+            .enumerate()
+            .for_each(|(i, vr)| transform_row(avx2, data, &inp, g, r0 + i, vr));
+        let m = &mut m[..tiles * POINTS * o];
+        for (point, u) in w.u.iter().enumerate() {
+            let a = MatRef::new(&*v, point * c, tiles, c, POINTS * c, 1);
+            gemm::gemm_prepacked_f32_on(
+                path,
+                a,
+                u,
+                &mut m[point * o..],
+                POINTS * o,
+                &Epilogue::new(),
+            )?;
+        }
+        // Split this block's output into its tile rows' runs.
+        let mut parts = Vec::with_capacity(r1 - r0);
+        let mut rest = &mut out[row_start(r0)..row_start(r1 - 1) + rows_len(g, &inp, r1 - 1)];
+        for r in r0..r1 {
+            let (head, tail) = rest.split_at_mut(rows_len(g, &inp, r));
+            parts.push(head);
+            rest = tail;
+        }
+        let m = &*m;
+        parts.into_par_iter().enumerate().for_each(|(i, part)| {
+            let mr = &m[i * inp.tiles_x * POINTS * o..(i + 1) * inp.tiles_x * POINTS * o];
+            finish_row(avx2, mr, g, &inp, r0 + i, ep, kernels, part);
+        });
+        r0 = r1;
+    }
+    crate::cpu::pool::give(v);
+    crate::cpu::pool::give(m);
+    Ok(())
+}
+
+/// Output floats of tile row `r`: its one or two output rows.
+fn rows_len(g: &ConvGeom, inp: &Input, r: usize) -> usize {
+    let ty = r % inp.tiles_y;
+    (g.ho - 2 * ty).min(2) * g.wo * g.o
+}

@@ -1,0 +1,160 @@
+//! Winograd F(2,3) against the direct f64 loops of `tests.rs`: input sizes down to one pixel,
+//! odd sizes whose last tiles are partial, paddings 0, 1, 2 (and different per axis), blocks
+//! of tile rows that cross images, a channel-slice input view, 16-bit inputs and outputs, and
+//! the whole epilogue (bias, SiLU, strided and per-image residuals) on every kernel path.
+
+use super::tests::{case, channel_slice_input, direct, rand_vec};
+use super::winograd::run_blocked;
+use super::*;
+use crate::Conv2dParams;
+use half::{bf16, f16};
+
+fn params(ph: usize, pw: usize) -> Conv2dParams {
+    Conv2dParams {
+        padding: (ph, pw),
+        ..Default::default()
+    }
+}
+
+fn paths() -> Vec<GemmPath> {
+    let mut paths = vec![GemmPath::Fallback, GemmPath::Avx2];
+    if gemm::gemm_path(DType::F32) == GemmPath::Avx512 {
+        paths.push(GemmPath::Avx512);
+    }
+    paths
+}
+
+/// `(input [N, C, H, W], outputs, padding (h, w))`.
+const CASES: [([usize; 4], usize, (usize, usize)); 7] = [
+    ([1, 16, 1, 1], 16, (1, 1)),
+    ([2, 17, 7, 5], 33, (1, 1)),
+    ([1, 33, 13, 9], 16, (0, 0)),
+    ([1, 20, 6, 6], 24, (2, 2)),
+    ([2, 24, 3, 4], 17, (1, 0)),
+    ([1, 16, 3, 3], 20, (0, 0)),
+    ([3, 18, 5, 7], 19, (2, 1)),
+];
+
+#[test]
+fn winograd_matches_direct_loops_on_every_path_and_block_size() -> Result<()> {
+    for (ci, &(x, o, (ph, pw))) in CASES.iter().enumerate() {
+        let g = case(x, [o, x[1], 3, 3], params(ph, pw));
+        let (wide, xv, xl) = channel_slice_input(&g, 40 + ci as u64);
+        let w = rand_vec(o * g.c * 9, 140 + ci as u64);
+        let bias = rand_vec(o, 240 + ci as u64);
+        let res = rand_vec(g.m() * (o + 1), 340 + ci as u64);
+        let packed = PackedConv::new_winograd(&w, [o, g.c, 3, 3], g.p)?;
+        let Panels::Winograd(wg) = &packed.panels else {
+            panic!("Winograd panels expected");
+        };
+        let sources = [
+            CpuStorage::F32(wide.clone()),
+            CpuStorage::F16(wide.iter().map(|&v| f16::from_f32(v)).collect()),
+            CpuStorage::BF16(wide.iter().map(|&v| bf16::from_f32(v)).collect()),
+        ];
+        for src in &sources {
+            let xr: Vec<f32> = match src {
+                CpuStorage::F32(_) => xv.clone(),
+                CpuStorage::F16(_) => xv.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+                _ => xv.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
+            };
+            let want = direct(&xr, &w, &g, &bias, &res);
+            for path in paths() {
+                let ep = ConvEpilogue {
+                    bias: Some(&bias),
+                    activation: Activation::Silu,
+                    residual: Some(Residual::F32(MatRef::new(&res, 0, g.m(), o, o + 1, 1))),
+                    residual_image_stride: None,
+                    out_dtype: DType::F32,
+                    path,
+                };
+                // One tile row per block, a few, and everything in one block.
+                for block in [1, 3 * 16 * (g.c + o), usize::MAX / 2] {
+                    let mut got = vec![f32::NAN; g.m() * o];
+                    match src {
+                        CpuStorage::F32(v) => {
+                            run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
+                        }
+                        CpuStorage::F16(v) => {
+                            run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
+                        }
+                        CpuStorage::BF16(v) => {
+                            run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
+                        }
+                        _ => unreachable!(),
+                    }
+                    for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                            "case {ci} {:?} {path:?} block {block} [{i}]: {a} vs {b}",
+                            src.dtype()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Through `conv2d_nhwc`: a bf16 output is the f32 result rounded once, and a per-image
+/// residual (a `[N, O, 1, 1]` broadcast, row stride 0) steps with the image.
+#[test]
+fn winograd_rounds_16_bit_outputs_and_steps_per_image_residuals() -> Result<()> {
+    let g = case([2, 19, 6, 5], [21, 19, 3, 3], params(1, 1));
+    let (wide, xv, xl) = channel_slice_input(&g, 7);
+    let w = rand_vec(21 * 19 * 9, 8);
+    let bias = rand_vec(21, 10);
+    let per_image = rand_vec(2 * 21, 9);
+    let packed = PackedConv::new_winograd(&w, [21, 19, 3, 3], g.p)?;
+    let ep = |out_dtype| ConvEpilogue {
+        bias: Some(&bias),
+        activation: Activation::Silu,
+        residual: Some(Residual::F32(MatRef::new(
+            &per_image,
+            0,
+            g.ho * g.wo,
+            21,
+            0,
+            1,
+        ))),
+        residual_image_stride: Some(21),
+        out_dtype,
+        path: gemm::gemm_path(DType::F32),
+    };
+    let x = CpuStorage::F32(wide);
+    let Some(f) = conv2d_nhwc(&x, &xl, &packed, &g, &ep(DType::F32))?.into_f32() else {
+        panic!("f32 output expected");
+    };
+    let half_out = conv2d_nhwc(&x, &xl, &packed, &g, &ep(DType::BF16))?;
+    let CpuStorage::BF16(h) = &half_out else {
+        panic!("bf16 output expected");
+    };
+    // The reference's residual rows (O + 1 columns) hold each image's broadcast row.
+    let mut res = vec![0.0; g.m() * 22];
+    for m in 0..g.m() {
+        let b = m / (g.ho * g.wo);
+        res[m * 22..m * 22 + 21].copy_from_slice(&per_image[b * 21..b * 21 + 21]);
+    }
+    let want = direct(&xv, &w, &g, &bias, &res);
+    for (i, ((&a, &r), &b)) in f.iter().zip(h).zip(&want).enumerate() {
+        assert_eq!(bf16::from_f32(a), r, "[{i}] rounding");
+        assert!(
+            (a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "[{i}]: {a} vs {b}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn winograd_refuses_other_geometry() {
+    let w = rand_vec(4 * 4 * 9, 1);
+    let strided = Conv2dParams {
+        stride: (2, 2),
+        ..params(1, 1)
+    };
+    assert!(PackedConv::new_winograd(&w, [4, 4, 3, 3], strided).is_err());
+    assert!(PackedConv::new_winograd(&w[..4 * 4 * 4], [4, 4, 2, 2], params(1, 1)).is_err());
+    assert!(PackedConv::new_winograd(&w[..10], [4, 4, 3, 3], params(1, 1)).is_err());
+}
