@@ -15,7 +15,9 @@
 //!   the AMX tiles with its input gathered straight into AMX micro-panels (never widened). AMX
 //!   panels serve only bf16 inputs on the AVX-512 path ([`PackedConv::serves`]); any other call
 //!   packs f32 panels from the weight tensor instead (the caller's fallback), so a forced
-//!   portable path never needs AMX.
+//!   portable path never needs AMX. A 3×3 stride-1 ungrouped layer of at least 16 channels
+//!   each way holds instead the Winograd F(2,3) transform of its filters ([`winograd`]): built
+//!   for the layer's padding, refused for any other geometry, serving every input dtype.
 //! - The input view must have channel stride 1 (any other strides, any offset); it is checked
 //!   against its storage once, before any unchecked read.
 //! - Accumulation is f32; 16-bit outputs are rounded once at the end.
