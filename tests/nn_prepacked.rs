@@ -156,3 +156,74 @@ fn feedforward_rejects_bad_weights_and_inputs() {
         Err(Error::ShapeMismatch { .. })
     ));
 }
+
+/// Exact values of a tensor as f64 (every f32/f16/bf16 value is exact in f64).
+fn exact(t: &Tensor) -> Vec<f64> {
+    values(t)
+}
+
+/// On the Cpu the prepacked panels are the only copy of a Linear's weight: `weight()` rebuilds
+/// it bit for bit (K over several packing blocks, odd N, a transposed source view), `to_dtype`
+/// and `to` convert from the panels without keeping a copy in the source layer.
+#[test]
+fn linear_holds_its_cpu_weight_once_and_gives_it_back_exactly() {
+    for &dtype in &FLOATS {
+        let w = randn(&[1000, 45], dtype, 21).t().unwrap(); // [45, 1000], transposed view
+        let lin = Linear::new(w.clone(), Some(randn(&[45], dtype, 22))).unwrap();
+        let amx_bf16 = dtype == DType::BF16
+            && xpu::cpu::gemm::bf16_method() == xpu::cpu::gemm::Bf16Method::Amx;
+        // (bf16 AMX panels are padded; those layers keep their tensor.)
+        assert!(
+            amx_bf16 || !lin.holds_weight_tensor(),
+            "{dtype}: packs only"
+        );
+        let wide = lin.to_dtype(DType::F32).unwrap();
+        assert!(
+            amx_bf16 || !lin.holds_weight_tensor(),
+            "{dtype}: to_dtype kept a copy"
+        );
+        assert_eq!(exact(wide.weight()), exact(&w), "{dtype}: to_dtype values");
+        let x = randn(&[3, 1000], dtype, 23);
+        let before = exact(&lin.forward(&x).unwrap());
+        let got = lin.weight();
+        assert_eq!(got.shape(), &[45, 1000]);
+        assert_eq!(got.dtype(), dtype);
+        assert!(got.is_contiguous());
+        assert_eq!(exact(got), exact(&w), "{dtype}: rebuilt weight");
+        assert!(
+            lin.holds_weight_tensor(),
+            "{dtype}: weight() keeps what it rebuilt"
+        );
+        assert_eq!(
+            exact(&lin.forward(&x).unwrap()),
+            before,
+            "{dtype}: forward changed"
+        );
+        for device in common::devices() {
+            let moved = lin.to(device).unwrap();
+            assert_eq!(exact(moved.weight()), exact(&w), "{dtype}: to({device})");
+        }
+    }
+}
+
+/// The same for FeedForward's two weights (a GEGLU pack and a plain one).
+#[test]
+fn feedforward_holds_its_cpu_weights_once_and_gives_them_back_exactly() {
+    for &dtype in &FLOATS {
+        let (dim, inner) = (40, 160);
+        let w1 = randn(&[2 * inner, dim], dtype, 31);
+        let w2 = randn(&[dim, inner], dtype, 32);
+        let (b1, b2) = (randn(&[2 * inner], dtype, 33), randn(&[dim], dtype, 34));
+        let ff = FeedForward::new(w1.clone(), b1, w2.clone(), b2).unwrap();
+        let amx_bf16 = dtype == DType::BF16
+            && xpu::cpu::gemm::bf16_method() == xpu::cpu::gemm::Bf16Method::Amx;
+        assert!(
+            amx_bf16 || !ff.holds_weight_tensors(),
+            "{dtype}: packs only"
+        );
+        assert_eq!(exact(ff.w1()), exact(&w1), "{dtype}: w1");
+        assert_eq!(exact(ff.w2()), exact(&w2), "{dtype}: w2");
+        assert_eq!(ff.w1().shape(), &[2 * inner, dim]);
+        assert_eq!(ff.w2().shape(), &[dim, inner]);
+    }
+}

@@ -160,6 +160,32 @@ impl PackedWeight {
         })
     }
 
+    /// The packed matrix given back as row-major `[cols, K]` values in the weight's dtype (a
+    /// `[out, in]` Linear weight; for a GEGLU pack `[2N, K]`), bit for bit what was packed;
+    /// `None` when the panels cannot give it back (the AMX layout).
+    pub(crate) fn unpack_transposed(&self) -> Option<CpuStorage> {
+        Some(match self {
+            PackedWeight::F32(p) => CpuStorage::F32(p.unpack_transposed()?),
+            PackedWeight::F16(p) => CpuStorage::F16(
+                p.unpack_transposed()?
+                    .into_iter()
+                    .map(f16::from_f32)
+                    .collect(),
+            ),
+            PackedWeight::BF16(p) => CpuStorage::BF16(
+                p.unpack_transposed()?
+                    .into_iter()
+                    .map(bf16::from_f32)
+                    .collect(),
+            ),
+        })
+    }
+
+    /// True when [`Self::unpack_transposed`] gives the weight back.
+    pub(crate) fn can_unpack(&self) -> bool {
+        !matches!(self, PackedWeight::BF16(p) if p.is_amx())
+    }
+
     pub(crate) fn dtype(&self) -> DType {
         match self {
             PackedWeight::F32(_) => DType::F32,

@@ -85,7 +85,7 @@ impl Attention {
     pub(crate) fn map(&self, f: &mut MapFn) -> Result<Attention> {
         let qkv = match &self.qkv {
             Some(qkv) => {
-                let w = f(qkv.linear().weight())?;
+                let w = f(&qkv.linear().weight_owned())?;
                 let inner = self.heads * self.head_dim;
                 let part = |i: usize| w.narrow(0, i * inner, inner);
                 let (wq, wk, wv) = (part(0)?, part(1)?, part(2)?);

@@ -6,12 +6,15 @@
 //!   and the block's residual: exactly [`Tensor::ffn_geglu`]'s semantics on both devices.
 //! - On the Cpu both weights are prepacked once, when the layer is built (IPEX-style): `net.0`
 //!   as a GEGLU pack (`[h | g]` halves), `net.2` as a plain pack, biases widened to f32; a
-//!   forward only packs its activations. On the Xpu the weights are read transposed in place.
+//!   forward only packs its activations, and the packs are the only copy of the two weights
+//!   (rebuilt bit for bit on demand, see [`super::held`]). On the Xpu the weights are read
+//!   transposed in place.
 
 use std::sync::Arc;
 
 use crate::cpu::gemm::Activation;
 use crate::cpu::prepack::PackedWeight;
+use crate::nn::held::HeldWeight;
 use crate::nn::layers::{join, MapFn};
 use crate::nn::linear::{residual_rows, residual_view};
 use crate::nn::weights::{Init, ParamSource};
@@ -30,9 +33,9 @@ struct Packed {
 /// `net.2` `[dim, 4·dim]`.
 #[derive(Clone)]
 pub struct FeedForward {
-    w1: Tensor,
+    w1: HeldWeight,
     b1: Tensor,
-    w2: Tensor,
+    w2: HeldWeight,
     b2: Tensor,
     packed: Option<Arc<Packed>>,
 }
@@ -99,6 +102,12 @@ impl FeedForward {
             })),
             _ => None,
         };
+        let (w1, w2) = match &packed {
+            Some(p) if p.w1.can_unpack() && p.w2.can_unpack() => {
+                (HeldWeight::packed_only(&w1), HeldWeight::packed_only(&w2))
+            }
+            _ => (HeldWeight::tensor(w1), HeldWeight::tensor(w2)),
+        };
         Ok(FeedForward {
             w1,
             b1,
@@ -106,6 +115,21 @@ impl FeedForward {
             b2,
             packed,
         })
+    }
+
+    /// `net.0.proj.weight` `[2·inner, dim]` (on the Cpu rebuilt from the packs on first use).
+    pub fn w1(&self) -> &Tensor {
+        self.w1.get(|| self.packed.as_ref()?.w1.unpack_transposed())
+    }
+
+    /// `net.2.weight` `[dim_out, inner]` (on the Cpu rebuilt from the packs on first use).
+    pub fn w2(&self) -> &Tensor {
+        self.w2.get(|| self.packed.as_ref()?.w2.unpack_transposed())
+    }
+
+    /// True when the layer holds its weight tensors besides any prepacked panels.
+    pub fn holds_weight_tensors(&self) -> bool {
+        self.w1.is_held() && self.w2.is_held()
     }
 
     pub(crate) fn load(src: &mut dyn ParamSource, prefix: &str, dim: usize) -> Result<FeedForward> {
@@ -125,9 +149,9 @@ impl FeedForward {
         if src.placeholders() {
             // The recording pass: all-ones-shaped stand-ins, never run.
             return Ok(FeedForward {
-                w1,
+                w1: HeldWeight::tensor(w1),
                 b1,
-                w2,
+                w2: HeldWeight::tensor(w2),
                 b2,
                 packed: None,
             });
@@ -136,7 +160,14 @@ impl FeedForward {
     }
 
     pub(crate) fn map(&self, f: &mut MapFn) -> Result<FeedForward> {
-        FeedForward::new(f(&self.w1)?, f(&self.b1)?, f(&self.w2)?, f(&self.b2)?)
+        let unpack1 = || self.packed.as_ref()?.w1.unpack_transposed();
+        let unpack2 = || self.packed.as_ref()?.w2.unpack_transposed();
+        FeedForward::new(
+            f(&self.w1.owned(unpack1))?,
+            f(&self.b1)?,
+            f(&self.w2.owned(unpack2))?,
+            f(&self.b2)?,
+        )
     }
 
     /// True when the Cpu prepacked path is in use.
@@ -149,13 +180,25 @@ impl FeedForward {
     pub fn forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         match (&self.packed, x.device()) {
             (Some(p), Device::Cpu) => self.forward_packed(p, x, residual),
-            _ => x.ffn_geglu(&self.w1, Some(&self.b1), &self.w2, Some(&self.b2), residual),
+            _ => x.ffn_geglu(
+                self.w1(),
+                Some(&self.b1),
+                self.w2(),
+                Some(&self.b2),
+                residual,
+            ),
         }
     }
 
     fn forward_packed(&self, p: &Packed, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         let op = "FeedForward";
-        x.same_dtype(&self.w1, op)?;
+        if x.dtype() != self.w1.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                expected: x.dtype(),
+                got: self.w1.dtype(),
+            });
+        }
         let (dim, inner, dim_out) = (self.w1.shape()[1], self.w2.shape()[1], self.w2.shape()[0]);
         if x.rank() == 0 || x.shape()[x.rank() - 1] != dim {
             return Err(Error::shape(

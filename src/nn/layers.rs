@@ -152,7 +152,7 @@ pub(crate) fn load_linear(
 /// Rebuilds a `Linear` with every parameter mapped.
 pub(crate) fn map_linear(l: &Linear, f: &mut MapFn) -> Result<Linear> {
     let b = l.bias().map(&mut *f).transpose()?;
-    Linear::new(f(l.weight())?, b)
+    Linear::new(f(&l.weight_owned())?, b)
 }
 
 /// `x @ Wᵀ + b + residual` for `x` `[..., in]`: one product whose store adds the bias and the

@@ -1,7 +1,9 @@
 //! `Linear`: `y = x @ Wᵀ + b` with PyTorch's weight layout `[out_features, in_features]`.
 //!
 //! Invariants: on Cpu the weight is prepacked once, at construction or `to(Device::Cpu)`, into
-//! the GEMM engine's panels (IPEX-style), and every forward only packs the activations; on Xpu the
+//! the GEMM engine's panels (IPEX-style), and every forward only packs the activations; the
+//! panels are then the only copy of the weight (see [`super::held`]): [`Linear::weight`]
+//! rebuilds it from them, bit for bit, on first use. On Xpu the
 //! transposed weight is a view (never copied per call) and the bias is fused into the product's
 //! store. Both paths compute the same thing as `x.matmul(&w.t()?)?.add(&b)?`.
 
@@ -9,13 +11,14 @@ use std::sync::Arc;
 
 use crate::cpu::gemm::{Activation, Residual};
 use crate::cpu::prepack::PackedWeight;
+use crate::nn::held::HeldWeight;
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// A fully connected layer.
 #[derive(Clone)]
 pub struct Linear {
-    weight: Tensor,
+    weight: HeldWeight,
     bias: Option<Tensor>,
     /// Cpu only: the prepacked weight and the bias widened to f32, both made once.
     packed: Option<Arc<(PackedWeight, Option<Vec<f32>>)>>,
@@ -77,6 +80,10 @@ impl Linear {
             }
             Storage::Xpu(_) => None,
         };
+        let weight = match &packed {
+            Some(p) if p.0.can_unpack() => HeldWeight::packed_only(&weight),
+            _ => HeldWeight::tensor(weight),
+        };
         Ok(Linear {
             weight,
             bias,
@@ -94,9 +101,24 @@ impl Linear {
         self.weight.shape()[0]
     }
 
-    /// The `[out, in]` weight.
+    /// The `[out, in]` weight (on the Cpu rebuilt from the prepacked panels on first use).
     pub fn weight(&self) -> &Tensor {
-        &self.weight
+        self.weight.get(|| self.unpack())
+    }
+
+    /// The weight without keeping a rebuilt copy in this layer (for conversions).
+    pub(crate) fn weight_owned(&self) -> Tensor {
+        self.weight.owned(|| self.unpack())
+    }
+
+    /// True when the layer holds its weight tensor besides any prepacked panels (false for a
+    /// Cpu layer until [`Linear::weight`] is first called).
+    pub fn holds_weight_tensor(&self) -> bool {
+        self.weight.is_held()
+    }
+
+    fn unpack(&self) -> Option<crate::cpu::CpuStorage> {
+        self.packed.as_ref()?.0.unpack_transposed()
     }
 
     /// The bias, if any.
@@ -112,7 +134,7 @@ impl Linear {
     /// The layer on `device` (weights are prepacked again when moving to Cpu).
     pub fn to(&self, device: Device) -> Result<Linear> {
         Linear::new(
-            self.weight.to(device)?,
+            self.weight_owned().to(device)?,
             self.bias.as_ref().map(|b| b.to(device)).transpose()?,
         )
     }
@@ -120,7 +142,7 @@ impl Linear {
     /// The layer with weights converted to `dtype`.
     pub fn to_dtype(&self, dtype: DType) -> Result<Linear> {
         Linear::new(
-            self.weight.to_dtype(dtype)?,
+            self.weight_owned().to_dtype(dtype)?,
             self.bias.as_ref().map(|b| b.to_dtype(dtype)).transpose()?,
         )
     }
@@ -145,7 +167,7 @@ impl Linear {
                 got: format!("{:?}", residual.shape()),
             })?;
         if self.packed.is_none() {
-            let wt = self.weight.t()?;
+            let wt = self.weight().t()?;
             let mut op = x.matmul_fused(&wt).residual(&r);
             if let Some(b) = &self.bias {
                 op = op.bias(b);
@@ -161,8 +183,20 @@ impl Linear {
 
     /// The output shape for `x` `[..., in]`, checking device, dtype and the last dim.
     fn out_shape(&self, x: &Tensor) -> Result<Vec<usize>> {
-        x.same_device(&self.weight, "Linear")?;
-        x.same_dtype(&self.weight, "Linear")?;
+        if x.device() != self.weight.device() {
+            return Err(Error::DeviceMismatch {
+                op: "Linear",
+                lhs: x.device(),
+                rhs: self.weight.device(),
+            });
+        }
+        if x.dtype() != self.weight.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "Linear",
+                expected: x.dtype(),
+                got: self.weight.dtype(),
+            });
+        }
         let k = self.in_features();
         if x.rank() == 0 || x.shape()[x.rank() - 1] != k {
             return Err(Error::shape(
@@ -213,7 +247,7 @@ impl Linear {
         let out_shape = self.out_shape(x)?;
         let k = self.in_features();
         let x2 = x.reshape(&[x.numel() / k.max(1), k])?;
-        let wt = self.weight.t()?;
+        let wt = self.weight().t()?;
         let mut op = x2.matmul_fused(&wt).activation(activation);
         if let Some(b) = &self.bias {
             op = op.bias(b);

@@ -6,6 +6,7 @@ mod config;
 mod config_json;
 mod conv;
 mod feedforward;
+mod held;
 mod layers;
 mod linear;
 mod qkv;

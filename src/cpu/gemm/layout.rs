@@ -258,6 +258,62 @@ impl<T: PackElem> PackedB<T> {
     }
 }
 
+impl<T: PackElem> PackedB<T> {
+    /// The packed B given back, transposed: row-major `cols × K` f32 values (`cols` = N, or 2N
+    /// for a GLU pack: the `[h | g]` columns in source order), exactly the values packed (16-bit
+    /// sources were widened exactly, so they round back unchanged). `None` for the AMX layout,
+    /// whose padding this does not undo.
+    pub(crate) fn unpack_transposed(&self) -> Option<Vec<f32>> {
+        let l = self.layout;
+        let cols = if l.glu { 2 * l.n } else { l.n };
+        let mut out = vec![0f32; cols * l.k];
+        let mut put = |k: usize, col: usize, v: f32| {
+            if k < l.k {
+                out[col * l.k + k] = v;
+            }
+        };
+        match l.kind {
+            PackKind::Amx => return None,
+            PackKind::F32 => {
+                let data = self.buf.slice::<f32>(l.len());
+                for bi in 0..l.nblk {
+                    let (u0, u1) = l.block(bi);
+                    for p in 0..l.npanels {
+                        let at = l.panel_offset(bi, p);
+                        for u in u0..u1 {
+                            for lane in 0..NR {
+                                if let Some(col) = l.src_col(p, lane) {
+                                    put(u, col, data[at + (u - u0) * NR + lane]);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            PackKind::Bf16 => {
+                let data = self.buf.slice::<u32>(l.len());
+                let widen = |bits: u32| f32::from_bits(bits << 16);
+                for bi in 0..l.nblk {
+                    let (u0, u1) = l.block(bi);
+                    for p in 0..l.npanels {
+                        let at = l.panel_offset(bi, p);
+                        for u in u0..u1 {
+                            for lane in 0..NR {
+                                if let Some(col) = l.src_col(p, lane) {
+                                    let pair = data[at + (u - u0) * NR + lane];
+                                    put(2 * u, col, widen(pair & 0xffff));
+                                    put(2 * u + 1, col, widen(pair >> 16));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
 impl PackedB<f32> {
     /// Packs `b` (`K × N`, any strides) in the f32 layout with K blocks of at most `max_kcu`
     /// units (for kernels that keep a B micro-panel in L1, see `gemm_gather`).
@@ -277,5 +333,39 @@ impl<T: PackElem> std::fmt::Debug for PackedB<T> {
             .field("n", &self.layout.n)
             .field("geglu", &self.layout.glu)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod unpack_tests {
+    use super::*;
+
+    /// Every layout that gives B back does so exactly: f32 and bf16-pair kinds, plain and GLU,
+    /// K over several blocks and odd (a half-filled last pair), N not a multiple of a panel.
+    #[test]
+    fn unpack_transposed_gives_back_every_packed_value() {
+        let (k, n) = (2 * KCU_F32 + 37, 90);
+        let vals: Vec<f32> = (0..k * n)
+            .map(|i| bf16::from_f32(((i * 7919) % 1013) as f32 / 97.0 - 5.0).to_f32())
+            .collect();
+        let b32 = MatRef::row_major(&vals, k, n);
+        let b16: Vec<bf16> = vals.iter().map(|&v| bf16::from_f32(v)).collect();
+        let b16 = MatRef::row_major(&b16, k, n);
+        let want = |cols: usize| -> Vec<f32> {
+            let mut t = vec![0f32; cols * k];
+            for r in 0..k {
+                for c in 0..cols {
+                    t[c * k + r] = vals[r * n + c];
+                }
+            }
+            t
+        };
+        for glu in [false, true] {
+            let nout = if glu { n / 2 } else { n };
+            let f = PackedB::<f32>::build(&b32, BLayout::new(PackKind::F32, k, nout, glu));
+            assert_eq!(f.unpack_transposed(), Some(want(n)), "f32 glu={glu}");
+            let p = PackedB::<bf16>::build(&b16, BLayout::new(PackKind::Bf16, k, nout, glu));
+            assert_eq!(p.unpack_transposed(), Some(want(n)), "bf16 pairs glu={glu}");
+        }
     }
 }
