@@ -80,20 +80,20 @@ impl WinogradWeights {
                 format!("a [{o}, {c}, 3, 3] weight, got {} values", w.len()),
             ));
         }
+        // `u[ci][point][oi]`: each input channel's block is written by one task, reading its
+        // filters in blocks of output channels (rows of `9·C` weights, 9 at a time).
         let mut u = vec![0f32; POINTS * c * o];
-        // Input channel outer, output channel inner: the 16 writes of each filter land next
-        // to the previous filter's (one run of `o` per point and channel).
-        for ci in 0..c {
+        u.par_chunks_mut(POINTS * o).enumerate().for_each(|(ci, uc)| {
             for oi in 0..o {
                 let base = (oi * c + ci) * 9;
                 let g: [f64; 9] = std::array::from_fn(|i| w[base + i].to_f32() as f64);
                 for (point, v) in filter_transform(&g).into_iter().enumerate() {
-                    u[(point * c + ci) * o + oi] = v as f32;
+                    uc[point * o + oi] = v as f32;
                 }
             }
-        }
+        });
         let packs = (0..POINTS)
-            .map(|point| PackedB::new(MatRef::new(&u, point * c * o, c, o, o, 1)))
+            .map(|point| PackedB::new(MatRef::new(&u, point * o, c, o, POINTS * o, 1)))
             .collect::<Result<Vec<_>>>()?;
         Ok(WinogradWeights {
             c,
