@@ -36,8 +36,17 @@ use rayon::prelude::*;
 
 /// Points of the transformed tile.
 const POINTS: usize = 16;
-/// Target size of one block's transformed input and output (floats).
+/// Target size of one block's transformed input and output (floats), raised for layers whose
+/// transformed filters are larger (see [`block_floats`]).
 const BLOCK_FLOATS: usize = 1 << 21;
+
+/// Block size for `c → o` channels: every block streams all 16 filter matrices (`16·C·O`
+/// floats) through the GEMMs once, so blocks hold at least half that much transformed data —
+/// the filter re-reads then cost at most twice the transformed data's own traffic (for SD's
+/// 1280-channel layers at 16×16 that means one block instead of three passes over 105 MB).
+fn block_floats(c: usize, o: usize) -> usize {
+    BLOCK_FLOATS.max(POINTS * c * o / 2)
+}
 
 /// True when a layer of weight shape `[O, C, kh, kw]` and `params` can run as Winograd F(2,3)
 /// and is large enough to gain from it (the transforms cost about `16·(C + O)` adds per tile).
@@ -403,7 +412,7 @@ pub(crate) fn conv_winograd<S: ToF32>(
     ep: &ConvEpilogue,
     out: &mut [f32],
 ) -> Result<()> {
-    run_blocked(path, (data, xl), w, g, ep, out, BLOCK_FLOATS)
+    run_blocked(path, (data, xl), w, g, ep, out, block_floats(g.c, g.o))
 }
 
 /// [`conv_winograd`] with blocks of about `block_floats` transformed values (tests use small
