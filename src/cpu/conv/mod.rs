@@ -27,6 +27,7 @@ mod tensor;
 mod tests;
 mod transpose;
 mod winograd;
+mod winograd_math;
 #[cfg(test)]
 mod winograd_tests;
 
