@@ -137,6 +137,13 @@ impl Conv2d {
         self.packed.is_some()
     }
 
+    /// True when the Cpu runs this layer as Winograd F(2×2, 3×3) (3×3, stride 1, no dilation,
+    /// one group, at least 16 channels each way, not AMX-packed bf16, and
+    /// `XPU_CPU_WINOGRAD` not `0`); else the implicit GEMM.
+    pub fn uses_winograd(&self) -> bool {
+        self.packed.as_ref().is_some_and(|p| p.0.is_winograd())
+    }
+
     /// The layer on `device` (weights are prepacked again when moving to the Cpu).
     pub fn to(&self, device: Device) -> Result<Conv2d> {
         Conv2d::new(

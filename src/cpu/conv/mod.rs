@@ -155,6 +155,11 @@ impl PackedConv {
         })
     }
 
+    /// True for Winograd F(2,3) panels.
+    pub(crate) fn is_winograd(&self) -> bool {
+        matches!(self.panels, Panels::Winograd(_))
+    }
+
     /// True when these panels can run a convolution of `dtype` inputs right now (AMX panels:
     /// bf16 inputs with AMX usable on the current GEMM path).
     pub(crate) fn serves(&self, dtype: DType) -> bool {

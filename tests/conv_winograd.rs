@@ -1,0 +1,134 @@
+//! Winograd F(2×2, 3×3) through the public API: `nn::Conv2d` layers that take that path (3×3,
+//! stride 1, ≥ 16 channels each way) and per-call `conv2d` on inputs large enough to use it,
+//! against the unfused im2col sequence on the Cpu and Xpu against Cpu: odd channel counts (16,
+//! 17, 33) and spatial sizes (1, 3, 7×5, 13), paddings 0, 1, 2 and (2, 0), both memory formats,
+//! every float dtype, the whole epilogue with full and broadcast residuals.
+
+mod common;
+
+use common::{assert_close, eps, randn, values, FLOATS};
+use xpu::nn::Conv2d;
+use xpu::{Activation, Conv2dParams, DType, Device, MemoryFormat};
+
+fn pad(ph: usize, pw: usize) -> Conv2dParams {
+    Conv2dParams {
+        padding: (ph, pw),
+        ..Default::default()
+    }
+}
+
+fn tol(dtype: DType, c: usize) -> f64 {
+    let base = if dtype == DType::F32 {
+        1e-5
+    } else {
+        4.0 * eps(dtype)
+    };
+    base * ((9 * c) as f64).sqrt() + 1e-5
+}
+
+/// `(input [N, C, H, W], outputs, params)`.
+fn cases() -> Vec<([usize; 4], usize, Conv2dParams)> {
+    vec![
+        ([2, 16, 1, 1], 16, pad(1, 1)),
+        ([1, 17, 3, 3], 33, pad(0, 0)),
+        ([2, 33, 7, 5], 17, pad(1, 1)),
+        ([1, 16, 13, 13], 20, pad(2, 2)),
+        ([3, 18, 6, 9], 16, pad(2, 0)),
+    ]
+}
+
+#[test]
+fn winograd_layers_match_the_unfused_sequence_on_every_device() {
+    let devices = common::devices();
+    for &dtype in &FLOATS {
+        for (ci, (shape, o, p)) in cases().into_iter().enumerate() {
+            let (n, c) = (shape[0], shape[1]);
+            let x = randn(&shape, dtype, ci as u64);
+            let w = randn(&[o, c, 3, 3], dtype, 10 + ci as u64);
+            let b = randn(&[o], dtype, 20 + ci as u64);
+            let out = x.conv2d(&w, None, p).unwrap().shape().to_vec();
+            let residuals = [
+                randn(&out, dtype, 30 + ci as u64),
+                randn(&[n, o, 1, 1], dtype, 40 + ci as u64),
+                randn(&[1, o, 1, 1], dtype, 50 + ci as u64),
+            ];
+            let layer = Conv2d::new(w.clone(), Some(b.clone()), p).unwrap();
+            let amx_bf16 = dtype == DType::BF16
+                && xpu::cpu::gemm::bf16_method() == xpu::cpu::gemm::Bf16Method::Amx;
+            assert!(
+                amx_bf16 || layer.uses_winograd(),
+                "{dtype} case {ci}: not Winograd"
+            );
+            for (ri, r) in residuals.iter().enumerate() {
+                for act in [Activation::None, Activation::Silu] {
+                    for fmt in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
+                        let xf = x.to_memory_format(fmt).unwrap();
+                        let want = xf
+                            .conv2d_fused(&w, p)
+                            .bias(&b)
+                            .activation(act)
+                            .residual(r)
+                            .run_unfused()
+                            .unwrap();
+                        let want = values(&want);
+                        let what = format!("{dtype} case {ci} residual {ri} {act:?} {fmt:?}");
+                        let mut cpu = Vec::new();
+                        for &device in &devices {
+                            let l = layer.to(device).unwrap();
+                            let xd = xf.to(device).unwrap();
+                            let rd = r.to(device).unwrap();
+                            let got = values(&l.forward_fused(&xd, Some(&rd), act).unwrap());
+                            let t = tol(dtype, c);
+                            assert_close(&format!("{device} {what}"), &got, &want, t, t);
+                            if device == Device::Cpu {
+                                cpu = got;
+                            } else {
+                                assert_close(&format!("{device} vs cpu {what}"), &got, &cpu, t, t);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A per-call convolution over at least 1024 output pixels transforms its filters for the call.
+#[test]
+fn per_call_winograd_matches_the_unfused_sequence() {
+    for &dtype in &FLOATS {
+        let x = randn(&[1, 17, 33, 35], dtype, 1);
+        let w = randn(&[19, 17, 3, 3], dtype, 2);
+        let b = randn(&[19], dtype, 3);
+        for fmt in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
+            let xf = x.to_memory_format(fmt).unwrap();
+            let op = xf
+                .conv2d_fused(&w, pad(1, 1))
+                .bias(&b)
+                .activation(Activation::Silu);
+            let got = op.run().unwrap();
+            assert_eq!(got.shape(), &[1, 19, 33, 35]);
+            let want = values(&op.run_unfused().unwrap());
+            let t = tol(dtype, 17);
+            assert_close(&format!("{dtype} {fmt:?}"), &values(&got), &want, t, t);
+        }
+    }
+}
+
+/// Layers that cannot use Winograd (stride 2, fewer than 16 channels) say so; one that can
+/// does unless the process runs with `XPU_CPU_WINOGRAD` set.
+#[test]
+fn other_layers_do_not_use_winograd() {
+    let w = randn(&[16, 16, 3, 3], DType::F32, 1);
+    let strided = Conv2dParams {
+        stride: (2, 2),
+        ..pad(1, 1)
+    };
+    assert!(!Conv2d::new(w.clone(), None, strided)
+        .unwrap()
+        .uses_winograd());
+    let few = randn(&[16, 4, 3, 3], DType::F32, 2);
+    assert!(!Conv2d::new(few, None, pad(1, 1)).unwrap().uses_winograd());
+    let on_xpu_or_cpu = Conv2d::new(w, None, pad(1, 1)).unwrap();
+    assert!(on_xpu_or_cpu.uses_winograd() || std::env::var("XPU_CPU_WINOGRAD").is_ok());
+}
