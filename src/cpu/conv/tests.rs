@@ -74,6 +74,24 @@ pub(super) fn pad(p: usize) -> Conv2dParams {
     }
 }
 
+/// `wide` as f32, f16 and bf16 storage.
+pub(super) fn sources(wide: &[f32]) -> [CpuStorage; 3] {
+    [
+        CpuStorage::F32(wide.to_vec()),
+        CpuStorage::F16(wide.iter().map(|&v| f16::from_f32(v)).collect()),
+        CpuStorage::BF16(wide.iter().map(|&v| bf16::from_f32(v)).collect()),
+    ]
+}
+
+/// `x` rounded to `src`'s dtype and widened back (the values a 16-bit input holds).
+pub(super) fn rounded_like(src: &CpuStorage, x: &[f32]) -> Vec<f32> {
+    match src {
+        CpuStorage::F16(_) => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+        CpuStorage::BF16(_) => x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
+        _ => x.to_vec(),
+    }
+}
+
 /// Odd channel counts, K over several blocks, 1×1, depthwise, stride/dilation/groups.
 fn cases() -> [ConvGeom; 5] {
     [
@@ -132,18 +150,9 @@ fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
         let res = rand_vec(g.m() * (g.o + 1), 300 + ci as u64);
         let packed = PackedConv::new(&w, wshape, g.p.groups)?;
         let want = direct(&x, &w, g, &bias, &res);
-        let sources = [
-            CpuStorage::F32(wide.clone()),
-            CpuStorage::F16(wide.iter().map(|&v| f16::from_f32(v)).collect()),
-            CpuStorage::BF16(wide.iter().map(|&v| bf16::from_f32(v)).collect()),
-        ];
-        for src in &sources {
+        for src in &sources(&wide) {
             // 16-bit inputs: compare against the reference on the rounded input values.
-            let xr: Vec<f32> = match src {
-                CpuStorage::F32(_) => x.clone(),
-                CpuStorage::F16(_) => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
-                _ => x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
-            };
+            let xr = rounded_like(src, &x);
             let want16 = direct(&xr, &w, g, &bias, &res);
             let want = if matches!(src, CpuStorage::F32(_)) {
                 &want

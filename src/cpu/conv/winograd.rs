@@ -364,16 +364,10 @@ pub(super) fn run_blocked<S: ToF32>(
     block_floats: usize,
 ) -> Result<()> {
     let op = "conv2d";
-    if (g.c, g.o, g.kh, g.kw) != (w.c, w.o, 3, 3) || g.p != w.params {
+    if (g.c, g.o, g.kh, g.kw) != (w.c, w.o, 3, 3) || g.p != w.params || out.len() != g.m() * g.o {
         return Err(Error::invalid(
             op,
-            "Winograd weights used for a convolution of another shape or parameters",
-        ));
-    }
-    if out.len() != g.m() * g.o {
-        return Err(Error::invalid(
-            op,
-            "internal: output rows of the wrong size",
+            "Winograd weights or output rows used for a convolution of another shape",
         ));
     }
     if out.is_empty() {

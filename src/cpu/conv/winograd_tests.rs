@@ -3,11 +3,11 @@
 //! of tile rows that cross images, a channel-slice input view, 16-bit inputs and outputs, and
 //! the whole epilogue (bias, SiLU, strided and per-image residuals) on every kernel path.
 
-use super::tests::{case, channel_slice_input, direct, rand_vec};
+use super::tests::{case, channel_slice_input, direct, rand_vec, rounded_like, sources};
 use super::winograd::run_blocked;
 use super::*;
 use crate::Conv2dParams;
-use half::{bf16, f16};
+use half::bf16;
 
 fn params(ph: usize, pw: usize) -> Conv2dParams {
     Conv2dParams {
@@ -47,17 +47,8 @@ fn winograd_matches_direct_loops_on_every_path_and_block_size() -> Result<()> {
         let Panels::Winograd(wg) = &packed.panels else {
             panic!("Winograd panels expected");
         };
-        let sources = [
-            CpuStorage::F32(wide.clone()),
-            CpuStorage::F16(wide.iter().map(|&v| f16::from_f32(v)).collect()),
-            CpuStorage::BF16(wide.iter().map(|&v| bf16::from_f32(v)).collect()),
-        ];
-        for src in &sources {
-            let xr: Vec<f32> = match src {
-                CpuStorage::F32(_) => xv.clone(),
-                CpuStorage::F16(_) => xv.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
-                _ => xv.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
-            };
+        for src in &sources(&wide) {
+            let xr = rounded_like(src, &xv);
             let want = direct(&xr, &w, &g, &bias, &res);
             for path in paths() {
                 let ep = ConvEpilogue {

@@ -272,42 +272,35 @@ impl<T: PackElem> PackedB<T> {
                 out[col * l.k + k] = v;
             }
         };
-        match l.kind {
-            PackKind::Amx => return None,
-            PackKind::F32 => {
-                let data = self.buf.slice::<f32>(l.len());
-                for bi in 0..l.nblk {
-                    let (u0, u1) = l.block(bi);
-                    for p in 0..l.npanels {
-                        let at = l.panel_offset(bi, p);
-                        for u in u0..u1 {
-                            for lane in 0..NR {
-                                if let Some(col) = l.src_col(p, lane) {
-                                    put(u, col, data[at + (u - u0) * NR + lane]);
-                                }
+        // Calls `f(unit, source column, packed index)` for every lane that holds a value.
+        let each = |f: &mut dyn FnMut(usize, usize, usize)| {
+            for bi in 0..l.nblk {
+                let (u0, u1) = l.block(bi);
+                for p in 0..l.npanels {
+                    let at = l.panel_offset(bi, p);
+                    for u in u0..u1 {
+                        for lane in 0..NR {
+                            if let Some(col) = l.src_col(p, lane) {
+                                f(u, col, at + (u - u0) * NR + lane);
                             }
                         }
                     }
                 }
             }
+        };
+        match l.kind {
+            PackKind::Amx => return None,
+            PackKind::F32 => {
+                let data = self.buf.slice::<f32>(l.len());
+                each(&mut |u, col, i| put(u, col, data[i]));
+            }
             PackKind::Bf16 => {
                 let data = self.buf.slice::<u32>(l.len());
                 let widen = |bits: u32| f32::from_bits(bits << 16);
-                for bi in 0..l.nblk {
-                    let (u0, u1) = l.block(bi);
-                    for p in 0..l.npanels {
-                        let at = l.panel_offset(bi, p);
-                        for u in u0..u1 {
-                            for lane in 0..NR {
-                                if let Some(col) = l.src_col(p, lane) {
-                                    let pair = data[at + (u - u0) * NR + lane];
-                                    put(2 * u, col, widen(pair & 0xffff));
-                                    put(2 * u + 1, col, widen(pair >> 16));
-                                }
-                            }
-                        }
-                    }
-                }
+                each(&mut |u, col, i| {
+                    put(2 * u, col, widen(data[i] & 0xffff));
+                    put(2 * u + 1, col, widen(data[i] >> 16));
+                });
             }
         }
         Some(out)
