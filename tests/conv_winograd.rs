@@ -10,6 +10,13 @@ use common::{assert_close, eps, randn, values, FLOATS};
 use xpu::nn::Conv2d;
 use xpu::{Activation, Conv2dParams, DType, Device, MemoryFormat};
 
+/// The Winograd override is process-wide: tests that build layers take turns.
+static LAYERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn layers_lock() -> std::sync::MutexGuard<'static, ()> {
+    LAYERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn pad(ph: usize, pw: usize) -> Conv2dParams {
     Conv2dParams {
         padding: (ph, pw),
@@ -39,6 +46,7 @@ fn cases() -> Vec<([usize; 4], usize, Conv2dParams)> {
 
 #[test]
 fn winograd_layers_match_the_unfused_sequence_on_every_device() {
+    let _turn = layers_lock();
     let devices = common::devices();
     for &dtype in &FLOATS {
         for (ci, (shape, o, p)) in cases().into_iter().enumerate() {
@@ -119,6 +127,7 @@ fn per_call_winograd_matches_the_unfused_sequence() {
 /// does unless the process runs with `XPU_CPU_WINOGRAD` set.
 #[test]
 fn other_layers_do_not_use_winograd() {
+    let _turn = layers_lock();
     let w = randn(&[16, 16, 3, 3], DType::F32, 1);
     let strided = Conv2dParams {
         stride: (2, 2),
@@ -131,4 +140,23 @@ fn other_layers_do_not_use_winograd() {
     assert!(!Conv2d::new(few, None, pad(1, 1)).unwrap().uses_winograd());
     let on_xpu_or_cpu = Conv2d::new(w, None, pad(1, 1)).unwrap();
     assert!(on_xpu_or_cpu.uses_winograd() || std::env::var("XPU_CPU_WINOGRAD").is_ok());
+}
+
+/// `set_winograd_override` decides for layers built while it is set; both paths agree.
+#[test]
+fn override_switches_the_path_of_new_layers() {
+    let _turn = layers_lock();
+    let x = randn(&[1, 16, 9, 8], DType::F32, 5).to_memory_format(MemoryFormat::ChannelsLast);
+    let x = x.unwrap();
+    let w = randn(&[24, 16, 3, 3], DType::F32, 6);
+    let build = |on| {
+        xpu::cpu::set_winograd_override(on);
+        let l = Conv2d::new(w.clone(), None, pad(1, 1));
+        xpu::cpu::set_winograd_override(None);
+        l.unwrap()
+    };
+    let (off, on) = (build(Some(false)), build(Some(true)));
+    assert!(!off.uses_winograd() && on.uses_winograd());
+    let (a, b) = (off.forward(&x).unwrap(), on.forward(&x).unwrap());
+    assert_close("override", &values(&b), &values(&a), 1e-4, 1e-4);
 }

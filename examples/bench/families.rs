@@ -144,7 +144,9 @@ pub(super) fn matmul(
 /// SD 1.5's 3x3 convolutions (batch 2, padding 1): 320 ch at 64x64, 640 at 32x32, 1280 at 16x16.
 /// Variants: `nchw` and `channels_last` are `conv2d` calls (the Cpu packs the weights per call;
 /// NCHW also converts to NHWC and back), `layer_cl` is `nn::Conv2d` (weights prepacked once) on a
-/// channels-last input, `layer_cl_fused` adds SiLU and a residual in the same pass.
+/// channels-last input (on the Cpu: Winograd F(2,3)), `layer_cl_fused` adds SiLU and a residual
+/// in the same pass, `layer_cl_implicit` is the layer built with Winograd off (the implicit
+/// GEMM). GFLOP/s count the direct convolution's FLOPs, so Winograd rows can pass 100%.
 pub(super) fn conv(
     o: &Opts,
     device: Device,
@@ -170,8 +172,12 @@ pub(super) fn conv(
         let res =
             Tensor::randn(&[2, c, hw, hw], dtype, device, 4)?.to_memory_format(ChannelsLast)?;
         let layer = xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p)?;
+        xpu::cpu::set_winograd_override(Some(false));
+        let implicit = xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p);
+        xpu::cpu::set_winograd_override(None);
+        let implicit = implicit?;
         let silu = xpu::Activation::Silu;
-        let variants: [(&str, Op); 4] = [
+        let variants: [(&str, Op); 5] = [
             ("nchw", Box::new(|| x.conv2d(&w, Some(&b), p))),
             ("channels_last", Box::new(|| xcl.conv2d(&w, Some(&b), p))),
             ("layer_cl", Box::new(|| layer.forward(&xcl))),
@@ -179,6 +185,7 @@ pub(super) fn conv(
                 "layer_cl_fused",
                 Box::new(|| layer.forward_fused(&xcl, Some(&res), silu)),
             ),
+            ("layer_cl_implicit", Box::new(|| implicit.forward(&xcl))),
         ];
         for (variant, f) in variants {
             let ms = time(device, o.quick, f)?;

@@ -31,6 +31,7 @@ mod strided;
 #[cfg(test)]
 mod tests;
 
+pub use conv::set_winograd_override;
 pub use matmul::matmul_f32_strided;
 pub use simd::{set_simd_override, simd_level, with_simd_level, SimdLevel};
 pub use storage::CpuStorage;

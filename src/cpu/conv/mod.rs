@@ -31,6 +31,7 @@ mod winograd_math;
 #[cfg(test)]
 mod winograd_tests;
 
+pub use tensor::set_winograd_override;
 pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight};
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 pub(crate) use winograd::{

@@ -136,9 +136,29 @@ pub(crate) fn pack_weight(
     PackedConv::new(&f32_vec(w)?, shape, groups)
 }
 
-/// False under `XPU_CPU_WINOGRAD=0` (read once): every convolution then runs as an implicit
-/// GEMM (for comparisons; the Winograd path is on by default).
+/// 0: no override; 1: Winograd on; 2: off (see [`set_winograd_override`]).
+static WINOGRAD_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Turns the Winograd path for 3×3 stride-1 convolutions on or off for every weight packed
+/// from now on (process-wide; layers already built keep their panels), or with `None` returns
+/// to the default: on, unless `XPU_CPU_WINOGRAD=0`.
+pub fn set_winograd_override(on: Option<bool>) {
+    let v = match on {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
+    WINOGRAD_OVERRIDE.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether weights packed now may take the Winograd path: the override, else false under
+/// `XPU_CPU_WINOGRAD=0` (read once), else true.
 fn winograd_enabled() -> bool {
+    match WINOGRAD_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("XPU_CPU_WINOGRAD").map_or(true, |v| v.trim() != "0"))
 }
