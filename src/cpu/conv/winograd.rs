@@ -8,6 +8,12 @@
 //! linear transforms that only add and subtract. SD's UNet spends most of its time in such
 //! convolutions, so this is where a CPU step gains most (see BENCHMARKS.md).
 //!
+//! Why F(2,3) and not F(4,3) (6×6 tiles, 36 GEMMs, 2.25·C·O per pixel): its transformed filters
+//! take 36/9 = 4× the weights' memory (16/9 here; an SD 1.5 UNet would carry about 7.6 GB of
+//! them in f32), and its transforms multiply by up to 8, which costs about a decimal digit of
+//! f32 accuracy; F(2,3)'s transforms only add, so its results stay within a few ulps of the
+//! direct convolution.
+//!
 //! With `d` a 4×4 input tile, `g` the 3×3 filter and `Y` the 2×2 output tile:
 //! `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, where the elementwise product is summed over input
 //! channels — a `[tiles, C] @ [C, O]` product for each of the 16 points.
