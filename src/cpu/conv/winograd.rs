@@ -177,7 +177,10 @@ fn transform_row_body<S: ToF32>(data: &[S], inp: &Input, g: &ConvGeom, row: usiz
     }
 }
 
-/// [`transform_row_body`] built for AVX2 (8-lane vectors, F16C conversions).
+/// [`transform_row_body`] built for AVX2 (8-lane vectors, F16C conversions). Named wrappers
+/// rather than one closure-taking trampoline: a closure passed to a `#[target_feature]`
+/// function is not reliably inlined into it (the output transform's was not, and ran without
+/// AVX2), while these bodies are `#[inline(always)]` into the wrappers.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
