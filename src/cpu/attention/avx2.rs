@@ -19,6 +19,9 @@ use std::arch::x86_64::*;
 
 const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
+// Every row's rescale factor takes one lane of one 8-lane `exp2` (see `scores`).
+const _: () = assert!(MR <= 8);
+
 /// `2^x` for `x <= 0`, exactly 0 below `MIN_EXP2`: `x = n + f` with `|f| <= 1/2`, the
 /// AVX-512 kernel's degree-7 series for `2^f`, and `2^n` built in the exponent field (`n >=
 /// -125` after the clamp, so it is a normal float). NaN stays NaN.
@@ -70,6 +73,8 @@ unsafe fn score_block(t: &Tile, p: *mut f32, k0: usize) {
         }
     }
     let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    // Only a block that reaches past the valid keys needs the `-inf` lanes.
+    let partial = k0 + 16 > t.valid;
     for (r, row) in acc.iter().enumerate() {
         for (h, s) in row.iter().enumerate() {
             let at = r * KB + k0 + 8 * h;
@@ -78,7 +83,9 @@ unsafe fn score_block(t: &Tile, p: *mut f32, k0: usize) {
                 // SAFETY: bias holds MR * KB floats.
                 s = _mm256_add_ps(s, _mm256_loadu_ps(bias.as_ptr().add(at)));
             }
-            let s = _mm256_blendv_ps(ninf, s, valid_lanes((k0 / 8) + h, t.valid));
+            if partial {
+                s = _mm256_blendv_ps(ninf, s, valid_lanes((k0 / 8) + h, t.valid));
+            }
             // SAFETY: p holds MR * KB floats.
             _mm256_storeu_ps(p.add(at), s);
         }
@@ -96,6 +103,11 @@ unsafe fn reduce_max(v: __m256) -> f32 {
 }
 
 /// Scores and online softmax of one key block; returns each row's rescale factor.
+///
+/// The softmax runs phase by phase over all `MR` rows (maxima, then one vector `exp2` for every
+/// row's rescale factor, then the probabilities) rather than row after row: each phase is a set
+/// of independent chains, so the FMA pipes stay busy instead of waiting on one row's reductions
+/// (measured: the row-by-row loop spent about a fifth of the tile's time in `exp2` latency).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn scores(t: &Tile, st: &mut State) -> [f32; MR] {
     let p = st.p.as_mut_ptr();
@@ -104,39 +116,51 @@ unsafe fn scores(t: &Tile, st: &mut State) -> [f32; MR] {
         score_block(t, p, 16 * b);
     }
     let vecs = 2 * blocks;
-    let mut alpha = [0f32; MR];
-    for (r, a) in alpha.iter_mut().enumerate() {
-        let row = p.add(r * KB);
-        let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
-        for v in 0..vecs {
-            mx = _mm256_max_ps(mx, _mm256_loadu_ps(row.add(8 * v)));
+    let mut mx = [_mm256_set1_ps(f32::NEG_INFINITY); MR];
+    for v in 0..vecs {
+        for (r, m) in mx.iter_mut().enumerate() {
+            // SAFETY: p holds MR * KB floats and 8 * vecs <= KB.
+            *m = _mm256_max_ps(*m, _mm256_loadu_ps(p.add(r * KB + 8 * v)));
         }
+    }
+    let mut m_use = [0f32; MR];
+    let mut shift = [f32::NEG_INFINITY; 8];
+    for (r, m) in mx.iter().enumerate() {
         let m_old = st.m[r];
-        let m_new = m_old.max(reduce_max(mx));
-        let m_use = if m_new == f32::NEG_INFINITY {
+        let m_new = m_old.max(reduce_max(*m));
+        m_use[r] = if m_new == f32::NEG_INFINITY {
             0.0
         } else {
             m_new
         };
-        let mu = _mm256_set1_ps(m_use);
-        let mut sum = _mm256_setzero_ps();
-        for v in 0..vecs {
-            let e = exp2(_mm256_sub_ps(_mm256_loadu_ps(row.add(8 * v)), mu));
-            sum = _mm256_add_ps(sum, e);
-            _mm256_storeu_ps(row.add(8 * v), e);
+        shift[r] = m_old - m_use[r];
+        st.m[r] = m_new;
+    }
+    let mut factor = [0f32; 8];
+    _mm256_storeu_ps(factor.as_mut_ptr(), exp2(_mm256_loadu_ps(shift.as_ptr())));
+    for (r, &mu) in m_use.iter().enumerate() {
+        let row = p.add(r * KB);
+        let mu = _mm256_set1_ps(mu);
+        // Two partial sums (`vecs` is even): the adds do not wait on each other.
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for v in (0..vecs).step_by(2) {
+            let e0 = exp2(_mm256_sub_ps(_mm256_loadu_ps(row.add(8 * v)), mu));
+            let e1 = exp2(_mm256_sub_ps(_mm256_loadu_ps(row.add(8 * v + 8)), mu));
+            s0 = _mm256_add_ps(s0, e0);
+            s1 = _mm256_add_ps(s1, e1);
+            _mm256_storeu_ps(row.add(8 * v), e0);
+            _mm256_storeu_ps(row.add(8 * v + 8), e1);
         }
-        let mut factor = [0f32; 8];
-        let shift = _mm256_set1_ps(m_old - m_use);
-        _mm256_storeu_ps(factor.as_mut_ptr(), exp2(shift));
-        *a = factor[0];
         // Row sums stay per lane (summed once at the end): lanes 0..8 take this block's sums,
         // lanes 8..16 (unused by this kernel) are rescaled like the rest.
         let l = st.l[r].as_mut_ptr();
-        let fa = _mm256_set1_ps(*a);
+        let fa = _mm256_set1_ps(factor[r]);
+        let sum = _mm256_add_ps(s0, s1);
         _mm256_storeu_ps(l, _mm256_fmadd_ps(_mm256_loadu_ps(l), fa, sum));
         _mm256_storeu_ps(l.add(8), _mm256_mul_ps(_mm256_loadu_ps(l.add(8)), fa));
-        st.m[r] = m_new;
     }
+    let mut alpha = [0f32; MR];
+    alpha.copy_from_slice(&factor[..MR]);
     alpha
 }
 
@@ -158,7 +182,7 @@ unsafe fn update<const NV: usize>(t: &Tile, st: &mut State, alpha: &[f32; MR], c
             }
         }
     }
-    for j in 0..t.valid {
+    let step = |j: usize, acc: &mut [[__m256; NV]; MR]| {
         let mut b = [_mm256_setzero_ps(); NV];
         for (h, bv) in b.iter_mut().enumerate() {
             // SAFETY: v holds KB * dvp floats and j < valid <= KB.
@@ -171,6 +195,26 @@ unsafe fn update<const NV: usize>(t: &Tile, st: &mut State, alpha: &[f32; MR], c
                 *av = _mm256_fmadd_ps(a, *bv, *av);
             }
         }
+    };
+    let mut j = 0;
+    if NV == 1 {
+        // Six accumulators would leave the FMA latency exposed (it takes eight chains to fill
+        // both pipes): even and odd keys go to two sets, added at the end.
+        let mut acc2 = [[_mm256_setzero_ps(); NV]; MR];
+        while j + 2 <= t.valid {
+            step(j, &mut acc);
+            step(j + 1, &mut acc2);
+            j += 2;
+        }
+        for (row, row2) in acc.iter_mut().zip(&acc2) {
+            for (a, a2) in row.iter_mut().zip(row2) {
+                *a = _mm256_add_ps(*a, *a2);
+            }
+        }
+    }
+    while j < t.valid {
+        step(j, &mut acc);
+        j += 1;
     }
     for (r, row) in acc.iter().enumerate() {
         for (h, av) in row.iter().enumerate() {
