@@ -65,6 +65,11 @@ impl<S: ToF32> Kernel for Avx2F32<'_, S> {
     /// this path mostly serves (the AVX-512 default of 12 is sized for 2 MiB L2s).
     const NB_PANELS: usize = 8;
     fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [f32]) {
+        if self.a.col_stride == 1 && rows == MR && dst.len() >= MR * (u1 - u0) {
+            // SAFETY: `Avx2F32` exists only where AVX2 was detected (`new`); the driver passes
+            // rows and units inside the validated A.
+            return unsafe { super::avx2_pack::pack_a6_rows(&self.a, row0, u0, u1, dst) };
+        }
         pack_a_f32(&self.a, MR, row0, rows, u0, u1, dst);
     }
     unsafe fn tile(&self, kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &EpCtx) {

@@ -30,6 +30,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_ep;
 #[cfg(target_arch = "x86_64")]
+mod avx2_pack;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_ep;
