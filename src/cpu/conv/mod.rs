@@ -27,6 +27,8 @@ mod tensor;
 mod tests;
 mod transpose;
 mod winograd;
+#[cfg(target_arch = "x86_64")]
+mod winograd_avx2;
 mod winograd_math;
 #[cfg(test)]
 mod winograd_tests;

@@ -31,6 +31,8 @@
 //!   NHWC rows and its transformed data (`16 · tiles · (C + O)` floats) stays near the cache.
 //! - The epilogue is the implicit GEMM's: `act(conv + bias) + residual` in f32, per output row.
 
+#[cfg(target_arch = "x86_64")]
+use super::winograd_avx2::input_tile8;
 use super::winograd_math::{filter_transform, input_transform, output_transform, L};
 use super::ConvEpilogue;
 use crate::cpu::gemm::{self, Activation, Epilogue, GemmPath, MatRef, PackedB, Residual, ToF32};
@@ -136,7 +138,13 @@ struct Input {
 
 /// Transforms tile row `row` (image `row / tiles_y`) into `v`: per tile, 16 runs of `c` floats.
 #[inline(always)]
-fn transform_row_body<S: ToF32>(data: &[S], inp: &Input, g: &ConvGeom, row: usize, v: &mut [f32]) {
+fn transform_row_body<S: ToF32, const AVX2: bool>(
+    data: &[S],
+    inp: &Input,
+    g: &ConvGeom,
+    row: usize,
+    v: &mut [f32],
+) {
     let c = g.c;
     let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
     let (ph, pw) = g.p.padding;
@@ -148,6 +156,14 @@ fn transform_row_body<S: ToF32>(data: &[S], inp: &Input, g: &ConvGeom, row: usiz
             (iy < g.h && ix < g.w).then(|| inp.base + b * inp.sn + iy * inp.sh + ix * inp.sw)
         });
         let mut c0 = 0;
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 {
+            // SAFETY: `AVX2` is true only in `transform_row_avx2`, which runs where the
+            // hardware has AVX2, FMA and F16C.
+            while c0 + L <= c && unsafe { input_tile8(data, &starts, c0, c, vt) } {
+                c0 += L;
+            }
+        }
         while c0 < c {
             let n = L.min(c - c0);
             let mut d = [[0f32; L]; 16];
@@ -193,7 +209,7 @@ unsafe fn transform_row_avx2<S: ToF32>(
     row: usize,
     v: &mut [f32],
 ) {
-    transform_row_body(data, inp, g, row, v)
+    transform_row_body::<S, true>(data, inp, g, row, v)
 }
 
 fn transform_row<S: ToF32>(
@@ -211,7 +227,7 @@ fn transform_row<S: ToF32>(
         return unsafe { transform_row_avx2(data, inp, g, row, v) };
     }
     let _ = avx2;
-    transform_row_body(data, inp, g, row, v)
+    transform_row_body::<S, false>(data, inp, g, row, v)
 }
 
 /// Output transform of tile row `row` from `m` (per tile, 16 runs of `o` floats) into the
