@@ -11,21 +11,8 @@
 //! for bit those of the portable path; 16-bit inputs widen exactly (F16C, or a shift for
 //! bf16); every access is inside slices whose lengths are checked before the unsafe loads.
 
-use crate::cpu::gemm::{SrcKind, ToF32};
+use crate::cpu::gemm::{load8, ToF32};
 use std::arch::x86_64::*;
-
-/// Eight source elements widened to f32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load8<S: ToF32>(p: *const S) -> __m256 {
-    match S::KIND {
-        SrcKind::F32 => _mm256_loadu_ps(p as *const f32),
-        SrcKind::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
-        SrcKind::Bf16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
-            _mm_loadu_si128(p as *const __m128i),
-        ))),
-    }
-}
 
 /// Transforms channels `c0..c0 + 8` of one tile: `starts[k]` is the index in `data` of input
 /// pixel `k`'s channel 0 (row-major 4×4 tile; `None` outside the image), and point `k` of the

@@ -73,41 +73,18 @@ unsafe fn transpose(tmp: [&[f32]; MR], n: usize, dst: &mut [f32]) {
     let len = dst.len();
     let out = dst.as_mut_ptr();
     let six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
-    let z = _mm256_setzero_ps();
     let full = n / 8 * 8;
     for g in (0..full).step_by(8) {
         // SAFETY: g + 8 <= n <= every row's length.
-        let r0 = _mm256_loadu_ps(tmp[0].as_ptr().add(g));
-        let r1 = _mm256_loadu_ps(tmp[1].as_ptr().add(g));
-        let r2 = _mm256_loadu_ps(tmp[2].as_ptr().add(g));
-        let r3 = _mm256_loadu_ps(tmp[3].as_ptr().add(g));
-        let r4 = _mm256_loadu_ps(tmp[4].as_ptr().add(g));
-        let r5 = _mm256_loadu_ps(tmp[5].as_ptr().add(g));
-        let t0 = _mm256_unpacklo_ps(r0, r1);
-        let t1 = _mm256_unpackhi_ps(r0, r1);
-        let t2 = _mm256_unpacklo_ps(r2, r3);
-        let t3 = _mm256_unpackhi_ps(r2, r3);
-        let t4 = _mm256_unpacklo_ps(r4, r5);
-        let t5 = _mm256_unpackhi_ps(r4, r5);
-        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-        let s4 = _mm256_shuffle_ps::<0x44>(t4, z);
-        let s5 = _mm256_shuffle_ps::<0xEE>(t4, z);
-        let s6 = _mm256_shuffle_ps::<0x44>(t5, z);
-        let s7 = _mm256_shuffle_ps::<0xEE>(t5, z);
-        // Column j holds unit g + j of rows 0..6 in lanes 0..6.
-        let cols = [
-            _mm256_permute2f128_ps::<0x20>(s0, s4),
-            _mm256_permute2f128_ps::<0x20>(s1, s5),
-            _mm256_permute2f128_ps::<0x20>(s2, s6),
-            _mm256_permute2f128_ps::<0x20>(s3, s7),
-            _mm256_permute2f128_ps::<0x31>(s0, s4),
-            _mm256_permute2f128_ps::<0x31>(s1, s5),
-            _mm256_permute2f128_ps::<0x31>(s2, s6),
-            _mm256_permute2f128_ps::<0x31>(s3, s7),
+        let rows = [
+            _mm256_loadu_ps(tmp[0].as_ptr().add(g)),
+            _mm256_loadu_ps(tmp[1].as_ptr().add(g)),
+            _mm256_loadu_ps(tmp[2].as_ptr().add(g)),
+            _mm256_loadu_ps(tmp[3].as_ptr().add(g)),
+            _mm256_loadu_ps(tmp[4].as_ptr().add(g)),
+            _mm256_loadu_ps(tmp[5].as_ptr().add(g)),
         ];
+        let cols = transpose6x8(&rows);
         for (j, c) in cols.into_iter().enumerate() {
             let at = (g + j) * MR;
             if at + 8 <= len {
@@ -124,6 +101,57 @@ unsafe fn transpose(tmp: [&[f32]; MR], n: usize, dst: &mut [f32]) {
             dst[u * MR + r] = t[u];
         }
     }
+}
+
+/// Eight source elements at `p` widened to f32 (exact for f16 and bf16).
+///
+/// # Safety
+/// `p` is readable for 8 elements; the CPU has AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn load8<S: ToF32>(p: *const S) -> __m256 {
+    match S::KIND {
+        SrcKind::F32 => _mm256_loadu_ps(p as *const f32),
+        SrcKind::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+        SrcKind::Bf16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+            _mm_loadu_si128(p as *const __m128i),
+        ))),
+    }
+}
+
+/// The 8×8 transpose of six 8-lane rows and two zero rows: vector `j` holds element `j` of
+/// rows 0..6 in lanes 0..6 (lanes 6 and 7 zero).
+///
+/// # Safety
+/// The CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn transpose6x8(r: &[__m256; MR]) -> [__m256; 8] {
+    let z = _mm256_setzero_ps();
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, z);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, z);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, z);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, z);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
 }
 
 #[cfg(test)]

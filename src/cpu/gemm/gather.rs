@@ -134,51 +134,20 @@ unsafe fn pack_run_avx2<S: ToF32>(
     chunks: usize,
     dst: *mut f32,
 ) {
-    use super::pack::SrcKind;
+    use super::avx2_pack::{load8, transpose6x8};
     use std::arch::x86_64::*;
     const MR: usize = super::avx2::MR;
-    let load8 = |p: *const S| match S::KIND {
-        SrcKind::F32 => _mm256_loadu_ps(p as *const f32),
-        SrcKind::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
-        SrcKind::Bf16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
-            _mm_loadu_si128(p as *const __m128i),
-        ))),
-    };
     let es = std::mem::size_of::<S>();
     for ch in 0..chunks {
-        let mut r = [_mm256_setzero_ps(); 8];
+        let mut r = [_mm256_setzero_ps(); MR];
         for (v, &p) in r.iter_mut().zip(ptrs) {
             _mm_prefetch::<_MM_HINT_T0>(
                 (p as *const u8).wrapping_add((ch + 8) * 8 * es) as *const i8
             );
             *v = load8(p.add(ch * 8));
         }
-        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        let z = _mm256_setzero_ps();
-        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-        let u4 = _mm256_shuffle_ps::<0x44>(t4, z);
-        let u5 = _mm256_shuffle_ps::<0xEE>(t4, z);
-        let u6 = _mm256_shuffle_ps::<0x44>(t5, z);
-        let u7 = _mm256_shuffle_ps::<0xEE>(t5, z);
         // Column j of the chunk: rows 0..6 of unit j (lanes 6, 7 zero).
-        let cols = [
-            _mm256_permute2f128_ps::<0x20>(u0, u4),
-            _mm256_permute2f128_ps::<0x20>(u1, u5),
-            _mm256_permute2f128_ps::<0x20>(u2, u6),
-            _mm256_permute2f128_ps::<0x20>(u3, u7),
-            _mm256_permute2f128_ps::<0x31>(u0, u4),
-            _mm256_permute2f128_ps::<0x31>(u1, u5),
-            _mm256_permute2f128_ps::<0x31>(u2, u6),
-            _mm256_permute2f128_ps::<0x31>(u3, u7),
-        ];
+        let cols = transpose6x8(&r);
         let out = dst.add(ch * 8 * MR);
         // Each 8-wide store spills two zeros into the next unit's slots, which that unit's
         // store (or the next chunk's) overwrites; the very last unit is stored as 4 + 2.

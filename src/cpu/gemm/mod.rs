@@ -51,9 +51,11 @@ mod types;
 pub(crate) use amx::{load_config as amx_load_config, release as amx_release};
 pub(crate) use amx_gather::gemm_gather_amx;
 pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2_pack::load8;
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
 pub use layout::{PackElem, PackedB};
-pub(crate) use pack::{SrcKind, ToF32};
+pub(crate) use pack::ToF32;
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
 pub(crate) use types::{Half, Out16, Residual};
