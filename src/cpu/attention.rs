@@ -10,10 +10,13 @@
 //! `P · V` (`portable` or `avx512` kernels, chosen by `Kernels::level()`). The output is
 //! `o / l` rounded once to the input dtype.
 //!
-//! bf16 inputs run on Intel AMX tiles instead where AMX is in use (`bf16_method() == Amx`,
-//! `amx::usable`) and `XPU_CPU_ATTN` is not `fma`: `Q·Kᵀ` and `P·V` on `tdpbf16ps` with f32
-//! accumulation, `P` rounded to bf16, the softmax in f32 (see `amx` / `amx_kernel`), with the
-//! same invariants as below.
+//! bf16 inputs, unless `XPU_CPU_ATTN=fma`, run on one of two bf16 kernels instead, both with
+//! `Q·Kᵀ` and `P·V` on bf16 pair products with f32 accumulation, `P` rounded to bf16 and the
+//! softmax in f32 (as PyTorch's bf16 flash attention), with the same invariants as below:
+//! Intel AMX tiles (`tdpbf16ps`) where AMX is in use (`bf16_method() == Amx`, `amx::usable`;
+//! see `amx` / `amx_kernel`), else AVX512_BF16 dot products (`vdpbf16ps`) where the bf16 GEMM's
+//! calibration chose them (`bf16_method() == DotProduct`, `dp::usable`, e.g. AMD Zen 4; see
+//! `dp` / `dp_kernel`). Elsewhere bf16 is widened to f32 on the kernels above.
 //!
 //! Invariants:
 //! - Memory beyond the inputs and output is O((Lk + Lq_block)·(D + Dv)) per head: the packed
@@ -32,6 +35,10 @@ mod amx_kernel;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod dp;
+#[cfg(target_arch = "x86_64")]
+mod dp_kernel;
 mod operands;
 mod portable;
 #[cfg(test)]
@@ -73,7 +80,7 @@ const EXP2_SERIES: [f32; 8] = [
 ];
 
 /// Query tiles per task at most (48 rows: Q, O and one K/V block stay near L1).
-const MAX_TILES_PER_TASK: usize = 8;
+pub(crate) const MAX_TILES_PER_TASK: usize = 8;
 
 /// One tile step's read-only operands, all packed f32.
 pub(crate) struct Tile<'a> {
@@ -359,24 +366,37 @@ pub(super) fn plan_tasks(
     (per_task * mr, group.max(1))
 }
 
-/// Whether bf16 attention may use the AMX kernel: `XPU_CPU_ATTN=fma` keeps the FMA kernel
-/// (read once); otherwise AMX runs wherever `amx::usable` holds.
+/// Whether bf16 attention may use its own kernels (AMX, dot products): `XPU_CPU_ATTN=fma`
+/// keeps the f32 FMA kernel (read once); otherwise each runs wherever its `usable` holds.
 #[cfg(target_arch = "x86_64")]
-fn amx_enabled() -> bool {
+fn bf16_kernels_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("XPU_CPU_ATTN").map_or(true, |v| v.trim() != "fma"))
 }
 
+/// Which kernel family ran an attention (recorded for the tests).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AttnKernel {
+    /// bf16 on Intel AMX tiles (`amx`).
+    Amx,
+    /// bf16 on AVX512_BF16 dot products (`dp`).
+    Dot,
+    /// The f32 tile kernels (`avx512`, `avx2` or `portable`), any dtype widened to f32.
+    Fma,
+}
+
 #[cfg(test)]
 thread_local! {
-    /// Test hook: whether the last attention on this thread ran the AMX kernel.
-    pub(crate) static LAST_AMX: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    /// Test hook: the kernel family the last attention on this thread ran.
+    pub(crate) static LAST_KERNEL: std::cell::Cell<Option<AttnKernel>> =
+        const { std::cell::Cell::new(None) };
 }
 
 #[inline(always)]
-fn note(_amx: bool) {
+fn note(_k: AttnKernel) {
     #[cfg(test)]
-    LAST_AMX.with(|c| c.set(Some(_amx)));
+    LAST_KERNEL.with(|c| c.set(Some(_k)));
 }
 
 impl CpuStorage {
@@ -419,15 +439,20 @@ impl CpuStorage {
         if let (CpuStorage::BF16(qd), CpuStorage::BF16(kd), CpuStorage::BF16(vd)) = (self, k.0, v.0)
         {
             let view = |data, layout| View { data, layout };
-            if amx_enabled() {
+            if bf16_kernels_enabled() {
                 let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
                 if let Some(out) = amx::attention(kern, q, kv, mask, s) {
-                    note(true);
+                    note(AttnKernel::Amx);
+                    return Ok(CpuStorage::BF16(out));
+                }
+                let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
+                if let Some(out) = dp::attention(kern, q, kv, mask, s) {
+                    note(AttnKernel::Dot);
                     return Ok(CpuStorage::BF16(out));
                 }
             }
         }
-        note(false);
+        note(AttnKernel::Fma);
         macro_rules! run {
             ($variant:ident, $q:expr) => {{
                 let (CpuStorage::$variant(kd), CpuStorage::$variant(vd)) = (k.0, v.0) else {

@@ -46,7 +46,7 @@ pub(super) fn usable(k: Kernels) -> bool {
 
 /// Row `at..` of `cols` bf16 values (column stride `cs`) as bits into `dst[..cols]`; misses
 /// read as 0.
-fn read_row(data: &[bf16], at: usize, cs: usize, dst: &mut [u16]) {
+pub(super) fn read_row(data: &[bf16], at: usize, cs: usize, dst: &mut [u16]) {
     let cols = dst.len();
     match data.get(at..at + cols) {
         Some(src) if cs == 1 => dst.iter_mut().zip(src).for_each(|(o, x)| *o = x.to_bits()),

@@ -327,7 +327,7 @@ const LAZY_RISE: f32 = 8.0;
 /// finite). NaN stays NaN.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
-unsafe fn exp2_p<const MASKED: bool>(x: __m512, keep: __mmask16) -> __m512 {
+pub(super) unsafe fn exp2_p<const MASKED: bool>(x: __m512, keep: __mmask16) -> __m512 {
     const C: [f32; 4] = [0.999_925_2, 0.695_833_74, 0.226_067_22, 0.078_024_19];
     // `vreduceps` imm8: no fraction bits kept, round down, precision exception suppressed.
     const FRACTION_BELOW: i32 = 0x09;

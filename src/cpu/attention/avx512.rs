@@ -3,6 +3,9 @@
 //! registers (row max, `exp2` by polynomial + `vscalefps`, row sums), and the `P · V` update of
 //! the running output in register blocks of 6 rows × up to 64 columns.
 //!
+//! The softmax step is [`softmax`], shared with the bf16 dot-product kernel
+//! (`super::dp_kernel`), which keeps its scores in registers the same way.
+//!
 //! Invariants: only called when the CPU has AVX-512F/DQ and FMA (`Kernels::level()` is
 //! `Avx512`, see the caller); every pointer access stays inside the slices of the `Tile` and
 //! `State`, whose lengths `super::tile` checks before calling in.
@@ -19,7 +22,7 @@ const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 /// NaN stays NaN.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
-unsafe fn exp2(x: __m512) -> __m512 {
+pub(super) unsafe fn exp2(x: __m512) -> __m512 {
     const C: [f32; 8] = super::EXP2_SERIES;
     let lo = _mm512_set1_ps(MIN_EXP2);
     // Not-less-than, unordered: NaN lanes are kept (and stay NaN through max_ps's 2nd operand).
@@ -80,6 +83,37 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
         step(d, &mut acc);
         d += 1;
     }
+    let alpha = softmax(&mut acc, None, t.bias, t.valid, (st.m, st.l), |x| exp2(x));
+    let p = st.p.as_mut_ptr();
+    for (r, row) in acc.iter().enumerate() {
+        for (v, e) in row.iter().enumerate() {
+            // SAFETY: p holds MR * KB floats and 16 * v + 16 <= KB.
+            _mm512_storeu_ps(p.add(r * KB + 16 * v), *e);
+        }
+    }
+    alpha
+}
+
+/// The online softmax of one key block on a register tile of scores, shared by this kernel and
+/// the bf16 dot-product kernel (`super::dp_kernel`): each score times `qmul` (when given) plus
+/// the mask bias, keys from `valid` on set to `-inf`; the rows' new maxima into `m`; the
+/// scores replaced by their probabilities `exp(s - m)` (`exp` is `2^x`, exactly 0 for a `-inf`
+/// argument); the per-lane running sums `l` rescaled and increased by them. Returns each row's
+/// rescale factor `2^(m_old - m_new)` for the running output (all rows' in one vector `exp2`).
+/// A row with every key masked so far keeps `m = -inf`, probabilities 0 and factor 0.
+///
+/// # Safety
+/// AVX-512F/DQ and FMA; `bias`, when given, holds at least `MR * KB` floats and `NV <= KB / 16`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+pub(super) unsafe fn softmax<const NV: usize>(
+    acc: &mut [[__m512; NV]; MR],
+    qmul: Option<f32>,
+    bias: Option<&[f32]>,
+    valid: usize,
+    (m, l): (&mut [f32; MR], &mut [[f32; 16]; MR]),
+    exp: impl Fn(__m512) -> __m512,
+) -> [f32; MR] {
     let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
     // Row maxima first, so all rows' rescale factors take one vector exp2.
     let mut m_use = [0f32; 16];
@@ -87,14 +121,18 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
     for (r, row) in acc.iter_mut().enumerate() {
         let mut mx = ninf;
         for (v, s) in row.iter_mut().enumerate() {
-            if let Some(bias) = t.bias {
-                // SAFETY: bias holds MR * KB floats.
-                *s = _mm512_add_ps(*s, _mm512_loadu_ps(bias.as_ptr().add(r * KB + 16 * v)));
-            }
-            *s = _mm512_mask_blend_ps(valid_lanes(v, t.valid), ninf, *s);
+            // SAFETY: bias holds MR * KB floats and 16 * v + 16 <= KB.
+            let b = bias.map(|b| _mm512_loadu_ps(b.as_ptr().add(r * KB + 16 * v)));
+            *s = match (qmul, b) {
+                (None, None) => *s,
+                (None, Some(b)) => _mm512_add_ps(*s, b),
+                (Some(q), None) => _mm512_mul_ps(*s, _mm512_set1_ps(q)),
+                (Some(q), Some(b)) => _mm512_fmadd_ps(*s, _mm512_set1_ps(q), b),
+            };
+            *s = _mm512_mask_blend_ps(valid_lanes(v, valid), ninf, *s);
             mx = _mm512_max_ps(mx, *s);
         }
-        let m_old = st.m[r];
+        let m_old = m[r];
         let m_new = m_old.max(_mm512_reduce_max_ps(mx));
         m_use[r] = if m_new == f32::NEG_INFINITY {
             0.0
@@ -102,25 +140,22 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
             m_new
         };
         shift[r] = m_old - m_use[r];
-        st.m[r] = m_new;
+        m[r] = m_new;
     }
     let mut alpha = [0f32; 16];
     _mm512_storeu_ps(alpha.as_mut_ptr(), exp2(_mm512_loadu_ps(shift.as_ptr())));
-    let p = st.p.as_mut_ptr();
-    for (r, row) in acc.iter().enumerate() {
+    for (r, row) in acc.iter_mut().enumerate() {
         let mu = _mm512_set1_ps(m_use[r]);
         let mut sum = _mm512_setzero_ps();
-        for (v, s) in row.iter().enumerate() {
-            let e = exp2(_mm512_sub_ps(*s, mu));
-            sum = _mm512_add_ps(sum, e);
-            // SAFETY: p holds MR * KB floats.
-            _mm512_storeu_ps(p.add(r * KB + 16 * v), e);
+        for s in row.iter_mut() {
+            *s = exp(_mm512_sub_ps(*s, mu));
+            sum = _mm512_add_ps(sum, *s);
         }
         // Row sums stay per lane (summed once at the end).
-        let l = st.l[r].as_mut_ptr();
+        let lr = l[r].as_mut_ptr();
         _mm512_storeu_ps(
-            l,
-            _mm512_fmadd_ps(_mm512_loadu_ps(l), _mm512_set1_ps(alpha[r]), sum),
+            lr,
+            _mm512_fmadd_ps(_mm512_loadu_ps(lr), _mm512_set1_ps(alpha[r]), sum),
         );
     }
     let mut out = [0f32; MR];

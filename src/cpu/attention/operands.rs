@@ -41,6 +41,31 @@ impl MaskData<'_> {
     }
 }
 
+/// The mask of one query tile against one key block, in log2 units, into `bias` (rows of `kb`
+/// keys): row `r` holds query `qi0 + r`, keys `k0..k0 + valid`, of head `h`; rows from `live`
+/// on (past the task's queries) are zeros. Keys past `valid` are left as they are (the kernels
+/// drop them by lane).
+pub(super) fn fill_bias(
+    (data, layout): (MaskData, &Layout),
+    h: usize,
+    (qi0, live): (usize, usize),
+    (k0, valid): (usize, usize),
+    kb: usize,
+    bias: &mut [f32],
+) {
+    let (rs, cs) = mat_strides(layout);
+    let base = head_base(layout, h);
+    for (r, row) in bias.chunks_mut(kb.max(1)).enumerate() {
+        if r >= live {
+            row.fill(0.0);
+            continue;
+        }
+        for (j, x) in row.iter_mut().take(valid).enumerate() {
+            *x = data.get(base + (qi0 + r) * rs + (k0 + j) * cs);
+        }
+    }
+}
+
 /// A strided `[..., rows, cols]` operand.
 pub(super) struct View<'a, T> {
     pub(super) data: &'a [T],

@@ -1,29 +1,41 @@
-//! The bf16 attention's AMX path against the materialised-softmax reference
-//! (`scaled_dot_product_attention_unfused` in f32 on the same bf16-rounded inputs).
+//! The bf16 attention kernels (AMX, AVX512_BF16 dot products) against the materialised-softmax
+//! reference (`scaled_dot_product_attention_unfused` in f32 on the same bf16-rounded inputs).
 //!
-//! Every case asserts which kernel ran: the AMX kernel where this process may use it (AMX
-//! granted, `bf16_method() == Amx`, AVX512-BF16, `XPU_CPU_ATTN` not `fma`), otherwise (said
-//! once on stderr) the FMA kernel, whose result is checked the same way, so these tests do real
+//! Every case asserts which kernel ran: the one this process must use ([`expect_kernel`]: AMX
+//! where it is usable, else the dot-product kernel where its `usable` holds, else, said once
+//! on stderr, the FMA kernel, whose result is checked the same way), so these tests do real
 //! work on every machine and never pass by skipping.
 
-use super::LAST_AMX;
+use super::{AttnKernel, LAST_KERNEL};
 use crate::{DType, Device, Tensor};
 use std::sync::Once;
 
-/// Whether bf16 attention must run on AMX in this process.
-fn expect_amx() -> bool {
+/// The kernel bf16 attention must run on in this process.
+fn expect_kernel() -> AttnKernel {
     #[cfg(target_arch = "x86_64")]
-    let on = super::amx_enabled() && super::amx::usable(super::Kernels::current());
+    let k = {
+        let kern = super::Kernels::current();
+        if !super::bf16_kernels_enabled() {
+            AttnKernel::Fma
+        } else if super::amx::usable(kern) {
+            AttnKernel::Amx
+        } else if super::dp::usable(kern) {
+            AttnKernel::Dot
+        } else {
+            AttnKernel::Fma
+        }
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let on = false;
+    let k = AttnKernel::Fma;
     static SAY: Once = Once::new();
-    if !on {
-        SAY.call_once(|| {
-            let why = crate::cpu::gemm::amx_unavailable_reason().unwrap_or("disabled");
-            eprintln!("AMX attention unavailable ({why}): checking the FMA kernel instead");
-        });
-    }
-    on
+    SAY.call_once(|| {
+        let why = crate::cpu::gemm::amx_unavailable_reason().unwrap_or("disabled");
+        let method = crate::cpu::gemm::bf16_method();
+        eprintln!(
+            "bf16 attention checks the {k:?} kernel (AMX: {why}; bf16 GEMM method: {method})"
+        );
+    });
+    k
 }
 
 fn f32s(t: &Tensor) -> Vec<f32> {
@@ -53,9 +65,13 @@ fn input(b: usize, h: usize, l: usize, d: usize, mul: f64, transposed: bool, see
 /// Runs the fused bf16 attention, checks the kernel that ran and the result against the f32
 /// reference (tolerance 2e-2 of max |out|, for P rounded to bf16); returns the output.
 fn check(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, what: &str) -> Vec<f32> {
-    LAST_AMX.with(|c| c.set(None));
+    LAST_KERNEL.with(|c| c.set(None));
     let out = q.scaled_dot_product_attention(k, v, mask, None).unwrap();
-    assert_eq!(LAST_AMX.with(|c| c.get()), Some(expect_amx()), "{what}");
+    assert_eq!(
+        LAST_KERNEL.with(|c| c.get()),
+        Some(expect_kernel()),
+        "{what}"
+    );
     assert_eq!(out.dtype(), DType::BF16);
     let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
     let fmask = mask.map(|m| {
@@ -82,7 +98,7 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, what: &str) 
 }
 
 #[test]
-fn amx_matches_reference_over_shapes() {
+fn bf16_matches_reference_over_shapes() {
     const DS: [usize; 5] = [40, 64, 80, 160, 7];
     let mut n = 0;
     for (bi, &lq) in [1usize, 7, 33, 257].iter().enumerate() {
@@ -114,7 +130,7 @@ fn amx_matches_reference_over_shapes() {
 }
 
 #[test]
-fn amx_large_scores_rescale() {
+fn bf16_large_scores_rescale() {
     // Spread scores: row maxima move across key blocks, exercising the output rescale.
     let q = input(1, 2, 65, 64, 3.0, false, 7);
     let (k, v) = (
@@ -125,7 +141,7 @@ fn amx_large_scores_rescale() {
 }
 
 #[test]
-fn amx_transposed_views() {
+fn bf16_transposed_views() {
     let q = input(2, 3, 33, 40, 1.0, true, 21);
     let (k, v) = (
         input(2, 3, 77, 40, 1.0, true, 22),
@@ -136,7 +152,7 @@ fn amx_transposed_views() {
 }
 
 #[test]
-fn amx_bool_mask_and_fully_masked_row() {
+fn bf16_bool_mask_and_fully_masked_row() {
     let (lq, lk) = (33, 77);
     let q = input(2, 2, lq, 40, 1.0, false, 31);
     let (k, v) = (
@@ -159,7 +175,7 @@ fn amx_bool_mask_and_fully_masked_row() {
 }
 
 #[test]
-fn amx_additive_mask() {
+fn bf16_additive_mask() {
     let (lq, lk) = (7, 257);
     let q = input(2, 3, lq, 64, 1.0, false, 41);
     let (k, v) = (
@@ -181,23 +197,25 @@ fn amx_additive_mask() {
 }
 
 #[test]
-fn amx_result_independent_of_threads() {
+fn bf16_result_independent_of_threads() {
     let q = input(1, 3, 257, 40, 1.0, false, 51);
     let (k, v) = (
         input(1, 3, 257, 40, 1.0, false, 52),
         input(1, 3, 257, 40, 1.0, false, 53),
     );
     let many = check(&q, &k, &v, None, "default threads");
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
-    let one = pool.install(|| check(&q, &k, &v, None, "one thread"));
-    assert_eq!(many, one);
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let got = pool.install(|| check(&q, &k, &v, None, &format!("{threads} threads")));
+        assert_eq!(many, got, "{threads} threads");
+    }
 }
 
 #[test]
-fn amx_scores_rising_across_key_blocks() {
+fn bf16_scores_rising_across_key_blocks() {
     // Keys grow along the sequence, so each row's scores rise from one 128-key block to the
     // next: slowly in head 0 (the reference max is kept), steeply in head 1 (rows are redone
     // against a new max and rescaled); rows of negative queries fall instead.
@@ -242,4 +260,95 @@ fn amx_scores_rising_across_key_blocks() {
         input(1, 2, lk, d, 1.0, false, 62),
     );
     check(&q, &k, &v, Some(&mask), "rising mask");
+}
+
+#[test]
+fn bf16_head_dims_key_and_query_lengths() {
+    // Odd head dims (a half pair of Q·Kᵀ), odd key counts (a half key pair of P·V), partial,
+    // whole and several key blocks, partial query tiles.
+    let mut n = 0u64;
+    for d in [1usize, 3, 33, 40, 64, 80, 160] {
+        for lk in [1usize, 7, 63, 64, 65, 77, 257] {
+            for lq in [1usize, 7, 65] {
+                let h = 1 + (n % 2) as usize;
+                let q = input(1, h, lq, d, 1.0, false, 1000 + 3 * n);
+                let k = input(1, h, lk, d, 1.0, false, 1001 + 3 * n);
+                let v = input(1, h, lk, d, 1.0, false, 1002 + 3 * n);
+                check(&q, &k, &v, None, &format!("h{h} lq{lq} lk{lk} d{d}"));
+                n += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_value_widths() {
+    // Value columns of the P·V passes: a lone half vector (8), whole vectors plus a half (24,
+    // 40, 56), four and a half (72), passes split 3 + 2 (80), 4 + 3 + 3 (160), odd widths.
+    for (i, dv) in [1usize, 3, 8, 16, 24, 33, 40, 56, 64, 72, 80, 112, 160]
+        .into_iter()
+        .enumerate()
+    {
+        for lk in [77usize, 130] {
+            let seed = 2000 + 10 * i as u64 + lk as u64;
+            let q = input(2, 1, 13, 40, 1.0, false, seed);
+            let k = input(2, 1, lk, 40, 1.0, false, seed + 1);
+            let v = input(2, 1, lk, dv, 1.0, false, seed + 2);
+            check(&q, &k, &v, None, &format!("dv{dv} lk{lk}"));
+        }
+    }
+}
+
+#[test]
+fn bf16_transposed_views_odd_sizes() {
+    for (d, lq, lk) in [(33usize, 7usize, 65usize), (80, 65, 7), (3, 1, 257)] {
+        let q = input(2, 3, lq, d, 1.0, true, 71);
+        let (k, v) = (
+            input(2, 3, lk, d, 1.0, true, 72),
+            input(2, 3, lk, d, 1.0, true, 73),
+        );
+        assert!(!k.is_contiguous() && !v.is_contiguous());
+        check(&q, &k, &v, None, &format!("transposed d{d} lq{lq} lk{lk}"));
+    }
+}
+
+#[test]
+fn bf16_masks_on_odd_key_counts() {
+    for (lq, lk) in [(7usize, 65usize), (65, 7), (13, 1)] {
+        let (b, h, d) = (2, 2, 40);
+        let seed = 100 * lk as u64;
+        let q = input(b, h, lq, d, 1.0, false, seed);
+        let (k, v) = (
+            input(b, h, lk, d, 1.0, false, seed + 1),
+            input(b, h, lk, d, 1.0, false, seed + 2),
+        );
+        // Boolean [Lq, Lk]: row 3 fully masked, the last key kept on even rows only.
+        let m: Vec<u8> = (0..lq * lk)
+            .map(|i| {
+                let (r, j) = (i / lk, i % lk);
+                u8::from(r != 3 && (j + 1 < lk || r % 2 == 0) && (i * 5 + r) % 4 != 0)
+            })
+            .collect();
+        let mask = Tensor::from_vec(m, &[lq, lk], Device::Cpu).unwrap();
+        let out = check(&q, &k, &v, Some(&mask), &format!("bool lq{lq} lk{lk}"));
+        // Additive per-head [B, H, Lq, Lk]: row 1 of every head all -inf.
+        let m: Vec<f32> = (0..b * h * lq * lk)
+            .map(|i| match ((i / lk) % lq, i % 7) {
+                (1, _) | (_, 0) => f32::NEG_INFINITY,
+                (_, j) => (j as f32 - 3.0) * 1.3,
+            })
+            .collect();
+        let amask = Tensor::from_vec(m, &[b, h, lq, lk], Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let aout = check(&q, &k, &v, Some(&amask), &format!("additive lq{lq} lk{lk}"));
+        for bh in 0..b * h {
+            let zero = |o: &[f32], r: usize| o[(bh * lq + r) * d..][..d].iter().all(|&x| x == 0.0);
+            assert!(zero(&aout, 1), "lq{lq} lk{lk}: -inf row must be zeros");
+            if lq > 3 {
+                assert!(zero(&out, 3), "lq{lq} lk{lk}: masked row must be zeros");
+            }
+        }
+    }
 }
