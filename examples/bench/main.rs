@@ -229,6 +229,20 @@ fn cpu_fma_peak() -> f64 {
     xpu::cpu::gemm::measure_fma_peak_gflops(threads)
 }
 
+/// The peak a CPU row of `family` and `dtype` is measured against: bf16 products (matmul,
+/// ffn) run on the bf16 method in use (AMX tiles, `vdpbf16ps`, or widened onto the FMA pipes);
+/// bf16 convolutions and attention run on AMX where it is in use and on the FMA pipes
+/// otherwise (they have no `vdpbf16ps` kernels); every other dtype on the FMA pipes.
+fn cpu_dtype_peak(family: &str, dtype: DType, fma: Option<f64>, dp: f64, amx: f64) -> Option<f64> {
+    use xpu::cpu::gemm::Bf16Method;
+    let products = family == "matmul" || family == "ffn";
+    match (dtype, xpu::cpu::gemm::bf16_method()) {
+        (DType::BF16, Bf16Method::Amx) if amx > 0.0 => Some(amx),
+        (DType::BF16, Bf16Method::DotProduct) if products && dp > 0.0 => Some(dp),
+        _ => fma,
+    }
+}
+
 fn main() {
     let o = match parse() {
         Ok(o) => o,
@@ -256,36 +270,40 @@ fn run(o: &Opts) -> xpu::Result<()> {
     };
     for &device in &o.devices {
         let peak_bw = copy_peak(device, o.quick)?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // The bf16 peaks are measured only when a CPU row needs them.
+        let (dp_peak, amx_peak) = match (device, fma_peak) {
+            (Device::Cpu, Some(_)) => (
+                xpu::cpu::gemm::measure_bf16_dp_peak_gflops(threads),
+                xpu::cpu::gemm::measure_amx_peak_gflops(threads),
+            ),
+            _ => (0.0, 0.0),
+        };
         if !o.json {
             println!(
                 "# {device}: copy bandwidth {peak_bw:.1} GB/s{}",
                 match (device, fma_peak) {
-                    (Device::Cpu, Some(p)) => {
-                        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-                        format!(
-                            ", f32 FMA peak {p:.1} GFLOP/s, bf16 dot-product peak {:.1} GFLOP/s, \
-                             AMX bf16 peak {:.1} GFLOP/s{}; CPU f32 GEMM path: {:?}, SIMD level: \
-                             {:?}, bf16 GEMM path: {}",
-                            xpu::cpu::gemm::measure_bf16_dp_peak_gflops(threads),
-                            xpu::cpu::gemm::measure_amx_peak_gflops(threads),
-                            xpu::cpu::gemm::amx_unavailable_reason()
-                                .map_or(String::new(), |why| format!(" (no AMX: {why})")),
-                            xpu::cpu::gemm::gemm_path(DType::F32),
-                            xpu::cpu::simd_level(),
-                            xpu::cpu::gemm::bf16_method()
-                        )
-                    }
+                    (Device::Cpu, Some(p)) => format!(
+                        ", f32 FMA peak {p:.1} GFLOP/s, bf16 dot-product peak {dp_peak:.1} \
+                         GFLOP/s, AMX bf16 peak {amx_peak:.1} GFLOP/s{}; CPU f32 GEMM path: \
+                         {:?}, SIMD level: {:?}, bf16 GEMM path: {} (bf16 rows: % of that \
+                         method's peak)",
+                        xpu::cpu::gemm::amx_unavailable_reason()
+                            .map_or(String::new(), |why| format!(" (no AMX: {why})")),
+                        xpu::cpu::gemm::gemm_path(DType::F32),
+                        xpu::cpu::simd_level(),
+                        xpu::cpu::gemm::bf16_method()
+                    ),
                     _ => String::new(),
                 }
             );
         }
-        let flop_peak = if device == Device::Cpu {
-            fma_peak
-        } else {
-            None
-        };
         for &dtype in &o.dtypes {
             for fam in &o.families {
+                let flop_peak = match device {
+                    Device::Cpu => cpu_dtype_peak(fam, dtype, fma_peak, dp_peak, amx_peak),
+                    _ => None,
+                };
                 match fam.as_str() {
                     "elementwise" => elementwise(o, device, dtype, peak_bw, &mut rows)?,
                     "reduce" => reduce(o, device, dtype, peak_bw, &mut rows)?,

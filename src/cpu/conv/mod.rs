@@ -30,6 +30,7 @@ mod winograd;
 #[cfg(target_arch = "x86_64")]
 mod winograd_avx2;
 mod winograd_math;
+mod winograd_out;
 #[cfg(test)]
 mod winograd_tests;
 
@@ -138,11 +139,23 @@ impl PackedConv {
     }
 
     /// Transforms a row-major `[O, C, 3, 3]` weight (f32, f16 or bf16 values) for Winograd
-    /// F(2,3); `params` must be stride 1, dilation 1, one group ([`winograd_suits`]).
+    /// F(2,3); `params` must be stride 1, dilation 1, one group ([`winograd_suits`]). The point
+    /// GEMMs multiply in bf16 for bf16 weights where `vdpbf16ps` is the bf16 method, in f32
+    /// otherwise ([`winograd::Operands::for_source`]).
     pub(crate) fn new_winograd<S: ToF32>(
         w: &[S],
         shape: [usize; 4],
         params: crate::Conv2dParams,
+    ) -> Result<PackedConv> {
+        Self::new_winograd_on(w, shape, params, winograd::Operands::for_source::<S>())
+    }
+
+    /// [`Self::new_winograd`] with the point GEMMs' operand type chosen by the caller.
+    pub(crate) fn new_winograd_on<S: ToF32>(
+        w: &[S],
+        shape: [usize; 4],
+        params: crate::Conv2dParams,
+        operands: winograd::Operands,
     ) -> Result<PackedConv> {
         let [o, c, kh, kw] = shape;
         if (kh, kw, params.stride, params.dilation, params.groups) != (3, 3, (1, 1), (1, 1), 1) {
@@ -154,7 +167,7 @@ impl PackedConv {
         Ok(PackedConv {
             shape,
             groups: 1,
-            panels: Panels::Winograd(winograd::WinogradWeights::new(w, o, c, params)?),
+            panels: Panels::Winograd(winograd::WinogradWeights::new(w, o, c, params, operands)?),
         })
     }
 

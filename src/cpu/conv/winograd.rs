@@ -29,22 +29,31 @@
 //!   that exist: any input size and any padding are exact.
 //! - Tiles run in blocks of whole tile rows, so each block's output is one contiguous run of
 //!   NHWC rows and its transformed data (`16 · tiles · (C + O)` floats) stays near the cache.
+//! - bf16 layers where the bf16 GEMM method is `vdpbf16ps` ([`Operands::Bf16`]) round `U` and
+//!   the f32 input transform to bf16 once each and run the 16 GEMMs on the bf16 kernels (f32
+//!   accumulation, twice the f32 FMA rate on CPUs with full-rate `vdpbf16ps`, such as AMD Zen
+//!   4; half the filter memory). That adds two bf16 roundings (relative 2⁻⁹) to operands that
+//!   were bf16 already, so the error stays of the order of a bf16 convolution's own (tested
+//!   against the direct loops with a bf16 tolerance); f32 and f16 layers never take this path.
 //! - The epilogue is the implicit GEMM's: `act(conv + bias) + residual` in f32, per output row.
 
 #[cfg(target_arch = "x86_64")]
 use super::winograd_avx2::input_tile8;
-use super::winograd_math::{filter_transform, input_transform, output_transform, L};
+use super::winograd_math::{filter_transform, input_transform, L};
+use super::winograd_out::finish_row;
 use super::ConvEpilogue;
-use crate::cpu::gemm::{self, Activation, Epilogue, GemmPath, MatRef, PackedB, Residual, ToF32};
+use crate::cpu::gemm::{
+    self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, PackedB, SrcKind, ToF32,
+};
 use crate::cpu::simd::Kernels;
 use crate::layout::Layout;
 use crate::ops::conv::ConvGeom;
-use crate::ops::kinds::UnaryOp;
 use crate::{Conv2dParams, Error, Result};
+use half::bf16;
 use rayon::prelude::*;
 
 /// Points of the transformed tile.
-const POINTS: usize = 16;
+pub(super) const POINTS: usize = 16;
 /// Target size of one block's transformed input and output (floats), raised for layers whose
 /// transformed filters are larger (see [`block_floats`]).
 const BLOCK_FLOATS: usize = 1 << 21;
@@ -78,6 +87,35 @@ const MIN_CHANNELS: usize = 16;
 /// packing cost about `16·C·O` values, repaid by `5·C·O` fewer multiply-adds per pixel.
 pub(crate) const PER_CALL_MIN_PIXELS: usize = 1024;
 
+/// The element type the 16 point GEMMs multiply in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Operands {
+    /// Transformed filters and inputs in f32 (the f32 FMA kernels; every source dtype).
+    F32,
+    /// Both rounded to bf16, multiplied by the `vdpbf16ps` (or AMX, or portable pair) kernels
+    /// with f32 accumulation: twice the f32 rate where `vdpbf16ps` is full speed.
+    Bf16,
+}
+
+impl Operands {
+    /// The operands a layer of `S` weights uses in this process: bf16 for bf16 layers where the
+    /// bf16 GEMM method is `vdpbf16ps` (the run-time calibration found it faster than the FMA
+    /// pipes), f32 otherwise — f32 and f16 layers never lose precision to this path.
+    pub(crate) fn for_source<S: ToF32>() -> Self {
+        if matches!(S::KIND, SrcKind::Bf16) && bf16_method() == Bf16Method::DotProduct {
+            Operands::Bf16
+        } else {
+            Operands::F32
+        }
+    }
+}
+
+/// The 16 transformed filter matrices (`C × O` each), packed for the GEMM engine.
+enum Filters {
+    F32(Vec<PackedB<f32>>),
+    Bf16(Vec<PackedB<bf16>>),
+}
+
 /// A 3×3 filter bank transformed for Winograd F(2,3): for each of the 16 points, the `C × O`
 /// matrix `U[point][c][o]`, packed for the GEMM engine.
 pub(crate) struct WinogradWeights {
@@ -86,12 +124,19 @@ pub(crate) struct WinogradWeights {
     /// Padding the layer was built for (the transform does not depend on it; kept so a call
     /// with other parameters is refused rather than computed wrongly).
     pub params: Conv2dParams,
-    u: Vec<PackedB<f32>>,
+    u: Filters,
 }
 
 impl WinogradWeights {
-    /// Transforms an `[O, C, 3, 3]` row-major filter bank (any float source widened to f64).
-    pub(crate) fn new<S: ToF32>(w: &[S], o: usize, c: usize, params: Conv2dParams) -> Result<Self> {
+    /// Transforms an `[O, C, 3, 3]` row-major filter bank (any float source widened to f64)
+    /// for GEMMs on `operands`.
+    pub(crate) fn new<S: ToF32>(
+        w: &[S],
+        o: usize,
+        c: usize,
+        params: Conv2dParams,
+        operands: Operands,
+    ) -> Result<Self> {
         if w.len() != o * c * 9 {
             return Err(Error::invalid(
                 "conv2d prepack",
@@ -112,28 +157,58 @@ impl WinogradWeights {
                     }
                 }
             });
-        let packs = (0..POINTS)
-            .map(|point| PackedB::new(MatRef::new(&u, point * o, c, o, POINTS * o, 1)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(WinogradWeights {
-            c,
-            o,
-            params,
-            u: packs,
-        })
+        let view = |point: usize| (point * o, c, o, POINTS * o, 1);
+        let u = match operands {
+            Operands::F32 => Filters::F32(
+                (0..POINTS)
+                    .map(|p| {
+                        let (off, r, cl, rs, cs) = view(p);
+                        PackedB::new(MatRef::new(&u, off, r, cl, rs, cs))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+            Operands::Bf16 => {
+                // Rounded to nearest even once, from the f32 transform.
+                let mut h = vec![bf16::ZERO; u.len()];
+                Kernels::current().f32_to_bf16(&u, &mut h);
+                drop(u);
+                Filters::Bf16(
+                    (0..POINTS)
+                        .map(|p| {
+                            let (off, r, cl, rs, cs) = view(p);
+                            PackedB::new(MatRef::new(&h, off, r, cl, rs, cs))
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                )
+            }
+        };
+        Ok(WinogradWeights { c, o, params, u })
     }
+
+    /// The element type the point GEMMs multiply in.
+    pub(crate) fn operands(&self) -> Operands {
+        match self.u {
+            Filters::F32(_) => Operands::F32,
+            Filters::Bf16(_) => Operands::Bf16,
+        }
+    }
+}
+
+thread_local! {
+    /// One tile row's f32 transform on its way to bf16 (per thread, reused across calls).
+    static F32_ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The input geometry the transforms need.
 #[derive(Clone, Copy)]
-struct Input {
+pub(super) struct Input {
     /// Element index of `x[0, 0, 0, 0]` and the N, H, W strides (C has stride 1).
-    base: usize,
-    sn: usize,
-    sh: usize,
-    sw: usize,
-    tiles_y: usize,
-    tiles_x: usize,
+    pub base: usize,
+    pub sn: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub tiles_y: usize,
+    pub tiles_x: usize,
 }
 
 /// Transforms tile row `row` (image `row / tiles_y`) into `v`: per tile, 16 runs of `c` floats.
@@ -230,139 +305,6 @@ fn transform_row<S: ToF32>(
     transform_row_body::<S, false>(data, inp, g, row, v)
 }
 
-/// Output transform of tile row `row` from `m` (per tile, 16 runs of `o` floats) into the
-/// NHWC rows `out` (the row's one or two output rows), then the epilogue.
-#[allow(clippy::too_many_arguments)]
-fn finish_row(
-    avx2: bool,
-    m: &[f32],
-    g: &ConvGeom,
-    inp: &Input,
-    row: usize,
-    ep: &ConvEpilogue,
-    kernels: Kernels,
-    out: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: as in `transform_row`.
-        return unsafe { finish_row_avx2(m, g, inp, row, ep, kernels, out) };
-    }
-    let _ = avx2;
-    finish_row_body(m, g, inp, row, ep, kernels, out)
-}
-
-/// [`finish_row_body`] built for AVX2.
-///
-/// # Safety
-/// The CPU must have AVX2, FMA and F16C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn finish_row_avx2(
-    m: &[f32],
-    g: &ConvGeom,
-    inp: &Input,
-    row: usize,
-    ep: &ConvEpilogue,
-    kernels: Kernels,
-    out: &mut [f32],
-) {
-    finish_row_body(m, g, inp, row, ep, kernels, out)
-}
-
-#[inline(always)]
-fn finish_row_body(
-    m: &[f32],
-    g: &ConvGeom,
-    inp: &Input,
-    row: usize,
-    ep: &ConvEpilogue,
-    kernels: Kernels,
-    out: &mut [f32],
-) {
-    let o = g.o;
-    let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
-    let rows_here = (g.ho - 2 * ty).min(2);
-    for (tx, mt) in m.chunks_exact(POINTS * o).enumerate() {
-        let cols_here = (g.wo - 2 * tx).min(2);
-        let mut o0 = 0;
-        while o0 < o {
-            let n = L.min(o - o0);
-            let mut mm = [[0f32; L]; 16];
-            for (k, mk) in mm.iter_mut().enumerate() {
-                let src = &mt[k * o + o0..k * o + o0 + n];
-                if let Ok(full) = <&[f32; L]>::try_from(src) {
-                    *mk = *full;
-                } else {
-                    mk[..n].copy_from_slice(src);
-                }
-            }
-            let y = output_transform(&mm);
-            for i in 0..rows_here {
-                for j in 0..cols_here {
-                    let at = (i * g.wo + 2 * tx + j) * o + o0;
-                    let dst = &mut out[at..at + n];
-                    if let Ok(full) = <&mut [f32; L]>::try_from(&mut *dst) {
-                        *full = y[i * 2 + j];
-                    } else {
-                        dst.copy_from_slice(&y[i * 2 + j][..n]);
-                    }
-                }
-            }
-            o0 += n;
-        }
-    }
-    // Epilogue per output pixel row: + bias, activation, + residual.
-    let act = unary_of(ep.activation);
-    let mut scratch = vec![0f32; if act.is_some() { o } else { 0 }];
-    for (i, pixels) in out.chunks_exact_mut(g.wo * o).enumerate() {
-        let oy = 2 * ty + i;
-        for (ox, r) in pixels.chunks_exact_mut(o).enumerate() {
-            if let Some(bias) = ep.bias {
-                r.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
-            }
-            if let Some(op) = act {
-                scratch.copy_from_slice(r);
-                kernels.unary_f32(op, &scratch, r);
-            }
-            if let Some(res) = &ep.residual {
-                let (res_row, res_view) = match ep.residual_image_stride {
-                    Some(st) => (oy * g.wo + ox, res.shifted(b * st, g.ho * g.wo, o)),
-                    None => ((b * g.ho + oy) * g.wo + ox, *res),
-                };
-                add_residual(r, &res_view, res_row);
-            }
-        }
-    }
-}
-
-/// `r[c] += res[row, c]`.
-fn add_residual(r: &mut [f32], res: &Residual, row: usize) {
-    if let Residual::F32(m) = res {
-        if m.col_stride == 1 {
-            let (s, n) = (m.offset + row * m.row_stride, r.len());
-            r.iter_mut()
-                .zip(&m.data[s..s + n])
-                .for_each(|(x, v)| *x += v);
-            return;
-        }
-    }
-    for (c, x) in r.iter_mut().enumerate() {
-        // SAFETY: the views were validated by `conv_winograd` for all rows and columns.
-        *x += unsafe { res.at(row, c) };
-    }
-}
-
-fn unary_of(a: Activation) -> Option<UnaryOp> {
-    match a {
-        Activation::None => None,
-        Activation::Relu => Some(UnaryOp::Relu),
-        Activation::Gelu => Some(UnaryOp::GeluErf),
-        Activation::GeluTanh => Some(UnaryOp::GeluTanh),
-        Activation::Silu => Some(UnaryOp::Silu),
-    }
-}
-
 /// `act(conv(x, w) + bias) + residual` into the f32 NHWC rows `out` (`N·Ho·Wo × O`), for the
 /// input view `xl` (channel stride 1, checked against `data` by the caller).
 pub(crate) fn conv_winograd<S: ToF32>(
@@ -423,7 +365,10 @@ pub(super) fn run_blocked<S: ToF32>(
     let rows_per_block = (block_floats / row_floats).clamp(1, tile_rows);
     let kernels = Kernels::current();
     let avx2 = kernels.level() != crate::cpu::simd::SimdLevel::Fallback;
-    let mut v = crate::cpu::pool::take::<f32>(rows_per_block * inp.tiles_x * POINTS * c);
+    let row_in = inp.tiles_x * POINTS * c;
+    let bf16_ops = w.operands() == Operands::Bf16;
+    let mut v = crate::cpu::pool::take::<f32>(if bf16_ops { 0 } else { rows_per_block * row_in });
+    let mut vh = crate::cpu::pool::take::<bf16>(if bf16_ops { rows_per_block * row_in } else { 0 });
     let mut m = crate::cpu::pool::take::<f32>(rows_per_block * inp.tiles_x * POINTS * o);
     // Output rows of tile row r start at `row_start(r)`.
     let row_start = |r: usize| {
@@ -434,21 +379,45 @@ pub(super) fn run_blocked<S: ToF32>(
     while r0 < tile_rows {
         let r1 = (r0 + rows_per_block).min(tile_rows);
         let tiles = (r1 - r0) * inp.tiles_x;
-        let v = &mut v[..tiles * POINTS * c];
-        v.par_chunks_mut(inp.tiles_x * POINTS * c)
-            .enumerate()
-            .for_each(|(i, vr)| transform_row(avx2, data, &inp, g, r0 + i, vr));
         let m = &mut m[..tiles * POINTS * o];
-        for (point, u) in w.u.iter().enumerate() {
-            let a = MatRef::new(&*v, point * c, tiles, c, POINTS * c, 1);
-            gemm::gemm_prepacked_f32_on(
-                path,
-                a,
-                u,
-                &mut m[point * o..],
-                POINTS * o,
-                &Epilogue::new(),
-            )?;
+        let a_view = |point| (point * c, tiles, c, POINTS * c, 1);
+        match &w.u {
+            Filters::F32(u) => {
+                let v = &mut v[..tiles * POINTS * c];
+                v.par_chunks_mut(row_in)
+                    .enumerate()
+                    .for_each(|(i, vr)| transform_row(avx2, data, &inp, g, r0 + i, vr));
+                for (point, u) in u.iter().enumerate() {
+                    let (off, rows, cols, rs, cs) = a_view(point);
+                    let a = MatRef::new(&*v, off, rows, cols, rs, cs);
+                    let c_out = &mut m[point * o..];
+                    gemm::gemm_prepacked_on(path, a, u, c_out, POINTS * o, &Epilogue::new())?;
+                }
+            }
+            Filters::Bf16(u) => {
+                // Each tile row is transformed in f32 (exact: additions of at most four
+                // inputs) into a per-thread row that stays in cache, then rounded once.
+                let vh = &mut vh[..tiles * POINTS * c];
+                vh.par_chunks_mut(row_in).enumerate().for_each(|(i, vr)| {
+                    F32_ROW.with(|cell| {
+                        let mut fresh = Vec::new();
+                        let mut kept = cell.try_borrow_mut();
+                        let row = match kept.as_deref_mut() {
+                            Ok(row) => row,
+                            Err(_) => &mut fresh,
+                        };
+                        row.resize(row_in, 0.0);
+                        transform_row(avx2, data, &inp, g, r0 + i, row);
+                        kernels.f32_to_bf16(row, vr);
+                    })
+                });
+                for (point, u) in u.iter().enumerate() {
+                    let (off, rows, cols, rs, cs) = a_view(point);
+                    let a = MatRef::new(&*vh, off, rows, cols, rs, cs);
+                    let c_out = &mut m[point * o..];
+                    gemm::gemm_prepacked_on(path, a, u, c_out, POINTS * o, &Epilogue::new())?;
+                }
+            }
         }
         // Split this block's output into its tile rows' runs.
         let mut parts = Vec::with_capacity(r1 - r0);
@@ -466,6 +435,7 @@ pub(super) fn run_blocked<S: ToF32>(
         r0 = r1;
     }
     crate::cpu::pool::give(v);
+    crate::cpu::pool::give(vh);
     crate::cpu::pool::give(m);
     Ok(())
 }

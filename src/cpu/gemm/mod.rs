@@ -55,7 +55,7 @@ pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 pub(crate) use avx2_pack::load8;
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
 pub use layout::{PackElem, PackedB};
-pub(crate) use pack::ToF32;
+pub(crate) use pack::{SrcKind, ToF32};
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
 pub(crate) use types::{Half, Out16, Residual};
@@ -399,16 +399,17 @@ fn gemm_on<T: Runner>(
     Ok(())
 }
 
-/// [`gemm_prepacked_f32`] on an explicit path (the convolutions pass theirs through).
-pub(crate) fn gemm_prepacked_f32_on(
+/// A prepacked GEMM of any input element type on an explicit path (the convolutions pass
+/// theirs through).
+pub(crate) fn gemm_prepacked_on<T: Runner>(
     path: GemmPath,
-    a: MatRef<f32>,
-    b: &PackedB<f32>,
+    a: MatRef<T>,
+    b: &PackedB<T>,
     c: &mut [f32],
     ldc: usize,
     ep: &Epilogue,
 ) -> Result<()> {
-    gemm_on("gemm_prepacked_f32", path, a, BSrc::Packed(b), c, ldc, ep)
+    gemm_on("gemm_prepacked", path, a, BSrc::Packed(b), c, ldc, ep)
 }
 
 /// Test hook: the same as the public functions but on an explicit path.
