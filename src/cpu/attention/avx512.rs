@@ -44,10 +44,12 @@ pub(super) fn valid_lanes(v: usize, valid: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
-/// Scores and online softmax for `NV` vectors (16·NV keys) of the block; see the portable
-/// `scores` for the semantics.
+/// The `MR × 16·NV` scores `Q · Kᵀ` of the block. Not inlined: returned by value, the
+/// accumulators stay in registers through the loop (inlined into the softmax, whose row loop
+/// indexes them, LLVM stored every accumulator to the stack on every step).
+#[inline(never)]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
-unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
+unsafe fn qk<const NV: usize>(t: &Tile) -> [[__m512; NV]; MR] {
     let (q, kt) = (t.q.as_ptr(), t.kt.as_ptr());
     let step = |d: usize, acc: &mut [[__m512; NV]; MR]| {
         let mut b = [_mm512_setzero_ps(); NV];
@@ -83,6 +85,14 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
         step(d, &mut acc);
         d += 1;
     }
+    acc
+}
+
+/// Scores and online softmax for `NV` vectors (16·NV keys) of the block; see the portable
+/// `scores` for the semantics.
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
+    let mut acc = qk::<NV>(t);
     let alpha = softmax(&mut acc, None, t.bias, t.valid, (st.m, st.l), |x| exp2(x));
     let p = st.p.as_mut_ptr();
     for (r, row) in acc.iter().enumerate() {

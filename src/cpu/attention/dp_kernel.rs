@@ -84,10 +84,11 @@ impl Tile<'_> {
     }
 }
 
-/// Scores, online softmax and bf16 `P` for `NV` vectors (16·NV keys) of the block; returns each
-/// row's rescale factor for the running output.
+/// The `MR × 16·NV` scores `Q · Kᵀ` (unscaled) of the block. Not inlined, for the reason given
+/// at `super::avx512::qk`: the accumulators stay in registers.
+#[inline(never)]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,fma,avx512bf16")]
-unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
+unsafe fn qk<const NV: usize>(t: &Tile) -> [[__m512; NV]; MR] {
     let (q, k, dp) = (t.q.as_ptr(), t.k.as_ptr(), t.dpairs);
     let step = |i: usize, acc: &mut [[__m512; NV]; MR]| {
         let mut b = [_mm512_setzero_si512(); NV];
@@ -123,6 +124,14 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
         step(i, &mut acc);
         i += 1;
     }
+    acc
+}
+
+/// Scores, online softmax and bf16 `P` for `NV` vectors (16·NV keys) of the block; returns each
+/// row's rescale factor for the running output.
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,fma,avx512bf16")]
+unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
+    let mut acc = qk::<NV>(t);
     let alpha = softmax(&mut acc, Some(t.qmul), t.bias, t.valid, (st.m, st.l), |x| {
         exp2_p::<true>(x, !0)
     });
@@ -186,18 +195,17 @@ unsafe fn update<const NV: usize, const HALF: bool>(
         });
         for (r, (row, h)) in acc.iter_mut().zip(&mut acch).enumerate() {
             // SAFETY: p holds MR * KB / 2 u32 and j < KB / 2.
-            let a = _mm512_set1_epi32(*p.add(r * KB / 2 + j) as i32);
+            // (As a float: a broadcast load, where an integer went through a general register.)
+            let a = _mm512_set1_ps(*p.add(r * KB / 2 + j).cast::<f32>());
             let a: __m512bh = std::mem::transmute(a);
             for (av, bv) in row.iter_mut().zip(&b) {
                 *av = _mm512_dpbf16_ps(*av, a, std::mem::transmute::<__m512i, __m512bh>(*bv));
             }
             if HALF {
-                let a: __m256bh =
-                    std::mem::transmute(_mm512_castsi512_si256(std::mem::transmute::<
-                        __m512bh,
-                        __m512i,
-                    >(a)));
-                *h = _mm256_dpbf16_ps(*h, a, bh);
+                // A broadcast load of its own (LLVM turned the zmm's low half into a shuffle).
+                // SAFETY: as above.
+                let x = _mm256_set1_ps(*p.add(r * KB / 2 + j).cast::<f32>());
+                *h = _mm256_dpbf16_ps(*h, std::mem::transmute::<__m256, __m256bh>(x), bh);
             }
         }
     }
