@@ -164,6 +164,9 @@ unsafe fn tile_bf16(kcu: usize, mut a: *const u32, mut b: *const u32, t: &Tile, 
     super::avx512_ep::prefetch_c(t, ep);
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     for _ in 0..kcu {
+        // As in `tile_f32`: a unit of the pair layout is 32 u32 (128 bytes), like an f32 unit.
+        _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(B_PREFETCH) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(B_PREFETCH + 16) as *const i8);
         let b0: __m512bh = std::mem::transmute(_mm512_loadu_epi32(b as *const i32));
         let b1: __m512bh = std::mem::transmute(_mm512_loadu_epi32(b.add(16) as *const i32));
         for (r, accr) in acc.iter_mut().enumerate() {
