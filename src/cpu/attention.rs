@@ -46,7 +46,9 @@ mod tests;
 
 use rayon::prelude::*;
 
-use operands::{head_base, load_row, mask_data, mat_strides, pack_kv, MaskData, PackedKv, View};
+use operands::{
+    fill_bias, head_base, load_row, mask_data, mat_strides, pack_kv, MaskData, PackedKv, View,
+};
 
 use super::elem::FloatElem;
 use super::simd::{Kernels, SimdLevel};
@@ -235,20 +237,9 @@ fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc:
         let k0 = b * KB;
         let valid = (lk - k0).min(KB);
         for t in 0..tiles {
-            if let Some((data, mv)) = &c.mask {
-                let (rs, cs) = mat_strides(mv);
-                let base = head_base(mv, h);
-                for r in 0..MR {
-                    let row = &mut sc.bias[r * KB..(r + 1) * KB];
-                    let qi = q0 + t * MR + r;
-                    if t * MR + r >= rows {
-                        row.fill(0.0);
-                        continue;
-                    }
-                    for (j, x) in row.iter_mut().take(valid).enumerate() {
-                        *x = data.get(base + qi * rs + (k0 + j) * cs);
-                    }
-                }
+            if let Some(mask) = c.mask {
+                let live = (rows - t * MR).min(MR);
+                fill_bias(mask, h, (q0 + t * MR, live), (k0, valid), KB, &mut sc.bias);
             }
             let tl = Tile {
                 q: &sc.q[t * MR * dk..(t + 1) * MR * dk],

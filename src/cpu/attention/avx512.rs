@@ -93,24 +93,25 @@ unsafe fn qk<const NV: usize>(t: &Tile) -> [[__m512; NV]; MR] {
 #[target_feature(enable = "avx512f,avx512dq,fma")]
 unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
     let mut acc = qk::<NV>(t);
-    let alpha = softmax(&mut acc, None, t.bias, t.valid, (st.m, st.l), |x| exp2(x));
     let p = st.p.as_mut_ptr();
-    for (r, row) in acc.iter().enumerate() {
+    let store = |r: usize, row: &[__m512; NV]| {
         for (v, e) in row.iter().enumerate() {
             // SAFETY: p holds MR * KB floats and 16 * v + 16 <= KB.
             _mm512_storeu_ps(p.add(r * KB + 16 * v), *e);
         }
-    }
-    alpha
+    };
+    let sm = (t.bias, t.valid, &mut *st.m, &mut *st.l);
+    softmax(&mut acc, None, sm, |x| exp2(x), store)
 }
 
 /// The online softmax of one key block on a register tile of scores, shared by this kernel and
 /// the bf16 dot-product kernel (`super::dp_kernel`): each score times `qmul` (when given) plus
-/// the mask bias, keys from `valid` on set to `-inf`; the rows' new maxima into `m`; the
-/// scores replaced by their probabilities `exp(s - m)` (`exp` is `2^x`, exactly 0 for a `-inf`
-/// argument); the per-lane running sums `l` rescaled and increased by them. Returns each row's
-/// rescale factor `2^(m_old - m_new)` for the running output (all rows' in one vector `exp2`).
-/// A row with every key masked so far keeps `m = -inf`, probabilities 0 and factor 0.
+/// the mask `bias`, keys from `valid` on set to `-inf`; the rows' new maxima into `m`; each
+/// row's probabilities `exp(s - m)` (`exp` is `2^x`, exactly 0 for a `-inf` argument) handed
+/// to `store` with the row index; the per-lane running sums `l` rescaled and increased by them.
+/// Returns each row's rescale factor `2^(m_old - m_new)` for the running output (all rows' in
+/// one vector `exp2`). A row with every key masked so far keeps `m = -inf`, probabilities 0
+/// and factor 0.
 ///
 /// # Safety
 /// AVX-512F/DQ and FMA; `bias`, when given, holds at least `MR * KB` floats and `NV <= KB / 16`.
@@ -119,10 +120,9 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
 pub(super) unsafe fn softmax<const NV: usize>(
     acc: &mut [[__m512; NV]; MR],
     qmul: Option<f32>,
-    bias: Option<&[f32]>,
-    valid: usize,
-    (m, l): (&mut [f32; MR], &mut [[f32; 16]; MR]),
+    (bias, valid, m, l): (Option<&[f32]>, usize, &mut [f32; MR], &mut [[f32; 16]; MR]),
     exp: impl Fn(__m512) -> __m512,
+    mut store: impl FnMut(usize, &[__m512; NV]),
 ) -> [f32; MR] {
     let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
     // Row maxima first, so all rows' rescale factors take one vector exp2.
@@ -154,13 +154,15 @@ pub(super) unsafe fn softmax<const NV: usize>(
     }
     let mut alpha = [0f32; 16];
     _mm512_storeu_ps(alpha.as_mut_ptr(), exp2(_mm512_loadu_ps(shift.as_ptr())));
-    for (r, row) in acc.iter_mut().enumerate() {
+    for (r, row) in acc.iter().enumerate() {
         let mu = _mm512_set1_ps(m_use[r]);
         let mut sum = _mm512_setzero_ps();
-        for s in row.iter_mut() {
-            *s = exp(_mm512_sub_ps(*s, mu));
-            sum = _mm512_add_ps(sum, *s);
+        let mut e = [_mm512_setzero_ps(); NV];
+        for (ev, s) in e.iter_mut().zip(row.iter()) {
+            *ev = exp(_mm512_sub_ps(*s, mu));
+            sum = _mm512_add_ps(sum, *ev);
         }
+        store(r, &e);
         // Row sums stay per lane (summed once at the end).
         let lr = l[r].as_mut_ptr();
         _mm512_storeu_ps(

@@ -28,6 +28,7 @@
 //! - Keys past `valid` get probability exactly 0 (their scores are `-inf`), so the half pair of
 //!   an odd `valid` and V's zero padding rows add nothing.
 
+use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::amx_kernel::exp2_p;
@@ -132,11 +133,8 @@ unsafe fn qk<const NV: usize>(t: &Tile) -> [[__m512; NV]; MR] {
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,fma,avx512bf16")]
 unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
     let mut acc = qk::<NV>(t);
-    let alpha = softmax(&mut acc, Some(t.qmul), t.bias, t.valid, (st.m, st.l), |x| {
-        exp2_p::<true>(x, !0)
-    });
     let p = st.p.as_mut_ptr();
-    for (r, row) in acc.iter().enumerate() {
+    let store = |r: usize, row: &[__m512; NV]| {
         let mut v = 0;
         while v + 2 <= NV {
             let pk: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(row[v + 1], row[v]));
@@ -149,8 +147,9 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
             // SAFETY: as above, 8 * v + 8 <= KB / 2.
             _mm256_storeu_si256(p.add(r * KB / 2 + 8 * v).cast(), pk);
         }
-    }
-    alpha
+    };
+    let sm = (t.bias, t.valid, &mut *st.m, &mut *st.l);
+    softmax(&mut acc, Some(t.qmul), sm, |x| exp2_p::<true>(x, !0), store)
 }
 
 /// `o[:, c0..c0 + 16·NV (+ 8 with HALF)] = o * alpha + p · v` over the block's valid key
@@ -199,13 +198,19 @@ unsafe fn update<const NV: usize, const HALF: bool>(
             let a = _mm512_set1_ps(*p.add(r * KB / 2 + j).cast::<f32>());
             let a: __m512bh = std::mem::transmute(a);
             for (av, bv) in row.iter_mut().zip(&b) {
-                *av = _mm512_dpbf16_ps(*av, a, std::mem::transmute::<__m512i, __m512bh>(*bv));
+                *av = _mm512_dpbf16_ps(*av, std::mem::transmute::<__m512i, __m512bh>(*bv), a);
             }
             if HALF {
-                // A broadcast load of its own (LLVM turned the zmm's low half into a shuffle).
-                // SAFETY: as above.
-                let x = _mm256_set1_ps(*p.add(r * KB / 2 + j).cast::<f32>());
-                *h = _mm256_dpbf16_ps(*h, std::mem::transmute::<__m256, __m256bh>(x), bh);
+                // The P pair as an embedded `{1to8}` broadcast load of the product: written
+                // with intrinsics, LLVM reused the zmm broadcast through a shuffle per row.
+                // SAFETY: as above; the CPU has AVX512_BF16 and AVX-512VL (caller).
+                asm!(
+                    "vdpbf16ps {h}, {b}, dword ptr [{p}]{{1to8}}",
+                    h = inout(ymm_reg) *h,
+                    b = in(ymm_reg) bh,
+                    p = in(reg) p.add(r * KB / 2 + j),
+                    options(pure, readonly, nostack, preserves_flags),
+                );
             }
         }
     }
