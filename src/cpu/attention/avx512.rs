@@ -100,8 +100,25 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
             _mm512_storeu_ps(p.add(r * KB + 16 * v), *e);
         }
     };
-    let sm = (t.bias, t.valid, &mut *st.m, &mut *st.l);
+    let sm = Rows {
+        bias: t.bias,
+        valid: t.valid,
+        m: st.m,
+        l: st.l,
+    };
     softmax(&mut acc, None, sm, |x| exp2(x), store)
+}
+
+/// A block's softmax operands besides the scores (see [`softmax`]).
+pub(super) struct Rows<'a> {
+    /// `MR × KB` additive mask in log2 units, if any.
+    pub(super) bias: Option<&'a [f32]>,
+    /// Valid keys of the block.
+    pub(super) valid: usize,
+    /// Running row maxima.
+    pub(super) m: &'a mut [f32; MR],
+    /// Running per-lane row sums.
+    pub(super) l: &'a mut [[f32; 16]; MR],
 }
 
 /// The online softmax of one key block on a register tile of scores, shared by this kernel and
@@ -120,7 +137,7 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
 pub(super) unsafe fn softmax<const NV: usize>(
     acc: &mut [[__m512; NV]; MR],
     qmul: Option<f32>,
-    (bias, valid, m, l): (Option<&[f32]>, usize, &mut [f32; MR], &mut [[f32; 16]; MR]),
+    Rows { bias, valid, m, l }: Rows,
     exp: impl Fn(__m512) -> __m512,
     mut store: impl FnMut(usize, &[__m512; NV]),
 ) -> [f32; MR] {

@@ -32,7 +32,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::amx_kernel::exp2_p;
-use super::avx512::softmax;
+use super::avx512::{softmax, Rows};
 use super::{KB, MR};
 
 /// One tile step's read-only operands (layouts in the module docs).
@@ -148,7 +148,12 @@ unsafe fn scores<const NV: usize>(t: &Tile, st: &mut State) -> [f32; MR] {
             _mm256_storeu_si256(p.add(r * KB / 2 + 8 * v).cast(), pk);
         }
     };
-    let sm = (t.bias, t.valid, &mut *st.m, &mut *st.l);
+    let sm = Rows {
+        bias: t.bias,
+        valid: t.valid,
+        m: st.m,
+        l: st.l,
+    };
     softmax(&mut acc, Some(t.qmul), sm, |x| exp2_p::<true>(x, !0), store)
 }
 
