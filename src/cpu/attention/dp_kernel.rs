@@ -265,6 +265,7 @@ pub(super) unsafe fn tile(t: &Tile, st: &mut State) {
     unsafe { tile_checked(t, st) }
 }
 
+/// [`tile`] after its checks: scores and softmax, then `P · V` in column passes.
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,fma,avx512bf16")]
 unsafe fn tile_checked(t: &Tile, st: &mut State) {
     let alpha = match t.valid.div_ceil(16) {
