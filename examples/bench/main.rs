@@ -230,12 +230,13 @@ fn cpu_fma_peak() -> f64 {
 }
 
 /// The peak a CPU row of `family` and `dtype` is measured against: bf16 products (matmul,
-/// ffn) run on the bf16 method in use (AMX tiles, `vdpbf16ps`, or widened onto the FMA pipes);
-/// bf16 convolutions and attention run on AMX where it is in use and on the FMA pipes
-/// otherwise (they have no `vdpbf16ps` kernels); every other dtype on the FMA pipes.
+/// ffn) and attention run on the bf16 method in use (AMX tiles, `vdpbf16ps`, or widened onto
+/// the FMA pipes); bf16 convolutions are measured against the AMX peak where AMX is in use and
+/// against the FMA peak otherwise (their rows count direct-convolution flops, and the
+/// implicit-GEMM rows widen to f32); every other dtype against the FMA peak.
 fn cpu_dtype_peak(family: &str, dtype: DType, fma: Option<f64>, dp: f64, amx: f64) -> Option<f64> {
     use xpu::cpu::gemm::Bf16Method;
-    let products = family == "matmul" || family == "ffn";
+    let products = family != "conv";
     match (dtype, xpu::cpu::gemm::bf16_method()) {
         (DType::BF16, Bf16Method::Amx) if amx > 0.0 => Some(amx),
         (DType::BF16, Bf16Method::DotProduct) if products && dp > 0.0 => Some(dp),
