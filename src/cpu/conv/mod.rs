@@ -55,7 +55,8 @@ use half::bf16;
 enum Panels {
     /// The f32 gather engine's panels.
     F32(Vec<PackedB<f32>>),
-    /// bf16 panels in the AMX layout.
+    /// bf16 panels in the AMX layout, or in the `vdpbf16ps` pair layout where dot products
+    /// are the bf16 method.
     Amx(Vec<PackedB<bf16>>),
     /// A 3×3 stride-1 filter bank transformed for Winograd F(2,3) (see [`winograd`]).
     Winograd(winograd::WinogradWeights),
@@ -109,14 +110,16 @@ impl PackedConv {
         })
     }
 
-    /// Packs a row-major `[O, C/G, kh, kw]` bf16 weight in the AMX layout, or `None` when the
-    /// bf16 method of this process is not AMX (then the weight is packed with [`Self::new`]).
+    /// Packs a row-major `[O, C/G, kh, kw]` bf16 weight for this process's bf16 method: the
+    /// AMX layout where AMX is in use, the `vdpbf16ps` pair layout where dot products are;
+    /// `None` otherwise (then the weight is packed with [`Self::new`]).
     pub(crate) fn new_amx(
         w: &[bf16],
         shape: [usize; 4],
         groups: usize,
     ) -> Result<Option<PackedConv>> {
-        if bf16_method() != Bf16Method::Amx {
+        let method = bf16_method();
+        if method != Bf16Method::Amx && method != Bf16Method::DotProduct {
             return Ok(None);
         }
         let (og, k) = check_weight(w.len(), shape, groups)?;
@@ -125,7 +128,9 @@ impl PackedConv {
         for gi in 0..groups {
             let b = MatRef::new(&ohwi, gi * og * k, k, og, 1, k);
             let p = PackedB::<bf16>::new(b)?;
-            if !p.is_amx() {
+            if !(p.is_amx() && method == Bf16Method::Amx
+                || p.is_pairs() && method != Bf16Method::Amx)
+            {
                 return Ok(None);
             }
             panels.push(p);
@@ -181,7 +186,16 @@ impl PackedConv {
     pub(crate) fn serves(&self, dtype: DType) -> bool {
         match self.panels {
             Panels::F32(_) | Panels::Winograd(_) => true,
-            Panels::Amx(_) => dtype == DType::BF16 && bf16_method() == Bf16Method::Amx,
+            Panels::Amx(ref p) => {
+                let method = if p.first().is_some_and(|p| p.is_amx()) {
+                    Bf16Method::Amx
+                } else {
+                    Bf16Method::DotProduct
+                };
+                dtype == DType::BF16
+                    && bf16_method() == method
+                    && gemm::gemm_path(DType::BF16) == GemmPath::Avx512
+            }
         }
     }
 }
@@ -280,7 +294,13 @@ impl ConvElem for bf16 {
         ldc: usize,
         e: &Epilogue,
     ) -> Result<bool> {
-        gemm::gemm_gather_amx(path, src, m, b, c, ldc, e)
+        if b.is_amx() {
+            return gemm::gemm_gather_amx(path, src, m, b, c, ldc, e);
+        }
+        #[cfg(target_arch = "x86_64")]
+        return gemm::gemm_gather_dot(path, src, m, b, c, ldc, e);
+        #[cfg(not(target_arch = "x86_64"))]
+        Ok(false)
     }
 }
 

@@ -5,7 +5,7 @@
 //! rows; everything that is not already in that form is converted here exactly once.
 
 use super::{conv2d_nhwc, nchw_to_nhwc, nhwc_to_nchw, ConvEpilogue, PackedConv};
-use crate::cpu::gemm::{gemm_path, Activation};
+use crate::cpu::gemm::{bf16_method, gemm_path, Activation, Bf16Method};
 use crate::cpu::prepack::residual_of;
 use crate::cpu::CpuStorage;
 use crate::ops::conv::ConvGeom;
@@ -87,7 +87,8 @@ pub(crate) fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
 
 /// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for `params`: bf16
 /// weights in the AMX layout when AMX is this process's bf16 method; else, with
-/// `allow_winograd`, a 3×3 stride-1 layer that suits it as Winograd F(2,3) points; else f32
+/// `allow_winograd`, a 3×3 stride-1 layer that suits it as Winograd F(2,3) points; else bf16
+/// weights in the `vdpbf16ps` pair layout when dot products are the bf16 method; else f32
 /// panels for the implicit GEMM.
 pub(crate) fn pack_weight(
     w: &Tensor,
@@ -96,15 +97,22 @@ pub(crate) fn pack_weight(
 ) -> Result<PackedConv> {
     let groups = params.groups;
     let shape = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
-    if w.dtype() == DType::BF16 {
+    let bf16_panels = || -> Result<Option<PackedConv>> {
+        if w.dtype() != DType::BF16 {
+            return Ok(None);
+        }
         let dense = w.contiguous()?;
         if let Storage::Cpu(CpuStorage::BF16(v)) = dense.storage() {
             let off = dense.layout().offset();
             if let Some(data) = v.get(off..off + dense.numel()) {
-                if let Some(p) = PackedConv::new_amx(data, shape, groups)? {
-                    return Ok(p);
-                }
+                return PackedConv::new_amx(data, shape, groups);
             }
+        }
+        Ok(None)
+    };
+    if bf16_method() == Bf16Method::Amx {
+        if let Some(p) = bf16_panels()? {
+            return Ok(p);
         }
     }
     if allow_winograd && super::winograd_suits(shape, &params) && winograd_enabled() {
@@ -126,6 +134,9 @@ pub(crate) fn pack_weight(
         if let Some(p) = packed {
             return p;
         }
+    }
+    if let Some(p) = bf16_panels()? {
+        return Ok(p);
     }
     if let (Storage::Cpu(CpuStorage::F32(v)), true) = (w.storage(), w.is_contiguous()) {
         let off = w.layout().offset();

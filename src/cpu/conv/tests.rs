@@ -185,9 +185,11 @@ fn implicit_gemm_matches_direct_loops_on_both_paths() -> Result<()> {
     Ok(())
 }
 
-/// bf16 weights packed for AMX (when AMX is this process's bf16 method) give the direct result
-/// on the rounded values, with the whole epilogue and a bf16 output; the panels refuse f32
-/// inputs and the portable path, and are not built at all without AMX.
+/// bf16 weights packed for the bf16 method (AMX tiles, or `vdpbf16ps` pairs gathered by
+/// `gemm_gather_dot`: odd channel counts whose pairs straddle taps, 1×1, depthwise,
+/// strided/dilated/grouped, runs long enough for the transpose) give the direct result on the
+/// rounded values, with the whole epilogue and a bf16 output; the panels refuse f32 inputs and
+/// the portable path, and are not built at all without AMX or full-rate `vdpbf16ps`.
 #[test]
 fn amx_panels_match_direct_loops_for_bf16() -> Result<()> {
     let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect() };
@@ -197,7 +199,11 @@ fn amx_panels_match_direct_loops_for_bf16() -> Result<()> {
         let w = round(&rand_vec(wshape.iter().product(), 140 + ci as u64));
         let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
         let Some(packed) = PackedConv::new_amx(&wb, wshape, g.p.groups)? else {
-            assert_ne!(gemm::bf16_method(), Bf16Method::Amx, "AMX panels expected");
+            let m = gemm::bf16_method();
+            assert!(
+                m != Bf16Method::Amx && m != Bf16Method::DotProduct,
+                "bf16 panels expected for {m}"
+            );
             continue;
         };
         assert!(packed.serves(DType::BF16) && !packed.serves(DType::F32));

@@ -160,7 +160,13 @@ unsafe fn tile_f32(kcu: usize, mut a: *const f32, mut b: *const f32, t: &Tile, e
 }
 
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn tile_bf16(kcu: usize, mut a: *const u32, mut b: *const u32, t: &Tile, ep: &EpCtx) {
+pub(super) unsafe fn tile_bf16(
+    kcu: usize,
+    mut a: *const u32,
+    mut b: *const u32,
+    t: &Tile,
+    ep: &EpCtx,
+) {
     super::avx512_ep::prefetch_c(t, ep);
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     for _ in 0..kcu {

@@ -252,6 +252,11 @@ impl<T: PackElem> PackedB<T> {
         self.layout.kind == PackKind::Amx
     }
 
+    /// True for the plain bf16 pair layout (the `vdpbf16ps` kernel's).
+    pub(crate) fn is_pairs(&self) -> bool {
+        self.layout.kind == PackKind::Bf16
+    }
+
     /// True when built by [`PackedB::new_geglu`].
     pub fn is_geglu(&self) -> bool {
         self.layout.glu

@@ -40,6 +40,8 @@ mod avx512_pack;
 mod buf;
 mod driver;
 mod gather;
+#[cfg(target_arch = "x86_64")]
+mod gather_dot;
 mod layout;
 mod pack;
 mod peak;
@@ -54,6 +56,8 @@ pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2_pack::load8;
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use gather_dot::gemm_gather_dot;
 pub use layout::{PackElem, PackedB};
 pub(crate) use pack::{SrcKind, ToF32};
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
