@@ -10,7 +10,9 @@
 //! - A micro-panels are `[units][MR rows]` of u32 pairs (`A[r, 2u]` in the low half), zeros
 //!   past K and for rows past M (the source's zero runs). Run chunks that start on a pair and
 //!   hold 16 whole pairs go through the AVX-512 16×16 transpose; everything else is copied
-//!   element by element into a zero-filled panel. Nothing is read past a run's length.
+//!   element by element (as bf16 halves); the halves past K are zeroed, so every value of a
+//!   panel is written exactly once and no panel is cleared first. Nothing is read past a
+//!   run's length.
 //! - [`gemm_gather_dot`] never touches C unless it runs: it answers `Ok(false)` when the path
 //!   is not AVX-512, the CPU lacks AVX512_BF16 or `b` is not in the pair layout.
 
@@ -52,7 +54,6 @@ fn pack_gathered_pairs<R: RowSource<Elem = bf16>>(
     dst: &mut [u32],
 ) {
     let panel = &mut dst[..MR * (u1 - u0)];
-    panel.fill(0);
     let (k0, k1) = ((2 * u0).min(k), (2 * u1).min(k));
     let mut ptrs = [std::ptr::null::<bf16>(); MR];
     let mut kk = k0;
@@ -79,15 +80,23 @@ fn pack_gathered_pairs<R: RowSource<Elem = bf16>>(
             };
             done = 32 * chunks;
         }
+        let halves: &mut [u16] = bytemuck::cast_slice_mut(&mut *panel);
         for e in done..len {
-            let (unit, high) = ((kk + e) / 2 - u0, (kk + e) % 2 == 1);
+            let at = ((kk + e) / 2 - u0) * MR * 2 + (kk + e) % 2;
             for (r, p) in ptrs.iter().enumerate() {
                 // SAFETY: e < len (RowSource contract).
-                let bits = u32::from(unsafe { *p.add(e) }.to_bits());
-                panel[unit * MR + r] |= if high { bits << 16 } else { bits };
+                halves[at + 2 * r] = unsafe { *p.add(e) }.to_bits();
             }
         }
         kk += len;
+    }
+    // Every element of k0..k1 was written exactly once above; the pairs past K are zeros.
+    let halves: &mut [u16] = bytemuck::cast_slice_mut(panel);
+    for e in k1.max(2 * u0)..2 * u1 {
+        let at = (e / 2 - u0) * MR * 2 + e % 2;
+        for r in 0..MR {
+            halves[at + 2 * r] = 0;
+        }
     }
 }
 
