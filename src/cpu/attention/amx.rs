@@ -28,8 +28,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 use super::amx_kernel::{begin, end, step, Block, Geo, Phase, TileState, KB, MR, TILE};
-use super::operands::{head_base, mat_strides, MaskData, View};
-use crate::cpu::elem::FloatElem;
+use super::operands::{head_base, mat_strides, store_normalised, MaskData, View};
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
 use crate::layout::Layout;
@@ -229,20 +228,7 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
     }
     // SAFETY: as the ldtilecfg above.
     unsafe { end() };
-    for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
-        let (t, i) = (r / MR, r % MR);
-        let acc = &so[(t * MR + i) * g.dvp..][..dv];
-        let (mi, li) = (sc.m[t][i], sc.l[t][i].iter().sum::<f32>());
-        // All keys masked out (or weights summing to nothing): zeros, as PyTorch.
-        let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
-            0.0
-        } else {
-            1.0 / li
-        };
-        let tmp = &mut sc.row[..dv];
-        tmp.iter_mut().zip(acc).for_each(|(o, &x)| *o = x * inv);
-        bf16::store(c.k, tmp, orow);
-    }
+    store_normalised(c.k, (so, g.dvp), (&sc.m, &sc.l), out, &mut sc.row[..dv]);
 }
 
 /// The bf16 attention on AMX (see [`super::attention_float`] for the contract), or `None`

@@ -190,3 +190,30 @@ pub(super) fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {
         }
     })
 }
+
+/// Writes the finished bf16 rows of a task: row `r` of `out` (`row.len()` = Dv values each,
+/// rows in tiles of `MR`) is the running output `o` (`[tiles][MR][dvp]` f32) divided by the
+/// row's sum of weights (`l`, split over 16 lanes), rounded once; a row whose keys were all
+/// masked out (its max `m` still `-inf`) or whose weights sum to nothing is zeros, as in
+/// PyTorch. `row` is scratch.
+pub(super) fn store_normalised<const MR: usize>(
+    k: Kernels,
+    (o, dvp): (&[f32], usize),
+    (m, l): (&[[f32; MR]], &[[[f32; 16]; MR]]),
+    out: &mut [bf16],
+    row: &mut [f32],
+) {
+    let dv = row.len();
+    for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
+        let (t, i) = (r / MR, r % MR);
+        let acc = &o[(t * MR + i) * dvp..][..dv];
+        let (mi, li) = (m[t][i], l[t][i].iter().sum::<f32>());
+        let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
+            0.0
+        } else {
+            1.0 / li
+        };
+        row.iter_mut().zip(acc).for_each(|(x, &a)| *x = a * inv);
+        bf16::store(k, row, orow);
+    }
+}
