@@ -2,7 +2,7 @@
 //!
 //! Algorithm (flash-attention's blocked online softmax): heads are processed a group at a time
 //! (enough to keep every thread busy); K and V of each head of the group are packed once into
-//! f32 blocks of [`KB`] keys (K transposed, `[D][KB]`; V `[KB][Dv rounded up to 16]`,
+//! f32 blocks of [`KB`] keys (K transposed, `[D][KB]`; V `[KB][Dv rounded up to 8]`,
 //! zero-padded). Work is split over rayon into tasks of one head × a block of query rows; a task
 //! packs its queries (pre-multiplied by `scale·log2 e`, so the softmax uses `exp2`), then for
 //! every key block and every tile of [`MR`] query rows computes the `MR × KB` scores, adds the
@@ -95,8 +95,8 @@ pub(crate) struct Tile<'a> {
     /// `MR × KB` additive mask in log2 units (`-inf` drops), if any.
     bias: Option<&'a [f32]>,
     d: usize,
-    /// Value columns rounded up to whole vectors of the tile kernel (a multiple of 8 at the AVX2
-    /// level, of 16 otherwise).
+    /// Value columns rounded up to whole 8-lane half vectors (the AVX-512 kernel ends in a
+    /// half vector where needed).
     dvp: usize,
     /// Valid keys in this block (`1..=KB`); the rest are padding.
     valid: usize,
@@ -136,10 +136,10 @@ fn tile(level: SimdLevel, t: &Tile, st: &mut State) {
         return; // unreachable by construction; never read out of bounds
     }
     #[cfg(target_arch = "x86_64")]
-    if level == SimdLevel::Avx512 && t.dvp.is_multiple_of(16) {
+    if level == SimdLevel::Avx512 {
         // SAFETY: `Avx512` is only reported when the CPU has AVX-512F/DQ and FMA
-        // (`Kernels::new` clamps to the hardware); `fits` checked the slice lengths, and the
-        // value columns are whole 16-lane vectors (the padding this level packs).
+        // (`Kernels::new` clamps to the hardware); `fits` checked the slice lengths and that
+        // the value columns are whole 8-lane half vectors (the padding every level packs).
         return unsafe { avx512::tile(t, st) };
     }
     #[cfg(target_arch = "x86_64")]
@@ -297,9 +297,10 @@ fn attention_float<T: FloatElem>(
         out.fill(T::zeroed());
         return out;
     }
-    // Value columns are padded to whole vectors of the tile kernel: 8 lanes for AVX2 (SD's
-    // head dim 40 then costs 40 columns of `P · V` instead of 48), 16 otherwise.
-    let lanes = if k.level() == SimdLevel::Avx2 { 8 } else { 16 };
+    // Value columns are padded to whole 8-lane half vectors (the AVX2 kernel's vectors; the
+    // AVX-512 kernel ends in a half vector where needed): SD's head dim 40 then costs 40
+    // columns of `P · V` instead of 48. The portable kernel takes any multiple of 8.
+    let lanes = 8;
     let dvp = s.dv.div_ceil(lanes).max(1) * lanes;
     // Short key sequences (cross-attention) keep little in cache: take bigger tasks.
     let max_tiles = if s.lk <= 2 * KB {

@@ -1,5 +1,5 @@
 //! Operands of the CPU attention: typed mask reads, strided q/k/v views, and the packing of K
-//! (transposed `[D][KB]` blocks) and V (`[KB][Dv rounded up to 16]` rows) into f32.
+//! (transposed `[D][KB]` blocks) and V (`[KB][Dv rounded up to 8]` rows) into f32.
 //!
 //! Invariants: every read goes through `slice::get` (a layout checked by the caller never
 //! misses; a miss reads as 0, or as "masked out" for a mask), padding is zero, and packed
