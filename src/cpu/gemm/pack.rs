@@ -133,7 +133,22 @@ pub(crate) fn pack_b_bf16(b: &MatRef<bf16>, l: &BLayout, dst: &mut [u32]) {
     let k = l.k;
     for_each_panel(l, dst, |u0, u1, p, ch| {
         let cols: [Option<usize>; NR] = std::array::from_fn(|ln| l.src_col(p, ln));
-        for u in u0..u1 {
+        // Row-major B and a full panel of consecutive columns (the per-call `matmul` case):
+        // each unit interleaves two row runs of 32 values, which the compiler vectorises.
+        let c0 = cols[0].unwrap_or(0);
+        let run = b.col_stride == 1 && cols.iter().enumerate().all(|(i, c)| *c == Some(c0 + i));
+        let mut u = u0;
+        while run && u < u1 && 2 * u + 1 < k {
+            let at = |kk: usize| b.offset + kk * b.row_stride + c0;
+            // Validated view: rows 2u, 2u + 1 < K hold columns c0..c0 + 32 < N.
+            let (r0, r1) = (&b.data[at(2 * u)..][..NR], &b.data[at(2 * u + 1)..][..NR]);
+            let d = &mut ch[(u - u0) * NR..][..NR];
+            for ((x, lo), hi) in d.iter_mut().zip(r0).zip(r1) {
+                *x = pair(*lo, *hi);
+            }
+            u += 1;
+        }
+        for u in u..u1 {
             let (k0, k1) = (2 * u, 2 * u + 1);
             let d = &mut ch[(u - u0) * NR..][..NR];
             for (x, c) in d.iter_mut().zip(&cols) {
