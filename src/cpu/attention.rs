@@ -309,22 +309,38 @@ fn attention_float<T: FloatElem>(
         MAX_TILES_PER_TASK
     };
     let (rows_per_task, group) = plan_tasks(s.heads(), s.lq.div_ceil(MR), max_tiles, MR);
+    let qv = || View {
+        data: q.data,
+        layout: q.layout,
+    };
+    let group_ctx = |heads| Ctx {
+        k,
+        q: qv(),
+        kv: pack_kv(k, (&kv.0, &kv.1), s, dvp, heads),
+        mask,
+        s,
+        dvp,
+        qmul: s.scale * std::f32::consts::LOG2_E,
+    };
+    for_head_groups(&mut out, s, (rows_per_task, group), group_ctx, task);
+    out
+}
+
+/// Runs `task(ctx, head, q0, rows)` over every head's `[Lq, Dv]` output block of `out` in
+/// tasks of `rows_per_task` query rows (`q0` the first), in parallel, heads `group` at a time
+/// with `ctx = group_ctx(heads)` built once per group (it packs that group's K and V).
+pub(super) fn for_head_groups<T: Send, C: Sync>(
+    out: &mut [T],
+    s: &AttnShape,
+    (rows_per_task, group): (usize, usize),
+    group_ctx: impl Fn(std::ops::Range<usize>) -> C,
+    task: impl Fn(&C, usize, usize, &mut [T]) + Sync,
+) {
     let heads = s.heads();
     let mut heads_out = out.chunks_mut(s.lq * s.dv).enumerate();
     for h0 in (0..heads).step_by(group.max(1)) {
         let h1 = (h0 + group).min(heads);
-        let ctx = Ctx {
-            k,
-            q: View {
-                data: q.data,
-                layout: q.layout,
-            },
-            kv: pack_kv(k, (&kv.0, &kv.1), s, dvp, h0..h1),
-            mask,
-            s,
-            dvp,
-            qmul: s.scale * std::f32::consts::LOG2_E,
-        };
+        let ctx = group_ctx(h0..h1);
         let mut tasks: Vec<(usize, usize, &mut [T])> = Vec::new();
         for (h, head) in heads_out.by_ref().take(h1 - h0) {
             for (i, part) in head.chunks_mut(rows_per_task * s.dv).enumerate() {
@@ -335,7 +351,6 @@ fn attention_float<T: FloatElem>(
             .into_par_iter()
             .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
     }
-    out
 }
 
 /// Splits the work into tasks of one head × `rows_per_task` query rows (at most `max_tiles`

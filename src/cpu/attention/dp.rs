@@ -272,29 +272,17 @@ pub(super) fn attention(
     };
     let heads = s.heads();
     let (rows_per_task, group) = super::plan_tasks(heads, s.lq.div_ceil(MR), max_tiles, MR);
-    let mut heads_out = out.chunks_mut(s.lq * s.dv).enumerate();
-    for h0 in (0..heads).step_by(group.max(1)) {
-        let h1 = (h0 + group).min(heads);
-        let ctx = Ctx {
-            k,
-            q: View {
-                data: q.data,
-                layout: q.layout,
-            },
-            kv: pack((&kv.0, &kv.1), s, g, h0..h1),
-            mask,
-            s,
-            g,
-        };
-        let mut tasks: Vec<(usize, usize, &mut [bf16])> = Vec::new();
-        for (h, head) in heads_out.by_ref().take(h1 - h0) {
-            for (i, part) in head.chunks_mut(rows_per_task * s.dv).enumerate() {
-                tasks.push((h, i * rows_per_task, part));
-            }
-        }
-        tasks
-            .into_par_iter()
-            .for_each(|(h, q0, part)| task(&ctx, h, q0, part));
-    }
+    let group_ctx = |heads| Ctx {
+        k,
+        q: View {
+            data: q.data,
+            layout: q.layout,
+        },
+        kv: pack((&kv.0, &kv.1), s, g, heads),
+        mask,
+        s,
+        g,
+    };
+    super::for_head_groups(&mut out, s, (rows_per_task, group), group_ctx, task);
     Some(out)
 }
