@@ -48,7 +48,7 @@ pub use ops::conv::{Conv2dBuilder, Conv2dParams};
 pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
 pub use ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
 pub use tensor::{MemoryFormat, Tensor};
-pub use xpu::{AdapterSummary, MemoryStats, XpuFeatures};
+pub use xpu::{AdapterSummary, KernelTime, MemoryStats, XpuFeatures};
 
 /// Every GPU adapter wgpu can see (name, backend, driver, the features `xpu` uses, limits);
 /// the one `Device::Xpu` uses has `selected == true`.
@@ -113,6 +113,13 @@ pub fn reset_peak_memory_stats() -> Result<()> {
 /// Submits all queued GPU work and waits for it to finish (a no-op without an adapter in use).
 pub fn synchronize() -> Result<()> {
     xpu::synchronize()
+}
+
+/// GPU time per kernel pipeline since the last call, longest first, when the process runs with
+/// `XPU_PROFILE=1` (timestamp queries around every dispatch; each batch then waits for the GPU).
+/// `Ok(None)` when profiling is off or the adapter has no timestamp queries.
+pub fn xpu_profile() -> Result<Option<Vec<KernelTime>>> {
+    xpu::take_profile()
 }
 
 /// Every WGSL module exactly as the runtime compiles it: `(file, source)`. For validation tests

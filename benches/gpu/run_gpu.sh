@@ -9,7 +9,8 @@
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
 # tests (every test binary with XPU_REQUIRE_ADAPTER=1), bench (examples/bench on the Xpu in
 # f32/f16/bf16), torch (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
-# sd (SD 1.5 UNet steps on the Xpu in f32 and f16), torchsd (PyTorch eager's SD 1.5 step).
+# sd (SD 1.5 UNet steps on the Xpu in f32 and f16), profile (the same step's GPU time per kernel,
+# XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -83,6 +84,15 @@ for phase in "$@"; do
         echo "sd_unet $dt rc=$?" >>"$OUT/sd.log"
       done
       grep -vE '^\s*$|\[' "$OUT/sd.log" | tail -n 12
+      ;;
+    profile)
+      # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.
+      for dt in f32 f16; do
+        XPU_PROFILE=1 timeout 150 .devbin/sd_unet --device xpu --dtype "$dt" --preset sd15 \
+          --steps 3 --output /tmp/sdp_$dt.safetensors >>"$OUT/profile.log" 2>&1
+        echo "sd_unet profile $dt rc=$?" >>"$OUT/profile.log"
+      done
+      grep -E "GPU kernel time|rc=" "$OUT/profile.log"
       ;;
     torchsd)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --families "" --unet --dtypes f32,f16 \

@@ -234,6 +234,10 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args) -> xpu::Result<()> {
         }
         let s = start.elapsed().as_secs_f64();
         seconds.push(s);
+        if device == Device::Xpu && i == 0 {
+            // The first step compiles pipelines: leave it out of the kernel profile.
+            xpu::xpu_profile()?;
+        }
         bar.set_message(format!("t={t} {s:.2} s"));
         bar.inc(1);
     }
@@ -249,6 +253,9 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args) -> xpu::Result<()> {
         device_name(device),
         peak_memory(device)
     );
+    if device == Device::Xpu {
+        print_profile(steps.saturating_sub(1).max(1))?;
+    }
     let out = args
         .output
         .clone()
@@ -262,6 +269,31 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args) -> xpu::Result<()> {
         source,
     })?;
     println!("wrote {} and {}", out.display(), png_path.display());
+    Ok(())
+}
+
+/// Prints the GPU kernel profile per step (`XPU_PROFILE=1`; steps after the first).
+fn print_profile(steps: usize) -> xpu::Result<()> {
+    let Some(rows) = xpu::xpu_profile()? else {
+        return Ok(());
+    };
+    let per_step = |ms: f64| ms / steps as f64;
+    let total: f64 = rows.iter().map(|r| r.total_ms).sum();
+    let dispatches: u64 = rows.iter().map(|r| r.dispatches).sum();
+    println!(
+        "GPU kernel time per step: {:.2} ms in {} dispatches (XPU_PROFILE=1, {steps} steps)",
+        per_step(total),
+        dispatches / steps as u64
+    );
+    for r in rows.iter().take(40) {
+        println!(
+            "  {:>9.3} ms {:>5.1}% {:>6} x  {}",
+            per_step(r.total_ms),
+            100.0 * r.total_ms / total.max(1e-12),
+            r.dispatches / steps as u64,
+            r.kernel
+        );
+    }
     Ok(())
 }
 

@@ -249,7 +249,7 @@ fn create() -> std::result::Result<Arc<Context>, String> {
     }));
     let features = adapter_features(adapter);
     let allocator = Allocator::new(limits.max_buffer_size);
-    let stream = Stream::new(&device);
+    let stream = Stream::new(&device, &queue, features.timestamp_query);
     Ok(Arc::new(Context {
         device,
         queue,

@@ -11,6 +11,7 @@ pub(crate) mod context;
 pub(crate) mod kernels;
 pub(crate) mod passthrough;
 pub(crate) mod pipelines;
+pub(crate) mod profile;
 pub(crate) mod stream;
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::{DType, Device, Error, Result};
 
 pub use allocator::MemoryStats;
 pub use context::{AdapterSummary, XpuFeatures};
+pub use profile::KernelTime;
 
 /// Tensor data in GPU memory.
 pub(crate) struct XpuStorage {
@@ -116,4 +118,12 @@ pub(crate) fn synchronize() -> Result<()> {
     let ctx = ctx()?;
     let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
     stream.synchronize(&ctx)
+}
+
+/// The GPU profiler's per-pipeline times since the last call, longest first (`None` unless the
+/// process runs with `XPU_PROFILE=1` on an adapter with timestamp queries).
+pub(crate) fn take_profile() -> Result<Option<Vec<KernelTime>>> {
+    let ctx = ctx()?;
+    let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
+    Ok(stream.take_profile(&ctx))
 }

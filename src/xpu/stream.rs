@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use super::allocator::{PoolKind, PooledBuffer};
 use super::context::Context;
+use super::pipelines::PipelineKey;
+use super::profile::{KernelTime, Profiler};
 use crate::{Error, Result};
 
 /// Dispatches per submitted batch (also the number of parameter slots).
@@ -29,10 +31,12 @@ pub(crate) struct Stream {
     arena: wgpu::Buffer,
     dispatches: usize,
     batch: u64,
+    profiler: Option<Profiler>,
 }
 
 /// One compute dispatch: a pipeline, its parameters and its buffers by binding.
 pub(crate) struct Dispatch<'a> {
+    pub key: PipelineKey,
     pub pipeline: wgpu::ComputePipeline,
     pub params: [u32; PARAM_WORDS],
     pub bindings: &'a [(u32, &'a PooledBuffer)],
@@ -40,7 +44,7 @@ pub(crate) struct Dispatch<'a> {
 }
 
 impl Stream {
-    pub(crate) fn new(device: &wgpu::Device) -> Stream {
+    pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue, timestamps: bool) -> Stream {
         let arena = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("xpu-params"),
             size: (MAX_BATCH * SLOT) as u64,
@@ -53,6 +57,7 @@ impl Stream {
             arena,
             dispatches: 0,
             batch: 1,
+            profiler: Profiler::from_env(device, queue, timestamps),
         }
     }
 
@@ -110,11 +115,17 @@ impl Stream {
                 d.workgroups
             )));
         }
-        let encoder = self.encoder(&ctx.device);
+        let encoder = self.encoder.get_or_insert_with(|| {
+            ctx.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("xpu-batch"),
+                })
+        });
         {
+            let timestamp_writes = self.profiler.as_mut().and_then(|p| p.next_pass(d.key));
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: None,
-                timestamp_writes: None,
+                timestamp_writes,
             });
             pass.set_pipeline(&d.pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
@@ -171,16 +182,34 @@ impl Stream {
 
     /// Submits the open batch (no wait).
     pub(crate) fn flush(&mut self, ctx: &Context) {
-        let Some(encoder) = self.encoder.take() else {
+        let Some(mut encoder) = self.encoder.take() else {
             return;
         };
         if !self.params.is_empty() {
             ctx.queue.write_buffer(&self.arena, 0, &self.params);
             self.params.clear();
         }
+        let timed = self
+            .profiler
+            .as_ref()
+            .is_some_and(|p| p.resolve(&mut encoder));
         ctx.queue.submit([encoder.finish()]);
         self.dispatches = 0;
         self.batch += 1;
+        if timed {
+            if let Some(p) = self.profiler.as_mut() {
+                if let Err(e) = p.collect(&ctx.device) {
+                    // Profiling is a diagnostic: a failed read-back drops the batch's times.
+                    eprintln!("xpu profile: {e}");
+                }
+            }
+        }
+    }
+
+    /// The profiler's per-pipeline totals since the last call (`None` when not profiling).
+    pub(crate) fn take_profile(&mut self, ctx: &Context) -> Option<Vec<KernelTime>> {
+        self.flush(ctx);
+        self.profiler.as_mut().map(Profiler::take)
     }
 
     /// Copies `bytes` bytes from `src` at `offset` to the host; waits for the GPU.

@@ -437,6 +437,7 @@ fn dispatch(
     stream.dispatch(
         ctx,
         Dispatch {
+            key,
             pipeline,
             params: params.0,
             bindings: &bindings,

@@ -46,6 +46,7 @@ pub(crate) fn launch(
     stream.dispatch(
         ctx,
         Dispatch {
+            key,
             pipeline,
             params: params.0,
             bindings: &bindings,
