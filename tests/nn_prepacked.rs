@@ -188,7 +188,8 @@ fn linear_holds_its_cpu_weight_once_and_gives_it_back_exactly() {
         let got = lin.weight();
         assert_eq!(got.shape(), &[45, 1000]);
         assert_eq!(got.dtype(), dtype);
-        assert!(got.is_contiguous());
+        // A rebuilt weight is contiguous; an AMX layer hands back the (transposed) view it kept.
+        assert!(amx_bf16 || got.is_contiguous(), "{dtype}: rebuilt weight layout");
         assert_eq!(exact(got), exact(&w), "{dtype}: rebuilt weight");
         assert!(
             lin.holds_weight_tensor(),

@@ -39,13 +39,15 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         if let Some(dir) = self.0.parent() {
-            let _ = std::fs::remove_dir(dir); // only succeeds once the last file is gone
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
 
 fn scratch(name: &str, bytes: &[u8]) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("xpu-unet-loading-{}", std::process::id()));
+    // One folder per file: tests run in parallel threads, and a shared folder removed by one
+    // test's drop raced another test's write (seen on a 16-core machine).
+    let dir = std::env::temp_dir().join(format!("xpu-unet-loading-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
