@@ -19,7 +19,7 @@
 // VARIANT bits are diagnostics for drivers under investigation (examples/coop_probe): bit 0
 // loads zero accumulators from memory instead of using a null constant, bit 1 skips the products,
 // bits 2 and 3 replace the A or B tiles by identities (the product then shows the other operand
-// as the driver loaded it).
+// as the driver loaded it), bit 4 keeps the per-element staging (for comparison).
 // Workgroup layout: every workgroup variable is an array whose size is a multiple of 16 bytes, so
 // every tile a cooperative load or store addresses is 16-byte aligned whatever order the driver
 // lays the variables out in. On the H100 a 4-byte `u32` workgroup scalar (the pass count) put the
@@ -85,6 +85,85 @@ fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: b
     }
 }
 
+// Word-pair staging (the fast path): each invocation moves 8 words (16 f16) of A and 8 of B
+// per K step, read with plain u32 loads and held in registers while the previous step's products
+// run. It applies when every pair of f16 a word holds lies along one tile axis: K even, A and B
+// batch bases even, A row-major with an even row stride (pairs along k) or column-major with an
+// even column stride (pairs along rows), B likewise (pairs along columns or along k), and N even
+// for GEGLU (the gate half starts N columns on). A pair's second element then lies outside the
+// matrix only where the first does (K even), or in a row/column no output keeps.
+// Word e (0..2048) of a tile: A by k: row e/16, k 2(e%16); A by rows: rows 2(e%64), k e/64;
+// B by columns: k e/64, columns 2(e%64); B by k: column e/16, k 2(e%16).
+fn pairs_mode(ab: u32, bb: u32) -> u32 {
+    let ars = p(35u);
+    let acs = p(36u);
+    let brs = p(37u);
+    let bcs = p(38u);
+    let a_k = acs == 1u && ars % 2u == 0u;
+    let a_r = !a_k && ars == 1u && acs % 2u == 0u;
+    let b_c = bcs == 1u && brs % 2u == 0u;
+    let b_k = !b_c && brs == 1u && bcs % 2u == 0u;
+    let ok = (a_k || a_r) && (b_c || b_k) && dim_k() % 2u == 0u && ab % 2u == 0u
+        && bb % 2u == 0u && (!is_geglu() || dim_n() % 2u == 0u) && (VARIANT & 28u) == 0u;
+    // bit 0: on; bit 1: A by rows; bit 2: B by k.
+    return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k), ok);
+}
+
+fn pa_word(mode: u32, ab: u32, row0: u32, k0: u32, e: u32) -> u32 {
+    var r = e / 16u;
+    var kk = 2u * (e % 16u);
+    if ((mode & 2u) != 0u) {
+        r = 2u * (e % 64u);
+        kk = e / 64u;
+    }
+    if (row0 + r >= dim_m() || k0 + kk >= dim_k()) {
+        return 0u;
+    }
+    return src0[(ab + (row0 + r) * p(35u) + (k0 + kk) * p(36u)) / 2u];
+}
+
+fn pa_put(mode: u32, e: u32, w: u32) {
+    let h = vec2<f16>(unpack2x16float(w));
+    if ((mode & 2u) != 0u) {
+        let r = 2u * (e % 64u);
+        let kk = e / 64u;
+        coop_a[r * CA + kk] = h.x;
+        coop_a[(r + 1u) * CA + kk] = h.y;
+    } else {
+        let at = (e / 16u) * CA + 2u * (e % 16u);
+        coop_a[at] = h.x;
+        coop_a[at + 1u] = h.y;
+    }
+}
+
+fn pb_word(mode: u32, bb: u32, tile: u32, k0: u32, e: u32) -> u32 {
+    var jj = 2u * (e % 64u);
+    var kk = e / 64u;
+    if ((mode & 4u) != 0u) {
+        jj = e / 16u;
+        kk = 2u * (e % 16u);
+    }
+    let pc = coop_col(tile, jj);
+    if (pc.y == 0u || k0 + kk >= dim_k()) {
+        return 0u;
+    }
+    return src1[(bb + (k0 + kk) * p(37u) + pc.x * p(38u)) / 2u];
+}
+
+fn pb_put(mode: u32, e: u32, w: u32) {
+    let h = vec2<f16>(unpack2x16float(w));
+    if ((mode & 4u) != 0u) {
+        let jj = e / 16u;
+        let kk = 2u * (e % 16u);
+        coop_b[kk * CB + jj] = h.x;
+        coop_b[(kk + 1u) * CB + jj] = h.y;
+    } else {
+        let at = (e / 64u) * CB + 2u * (e % 64u);
+        coop_b[at] = h.x;
+        coop_b[at + 1u] = h.y;
+    }
+}
+
 // Finishes one 16x16 output tile from coop_c[base..base+256) (h) and, for GEGLU (gate = 256),
 // the gate tile after it: the subgroup's lanes take column pairs in turn.
 fn coop_finish(b: u32, r0: u32, c0: u32, base: u32, gate: u32, lane: u32, width: u32,
@@ -118,6 +197,7 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     }
     let passes = u32(workgroupUniformLoad(&coop_c[4095]));
     let g = is_geglu();
+    let mode = pairs_mode(ab, bb);
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;
         let has = slot < 8u;
@@ -143,9 +223,55 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         var c11 = c00;
         var c12 = c00;
         var c13 = c00;
+        // The pair path keeps the next K step's words in registers (fetched before the
+        // products of this step, written to workgroup memory after them).
+        var ra0 = vec4<u32>();
+        var ra1 = vec4<u32>();
+        var rb0 = vec4<u32>();
+        var rb1 = vec4<u32>();
+        if (mode != 0u) {
+            ra0 = vec4<u32>(pa_word(mode, ab, row0, 0u, lid), pa_word(mode, ab, row0, 0u, lid + 256u),
+                            pa_word(mode, ab, row0, 0u, lid + 512u), pa_word(mode, ab, row0, 0u, lid + 768u));
+            ra1 = vec4<u32>(pa_word(mode, ab, row0, 0u, lid + 1024u), pa_word(mode, ab, row0, 0u, lid + 1280u),
+                            pa_word(mode, ab, row0, 0u, lid + 1536u), pa_word(mode, ab, row0, 0u, lid + 1792u));
+            rb0 = vec4<u32>(pb_word(mode, bb, wid.x, 0u, lid), pb_word(mode, bb, wid.x, 0u, lid + 256u),
+                            pb_word(mode, bb, wid.x, 0u, lid + 512u), pb_word(mode, bb, wid.x, 0u, lid + 768u));
+            rb1 = vec4<u32>(pb_word(mode, bb, wid.x, 0u, lid + 1024u), pb_word(mode, bb, wid.x, 0u, lid + 1280u),
+                            pb_word(mode, bb, wid.x, 0u, lid + 1536u), pb_word(mode, bb, wid.x, 0u, lid + 1792u));
+        }
         for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
-            coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
+            if (mode != 0u) {
+                pa_put(mode, lid, ra0.x);
+                pa_put(mode, lid + 256u, ra0.y);
+                pa_put(mode, lid + 512u, ra0.z);
+                pa_put(mode, lid + 768u, ra0.w);
+                pa_put(mode, lid + 1024u, ra1.x);
+                pa_put(mode, lid + 1280u, ra1.y);
+                pa_put(mode, lid + 1536u, ra1.z);
+                pa_put(mode, lid + 1792u, ra1.w);
+                pb_put(mode, lid, rb0.x);
+                pb_put(mode, lid + 256u, rb0.y);
+                pb_put(mode, lid + 512u, rb0.z);
+                pb_put(mode, lid + 768u, rb0.w);
+                pb_put(mode, lid + 1024u, rb1.x);
+                pb_put(mode, lid + 1280u, rb1.y);
+                pb_put(mode, lid + 1536u, rb1.z);
+                pb_put(mode, lid + 1792u, rb1.w);
+            } else {
+                coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
+            }
             workgroupBarrier();
+            let kn = k0 + 32u;
+            if (mode != 0u && kn < dim_k()) {
+                ra0 = vec4<u32>(pa_word(mode, ab, row0, kn, lid), pa_word(mode, ab, row0, kn, lid + 256u),
+                                pa_word(mode, ab, row0, kn, lid + 512u), pa_word(mode, ab, row0, kn, lid + 768u));
+                ra1 = vec4<u32>(pa_word(mode, ab, row0, kn, lid + 1024u), pa_word(mode, ab, row0, kn, lid + 1280u),
+                                pa_word(mode, ab, row0, kn, lid + 1536u), pa_word(mode, ab, row0, kn, lid + 1792u));
+                rb0 = vec4<u32>(pb_word(mode, bb, wid.x, kn, lid), pb_word(mode, bb, wid.x, kn, lid + 256u),
+                                pb_word(mode, bb, wid.x, kn, lid + 512u), pb_word(mode, bb, wid.x, kn, lid + 768u));
+                rb1 = vec4<u32>(pb_word(mode, bb, wid.x, kn, lid + 1024u), pb_word(mode, bb, wid.x, kn, lid + 1280u),
+                                pb_word(mode, bb, wid.x, kn, lid + 1536u), pb_word(mode, bb, wid.x, kn, lid + 1792u));
+            }
             // Diagnostic VARIANT bit 1: no products (the output must be the epilogue of zeros).
             for (var kk = 0u; kk < select(32u, 0u, (VARIANT & 2u) != 0u); kk = kk + 16u) {
                 let a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA + kk], CA);

@@ -189,7 +189,10 @@ fn linear_holds_its_cpu_weight_once_and_gives_it_back_exactly() {
         assert_eq!(got.shape(), &[45, 1000]);
         assert_eq!(got.dtype(), dtype);
         // A rebuilt weight is contiguous; an AMX layer hands back the (transposed) view it kept.
-        assert!(amx_bf16 || got.is_contiguous(), "{dtype}: rebuilt weight layout");
+        assert!(
+            amx_bf16 || got.is_contiguous(),
+            "{dtype}: rebuilt weight layout"
+        );
         assert_eq!(exact(got), exact(&w), "{dtype}: rebuilt weight");
         assert!(
             lin.holds_weight_tensor(),

@@ -60,7 +60,9 @@ fn exact(len: usize, seed: usize) -> Vec<f32> {
 }
 
 fn run_check() -> std::result::Result<(), String> {
-    let (m, k, n) = (70, 45, 83);
+    // Odd K takes the per-element staging; even K the word-pair staging, with B row-major
+    // (pairs along columns) and transposed (pairs along k).
+    let (m, n) = (70, 83);
     let check = || -> crate::Result<std::result::Result<(), String>> {
         let dtypes = {
             let f = crate::xpu_features()?;
@@ -70,13 +72,23 @@ fn run_check() -> std::result::Result<(), String> {
                 vec![DType::F16]
             }
         };
-        for dtype in dtypes {
+        let cases = dtypes
+            .iter()
+            .flat_map(|&d| [(d, 45, false), (d, 46, false), (d, 46, true)]);
+        for (dtype, k, b_transposed) in cases {
             let a = Tensor::from_vec(exact(m * k, 1), &[m, k], Device::Cpu)?
                 .to_dtype(dtype)?
                 .to(Device::Xpu)?;
-            let b = Tensor::from_vec(exact(k * n, 2), &[k, n], Device::Cpu)?
-                .to_dtype(dtype)?
-                .to(Device::Xpu)?;
+            let b = if b_transposed {
+                Tensor::from_vec(exact(k * n, 2), &[n, k], Device::Cpu)?
+                    .to_dtype(dtype)?
+                    .to(Device::Xpu)?
+                    .t()?
+            } else {
+                Tensor::from_vec(exact(k * n, 2), &[k, n], Device::Cpu)?
+                    .to_dtype(dtype)?
+                    .to(Device::Xpu)?
+            };
             let run = |kernel| -> crate::Result<Vec<f32>> {
                 a.matmul_fused(&b)
                     .kernel(kernel)
@@ -97,7 +109,7 @@ fn run_check() -> std::result::Result<(), String> {
             if worst > 1e-3 {
                 return Ok(Err(format!(
                     "the adapter's cooperative-matrix kernel gave wrong results in xpu's \
-                     self-check ({dtype} {m}x{k}x{n}: max |coop - tiled| = {worst:e}, first \
+                     self-check ({dtype} {m}x{k}x{n}, B transposed {b_transposed}: max |coop - tiled| = {worst:e}, first \
                      values {:?} vs {:?}); the tiled kernels are used instead",
                     &coop[..3],
                     &tiled[..3]
