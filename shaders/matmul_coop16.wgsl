@@ -19,7 +19,8 @@
 // VARIANT bits are diagnostics for drivers under investigation (examples/coop_probe): bit 0
 // loads zero accumulators from memory instead of using a null constant, bit 1 skips the products,
 // bits 2 and 3 replace the A or B tiles by identities (the product then shows the other operand
-// as the driver loaded it), bit 4 keeps the per-element staging (for comparison).
+// as the driver loaded it), bit 4 keeps the per-element staging (for comparison), bit 5 skips staging altogether (timing
+// only: the products then read stale tiles).
 // Workgroup layout: every workgroup variable is an array whose size is a multiple of 16 bytes, so
 // every tile a cooperative load or store addresses is 16-byte aligned whatever order the driver
 // lays the variables out in. On the H100 a 4-byte `u32` workgroup scalar (the pass count) put the
@@ -104,7 +105,7 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
     let b_c = bcs == 1u && brs % 2u == 0u;
     let b_k = !b_c && brs == 1u && bcs % 2u == 0u;
     let ok = (a_k || a_r) && (b_c || b_k) && dim_k() % 2u == 0u && ab % 2u == 0u
-        && bb % 2u == 0u && (!is_geglu() || dim_n() % 2u == 0u) && (VARIANT & 28u) == 0u;
+        && bb % 2u == 0u && (!is_geglu() || dim_n() % 2u == 0u) && (VARIANT & 60u) == 0u;
     // bit 0: on; bit 1: A by rows; bit 2: B by k.
     return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k), ok);
 }
@@ -257,7 +258,7 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                 pb_put(mode, lid + 1280u, rb1.y);
                 pb_put(mode, lid + 1536u, rb1.z);
                 pb_put(mode, lid + 1792u, rb1.w);
-            } else {
+            } else if ((VARIANT & 32u) == 0u) {
                 coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
             }
             workgroupBarrier();
