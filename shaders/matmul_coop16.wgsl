@@ -106,8 +106,111 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
     let b_k = !b_c && brs == 1u && bcs % 2u == 0u;
     let ok = (a_k || a_r) && (b_c || b_k) && dim_k() % 2u == 0u && ab % 2u == 0u
         && bb % 2u == 0u && (!is_geglu() || dim_n() % 2u == 0u) && (VARIANT & 60u) == 0u;
-    // bit 0: on; bit 1: A by rows; bit 2: B by k.
+    if (is_conv()) {
+        return 13u;
+    }
+    // bit 0: on; bit 1: A by rows; bit 2: B by k; bit 3: A gathered by the convolution.
     return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k), ok);
+}
+
+// Convolution gather (flags bit 4, set by src/xpu/kernels/conv_coop.rs): A is the implicit
+// im2col matrix of a channels-last f16 input, row m = output pixel (image, oh, ow), column
+// k = (ky, kx, ci) with ci fastest; B is the weight stored [O][kh][kw][C] (B by k, column stride
+// K). params [12] C, [13] H, [14] W, [15] Ho*Wo, [16] Wo, [17] kw, [18..20) stride h/w,
+// [20..22) padding h/w, [22..24) dilation h/w, [24] image stride, [25] row stride, [26] pixel
+// stride of the input (channel stride 1). The host guarantees C, the input offset and its three
+// strides even, so a word holds channels ci, ci+1 of one pixel and one tap. Each invocation's
+// eight A words per K step share one k (2(lid%16)) and take rows lid/16 + 16i, whose input
+// positions are decoded once per workgroup (rows past M get a row that is never inside).
+fn is_conv() -> bool { return (p(40u) & 16u) != 0u; }
+
+struct ConvRows {
+    ih_lo: vec4<i32>,
+    ih_hi: vec4<i32>,
+    iw_lo: vec4<i32>,
+    iw_hi: vec4<i32>,
+    base_lo: vec4<u32>,
+    base_hi: vec4<u32>,
+}
+
+// Input base index, top row and left column of output pixel m.
+fn conv_pixel(ab: u32, m: u32) -> vec3<i32> {
+    if (m >= dim_m()) {
+        return vec3<i32>(0, -1073741824, 0);
+    }
+    let img = m / p(15u);
+    let rem = m % p(15u);
+    let oh = rem / p(16u);
+    let ow = rem % p(16u);
+    return vec3<i32>(i32(ab + img * p(24u)), i32(oh * p(18u)) - i32(p(20u)),
+                     i32(ow * p(19u)) - i32(p(21u)));
+}
+
+fn conv_rows(ab: u32, row0: u32, lid: u32) -> ConvRows {
+    let r = row0 + lid / 16u;
+    let q0 = conv_pixel(ab, r);
+    let q1 = conv_pixel(ab, r + 16u);
+    let q2 = conv_pixel(ab, r + 32u);
+    let q3 = conv_pixel(ab, r + 48u);
+    let q4 = conv_pixel(ab, r + 64u);
+    let q5 = conv_pixel(ab, r + 80u);
+    let q6 = conv_pixel(ab, r + 96u);
+    let q7 = conv_pixel(ab, r + 112u);
+    return ConvRows(vec4<i32>(q0.y, q1.y, q2.y, q3.y), vec4<i32>(q4.y, q5.y, q6.y, q7.y),
+                    vec4<i32>(q0.z, q1.z, q2.z, q3.z), vec4<i32>(q4.z, q5.z, q6.z, q7.z),
+                    vec4<u32>(u32(q0.x), u32(q1.x), u32(q2.x), u32(q3.x)),
+                    vec4<u32>(u32(q4.x), u32(q5.x), u32(q6.x), u32(q7.x)));
+}
+
+fn conv_word(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> u32 {
+    let ih = ih0 + dy;
+    let iw = iw0 + dx;
+    if (ih < 0 || iw < 0 || ih >= i32(p(13u)) || iw >= i32(p(14u))) {
+        return 0u;
+    }
+    return src0[(base + u32(ih) * p(25u) + u32(iw) * p(26u) + ci) / 2u];
+}
+
+struct Words {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+}
+
+// The invocation's eight A words of the K step at k0.
+fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Words {
+    if ((mode & 8u) != 0u) {
+        let k = k0 + 2u * (lid % 16u);
+        if (k >= dim_k()) {
+            return Words(vec4<u32>(), vec4<u32>());
+        }
+        let tap = k / p(12u);
+        let ci = k % p(12u);
+        let dy = i32((tap / p(17u)) * p(22u));
+        let dx = i32((tap % p(17u)) * p(23u));
+        return Words(
+            vec4<u32>(conv_word(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, dy, dx, ci),
+                      conv_word(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, dy, dx, ci),
+                      conv_word(cr.base_lo.z, cr.ih_lo.z, cr.iw_lo.z, dy, dx, ci),
+                      conv_word(cr.base_lo.w, cr.ih_lo.w, cr.iw_lo.w, dy, dx, ci)),
+            vec4<u32>(conv_word(cr.base_hi.x, cr.ih_hi.x, cr.iw_hi.x, dy, dx, ci),
+                      conv_word(cr.base_hi.y, cr.ih_hi.y, cr.iw_hi.y, dy, dx, ci),
+                      conv_word(cr.base_hi.z, cr.ih_hi.z, cr.iw_hi.z, dy, dx, ci),
+                      conv_word(cr.base_hi.w, cr.ih_hi.w, cr.iw_hi.w, dy, dx, ci)));
+    }
+    return Words(
+        vec4<u32>(pa_word(mode, ab, row0, k0, lid), pa_word(mode, ab, row0, k0, lid + 256u),
+                  pa_word(mode, ab, row0, k0, lid + 512u), pa_word(mode, ab, row0, k0, lid + 768u)),
+        vec4<u32>(pa_word(mode, ab, row0, k0, lid + 1024u), pa_word(mode, ab, row0, k0, lid + 1280u),
+                  pa_word(mode, ab, row0, k0, lid + 1536u), pa_word(mode, ab, row0, k0, lid + 1792u)));
+}
+
+// The invocation's eight B words of the K step at k0.
+fn fetch_b(mode: u32, bb: u32, tile: u32, k0: u32, lid: u32) -> Words {
+    return Words(
+        vec4<u32>(pb_word(mode, bb, tile, k0, lid), pb_word(mode, bb, tile, k0, lid + 256u),
+                  pb_word(mode, bb, tile, k0, lid + 512u), pb_word(mode, bb, tile, k0, lid + 768u)),
+        vec4<u32>(pb_word(mode, bb, tile, k0, lid + 1024u), pb_word(mode, bb, tile, k0, lid + 1280u),
+                  pb_word(mode, bb, tile, k0, lid + 1536u), pb_word(mode, bb, tile, k0, lid + 1792u)));
 }
 
 fn pa_word(mode: u32, ab: u32, row0: u32, k0: u32, e: u32) -> u32 {
@@ -199,6 +302,10 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     let passes = u32(workgroupUniformLoad(&coop_c[4095]));
     let g = is_geglu();
     let mode = pairs_mode(ab, bb);
+    var cr = ConvRows(vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<u32>(), vec4<u32>());
+    if ((mode & 8u) != 0u) {
+        cr = conv_rows(ab, row0, lid);
+    }
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;
         let has = slot < 8u;
@@ -226,52 +333,38 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         var c13 = c00;
         // The pair path keeps the next K step's words in registers (fetched before the
         // products of this step, written to workgroup memory after them).
-        var ra0 = vec4<u32>();
-        var ra1 = vec4<u32>();
-        var rb0 = vec4<u32>();
-        var rb1 = vec4<u32>();
+        var wa = Words(vec4<u32>(), vec4<u32>());
+        var wb = wa;
         if (mode != 0u) {
-            ra0 = vec4<u32>(pa_word(mode, ab, row0, 0u, lid), pa_word(mode, ab, row0, 0u, lid + 256u),
-                            pa_word(mode, ab, row0, 0u, lid + 512u), pa_word(mode, ab, row0, 0u, lid + 768u));
-            ra1 = vec4<u32>(pa_word(mode, ab, row0, 0u, lid + 1024u), pa_word(mode, ab, row0, 0u, lid + 1280u),
-                            pa_word(mode, ab, row0, 0u, lid + 1536u), pa_word(mode, ab, row0, 0u, lid + 1792u));
-            rb0 = vec4<u32>(pb_word(mode, bb, wid.x, 0u, lid), pb_word(mode, bb, wid.x, 0u, lid + 256u),
-                            pb_word(mode, bb, wid.x, 0u, lid + 512u), pb_word(mode, bb, wid.x, 0u, lid + 768u));
-            rb1 = vec4<u32>(pb_word(mode, bb, wid.x, 0u, lid + 1024u), pb_word(mode, bb, wid.x, 0u, lid + 1280u),
-                            pb_word(mode, bb, wid.x, 0u, lid + 1536u), pb_word(mode, bb, wid.x, 0u, lid + 1792u));
+            wa = fetch_a(mode, ab, row0, 0u, lid, cr);
+            wb = fetch_b(mode, bb, wid.x, 0u, lid);
         }
         for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
             if (mode != 0u) {
-                pa_put(mode, lid, ra0.x);
-                pa_put(mode, lid + 256u, ra0.y);
-                pa_put(mode, lid + 512u, ra0.z);
-                pa_put(mode, lid + 768u, ra0.w);
-                pa_put(mode, lid + 1024u, ra1.x);
-                pa_put(mode, lid + 1280u, ra1.y);
-                pa_put(mode, lid + 1536u, ra1.z);
-                pa_put(mode, lid + 1792u, ra1.w);
-                pb_put(mode, lid, rb0.x);
-                pb_put(mode, lid + 256u, rb0.y);
-                pb_put(mode, lid + 512u, rb0.z);
-                pb_put(mode, lid + 768u, rb0.w);
-                pb_put(mode, lid + 1024u, rb1.x);
-                pb_put(mode, lid + 1280u, rb1.y);
-                pb_put(mode, lid + 1536u, rb1.z);
-                pb_put(mode, lid + 1792u, rb1.w);
+                pa_put(mode, lid, wa.lo.x);
+                pa_put(mode, lid + 256u, wa.lo.y);
+                pa_put(mode, lid + 512u, wa.lo.z);
+                pa_put(mode, lid + 768u, wa.lo.w);
+                pa_put(mode, lid + 1024u, wa.hi.x);
+                pa_put(mode, lid + 1280u, wa.hi.y);
+                pa_put(mode, lid + 1536u, wa.hi.z);
+                pa_put(mode, lid + 1792u, wa.hi.w);
+                pb_put(mode, lid, wb.lo.x);
+                pb_put(mode, lid + 256u, wb.lo.y);
+                pb_put(mode, lid + 512u, wb.lo.z);
+                pb_put(mode, lid + 768u, wb.lo.w);
+                pb_put(mode, lid + 1024u, wb.hi.x);
+                pb_put(mode, lid + 1280u, wb.hi.y);
+                pb_put(mode, lid + 1536u, wb.hi.z);
+                pb_put(mode, lid + 1792u, wb.hi.w);
             } else if ((VARIANT & 32u) == 0u) {
                 coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
             }
             workgroupBarrier();
             let kn = k0 + 32u;
             if (mode != 0u && kn < dim_k()) {
-                ra0 = vec4<u32>(pa_word(mode, ab, row0, kn, lid), pa_word(mode, ab, row0, kn, lid + 256u),
-                                pa_word(mode, ab, row0, kn, lid + 512u), pa_word(mode, ab, row0, kn, lid + 768u));
-                ra1 = vec4<u32>(pa_word(mode, ab, row0, kn, lid + 1024u), pa_word(mode, ab, row0, kn, lid + 1280u),
-                                pa_word(mode, ab, row0, kn, lid + 1536u), pa_word(mode, ab, row0, kn, lid + 1792u));
-                rb0 = vec4<u32>(pb_word(mode, bb, wid.x, kn, lid), pb_word(mode, bb, wid.x, kn, lid + 256u),
-                                pb_word(mode, bb, wid.x, kn, lid + 512u), pb_word(mode, bb, wid.x, kn, lid + 768u));
-                rb1 = vec4<u32>(pb_word(mode, bb, wid.x, kn, lid + 1024u), pb_word(mode, bb, wid.x, kn, lid + 1280u),
-                                pb_word(mode, bb, wid.x, kn, lid + 1536u), pb_word(mode, bb, wid.x, kn, lid + 1792u));
+                wa = fetch_a(mode, ab, row0, kn, lid, cr);
+                wb = fetch_b(mode, bb, wid.x, kn, lid);
             }
             // Diagnostic VARIANT bit 1: no products (the output must be the epilogue of zeros).
             for (var kk = 0u; kk < select(32u, 0u, (VARIANT & 2u) != 0u); kk = kk + 16u) {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::cpu::conv::{f32_vec, pack_weight, PackedConv};
 use crate::cpu::gemm::Activation;
 use crate::ops::conv::ConvGeom;
-use crate::{Conv2dParams, DType, Device, Error, Result, Tensor};
+use crate::{Conv2dParams, DType, Device, Error, MemoryFormat, Result, Tensor};
 
 /// Cpu only: the prepacked weight and the bias widened to f32, both made once.
 type Prepacked = Arc<(PackedConv, Option<Vec<f32>>)>;
@@ -93,6 +93,19 @@ impl Conv2d {
                 bias.as_ref().map(f32_vec).transpose()?,
             ))),
             Device::Xpu => None,
+        };
+        // The Xpu's tensor-core convolutions read the weight as [O][kh][kw][C]: store it so
+        // once, instead of a repacking copy per call.
+        let weight = if weight.device() == Device::Xpu
+            && weight.dtype() == DType::F16
+            && g == 1
+            && cg % 2 == 0
+            && o % 2 == 0
+            && crate::xpu::conv_coop_active()
+        {
+            weight.to_memory_format(MemoryFormat::ChannelsLast)?
+        } else {
+            weight
         };
         Ok(Conv2d {
             weight,

@@ -127,3 +127,8 @@ pub(crate) fn take_profile() -> Result<Option<Vec<KernelTime>>> {
     let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
     Ok(stream.take_profile(&ctx))
 }
+
+/// Whether f16 convolutions run on the tensor-core kernel (see `kernels::conv_coop`).
+pub(crate) fn conv_coop_active() -> bool {
+    kernels::conv_coop::active()
+}

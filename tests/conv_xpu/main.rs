@@ -249,6 +249,72 @@ fn odd_sizes_every_dtype_layout_and_epilogue() {
     }
 }
 
+/// f16 with even input and output channels: the shapes the tensor-core path takes where the
+/// adapter has one (NCHW and channels-last inputs and outputs, weights repacked or not, every
+/// epilogue, strides, padding, dilation, 1x1 and 3x3, several row and column tiles); elsewhere
+/// the same cases on the FMA kernels.
+#[test]
+fn f16_even_channels_on_every_path() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let case = |n, c, hw, o, k, p| Case { n, c, hw, o, k, p };
+    let cases = [
+        case(2, 16, (13, 13), 130, (3, 3), params(1, 1, 1, 1)),
+        case(1, 2, (7, 9), 2, (3, 3), params(1, 1, 1, 1)),
+        case(2, 64, (9, 9), 32, (1, 1), params(1, 0, 1, 1)),
+        case(1, 34, (17, 17), 66, (3, 3), params(2, 1, 1, 1)),
+        case(1, 8, (11, 11), 16, (3, 3), params(1, 2, 2, 1)),
+        case(1, 4, (1, 1), 8, (3, 3), params(1, 1, 1, 1)),
+        case(3, 32, (16, 16), 256, (3, 3), params(1, 1, 1, 1)),
+    ];
+    let mut seed = 5000;
+    for (i, c) in cases.iter().enumerate() {
+        for (j, &(nhwc_in, nhwc_out, w_hwio)) in [
+            (true, true, false),
+            (false, false, false),
+            (true, false, true),
+            (false, true, true),
+        ]
+        .iter()
+        .enumerate()
+        {
+            seed += 10;
+            let run = Run {
+                dtype: DType::F16,
+                nhwc_in,
+                nhwc_out,
+                epi: EPIS[(i + j) % EPIS.len()],
+                tile: ConvTile::Auto,
+                w_hwio,
+                seed,
+            };
+            check(c, run);
+        }
+    }
+    // The layer keeps a tensor-core weight channels-last and reads it in place.
+    let x = randn(&[2, 32, 12, 12], DType::F16, 7);
+    let w = randn(&[48, 32, 3, 3], DType::F16, 8);
+    let b = randn(&[48], DType::F16, 9);
+    let want = f32_cpu(&x)
+        .conv2d(&f32_cpu(&w), Some(&f32_cpu(&b)), params(1, 1, 1, 1))
+        .unwrap();
+    let layer = xpu::nn::Conv2d::new(w, Some(b), params(1, 1, 1, 1))
+        .unwrap()
+        .to(Device::Xpu)
+        .unwrap();
+    let x = x.to(Device::Xpu).unwrap();
+    for xin in [
+        x.clone(),
+        x.to_memory_format(xpu::MemoryFormat::ChannelsLast).unwrap(),
+    ] {
+        let got = layer.forward(&xin).unwrap();
+        let acc = 2e-6 * (288f64).sqrt() + 1e-6;
+        assert_close("layer", &values(&got), &values(&want), acc, eps(DType::F16));
+    }
+}
+
 #[test]
 fn strides_paddings_dilation_groups_kernels_tiles() {
     if !common::xpu() {
@@ -361,7 +427,17 @@ fn no_im2col_buffer() {
         } else {
             randn(&[1, 16, 64, 64], dtype, 1).to(Device::Xpu).unwrap()
         };
-        let w = randn(&[4, 16, 3, 3], dtype, 2).to(Device::Xpu).unwrap();
+        // Channels-last weights for the channels-last case: the f16 tensor-core path reads
+        // them in place (other layouts it repacks per call).
+        let w = if nhwc {
+            randn(&[4, 3, 3, 16], dtype, 2)
+                .to(Device::Xpu)
+                .unwrap()
+                .permute(&[0, 3, 1, 2])
+                .unwrap()
+        } else {
+            randn(&[4, 16, 3, 3], dtype, 2).to(Device::Xpu).unwrap()
+        };
         let b = randn(&[4], dtype, 3).to(Device::Xpu).unwrap();
         xpu::synchronize().unwrap();
         let before = xpu::memory_stats(Device::Xpu).unwrap().allocated;

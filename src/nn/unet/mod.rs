@@ -354,11 +354,25 @@ impl UNet2DConditionModel {
 
     /// The memory format [`Self::forward`] keeps activations in: channels-last on the Cpu
     /// (its convolution engine works on NHWC, so no conv transposes its input or output and the
-    /// transformers' tokens are views), NCHW on the Xpu.
+    /// transformers' tokens are views) and for f16 on an Xpu whose convolutions run on tensor
+    /// cores (they gather channels-last inputs); NCHW on other Xpus. `XPU_UNET_CHANNELS_LAST=0`
+    /// or `1` overrides the Xpu choice (for comparisons).
     pub fn activation_format(&self) -> MemoryFormat {
         match self.device {
             Device::Cpu => MemoryFormat::ChannelsLast,
-            Device::Xpu => MemoryFormat::Contiguous,
+            Device::Xpu => {
+                let forced = std::env::var("XPU_UNET_CHANNELS_LAST").ok();
+                let channels_last = match forced.as_deref() {
+                    Some("1") => true,
+                    Some("0") => false,
+                    _ => self.dtype == DType::F16 && crate::xpu::conv_coop_active(),
+                };
+                if channels_last {
+                    MemoryFormat::ChannelsLast
+                } else {
+                    MemoryFormat::Contiguous
+                }
+            }
         }
     }
 

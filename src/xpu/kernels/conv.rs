@@ -120,6 +120,9 @@ pub(crate) fn conv2d(l: &ConvLaunch) -> Result<XpuStorage> {
             });
         }
     }
+    if let Some(out) = super::conv_coop::conv2d(l)? {
+        return Ok(out);
+    }
     let s = &l.shape;
     let total = s.n * s.o * s.ho * s.wo;
     let pairs = if dtype == DType::F32 {

@@ -4,6 +4,7 @@
 
 pub(crate) mod attention;
 pub(crate) mod conv;
+pub(crate) mod conv_coop;
 pub(crate) mod coop_check;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
