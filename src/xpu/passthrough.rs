@@ -28,10 +28,12 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 
 /// Whether `key` is compiled through this module on `device`.
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
-    matches!(key.shader, ShaderId::MatmulCoop | ShaderId::MatmulCoop16)
-        && device
-            .features()
-            .contains(wgpu::Features::PASSTHROUGH_SHADERS)
+    matches!(
+        key.shader,
+        ShaderId::MatmulCoop | ShaderId::MatmulCoop16 | ShaderId::AttentionCoop16
+    ) && device
+        .features()
+        .contains(wgpu::Features::PASSTHROUGH_SHADERS)
 }
 
 /// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
@@ -174,7 +176,7 @@ pub(crate) fn pipeline(
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let entry_points = [wgpu::PassthroughShaderEntryPoint {
         name: key.entry.into(),
-        workgroup_size: (256, 1, 1),
+        workgroup_size: (key.workgroup, 1, 1),
     }];
     // SAFETY: the words are naga's own SPIR-V for a module naga validated, changed only in its
     // memory model (see the module docs); bindings match `matmul_layout`.
@@ -252,7 +254,11 @@ mod tests {
     /// (a 4-byte scalar shifted every tile address by -4 bytes on the H100's driver).
     #[test]
     fn coop_workgroup_variables_keep_16_byte_alignment() {
-        for id in [ShaderId::MatmulCoop, ShaderId::MatmulCoop16] {
+        for id in [
+            ShaderId::MatmulCoop,
+            ShaderId::MatmulCoop16,
+            ShaderId::AttentionCoop16,
+        ] {
             let source = id.source();
             let module = naga::front::wgsl::parse_str(&source).unwrap();
             let mut layouter = naga::proc::Layouter::default();

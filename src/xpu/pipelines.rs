@@ -37,13 +37,15 @@ pub enum ShaderId {
     Conv,
     /// `shaders/attention.wgsl`: fused scaled dot-product attention (online softmax).
     Attention,
+    /// `shaders/attention_coop16.wgsl`: fused attention on 16x16 f16 cooperative matrices.
+    AttentionCoop16,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 10] = [
+    pub const ALL: [ShaderId; 11] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -54,6 +56,7 @@ impl ShaderId {
         ShaderId::Norm,
         ShaderId::Conv,
         ShaderId::Attention,
+        ShaderId::AttentionCoop16,
     ];
 
     /// File name under `shaders/`.
@@ -69,6 +72,7 @@ impl ShaderId {
             ShaderId::Norm => "norm.wgsl",
             ShaderId::Conv => "conv.wgsl",
             ShaderId::Attention => "attention.wgsl",
+            ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
         }
     }
 
@@ -88,6 +92,7 @@ impl ShaderId {
             ShaderId::Norm => &[include_str!("../../shaders/norm.wgsl")],
             ShaderId::Conv => &[include_str!("../../shaders/conv.wgsl")],
             ShaderId::Attention => &[include_str!("../../shaders/attention.wgsl")],
+            ShaderId::AttentionCoop16 => &[include_str!("../../shaders/attention_coop16.wgsl")],
         }
     }
 

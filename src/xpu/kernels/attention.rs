@@ -9,10 +9,10 @@
 
 use super::params::{coalesce_joint, grid, u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK};
 use super::params::{SHAPE, STRIDES0, STRIDES1};
-use super::{key, launch};
+use super::{attention_coop, key, launch};
 use crate::layout::Layout;
 use crate::ops::attention::AttnShape;
-use crate::xpu::pipelines::ShaderId;
+use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
@@ -20,6 +20,8 @@ use crate::{DType, Device, Error, Result};
 pub(crate) const MAX_DV: usize = 160;
 /// Query rows per workgroup.
 const BQ: usize = 32;
+/// Query rows per workgroup of the tensor-core kernel.
+const BQ_COOP: usize = 64;
 /// Most head dims after coalescing (params has room for four stride vectors of 6).
 const MAX_HEAD_DIMS: usize = 6;
 
@@ -78,18 +80,35 @@ impl XpuStorage {
                 ),
             ));
         }
-        let heads = s.heads();
-        let n = heads * s.lq * s.dv;
-        let out = XpuStorage::alloc(&self.ctx, DType::F32, n)?;
-        if n > 0 {
-            self.launch_attention(&out, ql, k, v, mask, s)?;
-        }
+        let coop = attention_coop::fits(self, [ql, k.1, v.1], mask.is_some(), s)
+            && attention_coop::enabled(self);
+        let out = self.attention_on(ql, k, v, mask, s, coop)?;
         if self.dtype == DType::F32 {
             return Ok(out);
         }
-        out.copy_cast(&Layout::contiguous(&[n]), self.dtype)
+        out.copy_cast(&Layout::contiguous(&[out.len]), self.dtype)
     }
 
+    /// The f32 output `[..., Lq, Dv]` of the FMA kernel, or of the tensor-core kernel when
+    /// `coop` (the caller has checked [`attention_coop::fits`]).
+    pub(crate) fn attention_on(
+        &self,
+        ql: &Layout,
+        k: (&XpuStorage, &Layout),
+        v: (&XpuStorage, &Layout),
+        mask: Option<(&XpuStorage, &Layout)>,
+        s: &AttnShape,
+        coop: bool,
+    ) -> Result<XpuStorage> {
+        let n = s.heads() * s.lq * s.dv;
+        let out = XpuStorage::alloc(&self.ctx, DType::F32, n)?;
+        if n > 0 {
+            self.launch_attention(&out, ql, k, v, mask, s, coop)?;
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn launch_attention(
         &self,
         out: &XpuStorage,
@@ -98,6 +117,7 @@ impl XpuStorage {
         v: (&XpuStorage, &Layout),
         mask: Option<(&XpuStorage, &Layout)>,
         s: &AttnShape,
+        coop: bool,
     ) -> Result<()> {
         let op = "scaled_dot_product_attention";
         let mut layouts = vec![ql, k.1, v.1];
@@ -124,7 +144,7 @@ impl XpuStorage {
             ));
         }
         let heads = s.heads();
-        let qtiles = s.lq.div_ceil(BQ);
+        let qtiles = s.lq.div_ceil(if coop { BQ_COOP } else { BQ });
         let groups = heads * qtiles;
         u32_arg(op, heads * s.lq * s.dv)?;
         let mut p = Params::new(groups, op)?;
@@ -197,6 +217,19 @@ impl XpuStorage {
             ocn,
         );
         let wg = grid(groups, self.ctx.limits.max_compute_workgroups_per_dimension);
+        if coop {
+            // Head-dim tiles of q/k and v as pipeline constants; bindings 5 and 6 of the
+            // passthrough layout are bound and unused.
+            let key = PipelineKey {
+                shader: ShaderId::AttentionCoop16,
+                entry: "attention_coop16",
+                dt_in: DType::F16,
+                dt_out: DType::F32,
+                workgroup: 128,
+                variant: (s.d.div_ceil(16) | s.dv.div_ceil(16) << 4) as u32,
+            };
+            return launch(out, key, p, &[self, k.0, v.0, self, self], wg);
+        }
         launch(out, kkey, p, &[self, k.0, v.0, mask_buf], wg)
     }
 }

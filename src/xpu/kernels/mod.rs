@@ -3,6 +3,7 @@
 //! one or more dispatches; none of them waits for the GPU.
 
 pub(crate) mod attention;
+pub(crate) mod attention_coop;
 pub(crate) mod conv;
 pub(crate) mod conv_coop;
 pub(crate) mod coop_check;

@@ -1,0 +1,242 @@
+// attention_coop16.wgsl: fused scaled dot-product attention on 16x16x16 f16 cooperative
+// matrices with f32 accumulation (NVIDIA tensor cores through Vulkan); composed as common.wgsl +
+// this file. The Lq x Lk score matrix never exists: a workgroup of 128 invocations (four
+// subgroups of 32) takes BQ = 64 query rows of one head, each subgroup 16 of them, and walks the
+// keys in blocks of BK = 32 twice:
+//   pass 1: S = Q K^T on the tensor cores, scaled; the row max m and the row sum
+//           l = sum exp(s - m) are kept online (f32, two lanes per row);
+//   pass 2: S again, P = exp(s - m) / l (final probabilities, rounded to f16) and O += P V on
+//           the tensor cores, so the f32 accumulators never need rescaling (the price is the
+//           second Q K^T, a third more products than one pass).
+// Head dims up to 64 (D and Dv; padded to whole 16-column tiles with zeros). The launcher
+// (src/xpu/kernels/attention_coop.rs) sends only f16, no mask, Lk > 0, and q/k/v read two
+// elements per 32-bit word: column stride 1, even row strides, head strides, offsets, D and Dv.
+// A once-per-process self-check against the FMA kernel (attention.wgsl) guards every use.
+//
+// Bindings and params are attention.wgsl's: 1 dst (f32 words, [heads, Lq, Dv] contiguous),
+// 2 q, 3 k, 4 v (5, 6 bound and unused); [0] workgroups, [1] rank of the head dims, [4..12)
+// head dims, [12..) q / [20..) k / [48..) v head strides, [28] q offset, [29] k offset,
+// [30] scale, [32] Lq, [33] Lk, [34] D, [35] Dv, [36] q row stride, [38] k row stride,
+// [40] v row stride, [42] v offset, [47] q tiles per head.
+// Workgroup memory (every array a whole number of 16-byte lines, see matmul_coop16.wgsl):
+// Q [64][72] f16, K^T [64 dims][40] f16, V [32 keys][72] f16, S [4][16][32] f32,
+// P [4][16][40] f16: 31.5 KiB.
+
+enable f16;
+enable wgpu_cooperative_matrix;
+
+@group(0) @binding(4) var<storage, read> src_v: array<u32>;
+
+const AQ: u32 = 72u;
+const AK: u32 = 40u;
+const AV: u32 = 72u;
+const AP: u32 = 40u;
+const NEG_S: f32 = -3.0e38;
+
+var<workgroup> aq: array<f16, 4608>;
+var<workgroup> akt: array<f16, 2560>;
+var<workgroup> av: array<f16, 2304>;
+var<workgroup> as_s: array<f32, 2048>;
+var<workgroup> ap: array<f16, 2560>;
+
+// Word w of a row of `width` elements (pairs), 0 past the width or the row count.
+fn pair_word(buf: u32, base: u32, row: u32, rows: u32, rs: u32, c: u32, width: u32) -> u32 {
+    if (row >= rows || c >= width) {
+        return 0u;
+    }
+    let i = (base + row * rs + c) / 2u;
+    if (buf == 0u) {
+        return src0[i];
+    }
+    if (buf == 1u) {
+        return src1[i];
+    }
+    return src_v[i];
+}
+
+// Stages K^T (and, in pass 2, V) of the key block at k0.
+fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
+    let lk = p(33u);
+    for (var e = lid; e < 1024u; e = e + 128u) {
+        let j = e / 32u;
+        let c = 2u * (e % 32u);
+        let hk = vec2<f16>(unpack2x16float(pair_word(1u, kb, k0 + j, lk, p(38u), c, p(34u))));
+        akt[c * AK + j] = hk.x;
+        akt[(c + 1u) * AK + j] = hk.y;
+        if (with_v) {
+            let hv = vec2<f16>(unpack2x16float(pair_word(2u, vb, k0 + j, lk, p(40u), c, p(35u))));
+            av[j * AV + c] = hv.x;
+            av[j * AV + c + 1u] = hv.y;
+        }
+    }
+}
+
+// This subgroup's 16 x 32 scores of the staged key block into as_s[sbase..] ([16][32]);
+// nt (VARIANT bits 0..4) head-dim tiles.
+fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
+          qa2: coop_mat16x16<f16, A>, qa3: coop_mat16x16<f16, A>) {
+    let nt = VARIANT & 15u;
+    var s0 = coop_mat16x16<f32, C>();
+    var s1 = coop_mat16x16<f32, C>();
+    s0 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[0u], AK), s0);
+    s1 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u], AK), s1);
+    if (nt > 1u) {
+        s0 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK], AK), s0);
+        s1 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK + 16u], AK), s1);
+    }
+    if (nt > 2u) {
+        s0 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK], AK), s0);
+        s1 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK + 16u], AK), s1);
+    }
+    if (nt > 3u) {
+        s0 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK], AK), s0);
+        s1 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK + 16u], AK), s1);
+    }
+    coopStoreT(s0, &as_s[sbase], 32u);
+    coopStoreT(s1, &as_s[sbase + 16u], 32u);
+}
+
+// Scaled score i (0..16) of this lane's half row, NEG_S past Lk.
+fn lane_score(sg: u32, lane: u32, i: u32, k0: u32) -> f32 {
+    let col = (lane % 2u) * 16u + i;
+    let x = as_s[sg * 512u + (lane / 2u) * 32u + col] * pf(30u);
+    return select(NEG_S, x, k0 + col < p(33u));
+}
+
+// Stages the Q block (rows q0.., zero past Lq and D). Loops whose bounds depend on the
+// invocation live in functions: naga's uniformity analysis treats the code after such a loop as
+// non-uniform, and cooperative operations need uniform control flow.
+fn stage_q(qb: u32, q0: u32, lid: u32) {
+    for (var e = lid; e < 2048u; e = e + 128u) {
+        let r = e / 32u;
+        let c = 2u * (e % 32u);
+        let h = vec2<f16>(unpack2x16float(pair_word(0u, qb, q0 + r, p(32u), p(36u), c, p(34u))));
+        aq[r * AQ + c] = h.x;
+        aq[r * AQ + c + 1u] = h.y;
+    }
+}
+
+// Writes the 16 x 16 output tile in as_s[sbase..] (rows r0.., columns c0..) inside Lq and Dv.
+fn write_tile(bh: u32, r0: u32, c0: u32, sbase: u32, lane: u32) {
+    let lq = p(32u);
+    let dv = p(35u);
+    for (var q = lane; q < 256u; q = q + 32u) {
+        let row = r0 + q / 16u;
+        let col = c0 + q % 16u;
+        if (row < lq && col < dv) {
+            dst[(bh * lq + row) * dv + col] = bitcast<u32>(as_s[sbase + q]);
+        }
+    }
+}
+
+@compute @workgroup_size(128)
+fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32,
+                    @builtin(subgroup_invocation_id) lane_id: u32,
+                    @builtin(subgroup_id) sg_id: u32) {
+    let g = wid.y * nwg.x + wid.x;
+    let in_range = g < p(0u);
+    let gg = select(0u, g, in_range);
+    let qtiles = max(p(47u), 1u);
+    let bh = gg / qtiles;
+    let q0 = (gg % qtiles) * 64u;
+    let lq = p(32u);
+    let lk = p(33u);
+    let d = p(34u);
+    let dv = p(35u);
+    let qb = strided(bh, 12u) + p(28u);
+    let kb = strided(bh, 20u) + p(29u);
+    let vb = strided(bh, 48u) + p(42u);
+    // Subgroups of 32 (four per workgroup; the self-check rejects any other arrangement).
+    let sg = min(sg_id, 3u);
+    let lane = lane_id % 32u;
+    // Head-dim tiles of v (VARIANT bits 4..8; q/k's in bits 0..4): pipeline constants, so the
+    // branches on them are uniform and fold away.
+    let nv = (VARIANT >> 4u) & 15u;
+    stage_q(qb, q0, lid);
+    workgroupBarrier();
+    let qrow = sg * 16u * AQ;
+    let qa0 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow], AQ);
+    let qa1 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 16u], AQ);
+    let qa2 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 32u], AQ);
+    let qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
+    // Pass 1 keeps the row max and sum (both lanes of a row hold the same values); pass 2
+    // turns the scores into normalised probabilities and accumulates P V. (Cooperative
+    // operations must sit in control flow naga proves uniform: no branch on a local variable.)
+    var m = NEG_S;
+    var l = 0.0;
+    var o0 = coop_mat16x16<f32, C>();
+    var o1 = coop_mat16x16<f32, C>();
+    var o2 = coop_mat16x16<f32, C>();
+    var o3 = coop_mat16x16<f32, C>();
+    let prow = sg * 16u * AP;
+    let sbase = sg * 512u;
+    for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
+        workgroupBarrier();
+        stage_kv(kb, vb, k0, lid, false);
+        workgroupBarrier();
+        scores(sbase, qa0, qa1, qa2, qa3);
+        workgroupBarrier();
+        var mx = NEG_S;
+        for (var i = 0u; i < 16u; i = i + 1u) {
+            mx = max(mx, lane_score(sg, lane, i, k0));
+        }
+        mx = max(mx, subgroupShuffleXor(mx, 1u));
+        let m_new = max(m, mx);
+        var sum = 0.0;
+        for (var i = 0u; i < 16u; i = i + 1u) {
+            let s = lane_score(sg, lane, i, k0);
+            sum = sum + select(0.0, exp(s - m_new), s > NEG_S);
+        }
+        sum = sum + subgroupShuffleXor(sum, 1u);
+        l = l * exp(m - m_new) + sum;
+        m = m_new;
+    }
+    let inv_l = select(0.0, 1.0 / l, l > 0.0);
+    // Pass 2: normalised probabilities times V.
+    for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
+        workgroupBarrier();
+        stage_kv(kb, vb, k0, lid, true);
+        workgroupBarrier();
+        scores(sbase, qa0, qa1, qa2, qa3);
+        workgroupBarrier();
+        for (var i = 0u; i < 16u; i = i + 1u) {
+            let s = lane_score(sg, lane, i, k0);
+            let pr = select(0.0, exp(s - m) * inv_l, s > NEG_S);
+            ap[prow + (lane / 2u) * AP + (lane % 2u) * 16u + i] = f16(pr);
+        }
+        workgroupBarrier();
+        let pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow], AP);
+        let pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow + 16u], AP);
+        o0 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[0u], AV), o0);
+        o0 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV], AV), o0);
+        if (nv > 1u) {
+            o1 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[16u], AV), o1);
+            o1 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV + 16u], AV), o1);
+        }
+        if (nv > 2u) {
+            o2 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[32u], AV), o2);
+            o2 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV + 32u], AV), o2);
+        }
+        if (nv > 3u) {
+            o3 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[48u], AV), o3);
+            o3 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV + 48u], AV), o3);
+        }
+    }
+    // Output tiles through this subgroup's 512 f32 of as_s, 16 columns at a time.
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        workgroupBarrier();
+        if (j < nv) {
+            switch (j) {
+                case 0u: { coopStoreT(o0, &as_s[sbase], 16u); }
+                case 1u: { coopStoreT(o1, &as_s[sbase], 16u); }
+                case 2u: { coopStoreT(o2, &as_s[sbase], 16u); }
+                default: { coopStoreT(o3, &as_s[sbase], 16u); }
+            }
+        }
+        workgroupBarrier();
+        if (j < nv && in_range) {
+            write_tile(bh, q0 + sg * 16u, j * 16u, sbase, lane);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Which attention calls run on the tensor-core kernel (`shaders/attention_coop16.wgsl`), and
+//! its once-per-process self-check.
+//!
+//! Why: the FMA kernel (`attention.wgsl`) runs SD 1.5's largest attention (2×8×4096², head dim
+//! 40) at about 2 TFLOP/s on an H100, the whole f16 UNet step's largest item; the same flash
+//! attention on 16x16x16 f16 cooperative matrices (f32 accumulation, a two-pass softmax so the
+//! accumulators never need rescaling) keeps the O(Lq·Dv) memory and moves both products to the
+//! tensor cores.
+//!
+//! Invariants: the kernel serves only f16 calls without a mask, with `0 < Lk`, even head dims up
+//! to [`MAX_DIM`], and q/k/v readable two elements per 32-bit word (unit column stride, even
+//! row and head strides and offsets), on an adapter with f16 cooperative matrices whose check
+//! here passed (and `XPU_ATTN_COOP` is not `0`); every other call takes the FMA kernel. The check
+//! compares both kernels on a small problem with an odd key tail and two head-dim sizes.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use super::matmul_select::coop16;
+use crate::cpu::CpuStorage;
+use crate::layout::Layout;
+use crate::ops::attention::AttnShape;
+use crate::xpu::XpuStorage;
+use crate::DType;
+
+/// Largest q/k and v head dim of the kernel (four 16-column tiles).
+pub(crate) const MAX_DIM: usize = 64;
+
+thread_local! {
+    /// True while this thread runs the check.
+    static CHECKING: Cell<bool> = const { Cell::new(false) };
+}
+
+static VERDICT: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// True when `l`'s last dim has unit stride and its offset and other strides are even.
+fn word_pairs(l: &Layout) -> bool {
+    let st = l.strides();
+    st.last() == Some(&1)
+        && l.offset().is_multiple_of(2)
+        && st[..st.len() - 1].iter().all(|s| s.is_multiple_of(2))
+}
+
+/// Whether this call's shapes and layouts fit the tensor-core kernel (no adapter check).
+pub(crate) fn fits(q: &XpuStorage, layouts: [&Layout; 3], masked: bool, s: &AttnShape) -> bool {
+    q.dtype == DType::F16
+        && !masked
+        && s.lk > 0
+        && (1..=MAX_DIM).contains(&s.d)
+        && (1..=MAX_DIM).contains(&s.dv)
+        && s.d.is_multiple_of(2)
+        && s.dv.is_multiple_of(2)
+        && layouts.iter().all(|l| word_pairs(l))
+}
+
+/// Whether the tensor-core kernel may serve calls in this process (running the check once).
+pub(crate) fn enabled(q: &XpuStorage) -> bool {
+    if std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "0") || !coop16(&q.ctx.features) {
+        return false;
+    }
+    if CHECKING.with(Cell::get) {
+        return true;
+    }
+    VERDICT
+        .get_or_init(|| {
+            CHECKING.with(|c| c.set(true));
+            let r = run_check(q);
+            CHECKING.with(|c| c.set(false));
+            if let Err(why) = &r {
+                // Once per process: the user loses the tensor cores, not correctness.
+                eprintln!("xpu: {why}");
+            }
+            r
+        })
+        .is_ok()
+}
+
+/// Small multiples of 1/16 (exact in f16).
+fn values(len: usize, seed: usize) -> Vec<half::f16> {
+    (0..len)
+        .map(|i| half::f16::from_f32((((i * 11 + seed * 5) % 17) as f32 - 8.0) / 16.0))
+        .collect()
+}
+
+fn run_check(like: &XpuStorage) -> Result<(), String> {
+    let check = || -> crate::Result<Result<(), String>> {
+        let ctx = &like.ctx;
+        for (heads, lq, lk, d, dv) in [(2, 70, 45, 40, 40), (1, 65, 97, 64, 24)] {
+            let upload = |rows: usize, cols: usize, seed: usize| {
+                XpuStorage::upload(ctx, &CpuStorage::F16(values(heads * rows * cols, seed)))
+            };
+            let (q, k, v) = (upload(lq, d, 1)?, upload(lk, d, 2)?, upload(lk, dv, 3)?);
+            let (ql, kl, vl) = (
+                Layout::contiguous(&[heads, lq, d]),
+                Layout::contiguous(&[heads, lk, d]),
+                Layout::contiguous(&[heads, lk, dv]),
+            );
+            let shape = AttnShape {
+                lead: vec![heads],
+                lq,
+                lk,
+                d,
+                dv,
+                scale: 1.0 / (d as f32).sqrt(),
+            };
+            let run = |coop| -> crate::Result<Vec<f32>> {
+                let out = q.attention_on(&ql, (&k, &kl), (&v, &vl), None, &shape, coop)?;
+                match &out.download(&Layout::contiguous(&[heads * lq * dv]))? {
+                    CpuStorage::F32(x) => Ok(x.clone()),
+                    _ => Err(crate::Error::Gpu("attention output is not f32".into())),
+                }
+            };
+            let (coop, fma) = (run(true)?, run(false)?);
+            let worst = coop
+                .iter()
+                .zip(&fma)
+                .map(|(a, b)| (a - b).abs())
+                .fold(
+                    0.0f32,
+                    |w, e| if e.is_nan() { f32::INFINITY } else { w.max(e) },
+                );
+            if worst > 1e-2 {
+                return Ok(Err(format!(
+                    "tensor-core attention disagreed with the FMA kernel in xpu's self-check \
+                     ({heads}x{lq}x{lk}, head dims {d}/{dv}: max difference {worst:e}); the FMA \
+                     kernel is used instead"
+                )));
+            }
+        }
+        Ok(Ok(()))
+    };
+    match check() {
+        Ok(v) => v,
+        Err(e) => Err(format!(
+            "tensor-core attention failed in xpu's self-check: {e}; the FMA kernel is used"
+        )),
+    }
+}
