@@ -1,7 +1,8 @@
 //! Batched submission: the one open command encoder of a context.
 //!
 //! Ops record dispatches into the open encoder; the batch is submitted when a result is read
-//! back, on `xpu::synchronize()`, or after [`MAX_BATCH`] dispatches — never once per op.
+//! back, on `xpu::synchronize()`, or after `XPU_BATCH` dispatches (default 256, at most
+//! [`MAX_BATCH`]) — never once per op.
 //! Kernel parameters go into a CPU-side arena of 256-byte slots that is written to one uniform
 //! buffer with a single `write_buffer` right before the submit (wgpu applies queue writes before
 //! the command buffers of the next submit, and after earlier submits, so each batch sees its own
@@ -17,12 +18,22 @@ use super::pipelines::PipelineKey;
 use super::profile::{KernelTime, Profiler};
 use crate::{Error, Result};
 
-/// Dispatches per submitted batch (also the number of parameter slots).
+/// Most dispatches per submitted batch (also the number of parameter slots).
 pub(crate) const MAX_BATCH: usize = 256;
+/// Dispatches per submitted batch unless `XPU_BATCH` says otherwise.
+const DEFAULT_BATCH: usize = 256;
 /// Bytes per parameter slot (WebGPU's largest `min_uniform_buffer_offset_alignment`).
 pub(crate) const SLOT: usize = 256;
 /// u32 words per parameter slot.
 pub(crate) const PARAM_WORDS: usize = 64;
+
+/// Dispatches per batch: [`DEFAULT_BATCH`], or `XPU_BATCH` (1 to [`MAX_BATCH`]).
+fn batch_size() -> usize {
+    std::env::var("XPU_BATCH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(DEFAULT_BATCH, |n| n.clamp(1, MAX_BATCH))
+}
 
 /// The open batch.
 pub(crate) struct Stream {
@@ -30,6 +41,8 @@ pub(crate) struct Stream {
     params: Vec<u8>,
     arena: wgpu::Buffer,
     dispatches: usize,
+    /// Dispatches after which the batch is submitted (at most [`MAX_BATCH`]).
+    max_batch: usize,
     batch: u64,
     profiler: Option<Profiler>,
 }
@@ -56,6 +69,7 @@ impl Stream {
             params: Vec::with_capacity(MAX_BATCH * SLOT),
             arena,
             dispatches: 0,
+            max_batch: batch_size(),
             batch: 1,
             profiler: Profiler::from_env(device, queue, timestamps),
         }
@@ -75,7 +89,7 @@ impl Stream {
 
     /// Records one dispatch (flushing first if the batch is full).
     pub(crate) fn dispatch(&mut self, ctx: &Context, d: Dispatch<'_>) -> Result<()> {
-        if self.dispatches >= MAX_BATCH {
+        if self.dispatches >= self.max_batch {
             self.flush(ctx);
         }
         let slot = self.params.len() as u64;
