@@ -20,7 +20,9 @@
 // [40] v row stride, [42] v offset, [47] q tiles per head.
 // Workgroup memory (every array a whole number of 16-byte lines, see matmul_coop16.wgsl):
 // Q [64][72] f16, K^T [64 dims][40] f16, V [32 keys][72] f16, S [4][16][32] f32,
-// P [4][16][40] f16: 31.5 KiB.
+// P [4][16][40] f16: 31.5 KiB. VARIANT: bits 0..4 head-dim tiles of q/k, 4..8 of v; bit 8 stages
+// K row-major ([32 keys][72], the same conflict-free pair stores as V) and loads its transposed
+// tiles column-major, instead of staging K^T ([64 dims][40], 16-bit stores 8-way bank-conflicted).
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -61,8 +63,13 @@ fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
         let j = e / 32u;
         let c = 2u * (e % 32u);
         let hk = vec2<f16>(unpack2x16float(pair_word(1u, kb, k0 + j, lk, p(38u), c, p(34u))));
-        akt[c * AK + j] = hk.x;
-        akt[(c + 1u) * AK + j] = hk.y;
+        if ((VARIANT & 256u) != 0u) {
+            akt[j * AV + c] = hk.x;
+            akt[j * AV + c + 1u] = hk.y;
+        } else {
+            akt[c * AK + j] = hk.x;
+            akt[(c + 1u) * AK + j] = hk.y;
+        }
         if (with_v) {
             let hv = vec2<f16>(unpack2x16float(pair_word(2u, vb, k0 + j, lk, p(40u), c, p(35u))));
             av[j * AV + c] = hv.x;
@@ -78,19 +85,38 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
     let nt = VARIANT & 15u;
     var s0 = coop_mat16x16<f32, C>();
     var s1 = coop_mat16x16<f32, C>();
-    s0 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[0u], AK), s0);
-    s1 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u], AK), s1);
-    if (nt > 1u) {
-        s0 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK], AK), s0);
-        s1 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK + 16u], AK), s1);
-    }
-    if (nt > 2u) {
-        s0 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK], AK), s0);
-        s1 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK + 16u], AK), s1);
-    }
-    if (nt > 3u) {
-        s0 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK], AK), s0);
-        s1 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK + 16u], AK), s1);
+    if ((VARIANT & 256u) != 0u) {
+        // K row-major [key][dim]: K^T tiles are column-major loads.
+        s0 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&akt[0u], AV), s0);
+        s1 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV], AV), s1);
+        if (nt > 1u) {
+            s0 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&akt[16u], AV), s0);
+            s1 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 16u], AV), s1);
+        }
+        if (nt > 2u) {
+            s0 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&akt[32u], AV), s0);
+            s1 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 32u], AV), s1);
+        }
+        if (nt > 3u) {
+            s0 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&akt[48u], AV), s0);
+            s1 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 48u], AV), s1);
+        }
+    } else {
+        // K^T staged [dim][key]: row-major loads.
+        s0 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[0u], AK), s0);
+        s1 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u], AK), s1);
+        if (nt > 1u) {
+            s0 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK], AK), s0);
+            s1 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK + 16u], AK), s1);
+        }
+        if (nt > 2u) {
+            s0 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK], AK), s0);
+            s1 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK + 16u], AK), s1);
+        }
+        if (nt > 3u) {
+            s0 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK], AK), s0);
+            s1 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK + 16u], AK), s1);
+        }
     }
     coopStoreT(s0, &as_s[sbase], 32u);
     coopStoreT(s1, &as_s[sbase + 16u], 32u);
