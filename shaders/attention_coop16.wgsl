@@ -122,9 +122,16 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
     coopStoreT(s1, &as_s[sbase + 16u], 32u);
 }
 
-// Scaled score i (0..16) of this lane's half row, NEG_S past Lk.
+// Scaled score i (0..16, rotated, see lane_col) of this lane's half row, NEG_S past Lk.
+// Lane (row r, half h) visits its columns in the rotated order h*16 + (i + r) % 16: the 32 lanes
+// then read 32 different banks of the [16][32] f32 scores (in plain order all 16 rows of a half
+// hit one bank: 16-way conflicts).
+fn lane_col(lane: u32, i: u32) -> u32 {
+    return (lane % 2u) * 16u + (i + lane / 2u) % 16u;
+}
+
 fn lane_score(sg: u32, lane: u32, i: u32, k0: u32) -> f32 {
-    let col = (lane % 2u) * 16u + i;
+    let col = lane_col(lane, i);
     let x = as_s[sg * 512u + (lane / 2u) * 32u + col] * pf(30u);
     return select(NEG_S, x, k0 + col < p(33u));
 }
@@ -229,7 +236,7 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         for (var i = 0u; i < 16u; i = i + 1u) {
             let s = lane_score(sg, lane, i, k0);
             let pr = select(0.0, exp(s - m) * inv_l, s > NEG_S);
-            ap[prow + (lane / 2u) * AP + (lane % 2u) * 16u + i] = f16(pr);
+            ap[prow + (lane / 2u) * AP + lane_col(lane, i)] = f16(pr);
         }
         workgroupBarrier();
         let pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow], AP);

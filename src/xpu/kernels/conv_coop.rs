@@ -24,7 +24,7 @@ use crate::layout::Layout;
 use crate::xpu::kernels::conv::ConvLaunch;
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::xpu::XpuStorage;
-use crate::{DType, Error, Result};
+use crate::{DType, Result};
 
 /// Flag bit of the matmul prelude's word 40 that selects the convolution gather.
 const CONV_GATHER: u32 = 16;
@@ -213,9 +213,13 @@ fn finish(
     }
     p.0[EXTRA + 8] = flags;
     p.set(EXTRA + 17, o, op)?.set(EXTRA + 18, o, op)?;
-    // Padding arithmetic runs in i32 in the shader.
-    for v in [s.h, s.w, s.ho * s.p.stride.0, s.wo * s.p.stride.1, x.len] {
-        i32::try_from(v).map_err(|_| Error::invalid(op, format!("size {v} exceeds i32")))?;
+    // Padding and pixel-base arithmetic run in i32 in the shader: larger inputs take the FMA
+    // kernel.
+    let fits_i32 = [s.h, s.w, s.ho * s.p.stride.0, s.wo * s.p.stride.1, x.len]
+        .iter()
+        .all(|&v| i32::try_from(v).is_ok());
+    if !fits_i32 {
+        return Ok(None);
     }
     let max = x.ctx.limits.max_compute_workgroups_per_dimension as usize;
     let grid = [o.div_ceil(TILE), m.div_ceil(TILE)];
