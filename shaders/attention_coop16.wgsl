@@ -8,7 +8,7 @@
 //   pass 2: S again, P = exp(s - m) / l (final probabilities, rounded to f16) and O += P V on
 //           the tensor cores, so the f32 accumulators never need rescaling (the price is the
 //           second Q K^T, a third more products than one pass).
-// Head dims up to 64 (D and Dv; padded to whole 16-column tiles with zeros). The launcher
+// Head dims up to 80 (D and Dv; padded to whole 16-column tiles with zeros). The launcher
 // (src/xpu/kernels/attention_coop.rs) sends only f16, no mask, Lk > 0, and q/k/v read two
 // elements per 32-bit word: column stride 1, even row strides, head strides, offsets, D and Dv.
 // A once-per-process self-check against the FMA kernel (attention.wgsl) guards every use.
@@ -19,25 +19,26 @@
 // [30] scale, [32] Lq, [33] Lk, [34] D, [35] Dv, [36] q row stride, [38] k row stride,
 // [40] v row stride, [42] v offset, [47] q tiles per head.
 // Workgroup memory (every array a whole number of 16-byte lines, see matmul_coop16.wgsl):
-// Q [64][72] f16, K^T [64 dims][40] f16, V [32 keys][72] f16, S [4][16][32] f32,
-// P [4][16][40] f16: 31.5 KiB. VARIANT: bits 0..4 head-dim tiles of q/k, 4..8 of v; bit 8 stages
-// K row-major ([32 keys][72], the same conflict-free pair stores as V) and loads its transposed
-// tiles column-major, instead of staging K^T ([64 dims][40], 16-bit stores 8-way bank-conflicted).
+// Q [64][88] f16, K [32 keys][88] (or K^T [80 dims][40]) f16, V [32 keys][88] f16,
+// S [4][16][32] f32, P [4][16][40] f16: 35.75 KiB. VARIANT: bits 0..4 head-dim tiles of q/k,
+// 4..8 of v; bit 8 stages K row-major (the same pair stores as V) and loads its transposed tiles
+// column-major, instead of staging K^T with 16-bit stores (no measured difference on the H100;
+// the row-major staging is the simpler one).
 
 enable f16;
 enable wgpu_cooperative_matrix;
 
 @group(0) @binding(4) var<storage, read> src_v: array<u32>;
 
-const AQ: u32 = 72u;
+const AQ: u32 = 88u;
 const AK: u32 = 40u;
-const AV: u32 = 72u;
+const AV: u32 = 88u;
 const AP: u32 = 40u;
 const NEG_S: f32 = -3.0e38;
 
-var<workgroup> aq: array<f16, 4608>;
-var<workgroup> akt: array<f16, 2560>;
-var<workgroup> av: array<f16, 2304>;
+var<workgroup> aq: array<f16, 5632>;
+var<workgroup> akt: array<f16, 3200>;
+var<workgroup> av: array<f16, 2816>;
 var<workgroup> as_s: array<f32, 2048>;
 var<workgroup> ap: array<f16, 2560>;
 
@@ -59,9 +60,9 @@ fn pair_word(buf: u32, base: u32, row: u32, rows: u32, rs: u32, c: u32, width: u
 // Stages K^T (and, in pass 2, V) of the key block at k0.
 fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     let lk = p(33u);
-    for (var e = lid; e < 1024u; e = e + 128u) {
-        let j = e / 32u;
-        let c = 2u * (e % 32u);
+    for (var e = lid; e < 1280u; e = e + 128u) {
+        let j = e / 40u;
+        let c = 2u * (e % 40u);
         let hk = vec2<f16>(unpack2x16float(pair_word(1u, kb, k0 + j, lk, p(38u), c, p(34u))));
         if ((VARIANT & 256u) != 0u) {
             akt[j * AV + c] = hk.x;
@@ -81,7 +82,7 @@ fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
 // This subgroup's 16 x 32 scores of the staged key block into as_s[sbase..] ([16][32]);
 // nt (VARIANT bits 0..4) head-dim tiles.
 fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
-          qa2: coop_mat16x16<f16, A>, qa3: coop_mat16x16<f16, A>) {
+          qa2: coop_mat16x16<f16, A>, qa3: coop_mat16x16<f16, A>, qa4: coop_mat16x16<f16, A>) {
     let nt = VARIANT & 15u;
     var s0 = coop_mat16x16<f32, C>();
     var s1 = coop_mat16x16<f32, C>();
@@ -101,6 +102,10 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
             s0 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&akt[48u], AV), s0);
             s1 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 48u], AV), s1);
         }
+        if (nt > 4u) {
+            s0 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&akt[64u], AV), s0);
+            s1 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 64u], AV), s1);
+        }
     } else {
         // K^T staged [dim][key]: row-major loads.
         s0 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[0u], AK), s0);
@@ -116,6 +121,10 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
         if (nt > 3u) {
             s0 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK], AK), s0);
             s1 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK + 16u], AK), s1);
+        }
+        if (nt > 4u) {
+            s0 = coopMultiplyAdd(qa4, coopLoadT<coop_mat16x16<f16, B>>(&akt[64u * AK], AK), s0);
+            s1 = coopMultiplyAdd(qa4, coopLoadT<coop_mat16x16<f16, B>>(&akt[64u * AK + 16u], AK), s1);
         }
     }
     coopStoreT(s0, &as_s[sbase], 32u);
@@ -140,9 +149,9 @@ fn lane_score(sg: u32, lane: u32, i: u32, k0: u32) -> f32 {
 // invocation live in functions: naga's uniformity analysis treats the code after such a loop as
 // non-uniform, and cooperative operations need uniform control flow.
 fn stage_q(qb: u32, q0: u32, lid: u32) {
-    for (var e = lid; e < 2048u; e = e + 128u) {
-        let r = e / 32u;
-        let c = 2u * (e % 32u);
+    for (var e = lid; e < 2560u; e = e + 128u) {
+        let r = e / 40u;
+        let c = 2u * (e % 40u);
         let h = vec2<f16>(unpack2x16float(pair_word(0u, qb, q0 + r, p(32u), p(36u), c, p(34u))));
         aq[r * AQ + c] = h.x;
         aq[r * AQ + c + 1u] = h.y;
@@ -193,6 +202,7 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let qa1 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 16u], AQ);
     let qa2 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 32u], AQ);
     let qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
+    let qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
     // Pass 1 keeps the row max and sum (both lanes of a row hold the same values); pass 2
     // turns the scores into normalised probabilities and accumulates P V. (Cooperative
     // operations must sit in control flow naga proves uniform: no branch on a local variable.)
@@ -202,13 +212,14 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     var o1 = coop_mat16x16<f32, C>();
     var o2 = coop_mat16x16<f32, C>();
     var o3 = coop_mat16x16<f32, C>();
+    var o4 = coop_mat16x16<f32, C>();
     let prow = sg * 16u * AP;
     let sbase = sg * 512u;
     for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
         workgroupBarrier();
         stage_kv(kb, vb, k0, lid, false);
         workgroupBarrier();
-        scores(sbase, qa0, qa1, qa2, qa3);
+        scores(sbase, qa0, qa1, qa2, qa3, qa4);
         workgroupBarrier();
         var mx = NEG_S;
         for (var i = 0u; i < 16u; i = i + 1u) {
@@ -231,7 +242,7 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         workgroupBarrier();
         stage_kv(kb, vb, k0, lid, true);
         workgroupBarrier();
-        scores(sbase, qa0, qa1, qa2, qa3);
+        scores(sbase, qa0, qa1, qa2, qa3, qa4);
         workgroupBarrier();
         for (var i = 0u; i < 16u; i = i + 1u) {
             let s = lane_score(sg, lane, i, k0);
@@ -255,16 +266,21 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             o3 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[48u], AV), o3);
             o3 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV + 48u], AV), o3);
         }
+        if (nv > 4u) {
+            o4 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[64u], AV), o4);
+            o4 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV + 64u], AV), o4);
+        }
     }
     // Output tiles through this subgroup's 512 f32 of as_s, 16 columns at a time.
-    for (var j = 0u; j < 4u; j = j + 1u) {
+    for (var j = 0u; j < 5u; j = j + 1u) {
         workgroupBarrier();
         if (j < nv) {
             switch (j) {
                 case 0u: { coopStoreT(o0, &as_s[sbase], 16u); }
                 case 1u: { coopStoreT(o1, &as_s[sbase], 16u); }
                 case 2u: { coopStoreT(o2, &as_s[sbase], 16u); }
-                default: { coopStoreT(o3, &as_s[sbase], 16u); }
+                case 3u: { coopStoreT(o3, &as_s[sbase], 16u); }
+                default: { coopStoreT(o4, &as_s[sbase], 16u); }
             }
         }
         workgroupBarrier();

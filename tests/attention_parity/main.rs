@@ -273,7 +273,7 @@ fn xpu_matches_cpu() {
     if !common::xpu() {
         return;
     }
-    // (f16 cases with even head dims up to 64 take the tensor-core kernel where the adapter
+    // (f16 cases with even head dims up to 80 take the tensor-core kernel where the adapter
     // has one: several 64-row query tiles, odd key tails, Dv != D.)
     let cases: [[usize; 4]; 10] = [
         [1, 1, 40, 40],

@@ -23,8 +23,8 @@ use crate::ops::attention::AttnShape;
 use crate::xpu::XpuStorage;
 use crate::DType;
 
-/// Largest q/k and v head dim of the kernel (four 16-column tiles).
-pub(crate) const MAX_DIM: usize = 64;
+/// Largest q/k and v head dim of the kernel (five 16-column tiles: SD 1.5's 40 and 80, SD 2's 64).
+pub(crate) const MAX_DIM: usize = 80;
 
 thread_local! {
     /// True while this thread runs the check.
@@ -95,7 +95,11 @@ fn values(len: usize, seed: usize) -> Vec<half::f16> {
 fn run_check(like: &XpuStorage) -> Result<(), String> {
     let check = || -> crate::Result<Result<(), String>> {
         let ctx = &like.ctx;
-        for (heads, lq, lk, d, dv) in [(2, 70, 45, 40, 40), (1, 65, 97, 64, 24)] {
+        for (heads, lq, lk, d, dv) in [
+            (2, 70, 45, 40, 40),
+            (1, 65, 97, 64, 24),
+            (1, 33, 40, 80, 80),
+        ] {
             let upload = |rows: usize, cols: usize, seed: usize| {
                 XpuStorage::upload(ctx, &CpuStorage::F16(values(heads * rows * cols, seed)))
             };
