@@ -19,11 +19,10 @@
 // [30] scale, [32] Lq, [33] Lk, [34] D, [35] Dv, [36] q row stride, [38] k row stride,
 // [40] v row stride, [42] v offset, [47] q tiles per head.
 // Workgroup memory (every array a whole number of 16-byte lines, see matmul_coop16.wgsl):
-// Q [64][88] f16, K [32 keys][88] (or K^T [80 dims][40]) f16, V [32 keys][88] f16,
-// S [4][16][32] f32, P [4][16][40] f16: 35.75 KiB. VARIANT: bits 0..4 head-dim tiles of q/k,
-// 4..8 of v; bit 8 stages K row-major (the same pair stores as V) and loads its transposed tiles
-// column-major, instead of staging K^T with 16-bit stores (no measured difference on the H100;
-// the row-major staging is the simpler one).
+// Q [64][88] f16, K [32 keys][88] f16, V [32 keys][88] f16, S [4][16][32] f32, P [4][16][40]
+// f16: 35 KiB. VARIANT: bits 0..4 head-dim tiles of q/k, 4..8 of v. K is staged like V and its
+// transposed tiles are column-major cooperative loads (staging K^T instead, with 16-bit stores,
+// measured the same on the H100 and took a second copy of the product code).
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -31,13 +30,12 @@ enable wgpu_cooperative_matrix;
 @group(0) @binding(4) var<storage, read> src_v: array<u32>;
 
 const AQ: u32 = 88u;
-const AK: u32 = 40u;
 const AV: u32 = 88u;
 const AP: u32 = 40u;
 const NEG_S: f32 = -3.0e38;
 
 var<workgroup> aq: array<f16, 5632>;
-var<workgroup> akt: array<f16, 3200>;
+var<workgroup> ak: array<f16, 2816>;
 var<workgroup> av: array<f16, 2816>;
 var<workgroup> as_s: array<f32, 2048>;
 var<workgroup> ap: array<f16, 2560>;
@@ -57,20 +55,15 @@ fn pair_word(buf: u32, base: u32, row: u32, rows: u32, rs: u32, c: u32, width: u
     return src_v[i];
 }
 
-// Stages K^T (and, in pass 2, V) of the key block at k0.
+// Stages K (and, in pass 2, V) of the key block at k0, row-major [key][dim].
 fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     let lk = p(33u);
     for (var e = lid; e < 1280u; e = e + 128u) {
         let j = e / 40u;
         let c = 2u * (e % 40u);
         let hk = vec2<f16>(unpack2x16float(pair_word(1u, kb, k0 + j, lk, p(38u), c, p(34u))));
-        if ((VARIANT & 256u) != 0u) {
-            akt[j * AV + c] = hk.x;
-            akt[j * AV + c + 1u] = hk.y;
-        } else {
-            akt[c * AK + j] = hk.x;
-            akt[(c + 1u) * AK + j] = hk.y;
-        }
+        ak[j * AV + c] = hk.x;
+        ak[j * AV + c + 1u] = hk.y;
         if (with_v) {
             let hv = vec2<f16>(unpack2x16float(pair_word(2u, vb, k0 + j, lk, p(40u), c, p(35u))));
             av[j * AV + c] = hv.x;
@@ -86,46 +79,24 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
     let nt = VARIANT & 15u;
     var s0 = coop_mat16x16<f32, C>();
     var s1 = coop_mat16x16<f32, C>();
-    if ((VARIANT & 256u) != 0u) {
-        // K row-major [key][dim]: K^T tiles are column-major loads.
-        s0 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&akt[0u], AV), s0);
-        s1 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV], AV), s1);
-        if (nt > 1u) {
-            s0 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&akt[16u], AV), s0);
-            s1 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 16u], AV), s1);
-        }
-        if (nt > 2u) {
-            s0 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&akt[32u], AV), s0);
-            s1 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 32u], AV), s1);
-        }
-        if (nt > 3u) {
-            s0 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&akt[48u], AV), s0);
-            s1 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 48u], AV), s1);
-        }
-        if (nt > 4u) {
-            s0 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&akt[64u], AV), s0);
-            s1 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&akt[16u * AV + 64u], AV), s1);
-        }
-    } else {
-        // K^T staged [dim][key]: row-major loads.
-        s0 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[0u], AK), s0);
-        s1 = coopMultiplyAdd(qa0, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u], AK), s1);
-        if (nt > 1u) {
-            s0 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK], AK), s0);
-            s1 = coopMultiplyAdd(qa1, coopLoadT<coop_mat16x16<f16, B>>(&akt[16u * AK + 16u], AK), s1);
-        }
-        if (nt > 2u) {
-            s0 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK], AK), s0);
-            s1 = coopMultiplyAdd(qa2, coopLoadT<coop_mat16x16<f16, B>>(&akt[32u * AK + 16u], AK), s1);
-        }
-        if (nt > 3u) {
-            s0 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK], AK), s0);
-            s1 = coopMultiplyAdd(qa3, coopLoadT<coop_mat16x16<f16, B>>(&akt[48u * AK + 16u], AK), s1);
-        }
-        if (nt > 4u) {
-            s0 = coopMultiplyAdd(qa4, coopLoadT<coop_mat16x16<f16, B>>(&akt[64u * AK], AK), s0);
-            s1 = coopMultiplyAdd(qa4, coopLoadT<coop_mat16x16<f16, B>>(&akt[64u * AK + 16u], AK), s1);
-        }
+    // K is staged row-major [key][dim]: its transposed tiles are column-major loads.
+    s0 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&ak[0u], AV), s0);
+    s1 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&ak[16u * AV], AV), s1);
+    if (nt > 1u) {
+        s0 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&ak[16u], AV), s0);
+        s1 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&ak[16u * AV + 16u], AV), s1);
+    }
+    if (nt > 2u) {
+        s0 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&ak[32u], AV), s0);
+        s1 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&ak[16u * AV + 32u], AV), s1);
+    }
+    if (nt > 3u) {
+        s0 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&ak[48u], AV), s0);
+        s1 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&ak[16u * AV + 48u], AV), s1);
+    }
+    if (nt > 4u) {
+        s0 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&ak[64u], AV), s0);
+        s1 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&ak[16u * AV + 64u], AV), s1);
     }
     coopStoreT(s0, &as_s[sbase], 32u);
     coopStoreT(s1, &as_s[sbase + 16u], 32u);

@@ -33,16 +33,6 @@ thread_local! {
 
 static VERDICT: OnceLock<Result<(), String>> = OnceLock::new();
 
-/// `VARIANT` bit 8 of the kernel (K staged row-major, read by column-major cooperative loads)
-/// unless `XPU_ATTN_KT=1` asks for the transposed staging (for comparison).
-pub(crate) fn k_layout_bit() -> u32 {
-    if std::env::var_os("XPU_ATTN_KT").is_some_and(|v| v == "1") {
-        0
-    } else {
-        256
-    }
-}
-
 /// True when `l`'s last dim has unit stride and its offset and other strides are even.
 fn word_pairs(l: &Layout) -> bool {
     let st = l.strides();
