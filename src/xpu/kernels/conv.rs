@@ -65,7 +65,8 @@ pub(crate) fn auto_tile(m: usize, og: usize, groups: usize) -> ConvTile {
     }
 }
 
-fn activation_code(a: Activation) -> u32 {
+/// The activation codes of the shaders' fused epilogues (`conv.wgsl`, `matmul.wgsl`).
+pub(crate) fn activation_code(a: Activation) -> u32 {
     match a {
         Activation::None => 0,
         Activation::Relu => 1,

@@ -19,9 +19,8 @@ use super::coop_check;
 use super::launch;
 use super::matmul_select::coop16;
 use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK};
-use crate::cpu::gemm::Activation;
 use crate::layout::Layout;
-use crate::xpu::kernels::conv::ConvLaunch;
+use crate::xpu::kernels::conv::{activation_code, ConvLaunch};
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::xpu::XpuStorage;
 use crate::{DType, Result};
@@ -30,16 +29,6 @@ use crate::{DType, Result};
 const CONV_GATHER: u32 = 16;
 /// Output rows and columns of one workgroup tile.
 const TILE: usize = 128;
-
-fn activation_code(a: Activation) -> u32 {
-    match a {
-        Activation::None => 0,
-        Activation::Relu => 1,
-        Activation::Gelu => 2,
-        Activation::GeluTanh => 3,
-        Activation::Silu => 4,
-    }
-}
 
 /// Whether f16 convolutions run on the tensor-core kernel in this process (the adapter has it,
 /// the self-check passed, `XPU_CONV_COOP` is not `0`). Creates the Xpu context.

@@ -43,13 +43,7 @@ struct Epilogue<'a> {
 
 impl Epilogue<'_> {
     fn flags(&self) -> u32 {
-        let act = match self.activation {
-            Activation::None => 0,
-            Activation::Relu => 1,
-            Activation::Gelu => 2,
-            Activation::GeluTanh => 3,
-            Activation::Silu => 4,
-        };
+        let act = super::conv::activation_code(self.activation);
         u32::from(self.c.is_some())
             | u32::from(self.bias.is_some()) << 1
             | u32::from(self.residual.is_some()) << 2
