@@ -1,5 +1,6 @@
-//! Winograd F(2×2, 3×3) through the public API: `nn::Conv2d` layers that take that path (3×3,
-//! stride 1, ≥ 16 channels each way) and per-call `conv2d` on inputs large enough to use it,
+//! Winograd through the public API: `nn::Conv2d` layers that take that path (3×3, stride 1,
+//! ≥ 16 channels each way; F(4,3) at these channel counts) and per-call `conv2d` on inputs
+//! large enough to use it (F(2,3)),
 //! against the unfused im2col sequence on the Cpu and Xpu against Cpu: odd channel counts (16,
 //! 17, 33) and spatial sizes (1, 3, 7×5, 13), paddings 0, 1, 2 and (2, 0), both memory formats,
 //! every float dtype, the whole epilogue with full and broadcast residuals.

@@ -89,7 +89,7 @@ impl Conv2d {
         )?;
         let packed = match weight.device() {
             Device::Cpu => Some(Arc::new((
-                pack_weight(&weight, params, true)?,
+                pack_weight(&weight, params, crate::cpu::conv::WinogradUse::Layer)?,
                 bias.as_ref().map(f32_vec).transpose()?,
             ))),
             Device::Xpu => None,
@@ -150,9 +150,10 @@ impl Conv2d {
         self.packed.is_some()
     }
 
-    /// True when the Cpu runs this layer as Winograd F(2×2, 3×3) (3×3, stride 1, no dilation,
-    /// one group, at least 16 channels each way, not AMX-packed bf16, and
-    /// `XPU_CPU_WINOGRAD` not `0`); else the implicit GEMM.
+    /// True when the Cpu runs this layer as Winograd, F(4×4, 3×3) or (for the widest layers
+    /// and bf16 operands) F(2×2, 3×3): 3×3, stride 1, no dilation, one group, at least 16
+    /// channels each way, not AMX-packed bf16, and `XPU_CPU_WINOGRAD` not `0`; else the
+    /// implicit GEMM.
     pub fn uses_winograd(&self) -> bool {
         self.packed.as_ref().is_some_and(|p| p.0.is_winograd())
     }

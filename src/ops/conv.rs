@@ -264,11 +264,12 @@ impl<'a> Conv2dBuilder<'a> {
             return crate::ops::conv_xpu::conv2d_xpu(self.x, self.weight, g.p, &args);
         }
         if let Storage::Cpu(_) = self.x.storage() {
-            let packed = pack_weight(
-                self.weight,
-                g.p,
-                g.m() >= crate::cpu::conv::WINOGRAD_PER_CALL_MIN_PIXELS,
-            )?;
+            let winograd = if g.m() >= crate::cpu::conv::WINOGRAD_PER_CALL_MIN_PIXELS {
+                crate::cpu::conv::WinogradUse::PerCall
+            } else {
+                crate::cpu::conv::WinogradUse::Off
+            };
+            let packed = pack_weight(self.weight, g.p, winograd)?;
             let bias = self.bias.map(f32_vec).transpose()?;
             return conv2d_cpu(self.x, &packed, bias.as_deref(), self.epilogue(), &g, fmt);
         }

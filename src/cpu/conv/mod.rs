@@ -16,8 +16,8 @@
 //!   panels serve only bf16 inputs on the AVX-512 path ([`PackedConv::serves`]); any other call
 //!   packs f32 panels from the weight tensor instead (the caller's fallback), so a forced
 //!   portable path never needs AMX. A 3×3 stride-1 ungrouped layer of at least 16 channels
-//!   each way holds instead the Winograd F(2,3) transform of its filters ([`winograd`]): built
-//!   for the layer's padding, refused for any other geometry, serving every input dtype.
+//!   each way holds instead the Winograd F(4,3) or F(2,3) transform of its filters
+//!   ([`winograd`]): built for the layer's padding, refused for any other geometry, serving every input dtype.
 //! - The input view must have channel stride 1 (any other strides, any offset); it is checked
 //!   against its storage once, before any unchecked read.
 //! - Accumulation is f32; 16-bit outputs are rounded once at the end.
@@ -29,13 +29,14 @@ mod transpose;
 mod winograd;
 #[cfg(target_arch = "x86_64")]
 mod winograd_avx2;
+mod winograd_in;
 mod winograd_math;
 mod winograd_out;
 #[cfg(test)]
 mod winograd_tests;
 
 pub use tensor::set_winograd_override;
-pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight};
+pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight, WinogradUse};
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 pub(crate) use winograd::{
     suits as winograd_suits, PER_CALL_MIN_PIXELS as WINOGRAD_PER_CALL_MIN_PIXELS,
@@ -58,7 +59,7 @@ enum Panels {
     /// bf16 panels in the AMX layout, or in the `vdpbf16ps` pair layout where dot products
     /// are the bf16 method.
     Amx(Vec<PackedB<bf16>>),
-    /// A 3×3 stride-1 filter bank transformed for Winograd F(2,3) (see [`winograd`]).
+    /// A 3×3 stride-1 filter bank transformed for Winograd F(2,3) or F(4,3) (see [`winograd`]).
     Winograd(winograd::WinogradWeights),
 }
 
@@ -143,24 +144,35 @@ impl PackedConv {
         }))
     }
 
-    /// Transforms a row-major `[O, C, 3, 3]` weight (f32, f16 or bf16 values) for Winograd
-    /// F(2,3); `params` must be stride 1, dilation 1, one group ([`winograd_suits`]). The point
-    /// GEMMs multiply in bf16 for bf16 weights where `vdpbf16ps` is the bf16 method, in f32
-    /// otherwise ([`winograd::Operands::for_source`]).
+    /// Transforms a row-major `[O, C, 3, 3]` weight (f32, f16 or bf16 values) for Winograd;
+    /// `params` must be stride 1, dilation 1, one group ([`winograd_suits`]). The point GEMMs
+    /// multiply in bf16 for bf16 weights where `vdpbf16ps` is the bf16 method, in f32
+    /// otherwise ([`winograd::Operands::for_source`]). Weights packed for a single call
+    /// (`per_call`) take F(2,3), whose filter transform (16 points) costs less than F(4,3)'s
+    /// (36); a layer's weights take [`winograd::choose_tile`]'s variant.
     pub(crate) fn new_winograd<S: ToF32>(
         w: &[S],
         shape: [usize; 4],
         params: crate::Conv2dParams,
+        per_call: bool,
     ) -> Result<PackedConv> {
-        Self::new_winograd_on(w, shape, params, winograd::Operands::for_source::<S>())
+        let operands = winograd::Operands::for_source::<S>();
+        let tile = if per_call {
+            winograd::Tile::F2
+        } else {
+            winograd::choose_tile(shape[1], shape[0], operands)
+        };
+        Self::new_winograd_on(w, shape, params, operands, tile)
     }
 
-    /// [`Self::new_winograd`] with the point GEMMs' operand type chosen by the caller.
+    /// [`Self::new_winograd`] with the point GEMMs' operand type and the Winograd variant
+    /// chosen by the caller.
     pub(crate) fn new_winograd_on<S: ToF32>(
         w: &[S],
         shape: [usize; 4],
         params: crate::Conv2dParams,
         operands: winograd::Operands,
+        tile: winograd::Tile,
     ) -> Result<PackedConv> {
         let [o, c, kh, kw] = shape;
         if (kh, kw, params.stride, params.dilation, params.groups) != (3, 3, (1, 1), (1, 1), 1) {
@@ -172,11 +184,17 @@ impl PackedConv {
         Ok(PackedConv {
             shape,
             groups: 1,
-            panels: Panels::Winograd(winograd::WinogradWeights::new(w, o, c, params, operands)?),
+            panels: Panels::Winograd(winograd::WinogradWeights::new(
+                w,
+                (o, c),
+                params,
+                operands,
+                tile,
+            )?),
         })
     }
 
-    /// True for Winograd F(2,3) panels.
+    /// True for Winograd panels (either variant).
     pub(crate) fn is_winograd(&self) -> bool {
         matches!(self.panels, Panels::Winograd(_))
     }

@@ -85,15 +85,26 @@ pub(crate) fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
     t.to_dtype(DType::F32)?.to_vec::<f32>()
 }
 
+/// Whether [`pack_weight`] may transform a 3×3 stride-1 layer for Winograd, and for what use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WinogradUse {
+    /// Never: the implicit GEMM's panels.
+    Off,
+    /// Weights packed for one call: F(2,3), the cheaper filter transform.
+    PerCall,
+    /// A layer's weights, packed once and reused: the variant that runs fastest.
+    Layer,
+}
+
 /// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for `params`: bf16
-/// weights in the AMX layout when AMX is this process's bf16 method; else, with
-/// `allow_winograd`, a 3×3 stride-1 layer that suits it as Winograd F(2,3) points; else bf16
-/// weights in the `vdpbf16ps` pair layout when dot products are the bf16 method; else f32
-/// panels for the implicit GEMM.
+/// weights in the AMX layout when AMX is this process's bf16 method; else, unless `winograd`
+/// is `Off`, a 3×3 stride-1 layer that suits it as Winograd points; else bf16 weights in the
+/// `vdpbf16ps` pair layout when dot products are the bf16 method; else f32 panels for the
+/// implicit GEMM.
 pub(crate) fn pack_weight(
     w: &Tensor,
     params: Conv2dParams,
-    allow_winograd: bool,
+    winograd: WinogradUse,
 ) -> Result<PackedConv> {
     let groups = params.groups;
     let shape = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
@@ -115,20 +126,21 @@ pub(crate) fn pack_weight(
             return Ok(p);
         }
     }
-    if allow_winograd && super::winograd_suits(shape, &params) && winograd_enabled() {
+    let per_call = winograd == WinogradUse::PerCall;
+    if winograd != WinogradUse::Off && super::winograd_suits(shape, &params) && winograd_enabled() {
         let dense = w.contiguous()?;
         let off = dense.layout().offset();
         let n = dense.numel();
         let packed = match dense.storage() {
             Storage::Cpu(CpuStorage::F32(v)) => v
                 .get(off..off + n)
-                .map(|d| PackedConv::new_winograd(d, shape, params)),
+                .map(|d| PackedConv::new_winograd(d, shape, params, per_call)),
             Storage::Cpu(CpuStorage::F16(v)) => v
                 .get(off..off + n)
-                .map(|d| PackedConv::new_winograd(d, shape, params)),
+                .map(|d| PackedConv::new_winograd(d, shape, params, per_call)),
             Storage::Cpu(CpuStorage::BF16(v)) => v
                 .get(off..off + n)
-                .map(|d| PackedConv::new_winograd(d, shape, params)),
+                .map(|d| PackedConv::new_winograd(d, shape, params, per_call)),
             _ => None,
         };
         if let Some(p) = packed {

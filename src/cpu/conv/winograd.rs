@@ -1,45 +1,53 @@
-//! Winograd F(2×2, 3×3) convolution for 3×3, stride-1, undilated, ungrouped layers on
-//! channels-last data.
+//! Winograd F(2×2, 3×3) and F(4×4, 3×3) convolutions for 3×3, stride-1, undilated,
+//! ungrouped layers on channels-last data.
 //!
 //! Why: a 3×3 convolution computed as an implicit GEMM costs `9·C·O` multiply-adds per output
-//! pixel; Winograd's minimal filtering computes each 2×2 output tile from a 4×4 input tile with
-//! `16·C·O`, i.e. `4·C·O` per pixel — 2.25× fewer. The work becomes 16 independent plain GEMMs
-//! (one per point of the transformed 4×4 tile) on the engine's own microkernels, plus two cheap
-//! linear transforms that only add and subtract. SD's UNet spends most of its time in such
-//! convolutions, so this is where a CPU step gains most (see BENCHMARKS.md).
+//! pixel; Winograd's minimal filtering computes each `m×m` output tile from an `(m+2)×(m+2)`
+//! input tile with `(m+2)²·C·O`: F(2,3) (m = 2, 16 points) needs `4·C·O` per pixel (2.25×
+//! fewer), F(4,3) (m = 4, 36 points) `2.25·C·O` (4× fewer). The work becomes one independent
+//! plain GEMM per point of the transformed tile, on the engine's own microkernels, plus two
+//! cheap linear transforms. SD's UNet spends most of its time in such convolutions, so this
+//! is where a CPU step gains most (see BENCHMARKS.md).
 //!
-//! Why F(2,3) and not F(4,3) (6×6 tiles, 36 GEMMs, 2.25·C·O per pixel): its transformed filters
-//! take 36/9 = 4× the weights' memory (16/9 here; an SD 1.5 UNet would carry about 7.6 GB of
-//! them in f32), and its transforms multiply by up to 8, which costs about a decimal digit of
-//! f32 accuracy; F(2,3)'s transforms only add, so its results stay within a few ulps of the
-//! direct convolution.
+//! Which variant ([`choose_tile`]): F(4,3) for f32 operands of layers below 1280·1280 channel
+//! pairs — on Zen 4 it took SD's 2×320×64×64 layer from 42 to 28–34 ms and 2×640×32×32 from
+//! 40–43 to 24 ms, and the f32 SD 1.5 step from about 7.0 to 6.3 s. F(2,3) for the widest
+//! layers (F(4,3)'s filters take `36·C·O` values, 4× the weights: everywhere, it took SD 1.5's
+//! f32 peak memory from 7.4 to 10.4 GB, for little gain at the 16×16 and 8×8 sizes those
+//! layers run at), for bf16 operands (F(4,3)'s coefficients — up to 8 in the output map,
+//! sixths in the filter map — turned the two bf16 roundings into 5% errors), and for
+//! weights transformed for a single call (the cheaper filter transform). F(4,3)'s own f32
+//! rounding stays far inside the f32 tolerances (the tests hold it to the direct loops within
+//! 1e-4, as F(2,3)); F(6,3) and larger were not tried: their coefficients grow quickly.
 //!
-//! With `d` a 4×4 input tile, `g` the 3×3 filter and `Y` the 2×2 output tile:
+//! With `d` an input tile, `g` the 3×3 filter and `Y` the output tile:
 //! `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, where the elementwise product is summed over input
-//! channels — a `[tiles, C] @ [C, O]` product for each of the 16 points.
+//! channels — a `[tiles, C] @ [C, O]` product for each point.
 //!
 //! Invariants:
-//! - The filter transform `U = G g Gᵀ` is made once per layer in f64 and rounded to f32 (its
-//!   entries are sums of halves and quarters of weights); the input and output transforms use
-//!   only additions, so the only extra rounding against the direct convolution is the order of
-//!   summation: errors stay within a few f32 ulps of the result's magnitude (tested against the
-//!   implicit GEMM and a direct reference).
-//! - Tile `(ty, tx)` of image `b` reads input pixels `(2ty − ph + i, 2tx − pw + j)`, `i, j < 4`
-//!   (zeros outside the image), and writes the output pixels `(2ty + i, 2tx + j)`, `i, j < 2`,
-//!   that exist: any input size and any padding are exact.
+//! - The filter transform `U = G g Gᵀ` is made once per layer in f64 and rounded to f32;
+//!   F(2,3)'s input and output transforms use only additions, F(4,3)'s also small integer
+//!   products, in a fixed order: errors stay within a few f32 ulps (F(2,3)) or a few dozen
+//!   (F(4,3)) of the result's magnitude (tested against the implicit GEMM and a direct
+//!   reference).
+//! - Tile `(ty, tx)` of image `b` reads input pixels `(m·ty − ph + i, m·tx − pw + j)`,
+//!   `i, j < m + 2` (zeros outside the image), and writes the output pixels
+//!   `(m·ty + i, m·tx + j)`, `i, j < m`, that exist: any input size and any padding are exact.
 //! - Tiles run in blocks of whole tile rows, so each block's output is one contiguous run of
-//!   NHWC rows and its transformed data (`16 · tiles · (C + O)` floats) stays near the cache.
-//! - bf16 layers where the bf16 GEMM method is `vdpbf16ps` ([`Operands::Bf16`]) round `U` and
-//!   the f32 input transform to bf16 once each and run the 16 GEMMs on the bf16 kernels (f32
+//!   NHWC rows and its transformed data (`points · tiles · (C + O)` floats) stays near the
+//!   cache.
+//! - bf16 layers where the bf16 GEMM method is `vdpbf16ps` ([`Operands::Bf16`]) take F(2,3),
+//!   round `U` and the f32 input transform to bf16 once each and run the 16 GEMMs on the bf16 kernels (f32
 //!   accumulation, twice the f32 FMA rate on CPUs with full-rate `vdpbf16ps`, such as AMD Zen
 //!   4; half the filter memory). That adds two bf16 roundings (relative 2⁻⁹) to operands that
 //!   were bf16 already, so the error stays of the order of a bf16 convolution's own (tested
 //!   against the direct loops with a bf16 tolerance); f32 and f16 layers never take this path.
 //! - The epilogue is the implicit GEMM's: `act(conv + bias) + residual` in f32, per output row.
 
-#[cfg(target_arch = "x86_64")]
-use super::winograd_avx2::input_tile8;
-use super::winograd_math::{filter_transform, input_transform, L};
+use super::winograd_in::transform_row;
+pub(super) use super::winograd_in::Input;
+use super::winograd_math::filter_transform;
+pub(crate) use super::winograd_math::Tile;
 use super::winograd_out::finish_row;
 use super::ConvEpilogue;
 use crate::cpu::gemm::{
@@ -52,8 +60,6 @@ use crate::{Conv2dParams, Error, Result};
 use half::bf16;
 use rayon::prelude::*;
 
-/// Points of the transformed tile.
-pub(super) const POINTS: usize = 16;
 /// Target size of one block's transformed input and output (floats), raised for layers whose
 /// transformed filters are larger (see [`block_floats`]).
 const BLOCK_FLOATS: usize = 1 << 21;
@@ -62,11 +68,11 @@ const BLOCK_FLOATS: usize = 1 << 21;
 /// floats) through the GEMMs once, so blocks hold at least half that much transformed data —
 /// the filter re-reads then cost at most twice the transformed data's own traffic (for SD's
 /// 1280-channel layers at 16×16 that means one block instead of three passes over 105 MB).
-fn block_floats(c: usize, o: usize) -> usize {
-    BLOCK_FLOATS.max(POINTS * c * o / 2)
+fn block_floats(tile: Tile, c: usize, o: usize) -> usize {
+    BLOCK_FLOATS.max(tile.points() * c * o / 2)
 }
 
-/// True when a layer of weight shape `[O, C, kh, kw]` and `params` can run as Winograd F(2,3)
+/// True when a layer of weight shape `[O, C, kh, kw]` and `params` can run as Winograd (F(2,3) or F(4,3))
 /// and is large enough to gain from it (the transforms cost about `16·(C + O)` adds per tile).
 pub(crate) fn suits(shape: [usize; 4], p: &Conv2dParams) -> bool {
     let [o, c, kh, kw] = shape;
@@ -87,7 +93,42 @@ const MIN_CHANNELS: usize = 16;
 /// packing cost about `16·C·O` values, repaid by `5·C·O` fewer multiply-adds per pixel.
 pub(crate) const PER_CALL_MIN_PIXELS: usize = 1024;
 
-/// The element type the 16 point GEMMs multiply in.
+/// Layers with `C·O` below this take F(4,3) by default (see [`choose_tile`]): its transformed
+/// filters take `36·C·O` values (4× the weights) against F(2,3)'s `16·C·O`, so the widest
+/// layers, whose filters dominate a model's memory, keep F(2,3). In SD 1.5 that keeps the
+/// 1280-channel layers on F(2,3) (F(4,3) everywhere took the f32 step's peak memory from 7.4
+/// to 10.4 GB), and they gain least from F(4,3) anyway: they run at 16×16 and 8×8, where a
+/// call has few tiles (measured on Zen 4: 2×1280×16×16 38 → 32–37 ms, against 42 → 28–34 ms
+/// for 2×320×64×64 and 40–43 → 24 ms for 2×640×32×32).
+const F4_CO_LIMIT: usize = 1280 * 1280;
+
+/// The Winograd variant for a `c → o` layer whose point GEMMs multiply `operands`: F(2,3) for
+/// bf16 operands (F(4,3)'s larger transform coefficients turn their two extra roundings into
+/// errors of several percent, see the tests); for f32 operands `XPU_CPU_WINOGRAD_TILE=2|4`
+/// (read once) forces one, else F(4,3) below [`F4_CO_LIMIT`] and F(2,3) for wider layers.
+pub(crate) fn choose_tile(c: usize, o: usize, operands: Operands) -> Tile {
+    if operands == Operands::Bf16 {
+        return Tile::F2;
+    }
+    static FORCED: std::sync::OnceLock<Option<Tile>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        match std::env::var("XPU_CPU_WINOGRAD_TILE")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("2") => Some(Tile::F2),
+            Ok("4") => Some(Tile::F4),
+            _ => None,
+        }
+    });
+    match forced {
+        Some(t) => *t,
+        None if c.saturating_mul(o) < F4_CO_LIMIT => Tile::F4,
+        None => Tile::F2,
+    }
+}
+
+/// The element type the point GEMMs multiply in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Operands {
     /// Transformed filters and inputs in f32 (the f32 FMA kernels; every source dtype).
@@ -110,33 +151,42 @@ impl Operands {
     }
 }
 
-/// The 16 transformed filter matrices (`C × O` each), packed for the GEMM engine.
+/// The transformed filter matrices (one per point) (`C × O` each), packed for the GEMM engine.
 enum Filters {
     F32(Vec<PackedB<f32>>),
     Bf16(Vec<PackedB<bf16>>),
 }
 
-/// A 3×3 filter bank transformed for Winograd F(2,3): for each of the 16 points, the `C × O`
-/// matrix `U[point][c][o]`, packed for the GEMM engine.
+/// A 3×3 filter bank transformed for Winograd F(2,3) or F(4,3): for each point of the tile,
+/// the `C × O` matrix `U[point][c][o]`, packed for the GEMM engine.
 pub(crate) struct WinogradWeights {
     pub c: usize,
     pub o: usize,
     /// Padding the layer was built for (the transform does not depend on it; kept so a call
     /// with other parameters is refused rather than computed wrongly).
     pub params: Conv2dParams,
+    /// The variant the filters were transformed for.
+    pub tile: Tile,
     u: Filters,
 }
 
 impl WinogradWeights {
     /// Transforms an `[O, C, 3, 3]` row-major filter bank (any float source widened to f64)
-    /// for GEMMs on `operands`.
+    /// for `tile` and GEMMs on `operands`.
     pub(crate) fn new<S: ToF32>(
         w: &[S],
-        o: usize,
-        c: usize,
+        (o, c): (usize, usize),
         params: Conv2dParams,
         operands: Operands,
+        tile: Tile,
     ) -> Result<Self> {
+        let points = tile.points();
+        if operands == Operands::Bf16 && tile != Tile::F2 {
+            return Err(Error::invalid(
+                "conv2d prepack",
+                "Winograd F(4,3) with bf16 operands (too inexact; F(2,3) serves bf16)",
+            ));
+        }
         if w.len() != o * c * 9 {
             return Err(Error::invalid(
                 "conv2d prepack",
@@ -145,22 +195,23 @@ impl WinogradWeights {
         }
         // `u[ci][point][oi]`: each input channel's block is written by one task, reading its
         // filters in blocks of output channels (rows of `9·C` weights, 9 at a time).
-        let mut u = vec![0f32; POINTS * c * o];
-        u.par_chunks_mut(POINTS * o)
+        let mut u = vec![0f32; points * c * o];
+        u.par_chunks_mut(points * o)
             .enumerate()
             .for_each(|(ci, uc)| {
                 for oi in 0..o {
                     let base = (oi * c + ci) * 9;
                     let g: [f64; 9] = std::array::from_fn(|i| w[base + i].to_f32() as f64);
-                    for (point, v) in filter_transform(&g).into_iter().enumerate() {
+                    let f = filter_transform(tile, &g);
+                    for (point, v) in f.into_iter().take(points).enumerate() {
                         uc[point * o + oi] = v as f32;
                     }
                 }
             });
-        let view = |point: usize| (point * o, c, o, POINTS * o, 1);
+        let view = |point: usize| (point * o, c, o, points * o, 1);
         let u = match operands {
             Operands::F32 => Filters::F32(
-                (0..POINTS)
+                (0..points)
                     .map(|p| {
                         let (off, r, cl, rs, cs) = view(p);
                         PackedB::new(MatRef::new(&u, off, r, cl, rs, cs))
@@ -173,7 +224,7 @@ impl WinogradWeights {
                 Kernels::current().f32_to_bf16(&u, &mut h);
                 drop(u);
                 Filters::Bf16(
-                    (0..POINTS)
+                    (0..points)
                         .map(|p| {
                             let (off, r, cl, rs, cs) = view(p);
                             PackedB::new(MatRef::new(&h, off, r, cl, rs, cs))
@@ -182,7 +233,13 @@ impl WinogradWeights {
                 )
             }
         };
-        Ok(WinogradWeights { c, o, params, u })
+        Ok(WinogradWeights {
+            c,
+            o,
+            params,
+            tile,
+            u,
+        })
     }
 
     /// The element type the point GEMMs multiply in.
@@ -199,112 +256,6 @@ thread_local! {
     static F32_ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The input geometry the transforms need.
-#[derive(Clone, Copy)]
-pub(super) struct Input {
-    /// Element index of `x[0, 0, 0, 0]` and the N, H, W strides (C has stride 1).
-    pub base: usize,
-    pub sn: usize,
-    pub sh: usize,
-    pub sw: usize,
-    pub tiles_y: usize,
-    pub tiles_x: usize,
-}
-
-/// Transforms tile row `row` (image `row / tiles_y`) into `v`: per tile, 16 runs of `c` floats.
-#[inline(always)]
-fn transform_row_body<S: ToF32, const AVX2: bool>(
-    data: &[S],
-    inp: &Input,
-    g: &ConvGeom,
-    row: usize,
-    v: &mut [f32],
-) {
-    let c = g.c;
-    let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
-    let (ph, pw) = g.p.padding;
-    for (tx, vt) in v.chunks_exact_mut(POINTS * c).enumerate() {
-        // The 16 input pixels' first elements, or None outside the image.
-        let starts: [Option<usize>; 16] = std::array::from_fn(|k| {
-            let iy = (2 * ty + k / 4).wrapping_sub(ph);
-            let ix = (2 * tx + k % 4).wrapping_sub(pw);
-            (iy < g.h && ix < g.w).then(|| inp.base + b * inp.sn + iy * inp.sh + ix * inp.sw)
-        });
-        let mut c0 = 0;
-        #[cfg(target_arch = "x86_64")]
-        if AVX2 {
-            // SAFETY: `AVX2` is true only in `transform_row_avx2`, which runs where the
-            // hardware has AVX2, FMA and F16C.
-            while c0 + L <= c && unsafe { input_tile8(data, &starts, c0, c, vt) } {
-                c0 += L;
-            }
-        }
-        while c0 < c {
-            let n = L.min(c - c0);
-            let mut d = [[0f32; L]; 16];
-            for (dk, start) in d.iter_mut().zip(&starts) {
-                if let Some(s) = start {
-                    let run = &data[s + c0..s + c0 + n];
-                    if let Ok(full) = <&[S; L]>::try_from(run) {
-                        *dk = full.map(S::to_f32);
-                    } else {
-                        for (x, src) in dk.iter_mut().zip(run) {
-                            *x = src.to_f32();
-                        }
-                    }
-                }
-            }
-            let t = input_transform(&d);
-            for (k, tk) in t.iter().enumerate() {
-                let dst = &mut vt[k * c + c0..k * c + c0 + n];
-                if let Ok(full) = <&mut [f32; L]>::try_from(&mut *dst) {
-                    *full = *tk;
-                } else {
-                    dst.copy_from_slice(&tk[..n]);
-                }
-            }
-            c0 += n;
-        }
-    }
-}
-
-/// [`transform_row_body`] built for AVX2 (8-lane vectors, F16C conversions). Named wrappers
-/// rather than one closure-taking trampoline: a closure passed to a `#[target_feature]`
-/// function is not reliably inlined into it (the output transform's was not, and ran without
-/// AVX2), while these bodies are `#[inline(always)]` into the wrappers.
-///
-/// # Safety
-/// The CPU must have AVX2, FMA and F16C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn transform_row_avx2<S: ToF32>(
-    data: &[S],
-    inp: &Input,
-    g: &ConvGeom,
-    row: usize,
-    v: &mut [f32],
-) {
-    transform_row_body::<S, true>(data, inp, g, row, v)
-}
-
-fn transform_row<S: ToF32>(
-    avx2: bool,
-    data: &[S],
-    inp: &Input,
-    g: &ConvGeom,
-    row: usize,
-    v: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is set only when the kernels' level is AVX2 or above, which the
-        // hardware check guarantees has AVX2, FMA and F16C.
-        return unsafe { transform_row_avx2(data, inp, g, row, v) };
-    }
-    let _ = avx2;
-    transform_row_body::<S, false>(data, inp, g, row, v)
-}
-
 /// `act(conv(x, w) + bias) + residual` into the f32 NHWC rows `out` (`N·Ho·Wo × O`), for the
 /// input view `xl` (channel stride 1, checked against `data` by the caller).
 pub(crate) fn conv_winograd<S: ToF32>(
@@ -316,7 +267,15 @@ pub(crate) fn conv_winograd<S: ToF32>(
     ep: &ConvEpilogue,
     out: &mut [f32],
 ) -> Result<()> {
-    run_blocked(path, (data, xl), w, g, ep, out, block_floats(g.c, g.o))
+    run_blocked(
+        path,
+        (data, xl),
+        w,
+        g,
+        ep,
+        out,
+        block_floats(w.tile, g.c, g.o),
+    )
 }
 
 /// [`conv_winograd`] with blocks of about `block_floats` transformed values (tests use small
@@ -351,53 +310,55 @@ pub(super) fn run_blocked<S: ToF32>(
         }
     }
     let s = xl.strides();
+    let (tile, t) = (w.tile, w.tile.out());
+    let points = tile.points();
     let inp = Input {
         base: xl.offset(),
         sn: s[0],
         sh: s[2],
         sw: s[3],
-        tiles_y: g.ho.div_ceil(2),
-        tiles_x: g.wo.div_ceil(2),
+        tiles_y: g.ho.div_ceil(t),
+        tiles_x: g.wo.div_ceil(t),
     };
     let (c, o) = (g.c, g.o);
     let tile_rows = g.n * inp.tiles_y;
-    let row_floats = inp.tiles_x * POINTS * (c + o);
+    let row_floats = inp.tiles_x * points * (c + o);
     let rows_per_block = (block_floats / row_floats).clamp(1, tile_rows);
     let kernels = Kernels::current();
     let avx2 = kernels.level() != crate::cpu::simd::SimdLevel::Fallback;
-    let row_in = inp.tiles_x * POINTS * c;
+    let row_in = inp.tiles_x * points * c;
     let bf16_ops = w.operands() == Operands::Bf16;
     let mut v = crate::cpu::pool::take::<f32>(if bf16_ops { 0 } else { rows_per_block * row_in });
     let mut vh = crate::cpu::pool::take::<bf16>(if bf16_ops { rows_per_block * row_in } else { 0 });
-    let mut m = crate::cpu::pool::take::<f32>(rows_per_block * inp.tiles_x * POINTS * o);
+    let mut m = crate::cpu::pool::take::<f32>(rows_per_block * inp.tiles_x * points * o);
     // Output rows of tile row r start at `row_start(r)`.
     let row_start = |r: usize| {
         let (b, ty) = (r / inp.tiles_y, r % inp.tiles_y);
-        (b * g.ho + (2 * ty).min(g.ho)) * g.wo * o
+        (b * g.ho + (t * ty).min(g.ho)) * g.wo * o
     };
     let mut r0 = 0;
     while r0 < tile_rows {
         let r1 = (r0 + rows_per_block).min(tile_rows);
         let tiles = (r1 - r0) * inp.tiles_x;
-        let m = &mut m[..tiles * POINTS * o];
-        let a_view = |point| (point * c, tiles, c, POINTS * c, 1);
+        let m = &mut m[..tiles * points * o];
+        let a_view = |point| (point * c, tiles, c, points * c, 1);
         match &w.u {
             Filters::F32(u) => {
-                let v = &mut v[..tiles * POINTS * c];
+                let v = &mut v[..tiles * points * c];
                 v.par_chunks_mut(row_in)
                     .enumerate()
-                    .for_each(|(i, vr)| transform_row(avx2, data, &inp, g, r0 + i, vr));
+                    .for_each(|(i, vr)| transform_row((avx2, tile), data, &inp, g, r0 + i, vr));
                 for (point, u) in u.iter().enumerate() {
                     let (off, rows, cols, rs, cs) = a_view(point);
                     let a = MatRef::new(&*v, off, rows, cols, rs, cs);
                     let c_out = &mut m[point * o..];
-                    gemm::gemm_prepacked_on(path, a, u, c_out, POINTS * o, &Epilogue::new())?;
+                    gemm::gemm_prepacked_on(path, a, u, c_out, points * o, &Epilogue::new())?;
                 }
             }
             Filters::Bf16(u) => {
                 // Each tile row is transformed in f32 (exact: additions of at most four
                 // inputs) into a per-thread row that stays in cache, then rounded once.
-                let vh = &mut vh[..tiles * POINTS * c];
+                let vh = &mut vh[..tiles * points * c];
                 vh.par_chunks_mut(row_in).enumerate().for_each(|(i, vr)| {
                     F32_ROW.with(|cell| {
                         let mut fresh = Vec::new();
@@ -407,7 +368,7 @@ pub(super) fn run_blocked<S: ToF32>(
                             Err(_) => &mut fresh,
                         };
                         row.resize(row_in, 0.0);
-                        transform_row(avx2, data, &inp, g, r0 + i, row);
+                        transform_row((avx2, tile), data, &inp, g, r0 + i, row);
                         kernels.f32_to_bf16(row, vr);
                     })
                 });
@@ -415,22 +376,22 @@ pub(super) fn run_blocked<S: ToF32>(
                     let (off, rows, cols, rs, cs) = a_view(point);
                     let a = MatRef::new(&*vh, off, rows, cols, rs, cs);
                     let c_out = &mut m[point * o..];
-                    gemm::gemm_prepacked_on(path, a, u, c_out, POINTS * o, &Epilogue::new())?;
+                    gemm::gemm_prepacked_on(path, a, u, c_out, points * o, &Epilogue::new())?;
                 }
             }
         }
         // Split this block's output into its tile rows' runs.
         let mut parts = Vec::with_capacity(r1 - r0);
-        let mut rest = &mut out[row_start(r0)..row_start(r1 - 1) + rows_len(g, &inp, r1 - 1)];
+        let mut rest = &mut out[row_start(r0)..row_start(r1 - 1) + rows_len(g, &inp, t, r1 - 1)];
         for r in r0..r1 {
-            let (head, tail) = rest.split_at_mut(rows_len(g, &inp, r));
+            let (head, tail) = rest.split_at_mut(rows_len(g, &inp, t, r));
             parts.push(head);
             rest = tail;
         }
         let m = &*m;
         parts.into_par_iter().enumerate().for_each(|(i, part)| {
-            let mr = &m[i * inp.tiles_x * POINTS * o..(i + 1) * inp.tiles_x * POINTS * o];
-            finish_row(avx2, mr, g, &inp, r0 + i, ep, kernels, part);
+            let mr = &m[i * inp.tiles_x * points * o..(i + 1) * inp.tiles_x * points * o];
+            finish_row((avx2, tile), mr, g, &inp, r0 + i, ep, kernels, part);
         });
         r0 = r1;
     }
@@ -440,8 +401,8 @@ pub(super) fn run_blocked<S: ToF32>(
     Ok(())
 }
 
-/// Output floats of tile row `r`: its one or two output rows.
-fn rows_len(g: &ConvGeom, inp: &Input, r: usize) -> usize {
+/// Output floats of tile row `r` (output tiles of side `t`): its output rows (at most `t`).
+fn rows_len(g: &ConvGeom, inp: &Input, t: usize, r: usize) -> usize {
     let ty = r % inp.tiles_y;
-    (g.ho - 2 * ty).min(2) * g.wo * g.o
+    (g.ho - t * ty).min(t) * g.wo * g.o
 }

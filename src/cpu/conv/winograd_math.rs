@@ -1,18 +1,86 @@
-//! The three linear maps of Winograd F(2×2, 3×3) (Lavin & Gray's matrices), see [`super::winograd`].
+//! The linear maps of Winograd F(2×2, 3×3) and F(4×4, 3×3) (Lavin & Gray's matrices), see
+//! [`super::winograd`].
 //!
-//! Invariants: the input and output maps only add and subtract (exact up to the rounding of
-//! each addition, in a fixed order); the filter map runs in f64. Inner vectors are `L`
-//! channels wide so the compiler keeps them in 8-lane registers.
+//! Invariants: F(2,3)'s input and output maps only add and subtract (exact up to the rounding
+//! of each addition, in a fixed order); F(4,3)'s also multiply by 2, 4, 5 and 8 (products by
+//! powers of two are exact), again in a fixed order that the AVX2 versions
+//! ([`super::winograd_avx2`]) repeat operation for operation, so both give the same bits. The
+//! filter maps run in f64. Inner vectors are `L` channels wide so the compiler keeps them in
+//! 8-lane registers.
 
-/// `G g Gᵀ` with `G = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]`, row-major 4×4.
-pub(super) fn filter_transform(g: &[f64; 9]) -> [f64; 16] {
-    let col = |a: f64, b: f64, c: f64| [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c];
-    // G g: 4×3, column by column.
-    let gg: [[f64; 4]; 3] = std::array::from_fn(|j| col(g[j], g[3 + j], g[6 + j]));
-    let mut out = [0f64; 16];
-    for i in 0..4 {
-        let row = col(gg[0][i], gg[1][i], gg[2][i]);
-        out[i * 4..i * 4 + 4].copy_from_slice(&row);
+/// A Winograd variant: the side of the output tile each transformed tile yields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tile {
+    /// F(2×2, 3×3): 4×4 input tiles, 16 points, `4·C·O` multiply-adds per output pixel.
+    F2,
+    /// F(4×4, 3×3): 6×6 input tiles, 36 points, `2.25·C·O` multiply-adds per output pixel.
+    F4,
+}
+
+impl Tile {
+    /// Output pixels per tile side (2 or 4).
+    pub(crate) const fn out(self) -> usize {
+        match self {
+            Tile::F2 => 2,
+            Tile::F4 => 4,
+        }
+    }
+
+    /// Input pixels per tile side: `out + 2`.
+    pub(crate) const fn side(self) -> usize {
+        self.out() + 2
+    }
+
+    /// Points of the transformed tile (`side²`), i.e. the number of point GEMMs.
+    pub(crate) const fn points(self) -> usize {
+        self.side() * self.side()
+    }
+}
+
+/// The most points of any tile (F(4,3)'s 36): the size of the per-tile scratch arrays.
+pub(super) const MAX_POINTS: usize = 36;
+
+/// F(2,3)'s `G` (4×3).
+const G2: [[f64; 3]; 4] = [
+    [1.0, 0.0, 0.0],
+    [0.5, 0.5, 0.5],
+    [0.5, -0.5, 0.5],
+    [0.0, 0.0, 1.0],
+];
+
+/// F(4,3)'s `G` (6×3), for the points 0, 1, −1, 2, −2 and ∞.
+const G4: [[f64; 3]; 6] = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+
+/// `G g Gᵀ` for `tile`, row-major `side × side` in the first `tile.points()` entries.
+pub(super) fn filter_transform(tile: Tile, g: &[f64; 9]) -> [f64; MAX_POINTS] {
+    match tile {
+        Tile::F2 => filter_transform_with(&G2, g),
+        Tile::F4 => filter_transform_with(&G4, g),
+    }
+}
+
+/// `G g Gᵀ` for an `A × 3` matrix `G` (a constant size, so the loops unroll).
+#[inline(always)]
+fn filter_transform_with<const A: usize>(gm: &[[f64; 3]; A], g: &[f64; 9]) -> [f64; MAX_POINTS] {
+    // G g: A × 3.
+    let mut gg = [[0f64; 3]; A];
+    for (row, gi) in gg.iter_mut().zip(gm) {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = gi[0] * g[j] + gi[1] * g[3 + j] + gi[2] * g[6 + j];
+        }
+    }
+    let mut out = [0f64; MAX_POINTS];
+    for (i, row) in gg.iter().enumerate() {
+        for (j, gj) in gm.iter().enumerate() {
+            out[i * A + j] = row[0] * gj[0] + row[1] * gj[1] + row[2] * gj[2];
+        }
     }
     out
 }
@@ -65,6 +133,88 @@ pub(super) fn output_transform(m: &[[f32; L]; 16]) -> [[f32; L]; 4] {
             let (s0, s1, s2, s3) = (s[r][l], s[r + 1][l], s[r + 2][l], s[r + 3][l]);
             y[i * 2][l] = s0 + s1 + s2;
             y[i * 2 + 1][l] = s1 - s2 - s3;
+        }
+    }
+    y
+}
+
+/// F(4,3)'s `Bᵀ` on six values (one lane), with
+/// `Bᵀ = [[4,0,−5,0,1,0],[0,−4,−4,1,1,0],[0,4,−4,−1,1,0],[0,−2,−1,2,1,0],[0,2,−1,−2,1,0],[0,4,0,−5,0,1]]`.
+#[inline(always)]
+pub(super) fn bt4(d: [f32; 6]) -> [f32; 6] {
+    let a = d[4] - 4.0 * d[2];
+    let b = d[3] - 4.0 * d[1];
+    let c = d[4] - d[2];
+    let e = 2.0 * (d[3] - d[1]);
+    [
+        (4.0 * d[0] - 5.0 * d[2]) + d[4],
+        a + b,
+        a - b,
+        c + e,
+        c - e,
+        (4.0 * d[1] - 5.0 * d[3]) + d[5],
+    ]
+}
+
+/// F(4,3)'s `Aᵀ` on six values (one lane), with
+/// `Aᵀ = [[1,1,1,1,1,0],[0,1,−1,2,−2,0],[0,1,1,4,4,0],[0,1,−1,8,−8,1]]`.
+#[inline(always)]
+pub(super) fn at4(m: [f32; 6]) -> [f32; 4] {
+    let s12 = m[1] + m[2];
+    let d12 = m[1] - m[2];
+    let s34 = m[3] + m[4];
+    let d34 = m[3] - m[4];
+    [
+        (m[0] + s12) + s34,
+        d12 + 2.0 * d34,
+        s12 + 4.0 * s34,
+        (d12 + 8.0 * d34) + m[5],
+    ]
+}
+
+/// `Bᵀ d B` for 6×6 tiles of `L` channels (F(4,3)): columns first, then rows.
+#[inline(always)]
+pub(super) fn input_transform4(d: &[[f32; L]; MAX_POINTS]) -> [[f32; L]; MAX_POINTS] {
+    let mut t = [[0f32; L]; MAX_POINTS];
+    for j in 0..6 {
+        for l in 0..L {
+            let col = bt4(std::array::from_fn(|i| d[i * 6 + j][l]));
+            for (i, v) in col.into_iter().enumerate() {
+                t[i * 6 + j][l] = v;
+            }
+        }
+    }
+    let mut v = [[0f32; L]; MAX_POINTS];
+    for i in 0..6 {
+        for l in 0..L {
+            let row = bt4(std::array::from_fn(|j| t[i * 6 + j][l]));
+            for (j, x) in row.into_iter().enumerate() {
+                v[i * 6 + j][l] = x;
+            }
+        }
+    }
+    v
+}
+
+/// `Aᵀ m A` for 6×6 tiles of `L` channels (F(4,3)): row-major 4×4.
+#[inline(always)]
+pub(super) fn output_transform4(m: &[[f32; L]; MAX_POINTS]) -> [[f32; L]; 16] {
+    let mut s = [[0f32; L]; 24];
+    for j in 0..6 {
+        for l in 0..L {
+            let col = at4(std::array::from_fn(|i| m[i * 6 + j][l]));
+            for (i, v) in col.into_iter().enumerate() {
+                s[i * 6 + j][l] = v;
+            }
+        }
+    }
+    let mut y = [[0f32; L]; 16];
+    for i in 0..4 {
+        for l in 0..L {
+            let row = at4(std::array::from_fn(|j| s[i * 6 + j][l]));
+            for (j, x) in row.into_iter().enumerate() {
+                y[i * 4 + j][l] = x;
+            }
         }
     }
     y

@@ -1,24 +1,24 @@
-//! The output side of the Winograd F(2,3) convolution ([`super::winograd`]): the output
-//! transform `Y = Aᵀ M A` of each tile (additions only) written into the NHWC output rows, then
-//! the implicit GEMM's epilogue per output pixel (`act(conv + bias) + residual`, in f32).
+//! The output side of the Winograd F(2,3) and F(4,3) convolutions ([`super::winograd`]): the
+//! output transform `Y = Aᵀ M A` of each tile written into the NHWC output rows, then the
+//! implicit GEMM's epilogue per output pixel (`act(conv + bias) + residual`, in f32).
 //!
-//! Invariants: a tile row writes exactly the one or two output rows it covers (partial tiles at
-//! the right and bottom edges write only the pixels that exist); residual views were validated
+//! Invariants: a tile row writes exactly the output rows it covers (at most the tile side;
+//! partial tiles at the right and bottom edges write only the pixels that exist); residual views were validated
 //! for every row and column by the caller before any unchecked read.
 
-use super::winograd::{Input, POINTS};
-use super::winograd_math::{output_transform, L};
+use super::winograd::{Input, Tile};
+use super::winograd_math::{output_transform, output_transform4, L, MAX_POINTS};
 use super::ConvEpilogue;
 use crate::cpu::gemm::{Activation, Residual};
 use crate::cpu::simd::Kernels;
 use crate::ops::conv::ConvGeom;
 use crate::ops::kinds::UnaryOp;
 
-/// Output transform of tile row `row` from `m` (per tile, 16 runs of `o` floats) into the
-/// NHWC rows `out` (the row's one or two output rows), then the epilogue.
+/// Output transform of tile row `row` from `m` (per tile, one run of `o` floats per point) into
+/// the NHWC rows `out` (the output rows the tile row covers), then the epilogue.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish_row(
-    avx2: bool,
+    (avx2, tile): (bool, Tile),
     m: &[f32],
     g: &ConvGeom,
     inp: &Input,
@@ -30,10 +30,18 @@ pub(super) fn finish_row(
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: as in `transform_row`.
-        return unsafe { finish_row_avx2(m, g, inp, row, ep, kernels, out) };
+        return unsafe {
+            match tile {
+                Tile::F2 => finish_row_avx2::<2>(m, g, inp, row, ep, kernels, out),
+                Tile::F4 => finish_row_avx2::<4>(m, g, inp, row, ep, kernels, out),
+            }
+        };
     }
     let _ = avx2;
-    finish_row_body(m, g, inp, row, ep, kernels, out)
+    match tile {
+        Tile::F2 => finish_row_body::<2>(m, g, inp, row, ep, kernels, out),
+        Tile::F4 => finish_row_body::<4>(m, g, inp, row, ep, kernels, out),
+    }
 }
 
 /// [`finish_row_body`] built for AVX2.
@@ -42,7 +50,7 @@ pub(super) fn finish_row(
 /// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn finish_row_avx2(
+unsafe fn finish_row_avx2<const T: usize>(
     m: &[f32],
     g: &ConvGeom,
     inp: &Input,
@@ -51,11 +59,12 @@ unsafe fn finish_row_avx2(
     kernels: Kernels,
     out: &mut [f32],
 ) {
-    finish_row_body(m, g, inp, row, ep, kernels, out)
+    finish_row_body::<T>(m, g, inp, row, ep, kernels, out)
 }
 
+/// The body of [`finish_row`] for output tiles of side `T` (2 or 4).
 #[inline(always)]
-fn finish_row_body(
+fn finish_row_body<const T: usize>(
     m: &[f32],
     g: &ConvGeom,
     inp: &Input,
@@ -66,14 +75,15 @@ fn finish_row_body(
 ) {
     let o = g.o;
     let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
-    let rows_here = (g.ho - 2 * ty).min(2);
-    for (tx, mt) in m.chunks_exact(POINTS * o).enumerate() {
-        let cols_here = (g.wo - 2 * tx).min(2);
+    let points = (T + 2) * (T + 2);
+    let rows_here = (g.ho - T * ty).min(T);
+    for (tx, mt) in m.chunks_exact(points * o).enumerate() {
+        let cols_here = (g.wo - T * tx).min(T);
         let mut o0 = 0;
         while o0 < o {
             let n = L.min(o - o0);
-            let mut mm = [[0f32; L]; 16];
-            for (k, mk) in mm.iter_mut().enumerate() {
+            let mut mm = [[0f32; L]; MAX_POINTS];
+            for (k, mk) in mm.iter_mut().take(points).enumerate() {
                 let src = &mt[k * o + o0..k * o + o0 + n];
                 if let Ok(full) = <&[f32; L]>::try_from(src) {
                     *mk = *full;
@@ -81,15 +91,23 @@ fn finish_row_body(
                     mk[..n].copy_from_slice(src);
                 }
             }
-            let y = output_transform(&mm);
+            let y = if T == 2 {
+                let mut m16 = [[0f32; L]; 16];
+                m16.copy_from_slice(&mm[..16]);
+                let mut y = [[0f32; L]; 16];
+                y[..4].copy_from_slice(&output_transform(&m16));
+                y
+            } else {
+                output_transform4(&mm)
+            };
             for i in 0..rows_here {
                 for j in 0..cols_here {
-                    let at = (i * g.wo + 2 * tx + j) * o + o0;
+                    let at = (i * g.wo + T * tx + j) * o + o0;
                     let dst = &mut out[at..at + n];
                     if let Ok(full) = <&mut [f32; L]>::try_from(&mut *dst) {
-                        *full = y[i * 2 + j];
+                        *full = y[i * T + j];
                     } else {
-                        dst.copy_from_slice(&y[i * 2 + j][..n]);
+                        dst.copy_from_slice(&y[i * T + j][..n]);
                     }
                 }
             }
@@ -100,7 +118,7 @@ fn finish_row_body(
     let act = unary_of(ep.activation);
     let mut scratch = vec![0f32; if act.is_some() { o } else { 0 }];
     for (i, pixels) in out.chunks_exact_mut(g.wo * o).enumerate() {
-        let oy = 2 * ty + i;
+        let oy = T * ty + i;
         for (ox, r) in pixels.chunks_exact_mut(o).enumerate() {
             if let Some(bias) = ep.bias {
                 r.iter_mut().zip(bias).for_each(|(x, b)| *x += b);

@@ -1,10 +1,10 @@
-//! Winograd F(2,3) against the direct f64 loops of `tests.rs`: input sizes down to one pixel,
+//! Winograd F(2,3) and F(4,3) against the direct f64 loops of `tests.rs`: input sizes down to one pixel,
 //! odd sizes whose last tiles are partial, paddings 0, 1, 2 (and different per axis), blocks
 //! of tile rows that cross images, a channel-slice input view, 16-bit inputs and outputs, and
 //! the whole epilogue (bias, SiLU, strided and per-image residuals) on every kernel path.
 
 use super::tests::{case, channel_slice_input, direct, rand_vec, rounded_like, sources};
-use super::winograd::run_blocked;
+use super::winograd::{run_blocked, Operands, Tile};
 use super::*;
 use crate::Conv2dParams;
 use half::bf16;
@@ -35,52 +35,66 @@ const CASES: [([usize; 4], usize, (usize, usize)); 7] = [
     ([3, 18, 5, 7], 19, (2, 1)),
 ];
 
+const TILES: [Tile; 2] = [Tile::F2, Tile::F4];
+
 #[test]
 fn winograd_matches_direct_loops_on_every_path_and_block_size() -> Result<()> {
     for (ci, &(x, o, (ph, pw))) in CASES.iter().enumerate() {
-        let g = case(x, [o, x[1], 3, 3], params(ph, pw));
-        let (wide, xv, xl) = channel_slice_input(&g, 40 + ci as u64);
-        let w = rand_vec(o * g.c * 9, 140 + ci as u64);
-        let bias = rand_vec(o, 240 + ci as u64);
-        let res = rand_vec(g.m() * (o + 1), 340 + ci as u64);
-        let packed = PackedConv::new_winograd(&w, [o, g.c, 3, 3], g.p)?;
-        let Panels::Winograd(wg) = &packed.panels else {
-            panic!("Winograd panels expected");
-        };
-        for src in &sources(&wide) {
-            let xr = rounded_like(src, &xv);
-            let want = direct(&xr, &w, &g, &bias, &res);
-            for path in paths() {
-                let ep = ConvEpilogue {
-                    bias: Some(&bias),
-                    activation: Activation::Silu,
-                    residual: Some(Residual::F32(MatRef::new(&res, 0, g.m(), o, o + 1, 1))),
-                    residual_image_stride: None,
-                    out_dtype: DType::F32,
-                    path,
-                };
-                // One tile row per block, a few, and everything in one block.
-                for block in [1, 3 * 16 * (g.c + o), usize::MAX / 2] {
-                    let mut got = vec![f32::NAN; g.m() * o];
-                    match src {
-                        CpuStorage::F32(v) => {
-                            run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
-                        }
-                        CpuStorage::F16(v) => {
-                            run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
-                        }
-                        CpuStorage::BF16(v) => {
-                            run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
-                        }
-                        _ => unreachable!(),
+        for tile in TILES {
+            f32_case(ci, (x, o, (ph, pw)), tile)?;
+        }
+    }
+    Ok(())
+}
+
+fn f32_case(
+    ci: usize,
+    (x, o, (ph, pw)): ([usize; 4], usize, (usize, usize)),
+    tile: Tile,
+) -> Result<()> {
+    let g = case(x, [o, x[1], 3, 3], params(ph, pw));
+    let (wide, xv, xl) = channel_slice_input(&g, 40 + ci as u64);
+    let w = rand_vec(o * g.c * 9, 140 + ci as u64);
+    let bias = rand_vec(o, 240 + ci as u64);
+    let res = rand_vec(g.m() * (o + 1), 340 + ci as u64);
+    let packed = PackedConv::new_winograd_on(&w, [o, g.c, 3, 3], g.p, Operands::F32, tile)?;
+    let Panels::Winograd(wg) = &packed.panels else {
+        panic!("Winograd panels expected");
+    };
+    assert_eq!(wg.tile, tile);
+    for src in &sources(&wide) {
+        let xr = rounded_like(src, &xv);
+        let want = direct(&xr, &w, &g, &bias, &res);
+        for path in paths() {
+            let ep = ConvEpilogue {
+                bias: Some(&bias),
+                activation: Activation::Silu,
+                residual: Some(Residual::F32(MatRef::new(&res, 0, g.m(), o, o + 1, 1))),
+                residual_image_stride: None,
+                out_dtype: DType::F32,
+                path,
+            };
+            // One tile row per block, a few, and everything in one block.
+            for block in [1, 3 * tile.points() * (g.c + o), usize::MAX / 2] {
+                let mut got = vec![f32::NAN; g.m() * o];
+                match src {
+                    CpuStorage::F32(v) => {
+                        run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
                     }
-                    for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            (a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                            "case {ci} {:?} {path:?} block {block} [{i}]: {a} vs {b}",
-                            src.dtype()
-                        );
+                    CpuStorage::F16(v) => {
+                        run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
                     }
+                    CpuStorage::BF16(v) => {
+                        run_blocked(path, (v, &xl), wg, &g, &ep, &mut got, block)?
+                    }
+                    _ => unreachable!(),
+                }
+                for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "case {ci} {tile:?} {:?} {path:?} block {block} [{i}]: {a} vs {b}",
+                        src.dtype()
+                    );
                 }
             }
         }
@@ -97,7 +111,7 @@ fn winograd_rounds_16_bit_outputs_and_steps_per_image_residuals() -> Result<()> 
     let w = rand_vec(21 * 19 * 9, 8);
     let bias = rand_vec(21, 10);
     let per_image = rand_vec(2 * 21, 9);
-    let packed = PackedConv::new_winograd(&w, [21, 19, 3, 3], g.p)?;
+    let packed = PackedConv::new_winograd(&w, [21, 19, 3, 3], g.p, false)?;
     let ep = |out_dtype| ConvEpilogue {
         bias: Some(&bias),
         activation: Activation::Silu,
@@ -139,25 +153,37 @@ fn winograd_rounds_16_bit_outputs_and_steps_per_image_residuals() -> Result<()> 
 }
 
 #[test]
+fn winograd_refuses_bf16_operands_with_f4_tiles() {
+    let w = rand_vec(16 * 16 * 9, 2);
+    let p = PackedConv::new_winograd_on(&w, [16, 16, 3, 3], params(1, 1), Operands::Bf16, Tile::F4);
+    assert!(p.is_err());
+    assert_eq!(
+        super::winograd::choose_tile(16, 16, Operands::Bf16),
+        Tile::F2
+    );
+}
+
+#[test]
 fn winograd_refuses_other_geometry() {
     let w = rand_vec(4 * 4 * 9, 1);
     let strided = Conv2dParams {
         stride: (2, 2),
         ..params(1, 1)
     };
-    assert!(PackedConv::new_winograd(&w, [4, 4, 3, 3], strided).is_err());
-    assert!(PackedConv::new_winograd(&w[..4 * 4 * 4], [4, 4, 2, 2], params(1, 1)).is_err());
-    assert!(PackedConv::new_winograd(&w[..10], [4, 4, 3, 3], params(1, 1)).is_err());
+    assert!(PackedConv::new_winograd(&w, [4, 4, 3, 3], strided, false).is_err());
+    assert!(PackedConv::new_winograd(&w[..4 * 4 * 4], [4, 4, 2, 2], params(1, 1), false).is_err());
+    assert!(PackedConv::new_winograd(&w[..10], [4, 4, 3, 3], params(1, 1), false).is_err());
 }
 
 /// bf16 operands ([`winograd::Operands::Bf16`]): the transformed filters and inputs rounded to
 /// bf16, the point GEMMs on the bf16 kernels of every path. Checked against the direct loops on
 /// the bf16 weights and inputs within a bf16 tolerance: 2⁻⁶ of the output's largest magnitude
 /// (two extra roundings of 2⁻⁹ each, summed over the 16 points; the worst case seen is 0.55%),
-/// and shown to be a different computation from the f32 operands (which match to 1e-4).
+/// and shown to be a different computation from the f32 operands (which match to 1e-4). F(2,3)
+/// only: F(4,3)'s transform coefficients (up to 8, and sixths in the filters) turned the same
+/// roundings into errors of 5% of the output's magnitude, so that pair is refused.
 #[test]
 fn winograd_bf16_operands_match_direct_loops_on_every_path() -> Result<()> {
-    use super::winograd::Operands;
     for (ci, &(x, o, (ph, pw))) in CASES.iter().enumerate() {
         let g = case(x, [o, x[1], 3, 3], params(ph, pw));
         let (wide, xv, xl) = channel_slice_input(&g, 60 + ci as u64);
@@ -168,7 +194,8 @@ fn winograd_bf16_operands_match_direct_loops_on_every_path() -> Result<()> {
         let wf: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
         let bias = rand_vec(o, 260 + ci as u64);
         let res = rand_vec(g.m() * (o + 1), 360 + ci as u64);
-        let packed = PackedConv::new_winograd_on(&w, [o, g.c, 3, 3], g.p, Operands::Bf16)?;
+        let packed =
+            PackedConv::new_winograd_on(&w, [o, g.c, 3, 3], g.p, Operands::Bf16, Tile::F2)?;
         let Panels::Winograd(wg) = &packed.panels else {
             panic!("Winograd panels expected");
         };
@@ -211,7 +238,6 @@ fn winograd_bf16_operands_match_direct_loops_on_every_path() -> Result<()> {
 /// layers never do.
 #[test]
 fn winograd_operands_follow_the_bf16_method() -> Result<()> {
-    use super::winograd::Operands;
     let w = rand_vec(16 * 16 * 9, 3);
     let wh: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
     let operands = |p: &PackedConv| match &p.panels {
@@ -219,8 +245,8 @@ fn winograd_operands_follow_the_bf16_method() -> Result<()> {
         _ => panic!("Winograd panels expected"),
     };
     let dot = bf16_method() == Bf16Method::DotProduct;
-    let f = PackedConv::new_winograd(&w, [16, 16, 3, 3], params(1, 1))?;
-    let h = PackedConv::new_winograd(&wh, [16, 16, 3, 3], params(1, 1))?;
+    let f = PackedConv::new_winograd(&w, [16, 16, 3, 3], params(1, 1), false)?;
+    let h = PackedConv::new_winograd(&wh, [16, 16, 3, 3], params(1, 1), false)?;
     assert_eq!(operands(&f), Operands::F32);
     let want = if dot { Operands::Bf16 } else { Operands::F32 };
     assert_eq!(operands(&h), want);
