@@ -24,9 +24,12 @@ use half::{bf16, f16};
 
 /// Columns per packed B panel (two zmm registers of f32).
 pub(crate) const NR: usize = 32;
-/// Maximum units per K block for the f32 layout: a 14×384 A micro-panel (21 KiB) stays in L1
-/// while 48 KiB B micro-panels stream from L2; larger K blocks mean fewer passes over C.
-pub(crate) const KCU_F32: usize = 384;
+/// Maximum units per K block for the f32 layout: a 14×512 A micro-panel (28 KiB) stays in L1
+/// while 64 KiB B micro-panels stream from L2; larger K blocks mean fewer passes over C (and
+/// fewer A packings). 512 rather than 384 (chosen on Sapphire Rapids, 48 KiB L1): on Zen 4
+/// (32 KiB L1), paired best-of runs put 512³ at 191–196 against 162–191 GFLOP/s, 1024³ and
+/// 2048³ 1–4% faster, K = 1280 and 2560 products equal or faster (BENCHMARKS.md).
+pub(crate) const KCU_F32: usize = 512;
 /// Maximum units (k pairs) per K block for the bf16-pair layout (same footprint as f32).
 pub(crate) const KCU_BF16: usize = 384;
 
