@@ -30,8 +30,9 @@ pub(crate) const NR: usize = 32;
 /// (32 KiB L1), paired best-of runs put 512³ at 191–196 against 162–191 GFLOP/s, 1024³ and
 /// 2048³ 1–4% faster, K = 1280 and 2560 products equal or faster (BENCHMARKS.md).
 pub(crate) const KCU_F32: usize = 512;
-/// Maximum units (k pairs) per K block for the bf16-pair layout (same footprint as f32).
-pub(crate) const KCU_BF16: usize = 384;
+/// Maximum units (k pairs) per K block for the bf16-pair layout (same footprint as f32; 512
+/// measured on Zen 4 as for f32: 1024³ 333–362 → 368–380 GFLOP/s, other shapes within noise).
+pub(crate) const KCU_BF16: usize = 512;
 
 /// Element kind of a packed buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
