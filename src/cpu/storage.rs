@@ -240,6 +240,12 @@ impl CpuStorage {
             .unwrap_or_else(|_| CpuStorage::zeros(dtype, 0))
     }
 
+    /// This whole storage in `dtype`: itself when it already has that dtype, else one
+    /// conversion of every element (no intermediate copy).
+    pub(crate) fn into_dtype(self, dtype: DType) -> CpuStorage {
+        super::convert::cast_contiguous(self, dtype)
+    }
+
     /// [`CpuStorage::cast`] reporting a bad layout as an error.
     pub fn try_cast(&self, layout: &Layout, dtype: DType) -> Result<CpuStorage> {
         let src = self.try_contiguous(layout)?;

@@ -223,6 +223,9 @@ impl UNet2DConditionModel {
             1,
             c.conv_out_kernel / 2,
         )?;
+        // The prepacking's scratch buffers (recycled from layer to layer) are not needed once
+        // every layer is built: hand them back instead of keeping up to a GB in the pool.
+        crate::cpu::pool::clear();
         Ok(UNet2DConditionModel {
             config: c.clone(),
             dtype,
