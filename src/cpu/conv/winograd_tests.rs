@@ -37,6 +37,24 @@ const CASES: [([usize; 4], usize, (usize, usize)); 7] = [
 
 const TILES: [Tile; 2] = [Tile::F2, Tile::F4];
 
+/// Bias, SiLU and a residual read from `res` (rows of `O + 1` values, so its row stride is not
+/// the output's), f32 output, on `path`.
+fn full_epilogue<'a>(
+    bias: &'a [f32],
+    res: &'a [f32],
+    g: &crate::ops::conv::ConvGeom,
+    path: GemmPath,
+) -> ConvEpilogue<'a> {
+    ConvEpilogue {
+        bias: Some(bias),
+        activation: Activation::Silu,
+        residual: Some(Residual::F32(MatRef::new(res, 0, g.m(), g.o, g.o + 1, 1))),
+        residual_image_stride: None,
+        out_dtype: DType::F32,
+        path,
+    }
+}
+
 #[test]
 fn winograd_matches_direct_loops_on_every_path_and_block_size() -> Result<()> {
     for (ci, &(x, o, (ph, pw))) in CASES.iter().enumerate() {
@@ -66,14 +84,7 @@ fn f32_case(
         let xr = rounded_like(src, &xv);
         let want = direct(&xr, &w, &g, &bias, &res);
         for path in paths() {
-            let ep = ConvEpilogue {
-                bias: Some(&bias),
-                activation: Activation::Silu,
-                residual: Some(Residual::F32(MatRef::new(&res, 0, g.m(), o, o + 1, 1))),
-                residual_image_stride: None,
-                out_dtype: DType::F32,
-                path,
-            };
+            let ep = full_epilogue(&bias, &res, &g, path);
             // One tile row per block, a few, and everything in one block.
             for block in [1, 3 * tile.points() * (g.c + o), usize::MAX / 2] {
                 let mut got = vec![f32::NAN; g.m() * o];
@@ -205,14 +216,7 @@ fn winograd_bf16_operands_match_direct_loops_on_every_path() -> Result<()> {
         let want = direct(&xr, &wf, &g, &bias, &res);
         let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
         for path in paths() {
-            let ep = ConvEpilogue {
-                bias: Some(&bias),
-                activation: Activation::Silu,
-                residual: Some(Residual::F32(MatRef::new(&res, 0, g.m(), o, o + 1, 1))),
-                residual_image_stride: None,
-                out_dtype: DType::F32,
-                path,
-            };
+            let ep = full_epilogue(&bias, &res, &g, path);
             for block in [1, 3 * 16 * (g.c + o), usize::MAX / 2] {
                 let mut got = vec![f32::NAN; g.m() * o];
                 run_blocked(path, (&xh, &xl), wg, &g, &ep, &mut got, block)?;
