@@ -89,8 +89,8 @@ impl ParamSource for RandomSource {
                 // U(-b, b) with b = 1/sqrt(fan_in). Uniform also costs a fraction of randn's
                 // Box–Muller, which matters for SD 1.5's 860M parameters.
                 let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
-                let t = Tensor::rand(shape, DType::F32, Device::Cpu, name_seed(self.seed, name))?;
-                t.affine(2.0 * bound, -bound)?
+                let seed = name_seed(self.seed, name);
+                Tensor::rand_affine_f32(shape, seed, 2.0 * bound, -bound)
                     .to_dtype(self.dtype)?
                     .to(self.device)
             }
