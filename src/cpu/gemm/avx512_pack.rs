@@ -1,12 +1,17 @@
-//! AVX-512 packing of row-major A panels: 16×16 in-register transposes instead of scalar
-//! strided scatters (packing A was ~15% of a GEMM's time with the scalar path).
+//! AVX-512 packing of row-major A panels, and of B panels whose columns run along K (B the
+//! transpose of a row-major `[N, K]` weight, as in `x @ w.t()` and the convolutions' weights):
+//! 16×16 in-register transposes instead of scalar strided gathers (packing A was ~15% of a
+//! GEMM's time with the scalar path; a per-call 512³ product with a transposed B took 35%
+//! longer than with a row-major one).
 //!
-//! Invariants: only full 14-row panels of row-major (`col_stride == 1`) views take this path;
-//! chunks of 16 units are loaded from each row (16-bit sources widened on load), transposed,
-//! and written as 16 consecutive 14-wide unit rows (masked stores); the tail of fewer than 16
-//! units is written by the caller's scalar code.
+//! Invariants: only full 14-row A panels of row-major (`col_stride == 1`) views, and full
+//! 16-column B half panels of `row_stride == 1` views, take this path; chunks of 16 units are
+//! loaded from each row (16-bit sources widened on load), transposed, and written as 16
+//! consecutive unit rows; the tail of fewer than 16 units is written by the caller's scalar
+//! code.
 
 use super::avx512::MR;
+use super::layout::NR;
 use std::arch::x86_64::*;
 
 /// How a source row is loaded as 16 lanes of 32 bits.
@@ -91,6 +96,34 @@ pub(crate) unsafe fn pack_panel(
         let out = dst.add(ch * 16 * MR);
         for (j, v) in r.iter().enumerate() {
             _mm512_mask_storeu_ps(out.add(j * MR), (1 << MR) - 1, *v);
+        }
+    }
+}
+
+/// Packs `chunks * 16` units of one 16-column half of a B panel whose columns are contiguous
+/// along K: `cols[i]` points at unit `u0` of column `i` (`esize` bytes per unit); unit `j`'s 16
+/// values go to `dst + j * NR` (the half's lanes of that unit's 32-wide panel row).
+///
+/// # Safety
+/// Every column must hold `chunks * 16` readable units; `dst` must be writable at
+/// `j * NR .. j * NR + 16` for every `j < chunks * 16`; avx512f must be available.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn pack_b_half_t(
+    src: Src,
+    cols: &[*const u8; 16],
+    esize: usize,
+    chunks: usize,
+    dst: *mut f32,
+) {
+    for ch in 0..chunks {
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (i, col) in cols.iter().enumerate() {
+            r[i] = load16(src, col.add(ch * 16 * esize));
+        }
+        transpose16(&mut r);
+        let out = dst.add(ch * 16 * NR);
+        for (j, v) in r.iter().enumerate() {
+            _mm512_storeu_ps(out.add(j * NR), *v);
         }
     }
 }

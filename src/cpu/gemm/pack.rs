@@ -97,14 +97,20 @@ fn for_each_panel<P: Send>(
 
 /// Packs B into the f32 layout. `b` must be validated and `dst.len() == l.len()`.
 pub(crate) fn pack_b_f32<S: ToF32>(b: &MatRef<S>, l: &BLayout, dst: &mut [f32]) {
+    let transposes = b.row_stride == 1 && b.col_stride != 1 && b.rows >= 16 && avx512_packing();
     for_each_panel(l, dst, |u0, u1, p, ch| {
-        // Each half (16 lanes) is either one contiguous source run or handled per element.
+        // Each half (16 lanes) is one contiguous source run per unit, or (columns contiguous
+        // along K) 16 columns transposed 16 units at a time, or handled per element.
         for half in 0..2 {
             let cols: [Option<usize>; 16] = std::array::from_fn(|i| l.src_col(p, half * 16 + i));
             let contiguous = b.col_stride == 1
                 && cols.iter().all(Option::is_some)
                 && cols.windows(2).all(|w| w[0].map(|c| c + 1) == w[1]);
-            for u in u0..u1 {
+            let mut first = u0;
+            if transposes {
+                first += pack_half_transposed(b, &cols, (u0, u1), &mut ch[half * 16..]);
+            }
+            for u in first..u1 {
                 let d = &mut ch[(u - u0) * NR + half * 16..][..16];
                 match (contiguous, cols[0]) {
                     (true, Some(c0)) => {
@@ -121,6 +127,64 @@ pub(crate) fn pack_b_f32<S: ToF32>(b: &MatRef<S>, l: &BLayout, dst: &mut [f32]) 
             }
         }
     });
+}
+
+/// True when B panels may be packed with the AVX-512 transposes (the kernels' level is
+/// AVX-512: a forced lower level keeps its own instructions everywhere).
+fn avx512_packing() -> bool {
+    crate::cpu::simd::Kernels::current().level() == crate::cpu::simd::SimdLevel::Avx512
+}
+
+/// Packs the whole 16-unit chunks of one B half panel whose 16 columns `cols` run along K
+/// (`b.row_stride == 1`), from unit `u0`, into `dst` (unit `j` at `dst[j * NR..][..16]`);
+/// returns the units written (0 when a column is missing or the CPU lacks AVX-512).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn pack_half_transposed<S: ToF32>(
+    b: &MatRef<S>,
+    cols: &[Option<usize>; 16],
+    (u0, u1): (usize, usize),
+    dst: &mut [f32],
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::avx512_pack::{pack_b_half_t, Src};
+        let chunks = (u1 - u0) / 16;
+        if chunks == 0 || !super::avx512::has_avx512() {
+            return 0;
+        }
+        // Column starts at unit u0, all inside the validated view's storage.
+        let mut ptrs = [std::ptr::null::<u8>(); 16];
+        for (ptr, col) in ptrs.iter_mut().zip(cols) {
+            let Some(c) = col else { return 0 };
+            let start = b.offset + u0 * b.row_stride + c * b.col_stride;
+            match b.data.get(start..start + chunks * 16) {
+                Some(run) => *ptr = run.as_ptr() as *const u8,
+                None => return 0,
+            }
+        }
+        if dst.len() < (chunks * 16 - 1) * NR + 16 {
+            return 0;
+        }
+        let src = match S::KIND {
+            SrcKind::F32 => Src::F32,
+            SrcKind::F16 => Src::F16,
+            SrcKind::Bf16 => Src::Bf16,
+        };
+        // SAFETY: every column run holds chunks·16 units (checked above, row stride 1), dst
+        // holds every written position (checked above), AVX-512F was detected.
+        unsafe {
+            pack_b_half_t(
+                src,
+                &ptrs,
+                std::mem::size_of::<S>(),
+                chunks,
+                dst.as_mut_ptr(),
+            )
+        };
+        chunks * 16
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
 }
 
 #[inline(always)]
