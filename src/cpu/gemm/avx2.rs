@@ -61,9 +61,10 @@ impl<S: ToF32> Kernel for Avx2F32<'_, S> {
     type PA = f32;
     type PB = f32;
     const MR: usize = MR;
-    /// 8 × 48 KiB = 384 KiB: the B sub-block stays inside the 512 KiB L2 of the Zen 2/3 cores
-    /// this path mostly serves (the AVX-512 default of 12 is sized for 2 MiB L2s).
-    const NB_PANELS: usize = 8;
+    /// 384 KiB (8 micro-panels of 384 units, 6 of 512): the B sub-block stays inside the 512
+    /// KiB L2 of the Zen 2/3 cores this path mostly serves (the AVX-512 default is sized for
+    /// 1–2 MiB L2s).
+    const B_BLOCK_BYTES: usize = 384 << 10;
     fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [f32]) {
         if self.a.col_stride == 1 && rows == MR && dst.len() >= MR * (u1 - u0) {
             // SAFETY: `Avx2F32` exists only where AVX2 was detected (`new`); the driver passes

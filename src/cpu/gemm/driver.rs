@@ -4,9 +4,9 @@
 //! - Work is cut into tasks, each a range of `MR`-row panels of M times a range of B panels.
 //!   Tasks write disjoint C tiles, so they run in parallel without synchronisation.
 //! - Inside a task, for each K block: pack the task's A rows (thread-local scratch, L2 sized);
-//!   then for each B sub-block of [`NB_PANELS`] micro-panels (L2 resident), each A micro-panel
-//!   (L1 resident) sweeps the sub-block's B micro-panels, which stream from L2 (BLIS's
-//!   order with the operands' roles swapped: our broadcast operand is A). Kernels with
+//!   then for each B sub-block of about [`B_BLOCK_BYTES`] (whole micro-panels, L2 resident),
+//!   each A micro-panel (L1 resident) sweeps the sub-block's B micro-panels, which stream from
+//!   L2 (BLIS's order with the operands' roles swapped: our broadcast operand is A). Kernels with
 //!   [`Kernel::B_STATIONARY`] (the implicit-GEMM convolution's) use the other order: each B
 //!   micro-panel (`kcu × 32`, L1 resident with `kcu` ≈ 192) is swept by every A micro-panel of
 //!   the task's A block (L2 resident with its C and B blocks in [`TASK_BYTES`]), and tasks are
@@ -29,8 +29,9 @@ pub(crate) const PAR_MIN_FLOPS: f64 = (1u64 << 22) as f64;
 /// Maximum A micro-panels per task (an `MC = 12 * 14 = 168`-row A block: ~170 KiB, L2 resident).
 pub(crate) const MC_PANELS: usize = 12;
 
-/// B micro-panels per L2-resident B sub-block (12 * 32 columns * 384 units * 4 B = 576 KiB).
-pub(crate) const NB_PANELS: usize = 12;
+/// Bytes of an L2-resident B sub-block (576 KiB: 12 micro-panels of 384 units, 9 of 512): the
+/// sub-block holds as many whole micro-panels of the K block as fit, at least one.
+pub(crate) const B_BLOCK_BYTES: usize = 576 << 10;
 
 /// Bytes of L2 a [`Kernel::B_STATIONARY`] task's working set may take (of a 2 MiB L2).
 pub(crate) const TASK_BYTES: usize = 3 << 19;
@@ -73,8 +74,8 @@ pub(crate) trait Kernel: Sync {
     type PB: bytemuck::Pod + Sync;
     /// Rows per micro-panel.
     const MR: usize;
-    /// B micro-panels per L2-resident B sub-block (see [`NB_PANELS`]).
-    const NB_PANELS: usize = NB_PANELS;
+    /// Bytes of an L2-resident B sub-block (see [`B_BLOCK_BYTES`]).
+    const B_BLOCK_BYTES: usize = B_BLOCK_BYTES;
     /// Loop order inside a task: `false` keeps each A micro-panel in L1 while B micro-panels
     /// stream past it; `true` keeps each B micro-panel in L1 while the A block streams.
     const B_STATIONARY: bool = false;
@@ -253,7 +254,8 @@ fn run_task<K: Kernel>(
                 }
                 continue;
             }
-            let nbp = K::NB_PANELS;
+            let panel_bytes = kcu * super::layout::NR * std::mem::size_of::<K::PB>();
+            let nbp = (K::B_BLOCK_BYTES / panel_bytes.max(1)).max(1);
             // B sub-block (kcu x 32*nbp) stays in L2; each A micro-panel stays in L1 while it
             // sweeps the sub-block's B micro-panels.
             let mut qb = q0;
