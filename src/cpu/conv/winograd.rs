@@ -26,10 +26,10 @@
 //!
 //! Invariants:
 //! - The filter transform `U = G g Gᵀ` is made once per layer in f64 and rounded to f32;
-//!   F(2,3)'s input and output transforms use only additions, F(4,3)'s also small integer
-//!   products, in a fixed order: errors stay within a few f32 ulps (F(2,3)) or a few dozen
-//!   (F(4,3)) of the result's magnitude (tested against the implicit GEMM and a direct
-//!   reference).
+//!   F(2,3)'s input and output transforms use only additions (its results stay within a few
+//!   f32 ulps of the direct convolution), F(4,3)'s also products by 2, 4, 5 and 8, in a fixed
+//!   order, whose growth costs some of f32's digits; both are tested against a direct f64
+//!   reference within 1e-4 relative (and against the implicit GEMM through the public API).
 //! - Tile `(ty, tx)` of image `b` reads input pixels `(m·ty − ph + i, m·tx − pw + j)`,
 //!   `i, j < m + 2` (zeros outside the image), and writes the output pixels
 //!   `(m·ty + i, m·tx + j)`, `i, j < m`, that exist: any input size and any padding are exact.
@@ -37,11 +37,12 @@
 //!   NHWC rows and its transformed data (`points · tiles · (C + O)` floats) stays near the
 //!   cache.
 //! - bf16 layers where the bf16 GEMM method is `vdpbf16ps` ([`Operands::Bf16`]) take F(2,3),
-//!   round `U` and the f32 input transform to bf16 once each and run the 16 GEMMs on the bf16 kernels (f32
-//!   accumulation, twice the f32 FMA rate on CPUs with full-rate `vdpbf16ps`, such as AMD Zen
-//!   4; half the filter memory). That adds two bf16 roundings (relative 2⁻⁹) to operands that
-//!   were bf16 already, so the error stays of the order of a bf16 convolution's own (tested
-//!   against the direct loops with a bf16 tolerance); f32 and f16 layers never take this path.
+//!   round `U` and the f32 input transform to bf16 once each and run the 16 GEMMs on the bf16
+//!   kernels (f32 accumulation, twice the f32 FMA rate on CPUs with full-rate `vdpbf16ps`,
+//!   such as AMD Zen 4; half the filter memory). That adds two bf16 roundings (relative 2⁻⁹)
+//!   to operands that were bf16 already, so the error stays of the order of a bf16
+//!   convolution's own (tested against the direct loops with a bf16 tolerance); f32 and f16
+//!   layers never take this path.
 //! - The epilogue is the implicit GEMM's: `act(conv + bias) + residual` in f32, per output row.
 
 use super::winograd_in::transform_row;
@@ -72,8 +73,9 @@ fn block_floats(tile: Tile, c: usize, o: usize) -> usize {
     BLOCK_FLOATS.max(tile.points() * c * o / 2)
 }
 
-/// True when a layer of weight shape `[O, C, kh, kw]` and `params` can run as Winograd (F(2,3) or F(4,3))
-/// and is large enough to gain from it (the transforms cost about `16·(C + O)` adds per tile).
+/// True when a layer of weight shape `[O, C, kh, kw]` and `params` can run as Winograd (either
+/// variant) and is large enough to gain from it (the transforms cost a few adds per point and
+/// channel, against `C·O` multiply-adds per point).
 pub(crate) fn suits(shape: [usize; 4], p: &Conv2dParams) -> bool {
     let [o, c, kh, kw] = shape;
     kh == 3
