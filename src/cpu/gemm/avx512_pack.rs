@@ -73,6 +73,22 @@ pub(crate) unsafe fn transpose16(r: &mut [__m512; 16]) {
     *r = t;
 }
 
+/// Units `16·ch .. 16·ch + 16` of each of `rows` (at most 16; `esize` bytes per unit),
+/// transposed: entry `j` holds unit `j` of row `i` in lane `i` (lanes past the rows are 0).
+///
+/// # Safety
+/// Every row must hold those 16 readable units; avx512f must be available.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn load_transposed(src: Src, rows: &[*const u8], esize: usize, ch: usize) -> [__m512; 16] {
+    let mut r = [_mm512_setzero_ps(); 16];
+    for (ri, row) in r.iter_mut().zip(rows) {
+        *ri = load16(src, row.add(ch * 16 * esize));
+    }
+    transpose16(&mut r);
+    r
+}
+
 /// Packs `chunks * 16` units of a full 14-row panel. `rows[r]` points at unit `u0` of row `r`
 /// (`esize` bytes per unit); `dst` receives `chunks * 16 * MR` 32-bit values.
 ///
@@ -88,11 +104,7 @@ pub(crate) unsafe fn pack_panel(
     dst: *mut f32,
 ) {
     for ch in 0..chunks {
-        let mut r = [_mm512_setzero_ps(); 16];
-        for (i, row) in rows.iter().enumerate() {
-            r[i] = load16(src, row.add(ch * 16 * esize));
-        }
-        transpose16(&mut r);
+        let r = load_transposed(src, rows, esize, ch);
         let out = dst.add(ch * 16 * MR);
         for (j, v) in r.iter().enumerate() {
             _mm512_mask_storeu_ps(out.add(j * MR), (1 << MR) - 1, *v);
@@ -116,11 +128,7 @@ pub(crate) unsafe fn pack_b_half_t(
     dst: *mut f32,
 ) {
     for ch in 0..chunks {
-        let mut r = [_mm512_setzero_ps(); 16];
-        for (i, col) in cols.iter().enumerate() {
-            r[i] = load16(src, col.add(ch * 16 * esize));
-        }
-        transpose16(&mut r);
+        let r = load_transposed(src, cols, esize, ch);
         let out = dst.add(ch * 16 * NR);
         for (j, v) in r.iter().enumerate() {
             _mm512_storeu_ps(out.add(j * NR), *v);
