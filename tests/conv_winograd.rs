@@ -161,3 +161,27 @@ fn override_switches_the_path_of_new_layers() {
     let (a, b) = (off.forward(&x).unwrap(), on.forward(&x).unwrap());
     assert_close("override", &values(&b), &values(&a), 1e-4, 1e-4);
 }
+
+/// At SD's channel counts (320 in, 320 out: F(4,3) by default) a Winograd layer stays within
+/// the f32 tolerance of the implicit GEMM: F(4,3)'s larger transform coefficients do not grow
+/// the error beyond what the number of summed products allows (seen: ~1e-6 relative).
+#[test]
+fn wide_f32_winograd_layer_matches_the_implicit_gemm() {
+    let _turn = layers_lock();
+    let x = randn(&[1, 320, 13, 11], DType::F32, 7).to_memory_format(MemoryFormat::ChannelsLast);
+    let x = x.unwrap();
+    let w = randn(&[320, 320, 3, 3], DType::F32, 8)
+        .affine(0.05, 0.0)
+        .unwrap();
+    let build = |on| {
+        xpu::cpu::set_winograd_override(on);
+        let l = Conv2d::new(w.clone(), None, pad(1, 1));
+        xpu::cpu::set_winograd_override(None);
+        l.unwrap()
+    };
+    let (gemm, wino) = (build(Some(false)), build(Some(true)));
+    assert!(!gemm.uses_winograd() && wino.uses_winograd());
+    let (want, got) = (gemm.forward(&x).unwrap(), wino.forward(&x).unwrap());
+    let t = tol(DType::F32, 320);
+    assert_close("320 channels", &values(&got), &values(&want), t, t);
+}
