@@ -120,6 +120,11 @@ impl Layout {
 
     /// True when elements are laid out row-major without gaps (offset may be non-zero).
     pub fn is_contiguous(&self) -> bool {
+        // As in PyTorch, a view without elements is contiguous whatever its strides (the
+        // strides of `contiguous_strides` for a shape with a 0 dim would not pass the loop).
+        if self.numel() == 0 {
+            return true;
+        }
         let mut acc = 1;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != acc {

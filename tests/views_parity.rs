@@ -223,3 +223,30 @@ fn transposed_gathers_match_index_arithmetic() {
         }
     }
 }
+
+/// Tensors with a 0-sized dim are contiguous whatever their strides (as in PyTorch), and every
+/// view op on them returns an empty tensor of the right shape (reshape of a `[3, 0]` tensor
+/// used to recurse until the stack overflowed).
+#[test]
+fn empty_tensors_reshape_and_view_on_every_device() {
+    for device in common::devices() {
+        for dtype in DType::ALL {
+            for shape in [&[3, 0][..], &[0, 3], &[2, 0, 5], &[0], &[4, 1, 0]] {
+                let x = Tensor::zeros(shape, dtype, device).unwrap();
+                assert!(x.is_contiguous(), "{device} {dtype} {shape:?}");
+                let flat = x.flatten_all().unwrap();
+                assert_eq!(flat.shape(), &[0]);
+                assert_eq!(x.reshape(&[0, 7]).unwrap().shape(), &[0, 7]);
+                let t = x.transpose(0, -1).unwrap();
+                assert!(t.is_contiguous(), "{device} {dtype} {shape:?} transposed");
+                assert_eq!(t.reshape(&[5, 0]).unwrap().shape(), &[5, 0]);
+                assert_eq!(t.contiguous().unwrap().numel(), 0);
+                assert!(values(&t.reshape(&[0]).unwrap()).is_empty());
+                assert!(
+                    x.reshape(&[1]).is_err(),
+                    "{shape:?} to [1] must be an error"
+                );
+            }
+        }
+    }
+}

@@ -21,9 +21,16 @@ impl Tensor {
                 got: format!("{shape:?}"),
             });
         }
-        match self.layout().reshape(shape) {
-            Some(l) => Ok(self.with_layout(l)),
-            None => self.contiguous()?.reshape(shape),
+        if let Some(l) = self.layout().reshape(shape) {
+            return Ok(self.with_layout(l));
+        }
+        let dense = self.contiguous()?;
+        match dense.layout().reshape(shape) {
+            Some(l) => Ok(dense.with_layout(l)),
+            None => Err(Error::invalid(
+                "reshape",
+                format!("a contiguous copy of {:?} did not reshape", self.shape()),
+            )),
         }
     }
 
