@@ -215,3 +215,56 @@ fn shader_failures_are_errors_with_the_compiler_message() {
     assert_eq!(t.sum_all().unwrap().to_scalar::<f32>().unwrap(), 3.0);
     assert!(xpu::compile_wgsl("@compute @workgroup_size(1) fn main() {}").is_ok());
 }
+
+/// A storage larger than one storage binding may be (the adapter's
+/// `max_storage_buffer_binding_size`, 128 MiB on lavapipe) is an error in the kernels that read
+/// it, never a silently clipped binding (matmul used to read zeros past the limit); one just
+/// under the limit computes exactly. Runs where the limit is small enough to allocate.
+#[test]
+fn storage_past_the_binding_limit_is_an_error_not_zeros() {
+    if !common::xpu() {
+        return;
+    }
+    let limit = xpu::xpu_adapter().unwrap().max_storage_binding;
+    if limit > 512 << 20 {
+        eprintln!("binding limit {limit} bytes: too large to exercise here");
+        return;
+    }
+    const K: usize = 64;
+    let rows_under = (limit as usize / 4 - 1024) / K;
+    let rows_over = (limit as usize / 4 + 1024) / K;
+    let w = Tensor::full(0.5, &[K, 1], DType::F32, Device::Xpu).unwrap();
+    for (rows, fits) in [(rows_under, true), (rows_over, false)] {
+        let a = Tensor::ones(&[rows, K], DType::F32, Device::Cpu)
+            .unwrap()
+            .to(Device::Xpu)
+            .unwrap();
+        let bias = Tensor::full(1.0, &[1], DType::F32, Device::Xpu).unwrap();
+        for (what, r) in [("matmul", a.matmul(&w)), ("add", a.add(&bias))] {
+            match (fits, r) {
+                (true, Ok(t)) => {
+                    let want = if what == "matmul" {
+                        K as f32 / 2.0
+                    } else {
+                        2.0
+                    };
+                    let v = t.to_vec::<f32>().unwrap();
+                    let bad = v.iter().position(|&x| x != want);
+                    assert!(
+                        bad.is_none(),
+                        "{what}: element {bad:?} of {} differs",
+                        v.len()
+                    );
+                }
+                (false, Err(e)) => {
+                    assert!(matches!(e, Error::OutOfMemory { .. }), "{what}: {e}");
+                    assert!(e.to_string().contains(&limit.to_string()), "{what}: {e}");
+                }
+                (fits, r) => panic!(
+                    "{what} of {rows}x{K} (fits: {fits}): unexpected {:?}",
+                    r.map(|t| t.shape().to_vec())
+                ),
+            }
+        }
+    }
+}

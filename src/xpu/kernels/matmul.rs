@@ -424,6 +424,7 @@ fn dispatch(
             format!("a grid of {groups:?} workgroups exceeds the adapter's {max} per dimension"),
         ));
     }
+    super::check_bindings(std::iter::once(out).chain(inputs.iter().map(|(_, s)| *s)))?;
     let pipeline = ctx.pipelines.get(&ctx.device, key)?;
     let mut bindings = vec![(1u32, &*out.buffer)];
     bindings.extend(inputs.iter().map(|(b, s)| (*b, &*s.buffer)));

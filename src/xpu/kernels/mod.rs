@@ -28,17 +28,7 @@ pub(crate) fn launch(
     workgroups: [u32; 3],
 ) -> Result<()> {
     let ctx = &out.ctx;
-    let max_binding = ctx.limits.max_storage_buffer_binding_size;
-    for s in std::iter::once(out).chain(inputs.iter().copied()) {
-        let bytes = (s.len * s.dtype.size_in_bytes()) as u64;
-        if bytes > max_binding {
-            return Err(crate::Error::OutOfMemory {
-                requested: bytes,
-                allocated: ctx.allocator.stats()?.allocated,
-                limit: max_binding,
-            });
-        }
-    }
+    check_bindings(std::iter::once(out).chain(inputs.iter().copied()))?;
     let pipeline = ctx.pipelines.get(&ctx.device, key)?;
     let mut bindings = vec![(1u32, &*out.buffer)];
     for (i, s) in inputs.iter().enumerate() {
@@ -55,6 +45,25 @@ pub(crate) fn launch(
             workgroups,
         },
     )
+}
+
+/// Refuses storages larger than one storage binding may be (the adapter's
+/// `max_storage_buffer_binding_size`): the stream binds at most that many bytes of a buffer, so
+/// a kernel would read zeros (or drop writes) past it instead of failing.
+pub(crate) fn check_bindings<'a>(storages: impl Iterator<Item = &'a XpuStorage>) -> Result<()> {
+    for s in storages {
+        let ctx = &s.ctx;
+        let max_binding = ctx.limits.max_storage_buffer_binding_size;
+        let bytes = (s.len * s.dtype.size_in_bytes()) as u64;
+        if bytes > max_binding {
+            return Err(crate::Error::OutOfMemory {
+                requested: bytes,
+                allocated: ctx.allocator.stats()?.allocated,
+                limit: max_binding,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A key with the default 1-D workgroup size.
