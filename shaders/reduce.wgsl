@@ -1,7 +1,8 @@
 // reduce.wgsl: reductions and softmax along one dim. One workgroup per output row.
 // The shape/strides in params describe the *outer* dims (the reduced dim removed); params[32] is
 // the reduced length R and params[33] its stride; params[0] the number of rows.
-// `reduce` writes one 32-bit word per row: f32 for sum/mean/max/min, an i32 index for argmax/argmin.
+// `reduce` writes one 32-bit word per row: f32 for sum/mean/max/min, an i32 index for argmax/argmin;
+// `reduce_i32` the same for i32 input, with i32 values.
 // `softmax` writes R f32 values per row, contiguous (row-major over [rows, R]).
 // VARIANT is ReduceOp::code: 0 sum, 1 mean, 2 max, 3 min, 4 argmax, 5 argmin.
 
@@ -86,6 +87,67 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             case 4u, 5u: { dst[row] = red_i[0]; }
             default: { dst[row] = bitcast<u32>(v); }
         }
+    }
+}
+
+// i32 reductions (DT_IN 3), exact: sum wraps (two's complement, as WGSL's i32 addition and the
+// Cpu kernel), max/min/argmax/argmin compare integers, ties keep the lower index. VARIANT as in
+// `reduce` (mean is refused on the host). An invocation that saw no element holds index
+// 0xffffffff and never wins a comparison.
+var<workgroup> red_n: array<i32, 256>;
+
+fn better_i32(v: i32, i: u32, best: i32, bi: u32, want_max: bool) -> bool {
+    if (bi == 0xffffffffu) {
+        return true;
+    }
+    if (v == best) {
+        return i < bi;
+    }
+    return select((v < best), (v > best), want_max);
+}
+
+@compute @workgroup_size(WG)
+fn reduce_i32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let row = row_id(wid, nwg);
+    let rows = p(0u);
+    let r_len = p(32u);
+    let r_stride = p(33u);
+    let in_range = row < rows;
+    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    let op = VARIANT;
+    let want_max = op == 2u || op == 4u;
+    var acc: i32 = 0;
+    var best_i = 0xffffffffu;
+    if (in_range) {
+        for (var r = lid; r < r_len; r = r + WG) {
+            let v = bitcast<i32>(load0_bits(base + r * r_stride));
+            if (op == 0u) {
+                acc = acc + v;
+            } else if (better_i32(v, r, acc, best_i, want_max)) {
+                acc = v;
+                best_i = r;
+            }
+        }
+    }
+    red_n[lid] = acc;
+    red_i[lid] = best_i;
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        workgroupBarrier();
+        if (lid < s) {
+            let v = red_n[lid + s];
+            let i = red_i[lid + s];
+            if (op == 0u) {
+                red_n[lid] = red_n[lid] + v;
+            } else if (i != 0xffffffffu && better_i32(v, i, red_n[lid], red_i[lid], want_max)) {
+                red_n[lid] = v;
+                red_i[lid] = i;
+            }
+        }
+    }
+    workgroupBarrier();
+    if (lid == 0u && in_range) {
+        dst[row] = select(bitcast<u32>(red_n[0]), red_i[0], op >= 4u);
     }
 }
 

@@ -261,3 +261,80 @@ fn softmax_along_each_dim() {
         );
     }
 }
+
+/// i32 reductions are exact on every device: the sum wraps like two's-complement addition,
+/// max/min/argmax/argmin compare integers and ties keep the first index; mean is refused.
+/// Values drawn from a small range (many ties) and from the whole i32 range (sums that wrap),
+/// on odd shapes and on a transposed view.
+#[test]
+fn i32_reductions_are_exact_on_every_device() {
+    let shapes: [&[usize]; 5] = [&[1], &[7], &[257], &[63, 65], &[3, 257, 5]];
+    for device in common::devices() {
+        for (si, shape) in shapes.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            for wide in [false, true] {
+                let host: Vec<i32> = (0..n as u32)
+                    .map(|i| {
+                        let h = i.wrapping_add(si as u32 * 7919).wrapping_mul(0x9E37_79B1);
+                        if wide {
+                            h as i32
+                        } else {
+                            (h >> 20) as i32 % 9 - 4
+                        }
+                    })
+                    .collect();
+                let base = Tensor::from_slice(&host, shape, device).unwrap();
+                // The same values through a transposed view of the transposed data.
+                let views = if shape.len() >= 2 {
+                    let r = shape.len();
+                    let t = base
+                        .transpose(0, r as isize - 1)
+                        .unwrap()
+                        .contiguous()
+                        .unwrap();
+                    vec![base.clone(), t.transpose(0, r as isize - 1).unwrap()]
+                } else {
+                    vec![base.clone()]
+                };
+                for x in &views {
+                    for dim in 0..shape.len() {
+                        for op in OPS {
+                            let what = format!("{device} {shape:?} wide={wide} dim {dim} {op:?}");
+                            let r = x.reduce(op, dim as isize, false);
+                            if op == ReduceOp::Mean {
+                                assert!(r.is_err(), "{what}: mean of i32 must be refused");
+                                continue;
+                            }
+                            let got = r.unwrap().to_vec::<i32>().unwrap();
+                            assert_eq!(got, int_reference(&host, shape, dim, op), "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Exact i32 reference of `op` along `dim` (the sum wraps).
+fn int_reference(v: &[i32], shape: &[usize], dim: usize, op: ReduceOp) -> Vec<i32> {
+    let outer: usize = shape[..dim].iter().product();
+    let len = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for i in 0..inner {
+            let row: Vec<i32> = (0..len).map(|r| v[(o * len + r) * inner + i]).collect();
+            let first = |pick: i32| row.iter().position(|&x| x == pick).unwrap_or(0) as i32;
+            let (max, min) = (*row.iter().max().unwrap(), *row.iter().min().unwrap());
+            out.push(match op {
+                ReduceOp::Sum => row.iter().map(|&x| x as i64).sum::<i64>() as i32,
+                ReduceOp::Max => max,
+                ReduceOp::Min => min,
+                ReduceOp::ArgMax => first(max),
+                ReduceOp::ArgMin => first(min),
+                ReduceOp::Mean => unreachable!("mean is refused"),
+            });
+        }
+    }
+    out
+}

@@ -1,8 +1,9 @@
 //! Reductions along one dim and softmax on Xpu (`shaders/reduce.wgsl`).
 //!
-//! One workgroup reduces one output row, accumulating in f32. The kernels write 32-bit results
-//! (f32 values, or i32 indices for argmax/argmin); 16-bit outputs are produced by one extra
-//! cast, so no two workgroups ever write the same 32-bit word.
+//! One workgroup reduces one output row, accumulating in f32 (float inputs) or exactly in i32
+//! (i32 inputs: wrapping sum, integer max/min/argmax/argmin, as the Cpu kernels; no mean). The
+//! kernels write 32-bit results (f32 or i32 values, or i32 indices for argmax/argmin); 16-bit
+//! outputs are produced by one extra cast, so no two workgroups ever write the same 32-bit word.
 
 use super::params::{grid, Params, EXTRA, OFFSET0};
 use super::{key, launch};
@@ -57,7 +58,19 @@ impl XpuStorage {
 
     /// Reduces `dim` away; output contiguous over the remaining dims.
     pub(crate) fn reduce(&self, layout: &Layout, dim: usize, op: ReduceOp) -> Result<XpuStorage> {
-        check_float(self, op.name())?;
+        let int = self.dtype == DType::I32;
+        if int && op == ReduceOp::Mean {
+            return Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype: self.dtype,
+                device: Device::Xpu,
+                hint: "; mean needs a float tensor (i32 takes sum, max, min, argmax, argmin)"
+                    .into(),
+            });
+        }
+        if !int {
+            check_float(self, op.name())?;
+        }
         let (p, rows, len) = self.row_params(layout, dim, op.name())?;
         if len == 0 && op != ReduceOp::Sum && op != ReduceOp::Mean {
             return Err(Error::invalid(
@@ -65,7 +78,7 @@ impl XpuStorage {
                 format!("cannot take {} over an empty dim {dim}", op.name()),
             ));
         }
-        let word_dtype = if op.returns_index() {
+        let word_dtype = if op.returns_index() || int {
             DType::I32
         } else {
             DType::F32
@@ -74,13 +87,8 @@ impl XpuStorage {
         if rows == 0 {
             return self.finish(out, op);
         }
-        let k = key(
-            ShaderId::Reduce,
-            "reduce",
-            self.dtype,
-            word_dtype,
-            op.code(),
-        );
+        let entry = if int { "reduce_i32" } else { "reduce" };
+        let k = key(ShaderId::Reduce, entry, self.dtype, word_dtype, op.code());
         launch(
             &out,
             k,
@@ -92,7 +100,7 @@ impl XpuStorage {
     }
 
     fn finish(&self, out: XpuStorage, op: ReduceOp) -> Result<XpuStorage> {
-        if op.returns_index() || self.dtype == DType::F32 {
+        if op.returns_index() || self.dtype == DType::F32 || self.dtype == DType::I32 {
             return Ok(out);
         }
         let n = out.len;
