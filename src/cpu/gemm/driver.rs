@@ -16,10 +16,14 @@
 //! - A tile is `first` on K block 0 (C is overwritten, or blended with `beta`) and `last` on the
 //!   final K block, where the whole epilogue is applied as the tile is stored (into C, or
 //!   rounded into [`EpCtx::out16`] when set, in which case C only ever holds partial sums).
+//! - B panels come through [`Panels`]: packed beforehand, or packed by the first task that
+//!   needs each one ([`super::panels::LazyPanels`], per-call products); then each M task starts
+//!   its sweep over the panels at a different place so threads pack different panels at once.
 //! - Calls below [`PAR_MIN_FLOPS`] never touch the thread pool.
 
 use super::buf::{with_scratch, Slot};
 use super::layout::PackedView;
+use super::panels::Panels;
 use super::types::{Out16, Residual};
 use super::Activation;
 use rayon::prelude::*;
@@ -169,7 +173,19 @@ pub(crate) fn run<K: Kernel>(
     ldc: usize,
     ep: &EpCtx,
 ) {
-    let l = b.layout;
+    run_panels(kern, m, &b, c, ldc, ep);
+}
+
+/// [`run`] over any source of B panels (a packed B, or one packed on first use).
+pub(crate) fn run_panels<K: Kernel>(
+    kern: &K,
+    m: usize,
+    b: &dyn Panels<K::PB>,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &EpCtx,
+) {
+    let l = *b.layout();
     if m == 0 || l.n == 0 {
         return;
     }
@@ -193,7 +209,7 @@ pub(crate) fn run<K: Kernel>(
         let (mi, ni) = (i / nt, i % nt);
         let (p0, p1) = (mi * mp / mt, (mi + 1) * mp / mt);
         let (q0, q1) = (ni * np / nt, (ni + 1) * np / nt);
-        run_task(kern, m, (p0, p1), (q0, q1), &b, cp, ldc, ep);
+        run_task(kern, m, (p0, p1), (q0, q1), b, cp, ldc, ep, (mi, mt));
     };
     if threads == 1 || mt * nt == 1 {
         (0..mt * nt).for_each(task);
@@ -208,16 +224,17 @@ fn run_task<K: Kernel>(
     m: usize,
     (p0, p1): (usize, usize),
     (q0, q1): (usize, usize),
-    b: &PackedView<K::PB>,
+    b: &dyn Panels<K::PB>,
     c: CPtr,
     ldc: usize,
     ep: &EpCtx,
+    (task_row, task_rows): (usize, usize),
 ) {
     let c = c.0;
     if p0 >= p1 || q0 >= q1 {
         return;
     }
-    let l = &b.layout;
+    let l = b.layout();
     let mr = K::MR;
     with_scratch(Slot::A, |scratch| {
         kern.begin();
@@ -234,7 +251,7 @@ fn run_task<K: Kernel>(
             if K::B_STATIONARY {
                 for q in q0..q1 {
                     let (col0, nr) = l.panel_cols(q);
-                    let bptr = b.data[l.panel_offset(bi, q)..].as_ptr();
+                    let bptr = b.panel(bi, q);
                     for (j, ip) in (p0..p1).enumerate() {
                         let row0 = ip * mr;
                         let t = Tile {
@@ -258,13 +275,24 @@ fn run_task<K: Kernel>(
             let nbp = (K::B_BLOCK_BYTES / panel_bytes.max(1)).max(1);
             // B sub-block (kcu x 32*nbp) stays in L2; each A micro-panel stays in L1 while it
             // sweeps the sub-block's B micro-panels.
-            let mut qb = q0;
-            while qb < q1 {
-                let qe = (qb + nbp).min(q1);
+            // Panels packed on first use: M tasks sweep the panels from different starts, so
+            // that the threads pack different panels at the same time (rayon hands each thread
+            // a contiguous range of tasks: the starts spread over the task range). Sub-blocks
+            // are runs of `nbp` panels in the task's (rotated, wrapping) order.
+            let span = q1 - q0;
+            let start = if b.lazy() {
+                task_row * span / task_rows.max(1)
+            } else {
+                0
+            };
+            let mut s = 0;
+            while s < span {
+                let e = (s + nbp).min(span);
                 for (j, ip) in (p0..p1).enumerate() {
                     let row0 = ip * mr;
                     let apanel = abuf[j * panel..].as_ptr();
-                    for q in qb..qe {
+                    for i in s..e {
+                        let q = q0 + (start + i) % span;
                         let (col0, nr) = l.panel_cols(q);
                         let t = Tile {
                             // SAFETY: row0 < m and col0 < n, inside the validated C.
@@ -277,12 +305,12 @@ fn run_task<K: Kernel>(
                             first: bi == 0,
                             last: bi + 1 == l.nblk,
                         };
-                        let bptr = b.data[l.panel_offset(bi, q)..].as_ptr();
+                        let bptr = b.panel(bi, q);
                         // SAFETY: the A panel has `panel` elements, the B panel `32 * kcu`.
                         unsafe { kern.tile(kcu, apanel, bptr, &t, ep) };
                     }
                 }
-                qb = qe;
+                s = e;
             }
         }
         kern.end();

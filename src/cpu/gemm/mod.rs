@@ -44,6 +44,7 @@ mod gather;
 mod gather_dot;
 mod layout;
 mod pack;
+mod panels;
 mod peak;
 mod portable;
 #[cfg(test)]
@@ -155,12 +156,21 @@ pub fn gemm_path(dtype: DType) -> GemmPath {
         .unwrap_or(GemmPath::Fallback)
 }
 
-/// Runs the kernels of one element type over an already packed B.
+/// Where a run's packed B comes from.
+pub(crate) enum BPack<'a, T> {
+    /// Already packed into this buffer.
+    Packed(&'a AlignedBuf),
+    /// Packed from this (validated) B into this buffer, panel by panel as tasks first need them
+    /// (see [`panels`]).
+    OnFirstUse(MatRef<'a, T>, &'a mut AlignedBuf),
+}
+
+/// Runs the kernels of one element type over a B packed in layout `l`.
 pub(crate) trait Runner: PackElem + Sealed {
     fn run(
         path: GemmPath,
         a: MatRef<Self>,
-        b: &AlignedBuf,
+        b: BPack<'_, Self>,
         l: BLayout,
         c: &mut [f32],
         ldc: usize,
@@ -168,40 +178,63 @@ pub(crate) trait Runner: PackElem + Sealed {
     );
 }
 
+/// Runs `kern` over B in the f32 layout, packed or packed on first use.
+fn run_f32_on<S: ToF32, K: driver::Kernel<PB = f32>>(
+    kern: &K,
+    b: BPack<'_, S>,
+    l: BLayout,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &EpCtx,
+    m: usize,
+) {
+    match b {
+        BPack::Packed(buf) => {
+            let view = PackedView {
+                data: buf.slice::<f32>(l.len()),
+                layout: l,
+            };
+            driver::run(kern, m, view, c, ldc, ep);
+        }
+        BPack::OnFirstUse(src, buf) => {
+            let pack =
+                |u0, u1, p, ch: &mut [f32]| pack::pack_b_f32_panel(&src, &l, (u0, u1), p, ch);
+            let lazy = panels::LazyPanels::new(buf, l, pack);
+            driver::run_panels(kern, m, &lazy, c, ldc, ep);
+        }
+    }
+}
+
 fn run_f32_like<S: ToF32>(
     path: GemmPath,
     a: MatRef<S>,
-    b: &AlignedBuf,
+    b: BPack<'_, S>,
     l: BLayout,
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
 ) {
-    let view = PackedView {
-        data: b.slice::<f32>(l.len()),
-        layout: l,
-    };
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(k) = avx512::AvxF32::new(a) {
-            return driver::run(&k, a.rows, view, c, ldc, ep);
+            return run_f32_on(&k, b, l, c, ldc, ep, a.rows);
         }
     }
     #[cfg(target_arch = "x86_64")]
     if path != GemmPath::Fallback {
         if let Some(k) = avx2::Avx2F32::new(a) {
-            return driver::run(&k, a.rows, view, c, ldc, ep);
+            return run_f32_on(&k, b, l, c, ldc, ep, a.rows);
         }
     }
     let _ = path;
-    driver::run(&portable::PortF32 { a }, a.rows, view, c, ldc, ep);
+    run_f32_on(&portable::PortF32 { a }, b, l, c, ldc, ep, a.rows);
 }
 
 impl Runner for f32 {
     fn run(
         path: GemmPath,
         a: MatRef<f32>,
-        b: &AlignedBuf,
+        b: BPack<'_, f32>,
         l: BLayout,
         c: &mut [f32],
         ldc: usize,
@@ -214,7 +247,7 @@ impl Runner for f16 {
     fn run(
         path: GemmPath,
         a: MatRef<f16>,
-        b: &AlignedBuf,
+        b: BPack<'_, f16>,
         l: BLayout,
         c: &mut [f32],
         ldc: usize,
@@ -223,11 +256,39 @@ impl Runner for f16 {
         run_f32_like(path, a, b, l, c, ldc, ep);
     }
 }
+
+/// Runs `kern` over B in the bf16-pair layout, packed or packed on first use.
+fn run_pairs_on<K: driver::Kernel<PB = u32>>(
+    kern: &K,
+    b: BPack<'_, bf16>,
+    l: BLayout,
+    c: &mut [f32],
+    ldc: usize,
+    ep: &EpCtx,
+    m: usize,
+) {
+    match b {
+        BPack::Packed(buf) => {
+            let view = PackedView {
+                data: buf.slice::<u32>(l.len()),
+                layout: l,
+            };
+            driver::run(kern, m, view, c, ldc, ep);
+        }
+        BPack::OnFirstUse(src, buf) => {
+            let pack =
+                |u0, u1, p, ch: &mut [u32]| pack::pack_b_bf16_panel(&src, &l, (u0, u1), p, ch);
+            let lazy = panels::LazyPanels::new(buf, l, pack);
+            driver::run_panels(kern, m, &lazy, c, ldc, ep);
+        }
+    }
+}
+
 impl Runner for bf16 {
     fn run(
         path: GemmPath,
         a: MatRef<bf16>,
-        b: &AlignedBuf,
+        b: BPack<'_, bf16>,
         l: BLayout,
         c: &mut [f32],
         ldc: usize,
@@ -236,21 +297,29 @@ impl Runner for bf16 {
         if l.kind == PackKind::F32 {
             return run_f32_like(path, a, b, l, c, ldc, ep);
         }
-        let view = PackedView {
-            data: b.slice::<u32>(l.len()),
-            layout: l,
-        };
         if l.kind == PackKind::Amx {
+            // The AMX layout is packed whole, up front.
+            let buf = match b {
+                BPack::Packed(buf) => buf,
+                BPack::OnFirstUse(src, buf) => {
+                    bf16::pack_into(&src, &l, buf);
+                    &*buf
+                }
+            };
+            let view = PackedView {
+                data: buf.slice::<u32>(l.len()),
+                layout: l,
+            };
             return amx_pack::run(path, a, view, c, ldc, ep);
         }
         #[cfg(target_arch = "x86_64")]
         if path == GemmPath::Avx512 {
             if let Some(k) = avx512::AvxBf16::new(a) {
-                return driver::run(&k, a.rows, view, c, ldc, ep);
+                return run_pairs_on(&k, b, l, c, ldc, ep, a.rows);
             }
         }
         let _ = path;
-        driver::run(&portable::PortBf16 { a }, a.rows, view, c, ldc, ep);
+        run_pairs_on(&portable::PortBf16 { a }, b, l, c, ldc, ep, a.rows);
     }
 }
 
@@ -381,7 +450,7 @@ fn gemm_on<T: Runner>(
         BSrc::Packed(p) => {
             let l = p.layout;
             let ctx = check(op, &a, (l.k, l.n, l.glu), c, ldc, ep)?;
-            T::run(path, a, &p.buf, l, c, ldc, &ctx);
+            T::run(path, a, BPack::Packed(&p.buf), l, c, ldc, &ctx);
         }
         BSrc::Raw(b, glu) => {
             b.validate(op, "b")?;
@@ -395,8 +464,7 @@ fn gemm_on<T: Runner>(
             }
             let l = BLayout::new(T::kind(), b.rows, n, glu);
             with_scratch(Slot::B, |buf| {
-                T::pack_into(&b, &l, buf);
-                T::run(path, a, buf, l, c, ldc, &ctx);
+                T::run(path, a, BPack::OnFirstUse(b, buf), l, c, ldc, &ctx);
             });
         }
     }

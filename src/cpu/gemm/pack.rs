@@ -97,36 +97,48 @@ fn for_each_panel<P: Send>(
 
 /// Packs B into the f32 layout. `b` must be validated and `dst.len() == l.len()`.
 pub(crate) fn pack_b_f32<S: ToF32>(b: &MatRef<S>, l: &BLayout, dst: &mut [f32]) {
-    let transposes = b.row_stride == 1 && b.col_stride != 1 && b.rows >= 16 && avx512_packing();
     for_each_panel(l, dst, |u0, u1, p, ch| {
-        // Each half (16 lanes) is one contiguous source run per unit, or (columns contiguous
-        // along K) 16 columns transposed 16 units at a time, or handled per element.
-        for half in 0..2 {
-            let cols: [Option<usize>; 16] = std::array::from_fn(|i| l.src_col(p, half * 16 + i));
-            let contiguous = b.col_stride == 1
-                && cols.iter().all(Option::is_some)
-                && cols.windows(2).all(|w| w[0].map(|c| c + 1) == w[1]);
-            let mut first = u0;
-            if transposes {
-                first += pack_half_transposed(b, &cols, (u0, u1), &mut ch[half * 16..]);
-            }
-            for u in first..u1 {
-                let d = &mut ch[(u - u0) * NR + half * 16..][..16];
-                match (contiguous, cols[0]) {
-                    (true, Some(c0)) => {
-                        let start = b.offset + u * b.row_stride + c0;
-                        S::convert(&b.data[start..start + 16], d);
-                    }
-                    _ => {
-                        for (x, c) in d.iter_mut().zip(&cols) {
-                            // SAFETY: validated view, u < K, c < B's columns.
-                            *x = c.map_or(0.0, |c| unsafe { b.at(u, c) }.to_f32());
-                        }
+        pack_b_f32_panel(b, l, (u0, u1), p, ch)
+    });
+}
+
+/// Packs panel `p` over units `u0..u1` of B into the f32 layout (`ch`: the panel's
+/// `(u1 - u0) * NR` elements, all written). `b` must be validated.
+pub(crate) fn pack_b_f32_panel<S: ToF32>(
+    b: &MatRef<S>,
+    l: &BLayout,
+    (u0, u1): (usize, usize),
+    p: usize,
+    ch: &mut [f32],
+) {
+    let transposes = b.row_stride == 1 && b.col_stride != 1 && b.rows >= 16 && avx512_packing();
+    // Each half (16 lanes) is one contiguous source run per unit, or (columns contiguous
+    // along K) 16 columns transposed 16 units at a time, or handled per element.
+    for half in 0..2 {
+        let cols: [Option<usize>; 16] = std::array::from_fn(|i| l.src_col(p, half * 16 + i));
+        let contiguous = b.col_stride == 1
+            && cols.iter().all(Option::is_some)
+            && cols.windows(2).all(|w| w[0].map(|c| c + 1) == w[1]);
+        let mut first = u0;
+        if transposes {
+            first += pack_half_transposed(b, &cols, (u0, u1), &mut ch[half * 16..]);
+        }
+        for u in first..u1 {
+            let d = &mut ch[(u - u0) * NR + half * 16..][..16];
+            match (contiguous, cols[0]) {
+                (true, Some(c0)) => {
+                    let start = b.offset + u * b.row_stride + c0;
+                    S::convert(&b.data[start..start + 16], d);
+                }
+                _ => {
+                    for (x, c) in d.iter_mut().zip(&cols) {
+                        // SAFETY: validated view, u < K, c < B's columns.
+                        *x = c.map_or(0.0, |c| unsafe { b.at(u, c) }.to_f32());
                     }
                 }
             }
         }
-    });
+    }
 }
 
 /// True when B panels may be packed with the AVX-512 transposes (the kernels' level is
@@ -194,39 +206,51 @@ fn pair(lo: bf16, hi: bf16) -> u32 {
 
 /// Packs B into the bf16-pair (VNNI) layout. `b` must be validated and `dst.len() == l.len()`.
 pub(crate) fn pack_b_bf16(b: &MatRef<bf16>, l: &BLayout, dst: &mut [u32]) {
-    let k = l.k;
     for_each_panel(l, dst, |u0, u1, p, ch| {
-        let cols: [Option<usize>; NR] = std::array::from_fn(|ln| l.src_col(p, ln));
-        // Row-major B and a full panel of consecutive columns (the per-call `matmul` case):
-        // each unit interleaves two row runs of 32 values, which the compiler vectorises.
-        let c0 = cols[0].unwrap_or(0);
-        let run = b.col_stride == 1 && cols.iter().enumerate().all(|(i, c)| *c == Some(c0 + i));
-        let mut u = u0;
-        while run && u < u1 && 2 * u + 1 < k {
-            let at = |kk: usize| b.offset + kk * b.row_stride + c0;
-            // Validated view: rows 2u, 2u + 1 < K hold columns c0..c0 + 32 < N.
-            let (r0, r1) = (&b.data[at(2 * u)..][..NR], &b.data[at(2 * u + 1)..][..NR]);
-            let d = &mut ch[(u - u0) * NR..][..NR];
-            for ((x, lo), hi) in d.iter_mut().zip(r0).zip(r1) {
-                *x = pair(*lo, *hi);
-            }
-            u += 1;
-        }
-        for u in u..u1 {
-            let (k0, k1) = (2 * u, 2 * u + 1);
-            let d = &mut ch[(u - u0) * NR..][..NR];
-            for (x, c) in d.iter_mut().zip(&cols) {
-                *x = match *c {
-                    // SAFETY: validated view, k0 < K (and k1 checked), c < B's columns.
-                    Some(c) => unsafe {
-                        let hi = if k1 < k { b.at(k1, c) } else { bf16::ZERO };
-                        pair(b.at(k0, c), hi)
-                    },
-                    None => 0,
-                };
-            }
-        }
+        pack_b_bf16_panel(b, l, (u0, u1), p, ch)
     });
+}
+
+/// Packs panel `p` over pair-units `u0..u1` of B into the bf16-pair layout (`ch`: the panel's
+/// `(u1 - u0) * NR` words, all written). `b` must be validated.
+pub(crate) fn pack_b_bf16_panel(
+    b: &MatRef<bf16>,
+    l: &BLayout,
+    (u0, u1): (usize, usize),
+    p: usize,
+    ch: &mut [u32],
+) {
+    let k = l.k;
+    let cols: [Option<usize>; NR] = std::array::from_fn(|ln| l.src_col(p, ln));
+    // Row-major B and a full panel of consecutive columns (the per-call `matmul` case):
+    // each unit interleaves two row runs of 32 values, which the compiler vectorises.
+    let c0 = cols[0].unwrap_or(0);
+    let run = b.col_stride == 1 && cols.iter().enumerate().all(|(i, c)| *c == Some(c0 + i));
+    let mut u = u0;
+    while run && u < u1 && 2 * u + 1 < k {
+        let at = |kk: usize| b.offset + kk * b.row_stride + c0;
+        // Validated view: rows 2u, 2u + 1 < K hold columns c0..c0 + 32 < N.
+        let (r0, r1) = (&b.data[at(2 * u)..][..NR], &b.data[at(2 * u + 1)..][..NR]);
+        let d = &mut ch[(u - u0) * NR..][..NR];
+        for ((x, lo), hi) in d.iter_mut().zip(r0).zip(r1) {
+            *x = pair(*lo, *hi);
+        }
+        u += 1;
+    }
+    for u in u..u1 {
+        let (k0, k1) = (2 * u, 2 * u + 1);
+        let d = &mut ch[(u - u0) * NR..][..NR];
+        for (x, c) in d.iter_mut().zip(&cols) {
+            *x = match *c {
+                // SAFETY: validated view, k0 < K (and k1 checked), c < B's columns.
+                Some(c) => unsafe {
+                    let hi = if k1 < k { b.at(k1, c) } else { bf16::ZERO };
+                    pair(b.at(k0, c), hi)
+                },
+                None => 0,
+            };
+        }
+    }
 }
 
 /// Packs rows `row0..row0 + rows` (`rows <= mr`) and units `u0..u1` of A into one `mr`-row

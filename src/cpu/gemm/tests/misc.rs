@@ -268,3 +268,55 @@ fn big_2048_bf16_dot() {
         big_sampled::<bf16>(GemmPath::Avx512)
     });
 }
+
+/// Per-call products pack B panel by panel as tasks first need them (`panels::LazyPanels`,
+/// several threads, staggered starts): the result must be bit-identical to the same product
+/// over a B packed beforehand (same layout, same kernel, same order of sums), for shapes with
+/// several K blocks, many tasks and sub-blocks, an N edge, transposed and strided B, GLU, on
+/// every path and both bf16 layouts.
+#[test]
+fn b_packed_on_first_use_matches_prepacked_bits() {
+    fn case<T: Runner + crate::WithDType>(
+        path: GemmPath,
+        (m, k, n): (usize, usize, usize),
+        lay: Lay,
+        glu: bool,
+    ) {
+        let mut rng = Rng::new((m * 31 + k * 7 + n) as u64);
+        let a = Owned::<T>::random(m, k, Lay::Row, &mut rng);
+        let b = Owned::<T>::random(k, if glu { 2 * n } else { n }, lay, &mut rng);
+        let packed = if glu {
+            PackedB::new_geglu(b.view())
+        } else {
+            PackedB::new(b.view())
+        };
+        let packed = packed.expect("pack");
+        let ep = Epilogue::default();
+        let (mut lazy, mut pre) = (vec![0f32; m * n], vec![0f32; m * n]);
+        gemm_with_path(path, a.view(), BSrc::Raw(b.view(), glu), &mut lazy, n, &ep).expect("lazy");
+        gemm_with_path(path, a.view(), BSrc::Packed(&packed), &mut pre, n, &ep).expect("pre");
+        let same = lazy
+            .iter()
+            .zip(&pre)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(
+            same,
+            "{path:?} {} {m}x{k}x{n} {lay:?} glu={glu}",
+            std::any::type_name::<T>()
+        );
+    }
+    let shapes = [(300, 1100, 610), (65, 257, 1000), (1000, 64, 97)];
+    for path in [GemmPath::Avx512, GemmPath::Avx2, GemmPath::Fallback] {
+        for &shape in &shapes {
+            for lay in [Lay::Row, Lay::Col, Lay::Strided] {
+                case::<f32>(path, shape, lay, false);
+                for kind in [PackKind::F32, PackKind::Bf16] {
+                    super::util::with_bf16_kind(Some(kind), || {
+                        case::<bf16>(path, shape, lay, false)
+                    });
+                }
+            }
+            case::<f32>(path, shape, Lay::Row, true);
+        }
+    }
+}
