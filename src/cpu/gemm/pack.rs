@@ -111,6 +111,16 @@ pub(crate) fn pack_b_f32_panel<S: ToF32>(
     p: usize,
     ch: &mut [f32],
 ) {
+    // Row-major B and a full panel of consecutive columns (the per-call `matmul` case): one
+    // 32-value run per unit, so each source row's two cache lines are read together.
+    let c0 = l.src_col(p, 0).unwrap_or(0);
+    if b.col_stride == 1 && (0..NR).all(|i| l.src_col(p, i) == Some(c0 + i)) {
+        for (u, d) in (u0..u1).zip(ch.chunks_exact_mut(NR)) {
+            let start = b.offset + u * b.row_stride + c0;
+            S::convert(&b.data[start..start + NR], d);
+        }
+        return;
+    }
     let transposes = b.row_stride == 1 && b.col_stride != 1 && b.rows >= 16 && avx512_packing();
     // Each half (16 lanes) is one contiguous source run per unit, or (columns contiguous
     // along K) 16 columns transposed 16 units at a time, or handled per element.
