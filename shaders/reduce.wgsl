@@ -9,8 +9,21 @@
 var<workgroup> red_v: array<f32, 256>;
 var<workgroup> red_i: array<u32, 256>;
 
-fn row_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wid.y * nwg.x + wid.x;
+// One workgroup's row: its index, the reduced length and stride, and the storage index of its
+// first element (0 on a tail row past `rows`, which still takes part in every barrier).
+struct Row {
+    row: u32,
+    in_range: bool,
+    r_len: u32,
+    r_stride: u32,
+    base: u32,
+}
+
+fn row_of(wid: vec3<u32>, nwg: vec3<u32>) -> Row {
+    let row = wid.y * nwg.x + wid.x;
+    let in_range = row < p(0u);
+    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    return Row(row, in_range, p(32u), p(33u), base);
 }
 
 // True if (v, i) should replace (best, bi) for a max (want_max) or min reduction: NaN wins,
@@ -52,13 +65,8 @@ fn tree(lid: u32, op: u32) {
 @compute @workgroup_size(WG)
 fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    let row = row_id(wid, nwg);
-    let rows = p(0u);
-    let r_len = p(32u);
-    let r_stride = p(33u);
     // Uniform control flow: every invocation takes part in the barriers, even on a tail row.
-    let in_range = row < rows;
-    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    let g = row_of(wid, nwg);
     let op = VARIANT;
     let want_max = op == 2u || op == 4u;
     var acc = 0.0;
@@ -66,9 +74,9 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     if (op >= 2u) {
         acc = select(inf(), -inf(), want_max);
     }
-    if (in_range) {
-        for (var r = lid; r < r_len; r = r + WG) {
-            let v = load0(base + r * r_stride);
+    if (g.in_range) {
+        for (var r = lid; r < g.r_len; r = r + WG) {
+            let v = load0(g.base + r * g.r_stride);
             if (op <= 1u) {
                 acc = acc + v;
             } else if (best_i == 0xffffffffu || better(v, r, acc, best_i, want_max)) {
@@ -80,12 +88,12 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     red_v[lid] = acc;
     red_i[lid] = best_i;
     tree(lid, op);
-    if (lid == 0u && in_range) {
+    if (lid == 0u && g.in_range) {
         let v = red_v[0];
         switch op {
-            case 1u: { dst[row] = bitcast<u32>(v / f32(r_len)); }
-            case 4u, 5u: { dst[row] = red_i[0]; }
-            default: { dst[row] = bitcast<u32>(v); }
+            case 1u: { dst[g.row] = bitcast<u32>(v / f32(g.r_len)); }
+            case 4u, 5u: { dst[g.row] = red_i[0]; }
+            default: { dst[g.row] = bitcast<u32>(v); }
         }
     }
 }
@@ -109,19 +117,15 @@ fn better_i32(v: i32, i: u32, best: i32, bi: u32, want_max: bool) -> bool {
 @compute @workgroup_size(WG)
 fn reduce_i32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let row = row_id(wid, nwg);
-    let rows = p(0u);
-    let r_len = p(32u);
-    let r_stride = p(33u);
-    let in_range = row < rows;
-    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    // Uniform control flow: every invocation takes part in the barriers, even on a tail row.
+    let g = row_of(wid, nwg);
     let op = VARIANT;
     let want_max = op == 2u || op == 4u;
     var acc: i32 = 0;
     var best_i = 0xffffffffu;
-    if (in_range) {
-        for (var r = lid; r < r_len; r = r + WG) {
-            let v = bitcast<i32>(load0_bits(base + r * r_stride));
+    if (g.in_range) {
+        for (var r = lid; r < g.r_len; r = r + WG) {
+            let v = bitcast<i32>(load0_bits(g.base + r * g.r_stride));
             if (op == 0u) {
                 acc = acc + v;
             } else if (better_i32(v, r, acc, best_i, want_max)) {
@@ -146,24 +150,20 @@ fn reduce_i32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         }
     }
     workgroupBarrier();
-    if (lid == 0u && in_range) {
-        dst[row] = select(bitcast<u32>(red_n[0]), red_i[0], op >= 4u);
+    if (lid == 0u && g.in_range) {
+        dst[g.row] = select(bitcast<u32>(red_n[0]), red_i[0], op >= 4u);
     }
 }
 
 @compute @workgroup_size(WG)
 fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
-    let row = row_id(wid, nwg);
-    let rows = p(0u);
-    let r_len = p(32u);
-    let r_stride = p(33u);
-    let in_range = row < rows;
-    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    // Uniform control flow: every invocation takes part in the barriers, even on a tail row.
+    let g = row_of(wid, nwg);
     var m = -inf();
-    if (in_range) {
-        for (var r = lid; r < r_len; r = r + WG) {
-            m = max(m, load0(base + r * r_stride));
+    if (g.in_range) {
+        for (var r = lid; r < g.r_len; r = r + WG) {
+            m = max(m, load0(g.base + r * g.r_stride));
         }
     }
     red_v[lid] = m;
@@ -178,17 +178,17 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let row_max = red_v[0];
     workgroupBarrier();
     var sum = 0.0;
-    if (in_range) {
-        for (var r = lid; r < r_len; r = r + WG) {
-            sum = sum + exp(load0(base + r * r_stride) - row_max);
+    if (g.in_range) {
+        for (var r = lid; r < g.r_len; r = r + WG) {
+            sum = sum + exp(load0(g.base + r * g.r_stride) - row_max);
         }
     }
     red_v[lid] = sum;
     tree(lid, 0u);
     let inv = 1.0 / red_v[0];
-    if (in_range) {
-        for (var r = lid; r < r_len; r = r + WG) {
-            dst[row * r_len + r] = bitcast<u32>(exp(load0(base + r * r_stride) - row_max) * inv);
+    if (g.in_range) {
+        for (var r = lid; r < g.r_len; r = r + WG) {
+            dst[g.row * g.r_len + r] = bitcast<u32>(exp(load0(g.base + r * g.r_stride) - row_max) * inv);
         }
     }
 }

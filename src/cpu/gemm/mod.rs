@@ -178,11 +178,16 @@ pub(crate) trait Runner: PackElem + Sealed {
     );
 }
 
-/// Runs `kern` over B in the f32 layout, packed or packed on first use.
-fn run_f32_on<S: ToF32, K: driver::Kernel<PB = f32>>(
+/// Packs one B panel (see [`pack::pack_b_f32_panel`]).
+type PanelPacker<S, P> = fn(&MatRef<S>, &BLayout, (usize, usize), usize, &mut [P]);
+
+/// Runs `kern` over B packed in layout `l` (element `P`), or packed on first use by `pack`.
+#[allow(clippy::too_many_arguments)]
+fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>>(
     kern: &K,
     b: BPack<'_, S>,
     l: BLayout,
+    pack: PanelPacker<S, P>,
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
@@ -191,15 +196,14 @@ fn run_f32_on<S: ToF32, K: driver::Kernel<PB = f32>>(
     match b {
         BPack::Packed(buf) => {
             let view = PackedView {
-                data: buf.slice::<f32>(l.len()),
+                data: buf.slice::<P>(l.len()),
                 layout: l,
             };
             driver::run(kern, m, view, c, ldc, ep);
         }
         BPack::OnFirstUse(src, buf) => {
-            let pack =
-                |u0, u1, p, ch: &mut [f32]| pack::pack_b_f32_panel(&src, &l, (u0, u1), p, ch);
-            let lazy = panels::LazyPanels::new(buf, l, pack);
+            let packer = |u0, u1, p, ch: &mut [P]| pack(&src, &l, (u0, u1), p, ch);
+            let lazy = panels::LazyPanels::new(buf, l, packer);
             driver::run_panels(kern, m, &lazy, c, ldc, ep);
         }
     }
@@ -217,17 +221,18 @@ fn run_f32_like<S: ToF32>(
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(k) = avx512::AvxF32::new(a) {
-            return run_f32_on(&k, b, l, c, ldc, ep, a.rows);
+            return run_on(&k, b, l, pack::pack_b_f32_panel::<S>, c, ldc, ep, a.rows);
         }
     }
     #[cfg(target_arch = "x86_64")]
     if path != GemmPath::Fallback {
         if let Some(k) = avx2::Avx2F32::new(a) {
-            return run_f32_on(&k, b, l, c, ldc, ep, a.rows);
+            return run_on(&k, b, l, pack::pack_b_f32_panel::<S>, c, ldc, ep, a.rows);
         }
     }
     let _ = path;
-    run_f32_on(&portable::PortF32 { a }, b, l, c, ldc, ep, a.rows);
+    let pack = pack::pack_b_f32_panel::<S>;
+    run_on(&portable::PortF32 { a }, b, l, pack, c, ldc, ep, a.rows);
 }
 
 impl Runner for f32 {
@@ -254,33 +259,6 @@ impl Runner for f16 {
         ep: &EpCtx,
     ) {
         run_f32_like(path, a, b, l, c, ldc, ep);
-    }
-}
-
-/// Runs `kern` over B in the bf16-pair layout, packed or packed on first use.
-fn run_pairs_on<K: driver::Kernel<PB = u32>>(
-    kern: &K,
-    b: BPack<'_, bf16>,
-    l: BLayout,
-    c: &mut [f32],
-    ldc: usize,
-    ep: &EpCtx,
-    m: usize,
-) {
-    match b {
-        BPack::Packed(buf) => {
-            let view = PackedView {
-                data: buf.slice::<u32>(l.len()),
-                layout: l,
-            };
-            driver::run(kern, m, view, c, ldc, ep);
-        }
-        BPack::OnFirstUse(src, buf) => {
-            let pack =
-                |u0, u1, p, ch: &mut [u32]| pack::pack_b_bf16_panel(&src, &l, (u0, u1), p, ch);
-            let lazy = panels::LazyPanels::new(buf, l, pack);
-            driver::run_panels(kern, m, &lazy, c, ldc, ep);
-        }
     }
 }
 
@@ -315,11 +293,12 @@ impl Runner for bf16 {
         #[cfg(target_arch = "x86_64")]
         if path == GemmPath::Avx512 {
             if let Some(k) = avx512::AvxBf16::new(a) {
-                return run_pairs_on(&k, b, l, c, ldc, ep, a.rows);
+                return run_on(&k, b, l, pack::pack_b_bf16_panel, c, ldc, ep, a.rows);
             }
         }
         let _ = path;
-        run_pairs_on(&portable::PortBf16 { a }, b, l, c, ldc, ep, a.rows);
+        let pack = pack::pack_b_bf16_panel;
+        run_on(&portable::PortBf16 { a }, b, l, pack, c, ldc, ep, a.rows);
     }
 }
 
