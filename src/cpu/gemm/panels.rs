@@ -142,3 +142,55 @@ where
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::gemm::buf::AlignedBuf;
+    use crate::cpu::gemm::layout::NR;
+    use rayon::prelude::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Many tasks on every pool thread ask for panels in clashing orders (and, by a slow packer,
+    /// while others are packing them): every panel is packed exactly once, and every reader sees
+    /// its complete contents.
+    #[test]
+    fn each_panel_is_packed_once_and_read_complete() {
+        let layout = BLayout::f32_blocked(1000, 300, 256);
+        assert!(layout.nblk > 1 && layout.npanels > 1, "{layout:?}");
+        let calls: Vec<AtomicUsize> = (0..layout.nblk * layout.npanels)
+            .map(|_| AtomicUsize::new(0))
+            .collect();
+        let value = |bi: usize, q: usize, i: usize| (bi * 1000 + q * 10 + i % 7) as f32;
+        let pack = |u0: usize, u1: usize, q: usize, ch: &mut [f32]| {
+            let bi = u0 / layout.kcu;
+            calls[bi * layout.npanels + q].fetch_add(1, Ordering::Relaxed);
+            assert_eq!(ch.len(), (u1 - u0) * NR);
+            let half = ch.len() / 2;
+            for (i, x) in ch.iter_mut().enumerate() {
+                if i == half {
+                    // Others ask for this panel meanwhile: they must wait, not read half of it.
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                *x = value(bi, q, i);
+            }
+        };
+        let mut buf = AlignedBuf::default();
+        let lazy = LazyPanels::new(&mut buf, layout, pack);
+        let panels: Vec<(usize, usize)> = (0..layout.nblk)
+            .flat_map(|bi| (0..layout.npanels).map(move |q| (bi, q)))
+            .collect();
+        (0..64usize).into_par_iter().for_each(|t| {
+            for j in 0..panels.len() {
+                let (bi, q) = panels[(t * 7 + j) % panels.len()];
+                let (u0, u1) = layout.block(bi);
+                let len = (u1 - u0) * NR;
+                // SAFETY: READY panels are only read; `panel` returns the start of `len`
+                // published elements.
+                let got = unsafe { std::slice::from_raw_parts(lazy.panel(bi, q), len) };
+                assert!(got.iter().enumerate().all(|(i, &x)| x == value(bi, q, i)));
+            }
+        });
+        assert!(calls.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+    }
+}
