@@ -71,7 +71,7 @@ use buf::{with_scratch, Slot};
 use driver::EpCtx;
 use half::{bf16, f16};
 use layout::sealed::Sealed;
-use layout::{BLayout, PackKind, PackedView};
+use layout::{BLayout, PackKind, PackedView, NR};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -202,6 +202,22 @@ fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>>(
             driver::run(kern, m, view, c, ldc, ep);
         }
         BPack::OnFirstUse(src, buf) => {
+            let width = if l.glu { 2 } else { 1 };
+            let flops = 2.0 * m as f64 * (l.n * width) as f64 * l.k.max(1) as f64;
+            if flops < driver::PAR_MIN_FLOPS {
+                // One thread: nothing to overlap, so pack in place up front and skip the
+                // per-call panel states.
+                let data = buf.slice_mut::<P>(l.len());
+                for bi in 0..l.nblk {
+                    let (u0, u1) = l.block(bi);
+                    for q in 0..l.npanels {
+                        let at = l.panel_offset(bi, q);
+                        pack(&src, &l, (u0, u1), q, &mut data[at..at + (u1 - u0) * NR]);
+                    }
+                }
+                let view = PackedView { data, layout: l };
+                return driver::run(kern, m, view, c, ldc, ep);
+            }
             let packer = |u0, u1, p, ch: &mut [P]| pack(&src, &l, (u0, u1), p, ch);
             let lazy = panels::LazyPanels::new(buf, l, packer);
             driver::run_panels(kern, m, &lazy, c, ldc, ep);

@@ -270,7 +270,8 @@ fn big_2048_bf16_dot() {
 }
 
 /// Per-call products pack B panel by panel as tasks first need them (`panels::LazyPanels`,
-/// several threads, staggered starts): the result must be bit-identical to the same product
+/// several threads, staggered starts), or whole and up front below the thread-pool threshold:
+/// the result must be bit-identical to the same product
 /// over a B packed beforehand (same layout, same kernel, same order of sums), for shapes with
 /// several K blocks, many tasks and sub-blocks, an N edge, transposed and strided B, GLU, on
 /// every path and both bf16 layouts.
@@ -305,7 +306,14 @@ fn b_packed_on_first_use_matches_prepacked_bits() {
             std::any::type_name::<T>()
         );
     }
-    let shapes = [(300, 1100, 610), (65, 257, 1000), (1000, 64, 97)];
+    // The last two run on one thread (below PAR_MIN_FLOPS): B is packed whole, up front.
+    let shapes = [
+        (300, 1100, 610),
+        (65, 257, 1000),
+        (1000, 64, 97),
+        (7, 33, 65),
+        (1, 1000, 3),
+    ];
     for path in [GemmPath::Avx512, GemmPath::Avx2, GemmPath::Fallback] {
         for &shape in &shapes {
             for lay in [Lay::Row, Lay::Col, Lay::Strided] {
