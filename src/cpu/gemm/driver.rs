@@ -19,11 +19,14 @@
 //! - B panels come through [`Panels`]: packed beforehand, or packed by the first task that
 //!   needs each one ([`super::panels::LazyPanels`], per-call products); then each M task starts
 //!   its sweep over the panels at a different place so threads pack different panels at once.
+//!   A panel that a task claims to fill ([`super::panels::Fill`]) is filled by that task's tile
+//!   ([`Kernel::tile_filling_b`]) and published after it.
 //! - Calls below [`PAR_MIN_FLOPS`] never touch the thread pool.
 
 use super::buf::{with_scratch, Slot};
 use super::layout::PackedView;
-use super::panels::Panels;
+use super::layout::NR;
+use super::panels::{PanelAccess, Panels};
 use super::types::{Out16, Residual};
 use super::Activation;
 use rayon::prelude::*;
@@ -98,6 +101,29 @@ pub(crate) trait Kernel: Sync {
     /// bias and residual have been validated against the output shape; [`Kernel::begin`] ran
     /// on this thread (with no [`Kernel::end`] since).
     unsafe fn tile(&self, kcu: usize, a: *const Self::PA, b: *const Self::PB, t: &Tile, ep: &EpCtx);
+    /// [`Kernel::tile`] over a B micro-panel read from row-major `src` (`kcu` rows of 32 values,
+    /// `ld` values apart), which it also copies value for value into `dst` (`32 * kcu` values,
+    /// the packed layout) for the tiles after it. This default copies first, then multiplies;
+    /// kernels override it to do both in one pass.
+    ///
+    /// # Safety
+    /// As [`Kernel::tile`]; `src` rows are readable, `dst` is writable and touched by no one
+    /// else until this returns.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile_filling_b(
+        &self,
+        kcu: usize,
+        a: *const Self::PA,
+        (src, ld): (*const Self::PB, usize),
+        dst: *mut Self::PB,
+        t: &Tile,
+        ep: &EpCtx,
+    ) {
+        for u in 0..kcu {
+            std::ptr::copy_nonoverlapping(src.add(u * ld), dst.add(u * NR), NR);
+        }
+        self.tile(kcu, a, dst, t, ep);
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -138,7 +164,7 @@ fn plan_b_stationary(
     (mr, kcu, unit): (usize, usize, usize),
     threads: usize,
 ) -> (usize, usize) {
-    let nr = super::layout::NR;
+    let nr = NR;
     let target = if threads <= 1 { 1 } else { threads * 4 };
     let (m, n) = (mp * mr, np * nr);
     let mut best = (mp, np, usize::MAX);
@@ -271,7 +297,7 @@ fn run_task<K: Kernel>(
                 }
                 continue;
             }
-            let panel_bytes = kcu * super::layout::NR * std::mem::size_of::<K::PB>();
+            let panel_bytes = kcu * NR * std::mem::size_of::<K::PB>();
             let nbp = (K::B_BLOCK_BYTES / panel_bytes.max(1)).max(1);
             // B sub-block (kcu x 32*nbp) stays in L2; each A micro-panel stays in L1 while it
             // sweeps the sub-block's B micro-panels.
@@ -305,9 +331,17 @@ fn run_task<K: Kernel>(
                             first: bi == 0,
                             last: bi + 1 == l.nblk,
                         };
-                        let bptr = b.panel(bi, q);
-                        // SAFETY: the A panel has `panel` elements, the B panel `32 * kcu`.
-                        unsafe { kern.tile(kcu, apanel, bptr, &t, ep) };
+                        // SAFETY: the A panel has `panel` elements, the B panel `32 * kcu`;
+                        // a Fill's source rows were checked against B's storage and its panel
+                        // is this task's until the Fill is dropped (after the tile).
+                        match b.access(bi, q) {
+                            PanelAccess::Ready(bptr) => unsafe {
+                                kern.tile(kcu, apanel, bptr, &t, ep)
+                            },
+                            PanelAccess::Fill(f) => unsafe {
+                                kern.tile_filling_b(kcu, apanel, (f.src, f.ld), f.dst, &t, ep)
+                            },
+                        }
                     }
                 }
                 s = e;

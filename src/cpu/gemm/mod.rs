@@ -181,13 +181,14 @@ pub(crate) trait Runner: PackElem + Sealed {
 /// Packs one B panel (see [`pack::pack_b_f32_panel`]).
 type PanelPacker<S, P> = fn(&MatRef<S>, &BLayout, (usize, usize), usize, &mut [P]);
 
-/// Runs `kern` over B packed in layout `l` (element `P`), or packed on first use by `pack`.
+/// Runs `kern` over B packed in layout `l` (element `P`), or packed on first use by `pack`
+/// (or, for full panels of a `direct` source, filled by the kernel's tiles).
 #[allow(clippy::too_many_arguments)]
 fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>>(
     kern: &K,
     b: BPack<'_, S>,
     l: BLayout,
-    pack: PanelPacker<S, P>,
+    (pack, direct): (PanelPacker<S, P>, Option<panels::DirectB<'_, P>>),
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
@@ -219,7 +220,7 @@ fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>>(
                 return driver::run(kern, m, view, c, ldc, ep);
             }
             let packer = |u0, u1, p, ch: &mut [P]| pack(&src, &l, (u0, u1), p, ch);
-            let lazy = panels::LazyPanels::new(buf, l, packer);
+            let lazy = panels::LazyPanels::new(buf, l, packer).with_direct(direct);
             driver::run_panels(kern, m, &lazy, c, ldc, ep);
         }
     }
@@ -234,21 +235,51 @@ fn run_f32_like<S: ToF32>(
     ldc: usize,
     ep: &EpCtx,
 ) {
+    let pack = pack::pack_b_f32_panel::<S>;
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(k) = avx512::AvxF32::new(a) {
-            return run_on(&k, b, l, pack::pack_b_f32_panel::<S>, c, ldc, ep, a.rows);
+            let direct = direct_f32(&b);
+            return run_on(&k, b, l, (pack, direct), c, ldc, ep, a.rows);
         }
     }
     #[cfg(target_arch = "x86_64")]
     if path != GemmPath::Fallback {
         if let Some(k) = avx2::Avx2F32::new(a) {
-            return run_on(&k, b, l, pack::pack_b_f32_panel::<S>, c, ldc, ep, a.rows);
+            return run_on(&k, b, l, (pack, None), c, ldc, ep, a.rows);
         }
     }
     let _ = path;
-    let pack = pack::pack_b_f32_panel::<S>;
-    run_on(&portable::PortF32 { a }, b, l, pack, c, ldc, ep, a.rows);
+    run_on(
+        &portable::PortF32 { a },
+        b,
+        l,
+        (pack, None),
+        c,
+        ldc,
+        ep,
+        a.rows,
+    );
+}
+
+/// A per-call f32 B with unit column stride, as the source its panels may be filled from in
+/// the tiles ([`panels::DirectB`]); `None` for other element types and layouts.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn direct_f32<'a, S: ToF32>(b: &BPack<'a, S>) -> Option<panels::DirectB<'a, f32>> {
+    let BPack::OnFirstUse(src, _) = b else {
+        return None;
+    };
+    if std::any::TypeId::of::<S>() != std::any::TypeId::of::<f32>() || src.col_stride != 1 {
+        return None;
+    }
+    // SAFETY: `S` is `f32` (checked above): the same slice, retyped to itself.
+    let data =
+        unsafe { std::slice::from_raw_parts(src.data.as_ptr() as *const f32, src.data.len()) };
+    Some(panels::DirectB {
+        data,
+        offset: src.offset,
+        row_stride: src.row_stride,
+    })
 }
 
 impl Runner for f32 {
@@ -309,12 +340,30 @@ impl Runner for bf16 {
         #[cfg(target_arch = "x86_64")]
         if path == GemmPath::Avx512 {
             if let Some(k) = avx512::AvxBf16::new(a) {
-                return run_on(&k, b, l, pack::pack_b_bf16_panel, c, ldc, ep, a.rows);
+                return run_on(
+                    &k,
+                    b,
+                    l,
+                    (pack::pack_b_bf16_panel, None),
+                    c,
+                    ldc,
+                    ep,
+                    a.rows,
+                );
             }
         }
         let _ = path;
         let pack = pack::pack_b_bf16_panel;
-        run_on(&portable::PortBf16 { a }, b, l, pack, c, ldc, ep, a.rows);
+        run_on(
+            &portable::PortBf16 { a },
+            b,
+            l,
+            (pack, None),
+            c,
+            ldc,
+            ep,
+            a.rows,
+        );
     }
 }
 
