@@ -89,6 +89,16 @@ pub enum Error {
         /// The limit in force (the adapter's or the user's).
         limit: u64,
     },
+    /// The host would not allocate a Cpu tensor's memory.
+    #[error(
+        "out of memory on Cpu: {op} needs {requested} bytes, which the system would not allocate"
+    )]
+    CpuOutOfMemory {
+        /// The operation.
+        op: &'static str,
+        /// Bytes requested.
+        requested: u64,
+    },
     /// A shader failed to compile or validate.
     #[error("shader {shader}: {msg}")]
     Shader {

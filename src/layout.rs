@@ -29,9 +29,33 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
-/// Number of elements of a shape (1 for a scalar, 0 if any dim is 0).
+/// Number of elements of a shape (1 for a scalar, 0 if any dim is 0). A product past
+/// `usize::MAX` saturates there (no tensor can hold that many: allocation refuses it, see
+/// [`alloc_bytes`]), so shape checks compare real counts and never wrapped ones.
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .unwrap_or(usize::MAX)
+}
+
+/// The bytes of `numel` elements of `dtype`, or an error naming `op` when that is more than one
+/// allocation can hold (`isize::MAX` bytes, Rust's limit on any allocation).
+pub(crate) fn alloc_bytes(op: &'static str, numel: usize, dtype: crate::DType) -> Result<usize> {
+    numel
+        .checked_mul(dtype.size_in_bytes())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            Error::invalid(
+                op,
+                format!(
+                    "a tensor of {numel} {dtype} elements is larger than any allocation can be"
+                ),
+            )
+        })
 }
 
 /// NumPy broadcasting of two shapes.

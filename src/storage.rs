@@ -94,6 +94,9 @@ impl Storage {
 
     /// Contiguous copy of `layout` on `device`.
     pub(crate) fn to_device(&self, layout: &Layout, device: Device) -> Result<Storage> {
+        if device == Device::Cpu || matches!(self, Storage::Cpu(_)) && !layout.is_contiguous() {
+            host_output("copy", layout.numel(), self.dtype())?;
+        }
         Ok(match (self, device) {
             (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)),
             (Storage::Cpu(s), Device::Xpu) => {
@@ -111,14 +114,20 @@ impl Storage {
 
     pub(crate) fn cast(&self, layout: &Layout, dtype: DType) -> Result<Storage> {
         Ok(match self {
-            Storage::Cpu(s) => Storage::Cpu(s.cast(layout, dtype)),
+            Storage::Cpu(s) => {
+                host_output("to_dtype", layout.numel(), dtype)?;
+                Storage::Cpu(s.cast(layout, dtype))
+            }
             Storage::Xpu(s) => Storage::Xpu(s.copy_cast(layout, dtype)?),
         })
     }
 
     pub(crate) fn unary(&self, layout: &Layout, op: UnaryOp) -> Result<Storage> {
         Ok(match self {
-            Storage::Cpu(s) => Storage::Cpu(s.unary(layout, op)?),
+            Storage::Cpu(s) => {
+                host_output("unary op", layout.numel(), s.dtype())?;
+                Storage::Cpu(s.unary(layout, op)?)
+            }
             Storage::Xpu(s) => Storage::Xpu(s.unary(layout, op)?),
         })
     }
@@ -131,7 +140,10 @@ impl Storage {
         op: BinaryOp,
     ) -> Result<Storage> {
         Ok(match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(a.binary(l, b, r, op)?),
+            (Storage::Cpu(a), Storage::Cpu(b)) => {
+                host_output(op.name(), l.numel().max(r.numel()), a.dtype())?;
+                Storage::Cpu(a.binary(l, b, r, op)?)
+            }
             (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.binary(l, b, r, op)?),
             _ => return Err(mismatch(op.name(), self, rhs)),
         })
@@ -139,7 +151,15 @@ impl Storage {
 
     pub(crate) fn reduce(&self, layout: &Layout, dim: usize, op: ReduceOp) -> Result<Storage> {
         Ok(match self {
-            Storage::Cpu(s) => Storage::Cpu(s.reduce(layout, dim, op)?),
+            Storage::Cpu(s) => {
+                let mut out = layout.shape().to_vec();
+                if let Some(d) = out.get_mut(dim) {
+                    *d = 1;
+                }
+                // Every reduction's output element takes at most 4 bytes.
+                host_output("reduce", crate::layout::numel(&out), DType::F32)?;
+                Storage::Cpu(s.reduce(layout, dim, op)?)
+            }
             Storage::Xpu(s) => Storage::Xpu(s.reduce(layout, dim, op)?),
         })
     }
@@ -147,10 +167,13 @@ impl Storage {
     /// Softmax: the storage and the layout that views it in the input's dim order.
     pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<(Storage, Layout)> {
         Ok(match self {
-            Storage::Cpu(s) => (
-                Storage::Cpu(s.softmax(layout, dim)?),
-                Layout::contiguous(layout.shape()),
-            ),
+            Storage::Cpu(s) => {
+                host_output("softmax", layout.numel(), s.dtype())?;
+                (
+                    Storage::Cpu(s.softmax(layout, dim)?),
+                    Layout::contiguous(layout.shape()),
+                )
+            }
             Storage::Xpu(s) => {
                 let (st, l) = s.softmax(layout, dim)?;
                 (Storage::Xpu(st), l)
@@ -160,7 +183,10 @@ impl Storage {
 
     pub(crate) fn matmul(&self, l: &Layout, rhs: &Storage, r: &Layout) -> Result<Storage> {
         Ok(match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(a.matmul(l, b, r)?),
+            (Storage::Cpu(a), Storage::Cpu(b)) => {
+                host_output("matmul", matmul_numel(l, r), a.dtype())?;
+                Storage::Cpu(a.matmul(l, b, r)?)
+            }
             (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.matmul(l, b, r)?),
             _ => return Err(mismatch("matmul", self, rhs)),
         })
@@ -189,6 +215,7 @@ impl Storage {
         }
         match (self, rhs) {
             (Storage::Cpu(a), Storage::Cpu(b)) => {
+                host_output("matmul_fused", matmul_numel(l, r), DType::F32)?;
                 let f = crate::cpu::fused::CpuFused {
                     alpha: args.alpha,
                     beta: args.beta,
@@ -294,6 +321,7 @@ impl Storage {
         }
         Ok(match self {
             Storage::Cpu(s) => {
+                host_output(op, layout.numel(), s.dtype())?;
                 Storage::Cpu(s.norm(op, layout, cpu(op, weight)?, cpu(op, bias)?, spec)?)
             }
             Storage::Xpu(s) => {
@@ -320,6 +348,7 @@ impl Storage {
                     Some((Storage::Cpu(ms), ml)) => Some((ms, ml)),
                     Some((other, _)) => return Err(mismatch(op, self, other)),
                 };
+                host_output(op, q.numel(), qs.dtype())?;
                 Ok(Storage::Cpu(qs.attention(
                     q,
                     (ks, k.1),
@@ -359,7 +388,8 @@ impl Storage {
             return Err(Error::invalid("cat", "expected at least one tensor"));
         };
         match first {
-            Storage::Cpu(_) => {
+            Storage::Cpu(c) => {
+                host_output("cat", crate::layout::numel(out_shape), c.dtype())?;
                 let mut cpu = Vec::with_capacity(parts.len());
                 for (s, l) in parts {
                     match s {
@@ -381,4 +411,18 @@ impl Storage {
             }
         }
     }
+}
+
+/// Errors when the host will not allocate a Cpu output of `numel` elements of `dtype` (see
+/// [`crate::cpu::ensure_host_memory`]): checked before every Cpu op allocates its output.
+fn host_output(op: &'static str, numel: usize, dtype: DType) -> Result<()> {
+    crate::cpu::ensure_host_memory(op, numel, dtype)
+}
+
+/// Elements of the product of broadcast `[.., M, K]` and `[.., K, N]` layouts (saturating).
+fn matmul_numel(l: &Layout, r: &Layout) -> usize {
+    let (ls, rs) = (l.shape(), r.shape());
+    let lead = &ls[..ls.len().saturating_sub(1)];
+    let n = rs.last().copied().unwrap_or(1);
+    crate::layout::numel(lead).saturating_mul(n)
 }

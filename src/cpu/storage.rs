@@ -151,6 +151,12 @@ impl CpuStorage {
         Self::from_bytes_truncating(T::DTYPE, bytes)
     }
 
+    /// `n` zeros of `dtype`, or an error when the host will not allocate them.
+    pub(crate) fn try_zeros(op: &'static str, dtype: DType, n: usize) -> Result<CpuStorage> {
+        ensure_host_memory(op, n, dtype)?;
+        Ok(Self::zeros(dtype, n))
+    }
+
     /// `n` zeros of `dtype`.
     pub fn zeros(dtype: DType, n: usize) -> CpuStorage {
         match dtype {
@@ -262,4 +268,26 @@ impl<T: WithDType> From<Vec<T>> for CpuStorage {
     fn from(v: Vec<T>) -> CpuStorage {
         CpuStorage::from_vec(v)
     }
+}
+
+/// Allocations at least this large (1 GiB) are first tried fallibly by [`ensure_host_memory`].
+const PROBE_BYTES: usize = 1 << 30;
+
+/// Checks that `numel` elements of `dtype` can be allocated on the host for `op` before it
+/// allocates them: more than any allocation may hold, or (from [`PROBE_BYTES`] on) more than
+/// the system will reserve, is an error naming `op` and the bytes, where the allocation itself
+/// would abort the process. (On Linux the probe reserves address space without touching it; a
+/// request past what memory and swap could ever back is refused there.)
+pub(crate) fn ensure_host_memory(op: &'static str, numel: usize, dtype: DType) -> Result<()> {
+    let bytes = crate::layout::alloc_bytes(op, numel, dtype)?;
+    if bytes >= PROBE_BYTES {
+        let mut probe: Vec<u8> = Vec::new();
+        probe
+            .try_reserve_exact(bytes)
+            .map_err(|_| crate::Error::CpuOutOfMemory {
+                op,
+                requested: bytes as u64,
+            })?;
+    }
+    Ok(())
 }

@@ -90,7 +90,7 @@ impl ParamSource for RandomSource {
                 // Box–Muller, which matters for SD 1.5's 860M parameters.
                 let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
                 let seed = name_seed(self.seed, name);
-                Tensor::rand_affine_f32(shape, seed, 2.0 * bound, -bound)
+                Tensor::rand_affine_f32(shape, seed, 2.0 * bound, -bound)?
                     .to_dtype(self.dtype)?
                     .to(self.device)
             }

@@ -91,9 +91,25 @@ impl ConvGeom {
                 format!("need non-zero stride/dilation/groups, C={c} and O={o} divisible by groups={g}, and weight dim 1 = C/groups; got weight {wt:?}"),
             ));
         }
-        let (hp, wp) = (h + 2 * p.padding.0, w + 2 * p.padding.1);
-        let ekh = p.dilation.0 * (kh.max(1) - 1) + 1;
-        let ekw = p.dilation.1 * (kw.max(1) - 1) + 1;
+        // Sizes past usize (absurd padding or dilation) are refused, never wrapped.
+        let padded = |len: usize, pad: usize| pad.checked_mul(2).and_then(|p| p.checked_add(len));
+        let extent =
+            |k: usize, d: usize| d.checked_mul(k.max(1) - 1).and_then(|e| e.checked_add(1));
+        let sizes = (
+            padded(h, p.padding.0),
+            padded(w, p.padding.1),
+            extent(kh, p.dilation.0),
+            extent(kw, p.dilation.1),
+        );
+        let (Some(hp), Some(wp), Some(ekh), Some(ekw)) = sizes else {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "padding {:?} or dilation {:?} makes the input or kernel larger than memory can address",
+                    p.padding, p.dilation
+                ),
+            ));
+        };
         if kh == 0 || kw == 0 || hp < ekh || wp < ekw {
             return Err(Error::invalid(
                 op,
@@ -104,6 +120,7 @@ impl ConvGeom {
             ));
         }
         let (ho, wo) = ((hp - ekh) / p.stride.0 + 1, (wp - ekw) / p.stride.1 + 1);
+        crate::layout::alloc_bytes(op, crate::layout::numel(&[n, o, ho, wo]), crate::DType::F32)?;
         Ok(ConvGeom {
             n,
             c,
@@ -264,6 +281,8 @@ impl<'a> Conv2dBuilder<'a> {
             return crate::ops::conv_xpu::conv2d_xpu(self.x, self.weight, g.p, &args);
         }
         if let Storage::Cpu(_) = self.x.storage() {
+            let out_numel = crate::layout::numel(&g.out_shape());
+            crate::cpu::ensure_host_memory("conv2d", out_numel, crate::DType::F32)?;
             let winograd = if g.m() >= crate::cpu::conv::WINOGRAD_PER_CALL_MIN_PIXELS {
                 crate::cpu::conv::WinogradUse::PerCall
             } else {

@@ -45,7 +45,8 @@ impl Tensor {
         // Runs of equal source indices: (source, count).
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for i in 0..out {
-            let src = (i * input / out).min(input - 1);
+            // In u128: `i * input` may pass usize for broadcast views of huge dims.
+            let src = ((i as u128 * input as u128 / out as u128) as usize).min(input - 1);
             match runs.last_mut() {
                 Some((s, n)) if *s == src => *n += 1,
                 _ => runs.push((src, 1)),
@@ -75,19 +76,25 @@ impl Tensor {
                 ),
             ));
         }
+        let &[n, c, h, w] = self.shape() else {
+            return Err(Error::shape(
+                "upsample_nearest2d",
+                "[N, C, H, W]",
+                self.shape(),
+            ));
+        };
+        let (Some(hs), Some(ws)) = (h.checked_mul(scale), w.checked_mul(scale)) else {
+            return Err(Error::invalid(
+                "upsample_nearest2d",
+                format!("scale {scale} makes {h}x{w} larger than memory can address"),
+            ));
+        };
         if self.memory_format() == MemoryFormat::ChannelsLast {
             // [N, H, W, C] -> [N, H, s, W, s, C] (a broadcast view) -> one dense copy.
-            let &[n, c, h, w] = self.shape() else {
-                return Err(Error::shape(
-                    "upsample_nearest2d",
-                    "[N, C, H, W]",
-                    self.shape(),
-                ));
-            };
             return self.via_nhwc(|v| {
                 v.reshape(&[n, h, 1, w, 1, c])?
                     .broadcast_to(&[n, h, scale, w, scale, c])?
-                    .reshape(&[n, h * scale, w * scale, c])
+                    .reshape(&[n, hs, ws, c])
             });
         }
         self.repeat_each(2, scale)?.repeat_each(3, scale)
@@ -112,6 +119,13 @@ impl Tensor {
                 ),
                 got: format!("{size:?} for {:?}", self.shape()),
             });
+        }
+        let mut out_shape = self.shape()[..2].to_vec();
+        out_shape.extend_from_slice(size);
+        let out_numel = crate::layout::numel(&out_shape);
+        crate::layout::alloc_bytes("interpolate_nearest", out_numel, self.dtype())?;
+        if self.device() == crate::Device::Cpu {
+            crate::cpu::ensure_host_memory("interpolate_nearest", out_numel, self.dtype())?;
         }
         if self.memory_format() == MemoryFormat::ChannelsLast {
             return self.via_nhwc(|v| {

@@ -4,7 +4,7 @@
 //! GPU instead), so a seeded tensor holds the same values on every device.
 
 use super::{random, Tensor};
-use crate::cpu::CpuStorage;
+use crate::cpu::{ensure_host_memory, CpuStorage};
 use crate::layout::{numel, Layout};
 use crate::storage::Storage;
 use crate::xpu::XpuStorage;
@@ -46,7 +46,7 @@ impl Tensor {
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel(shape);
         let storage = match device {
-            Device::Cpu => Storage::Cpu(CpuStorage::zeros(dtype, n)),
+            Device::Cpu => Storage::Cpu(CpuStorage::try_zeros("zeros", dtype, n)?),
             Device::Xpu => Storage::Xpu(XpuStorage::zeros(&crate::xpu::ctx()?, dtype, n)?),
         };
         Ok(Tensor::from_storage(storage, Layout::contiguous(shape)))
@@ -60,6 +60,7 @@ impl Tensor {
     /// Every element `value` (rounded to `dtype`).
     pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel(shape);
+        ensure_host_memory("full", n, dtype)?;
         let cpu = match dtype {
             DType::F32 => CpuStorage::from_vec(vec![value as f32; n]),
             DType::F16 => CpuStorage::from_vec(vec![half::f16::from_f64(value); n]),
@@ -79,6 +80,8 @@ impl Tensor {
             ));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
+        // Each value passes through an f64 (two f32s' bytes).
+        ensure_host_memory("arange", n.saturating_mul(2), DType::F32)?;
         let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
         let cpu = match dtype {
             DType::F32 => CpuStorage::from_vec(values.iter().map(|&v| v as f32).collect()),
@@ -106,6 +109,7 @@ impl Tensor {
 
     /// Standard normal values from `seed`: the same on every device.
     pub fn randn(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
+        ensure_host_memory("randn", numel(shape), DType::F32)?;
         place(
             f32_as(random::normal(seed, numel(shape)), dtype),
             shape,
@@ -115,6 +119,7 @@ impl Tensor {
 
     /// Uniform values in [0, 1) from `seed`: the same on every device.
     pub fn rand(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
+        ensure_host_memory("rand", numel(shape), DType::F32)?;
         place(
             f32_as(random::uniform(seed, numel(shape)), dtype),
             shape,
@@ -125,9 +130,15 @@ impl Tensor {
     /// `Tensor::rand(shape, F32, Cpu, seed).affine(mul, add)`, the same values, computed in
     /// place: the random initialisation of `nn` models, where a second buffer for SD 1.5's 860M
     /// parameters cost seconds of page faults and copying.
-    pub(crate) fn rand_affine_f32(shape: &[usize], seed: u64, mul: f64, add: f64) -> Tensor {
+    pub(crate) fn rand_affine_f32(
+        shape: &[usize],
+        seed: u64,
+        mul: f64,
+        add: f64,
+    ) -> Result<Tensor> {
         use rayon::prelude::*;
         const CHUNK: usize = 4096;
+        ensure_host_memory("rand", numel(shape), DType::F32)?;
         let mut v = random::uniform(seed, numel(shape));
         let op = crate::ops::kinds::UnaryOp::Affine {
             mul: mul as f32,
@@ -142,10 +153,10 @@ impl Tensor {
             src.copy_from_slice(chunk);
             k.unary_f32(op, src, chunk);
         });
-        Tensor::from_storage(
+        Ok(Tensor::from_storage(
             Storage::Cpu(CpuStorage::from_vec(v)),
             Layout::contiguous(shape),
-        )
+        ))
     }
 
     /// Zeros with this tensor's shape, dtype and device.
@@ -166,7 +177,7 @@ mod tests {
             let want = Tensor::rand(&[n], DType::F32, Device::Cpu, seed)?
                 .affine(mul, add)?
                 .to_vec::<f32>()?;
-            let got = Tensor::rand_affine_f32(&[n], seed, mul, add).to_vec::<f32>()?;
+            let got = Tensor::rand_affine_f32(&[n], seed, mul, add)?.to_vec::<f32>()?;
             assert_eq!(got.len(), n);
             let same = got
                 .iter()

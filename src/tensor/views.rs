@@ -131,7 +131,9 @@ impl Tensor {
                     got: format!("{:?}", t.shape()),
                 });
             }
-            out_shape[d] += t.shape()[d];
+            out_shape[d] = out_shape[d].checked_add(t.shape()[d]).ok_or_else(|| {
+                Error::invalid("cat", "the joined dim is larger than memory can address")
+            })?;
         }
         // Channels along channels-last parts (PyTorch keeps the format): the NHWC views joined
         // on their last dim, so every pixel's channels stay one run; the result is channels-last.

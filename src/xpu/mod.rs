@@ -38,7 +38,7 @@ pub(crate) struct XpuStorage {
 impl XpuStorage {
     /// Uninitialised storage for `len` elements (every kernel writes all of it).
     pub(crate) fn alloc(ctx: &Arc<Context>, dtype: DType, len: usize) -> Result<XpuStorage> {
-        let bytes = (len * dtype.size_in_bytes()).max(4) as u64;
+        let bytes = crate::layout::alloc_bytes("xpu alloc", len, dtype)?.max(4) as u64;
         let buffer = ctx.allocator.alloc(&ctx.device, PoolKind::Storage, bytes)?;
         Ok(XpuStorage {
             buffer,

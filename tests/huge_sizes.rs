@@ -1,0 +1,131 @@
+//! Sizes past what memory can hold are clear errors on every device, never an aborted process,
+//! a wrapped element count, or an op that runs on a shape its storage does not have.
+//!
+//! The refused requests are all of at least 2^50 bytes, past any 64-bit system's address
+//! space, so they fail however the host overcommits memory.
+
+mod common;
+
+use xpu::{Conv2dParams, DType, Device, Error, Tensor};
+
+/// 2^40: two of these multiply past `usize`.
+const HUGE: usize = 1 << 40;
+
+/// Asserts a size error (and that the message names `op` when it is an out-of-memory error).
+fn refused(what: &str, r: xpu::Result<Tensor>) {
+    match r {
+        Err(Error::CpuOutOfMemory { requested, .. }) => {
+            assert!(requested >= 1 << 50, "{what}: {requested} bytes")
+        }
+        Err(
+            Error::OutOfMemory { .. } | Error::InvalidArgument { .. } | Error::ShapeMismatch { .. },
+        ) => {}
+        Err(e) => panic!("{what}: a size error expected, got {e}"),
+        Ok(t) => panic!(
+            "{what}: a size error expected, got a tensor of {:?}",
+            t.shape()
+        ),
+    }
+}
+
+#[test]
+fn creating_tensors_past_memory_is_an_error() {
+    for dev in common::devices() {
+        let pb4 = [1 << 20, 1 << 20, 1 << 10];
+        let e = Tensor::zeros(&pb4, DType::F32, dev).unwrap_err();
+        if dev == Device::Cpu {
+            assert!(
+                matches!(e, Error::CpuOutOfMemory { op: "zeros", .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains(&(1u64 << 52).to_string()), "{e}");
+        }
+        refused("zeros", Tensor::zeros(&pb4, DType::F32, dev));
+        refused(
+            "zeros overflow",
+            Tensor::zeros(&[HUGE, HUGE], DType::F32, dev),
+        );
+        refused("full", Tensor::full(1.0, &pb4, DType::BF16, dev));
+        refused(
+            "ones overflow",
+            Tensor::ones(&[HUGE, HUGE, 3], DType::U8, dev),
+        );
+        refused("randn", Tensor::randn(&pb4, DType::F32, dev, 0));
+        refused(
+            "rand overflow",
+            Tensor::rand(&[HUGE, HUGE], DType::F16, dev, 0),
+        );
+        refused("arange", Tensor::arange(0.0, 1e18, 1.0, DType::F32, dev));
+        // An element count that wraps to zero must not pass for an empty tensor.
+        let wraps = [1usize << 32, 1 << 32];
+        refused("from_vec", Tensor::from_vec(Vec::<f32>::new(), &wraps, dev));
+        let empty = Tensor::zeros(&[0], DType::F32, dev).unwrap();
+        refused("reshape", empty.reshape(&wraps));
+        let still_empty = empty.reshape(&[0, HUGE, HUGE]).unwrap();
+        assert_eq!(still_empty.numel(), 0);
+    }
+}
+
+#[test]
+fn ops_whose_output_exceeds_memory_are_errors() {
+    for dev in common::devices() {
+        let one = Tensor::ones(&[1, 1], DType::F32, dev).unwrap();
+        // 2^50 elements: a view (no memory), as `expand` is in PyTorch.
+        let wide = one.broadcast_to(&[HUGE, 1 << 10]).unwrap();
+        refused("contiguous", wide.contiguous());
+        refused("exp", wide.exp());
+        refused("add", wide.add(&one));
+        refused(
+            "mul broadcast",
+            one.broadcast_to(&[HUGE, 1])
+                .unwrap()
+                .mul(&one.broadcast_to(&[1, 1 << 10]).unwrap()),
+        );
+        refused("to_dtype", wide.to_dtype(DType::F16));
+        refused(
+            "sum",
+            one.broadcast_to(&[1 << 50, 2]).unwrap().sum(1, false),
+        );
+        refused("softmax", wide.softmax(1));
+        let square = one.broadcast_to(&[1 << 10, 1 << 10]).unwrap();
+        refused("matmul", wide.matmul(&square));
+        let big = one.broadcast_to(&[1 << 63, 1]).unwrap();
+        refused("cat", Tensor::cat(&[&big, &big], 0));
+        let img = Tensor::ones(&[1, 1, 2, 2], DType::F32, dev).unwrap();
+        refused("upsample", img.upsample_nearest2d(1 << 62));
+        refused("upsample 2^50", img.upsample_nearest2d(1 << 25));
+        refused("interpolate", img.interpolate_nearest(&[HUGE, HUGE]));
+        refused("pad", img.pad(&[1 << 50, 0], 0.0));
+        refused("pad overflow", img.pad(&[1 << 62, 1 << 62], 0.0));
+        let w = Tensor::ones(&[1, 1, 1, 1], DType::F32, dev).unwrap();
+        let wrap = Conv2dParams {
+            padding: (usize::MAX / 2, 0),
+            ..Default::default()
+        };
+        refused("conv2d padding overflow", img.conv2d(&w, None, wrap));
+        let wide_pad = Conv2dParams {
+            padding: (1 << 24, 1 << 24),
+            ..Default::default()
+        };
+        refused("conv2d output", img.conv2d(&w, None, wide_pad));
+        let t = Tensor::ones(&[2], DType::F32, dev).unwrap();
+        refused(
+            "timestep_embedding",
+            t.timestep_embedding(1 << 50, true, 0.0, DType::F32),
+        );
+        // The device still works afterwards.
+        let s = img.sum(3, false).unwrap().to_vec_f32();
+        assert_eq!(s, vec![2.0, 2.0], "{dev:?}");
+    }
+}
+
+/// `Tensor` values as f32 on the host.
+trait ToVecF32 {
+    fn to_vec_f32(&self) -> Vec<f32>;
+}
+
+impl ToVecF32 for Tensor {
+    fn to_vec_f32(&self) -> Vec<f32> {
+        self.to(Device::Cpu).unwrap().to_vec::<f32>().unwrap()
+    }
+}
