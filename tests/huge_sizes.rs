@@ -129,3 +129,35 @@ impl ToVecF32 for Tensor {
         self.to(Device::Cpu).unwrap().to_vec::<f32>().unwrap()
     }
 }
+
+/// A stride past the input gives one output along that dim (as in PyTorch), the same values
+/// as the smallest such stride, on every device (the Xpu kernels index in 32 bits).
+#[test]
+fn strides_past_the_input_give_one_output() {
+    for dev in common::devices() {
+        let x = Tensor::randn(&[2, 3, 7, 6], DType::F32, dev, 3).unwrap();
+        let w = Tensor::randn(&[4, 3, 3, 2], DType::F32, dev, 4).unwrap();
+        let conv = |stride| {
+            let p = Conv2dParams {
+                stride,
+                padding: (1, 0),
+                ..Default::default()
+            };
+            x.conv2d(&w, None, p).unwrap()
+        };
+        // Padded 9×6 input, 3×2 kernel: strides from 7 and 5 on give one output.
+        let want = conv((7, 5)).to_vec_f32();
+        for stride in [
+            (usize::MAX, usize::MAX),
+            (1 << 40, 5),
+            (7, u32::MAX as usize + 1),
+        ] {
+            let got = conv(stride);
+            assert_eq!(got.shape(), [2, 4, 1, 1], "{dev:?} {stride:?}");
+            assert_eq!(got.to_vec_f32(), want, "{dev:?} {stride:?}");
+        }
+        let two = conv((4, usize::MAX));
+        assert_eq!(two.shape(), [2, 4, 2, 1], "{dev:?}");
+        assert_eq!(two.to_vec_f32(), conv((4, 5)).to_vec_f32(), "{dev:?}");
+    }
+}

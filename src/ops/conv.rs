@@ -120,6 +120,17 @@ impl ConvGeom {
             ));
         }
         let (ho, wo) = ((hp - ekh) / p.stride.0 + 1, (wp - ekw) / p.stride.1 + 1);
+        // A stride along a dim with one output, or a dilation along a kernel dim of one tap,
+        // has no effect: an absurd value is normalised (so it reaches no kernel's indexing) to
+        // the smallest stride with the same single output, and to dilation 1. Both keep the
+        // geometry when it is computed again from the normalised parameters.
+        let mut p = p;
+        p.stride.0 = p.stride.0.min(hp - ekh + 1);
+        p.stride.1 = p.stride.1.min(wp - ekw + 1);
+        p.dilation = (
+            if kh == 1 { 1 } else { p.dilation.0 },
+            if kw == 1 { 1 } else { p.dilation.1 },
+        );
         crate::layout::alloc_bytes(op, crate::layout::numel(&[n, o, ho, wo]), crate::DType::F32)?;
         Ok(ConvGeom {
             n,
