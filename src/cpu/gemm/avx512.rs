@@ -92,16 +92,18 @@ impl<S: ToF32> Kernel for AvxF32<'_, S> {
     unsafe fn tile(&self, kcu: usize, a: *const f32, b: *const f32, t: &Tile, ep: &EpCtx) {
         tile_f32(kcu, a, b, t, ep);
     }
+    const FILLS_B: bool = true;
     unsafe fn tile_filling_b(
         &self,
         kcu: usize,
         a: *const f32,
-        src: (*const f32, usize),
+        (src, ld): (*const u8, usize),
         dst: *mut f32,
         t: &Tile,
         ep: &EpCtx,
     ) {
-        tile_f32_filling(kcu, a, src, dst, t, ep);
+        // The run gives this kernel f32 sources only (`super::direct_f32`).
+        super::avx512_fill::tile_f32_filling(kcu, a, (src as *const f32, ld), dst, t, ep);
     }
 }
 
@@ -138,6 +140,20 @@ impl Kernel for AvxBf16<'_> {
     }
     unsafe fn tile(&self, kcu: usize, a: *const u32, b: *const u32, t: &Tile, ep: &EpCtx) {
         tile_bf16(kcu, a, b, t, ep);
+    }
+    const FILLS_B: bool = true;
+    unsafe fn tile_filling_b(
+        &self,
+        kcu: usize,
+        a: *const u32,
+        (src, ld): (*const u8, usize),
+        dst: *mut u32,
+        t: &Tile,
+        ep: &EpCtx,
+    ) {
+        // The run gives this kernel bf16 sources only, and only where AVX512BW was detected
+        // (`super::direct_bf16`).
+        super::avx512_fill::tile_bf16_filling(kcu, a, (src as *const u16, ld), dst, t, ep);
     }
 }
 
@@ -177,57 +193,6 @@ unsafe fn accumulate_f32(kcu: usize, mut a: *const f32, mut b: *const f32) -> [[
         }
         a = a.add(MR);
         b = b.add(NR);
-    }
-    acc
-}
-
-/// Source rows [`accumulate_f32_filling`] prefetches ahead of the one it multiplies.
-const SRC_PREFETCH_ROWS: usize = 12;
-
-#[target_feature(enable = "avx512f")]
-unsafe fn tile_f32_filling(
-    kcu: usize,
-    a: *const f32,
-    src: (*const f32, usize),
-    dst: *mut f32,
-    t: &Tile,
-    ep: &EpCtx,
-) {
-    super::avx512_ep::prefetch_c(t, ep);
-    let acc = accumulate_f32_filling(kcu, a, src, dst);
-    store::<MR>(&acc, t, ep);
-}
-
-/// [`accumulate_f32`] with B read from its row-major source (`ld` values between units), each
-/// unit's 32 values also stored to `dst` in the packed layout: the same multiply-adds in the
-/// same order, so the tile equals one over the packed panel bit for bit.
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn accumulate_f32_filling(
-    kcu: usize,
-    mut a: *const f32,
-    (mut src, ld): (*const f32, usize),
-    mut dst: *mut f32,
-) -> [[__m512; 2]; MR] {
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    for _ in 0..kcu {
-        // The source rows are strided (hardware prefetch trails them): fetch both lines of a
-        // row a dozen units ahead. Prefetches never fault, whatever the address.
-        let ahead = src.wrapping_add(SRC_PREFETCH_ROWS * ld);
-        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(NR - 1) as *const i8);
-        let b0 = _mm512_loadu_ps(src);
-        let b1 = _mm512_loadu_ps(src.add(16));
-        _mm512_storeu_ps(dst, b0);
-        _mm512_storeu_ps(dst.add(16), b1);
-        for (r, accr) in acc.iter_mut().enumerate() {
-            let av = _mm512_set1_ps(*a.add(r));
-            accr[0] = _mm512_fmadd_ps(av, b0, accr[0]);
-            accr[1] = _mm512_fmadd_ps(av, b1, accr[1]);
-        }
-        a = a.add(MR);
-        src = src.wrapping_add(ld);
-        dst = dst.add(NR);
     }
     acc
 }

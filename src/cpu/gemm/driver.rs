@@ -101,24 +101,30 @@ pub(crate) trait Kernel: Sync {
     /// bias and residual have been validated against the output shape; [`Kernel::begin`] ran
     /// on this thread (with no [`Kernel::end`] since).
     unsafe fn tile(&self, kcu: usize, a: *const Self::PA, b: *const Self::PB, t: &Tile, ep: &EpCtx);
-    /// [`Kernel::tile`] over a B micro-panel read from row-major `src` (`kcu` rows of 32 values,
-    /// `ld` values apart), which it also copies value for value into `dst` (`32 * kcu` values,
-    /// the packed layout) for the tiles after it. This default copies first, then multiplies;
-    /// kernels override it to do both in one pass.
+    /// True when the kernel fills B panels in its tiles ([`Kernel::tile_filling_b`]); only then
+    /// does the driver ask the panels for [`super::panels::Fill`]s.
+    const FILLS_B: bool = false;
+    /// [`Kernel::tile`] over a B micro-panel read from its row-major source (`src`: the
+    /// [`super::panels::Fill`]'s first value, rows `ld` values apart: one row per unit of f32
+    /// sources, two of bf16 ones), which it also converts value for value into `dst` (`32 * kcu`
+    /// units, the packed layout) for the tiles after it. This default serves sources of `PB`
+    /// values, one row per unit: it copies first, then multiplies; kernels override it to do
+    /// both in one pass.
     ///
     /// # Safety
-    /// As [`Kernel::tile`]; `src` rows are readable, `dst` is writable and touched by no one
-    /// else until this returns.
+    /// As [`Kernel::tile`]; `src` rows are readable values of the source type the kernel fills
+    /// from, `dst` is writable and touched by no one else until this returns.
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile_filling_b(
         &self,
         kcu: usize,
         a: *const Self::PA,
-        (src, ld): (*const Self::PB, usize),
+        (src, ld): (*const u8, usize),
         dst: *mut Self::PB,
         t: &Tile,
         ep: &EpCtx,
     ) {
+        let src = src as *const Self::PB;
         for u in 0..kcu {
             std::ptr::copy_nonoverlapping(src.add(u * ld), dst.add(u * NR), NR);
         }
@@ -334,7 +340,12 @@ fn run_task<K: Kernel>(
                         // SAFETY: the A panel has `panel` elements, the B panel `32 * kcu`;
                         // a Fill's source rows were checked against B's storage and its panel
                         // is this task's until the Fill is dropped (after the tile).
-                        match b.access(bi, q) {
+                        let access = if K::FILLS_B {
+                            b.access(bi, q)
+                        } else {
+                            PanelAccess::Ready(b.panel(bi, q))
+                        };
+                        match access {
                             PanelAccess::Ready(bptr) => unsafe {
                                 kern.tile(kcu, apanel, bptr, &t, ep)
                             },

@@ -36,6 +36,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_ep;
 #[cfg(target_arch = "x86_64")]
+mod avx512_fill;
+#[cfg(target_arch = "x86_64")]
 mod avx512_pack;
 mod buf;
 mod driver;
@@ -184,11 +186,11 @@ type PanelPacker<S, P> = fn(&MatRef<S>, &BLayout, (usize, usize), usize, &mut [P
 /// Runs `kern` over B packed in layout `l` (element `P`), or packed on first use by `pack`
 /// (or, for full panels of a `direct` source, filled by the kernel's tiles).
 #[allow(clippy::too_many_arguments)]
-fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>>(
+fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>, D: Sync>(
     kern: &K,
     b: BPack<'_, S>,
     l: BLayout,
-    (pack, direct): (PanelPacker<S, P>, Option<panels::DirectB<'_, P>>),
+    (pack, direct): (PanelPacker<S, P>, Option<panels::DirectB<'_, D>>),
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
@@ -246,7 +248,7 @@ fn run_f32_like<S: ToF32>(
     #[cfg(target_arch = "x86_64")]
     if path != GemmPath::Fallback {
         if let Some(k) = avx2::Avx2F32::new(a) {
-            return run_on(&k, b, l, (pack, None), c, ldc, ep, a.rows);
+            return run_on(&k, b, l, (pack, NO_DIRECT), c, ldc, ep, a.rows);
         }
     }
     let _ = path;
@@ -254,12 +256,33 @@ fn run_f32_like<S: ToF32>(
         &portable::PortF32 { a },
         b,
         l,
-        (pack, None),
+        (pack, NO_DIRECT),
         c,
         ldc,
         ep,
         a.rows,
     );
+}
+
+/// No direct source: B's panels all go through the packer.
+const NO_DIRECT: Option<panels::DirectB<'static, f32>> = None;
+
+/// A per-call bf16 B with unit column stride, as the source the pair kernel's tiles may fill
+/// its panels from ([`panels::DirectB`]), where the CPU has the AVX512BW permutes they use.
+#[cfg(target_arch = "x86_64")]
+fn direct_bf16<'a>(b: &BPack<'a, bf16>) -> Option<panels::DirectB<'a, bf16>> {
+    match b {
+        BPack::OnFirstUse(src, _)
+            if src.col_stride == 1 && is_x86_feature_detected!("avx512bw") =>
+        {
+            Some(panels::DirectB {
+                data: src.data,
+                offset: src.offset,
+                row_stride: src.row_stride,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// A per-call f32 B with unit column stride, as the source its panels may be filled from in
@@ -340,11 +363,12 @@ impl Runner for bf16 {
         #[cfg(target_arch = "x86_64")]
         if path == GemmPath::Avx512 {
             if let Some(k) = avx512::AvxBf16::new(a) {
+                let direct = direct_bf16(&b);
                 return run_on(
                     &k,
                     b,
                     l,
-                    (pack::pack_b_bf16_panel, None),
+                    (pack::pack_b_bf16_panel, direct),
                     c,
                     ldc,
                     ep,
@@ -358,7 +382,7 @@ impl Runner for bf16 {
             &portable::PortBf16 { a },
             b,
             l,
-            (pack, None),
+            (pack, NO_DIRECT),
             c,
             ldc,
             ep,

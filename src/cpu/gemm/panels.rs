@@ -30,7 +30,7 @@
 //!   inside the tile they overlap the multiply-adds.
 
 use super::buf::AlignedBuf;
-use super::layout::{BLayout, PackedView, NR};
+use super::layout::{BLayout, PackKind, PackedView, NR};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -60,13 +60,15 @@ pub(crate) enum PanelAccess<'s, P> {
     Fill(Fill<'s, P>),
 }
 
-/// A claimed panel to be filled from a row-major source: `kcu` rows of 32 values at `src`,
-/// `ld` values apart, copied to `dst` (`kcu * 32` values, the packed layout). Publishes the
-/// panel when dropped, also on unwinding.
+/// A claimed panel to be filled from a row-major source: the K block's rows of B (one row per
+/// unit in the f32 layout, two in the bf16 pair layout), 32 values each, `ld` values apart from
+/// `src`, converted to `dst` (`kcu * 32` units, the packed layout). Publishes the panel when
+/// dropped, also on unwinding.
 pub(crate) struct Fill<'s, P> {
-    /// The panel's first source value (B at the K block's first unit and its first column).
-    pub src: *const P,
-    /// Distance between consecutive source rows (units), in values.
+    /// The panel's first source value (B at the K block's first row and its first column), of
+    /// the element type of the [`DirectB`] the panels were given (f32 or bf16).
+    pub src: *const u8,
+    /// Distance between consecutive source rows, in values.
     pub ld: usize,
     /// The panel's packed storage.
     pub dst: *mut P,
@@ -85,9 +87,9 @@ impl Drop for Publish<'_> {
 /// A validated row-major source of B (`col_stride == 1`) whose full panels may be filled by
 /// the tiles ([`Fill`]) instead of the packer.
 #[derive(Clone, Copy)]
-pub(crate) struct DirectB<'a, P> {
+pub(crate) struct DirectB<'a, S> {
     /// B's storage.
-    pub data: &'a [P],
+    pub data: &'a [S],
     /// Index of B's element (0, 0).
     pub offset: usize,
     /// Distance between B's rows, in values.
@@ -110,18 +112,18 @@ const READY: u8 = 2;
 /// B panels packed on first use by `pack(u0, u1, q, panel)`, which must write all of the
 /// `(u1 - u0) * 32` elements of panel `q` over units `u0..u1` (as the packers of
 /// [`super::pack`] do).
-pub(crate) struct LazyPanels<'a, P, F> {
+pub(crate) struct LazyPanels<'a, P, F, S = P> {
     ptr: *mut P,
     layout: BLayout,
     state: Vec<AtomicU8>,
     pack: F,
-    direct: Option<DirectB<'a, P>>,
+    direct: Option<DirectB<'a, S>>,
     _buf: PhantomData<&'a mut AlignedBuf>,
 }
 
 // SAFETY: the buffer is only written by the thread that claimed a panel and only read after it
 // is published (module invariants); `F` and the direct source are shared by reference only.
-unsafe impl<P: Send + Sync, F: Sync> Sync for LazyPanels<'_, P, F> {}
+unsafe impl<P: Send + Sync, F: Sync, S: Sync> Sync for LazyPanels<'_, P, F, S> {}
 
 impl<'a, P, F> LazyPanels<'a, P, F>
 where
@@ -142,28 +144,53 @@ where
             _buf: PhantomData,
         }
     }
+}
 
-    /// The same, with full panels of `direct` (the B that `pack` packs, in the layout's element
-    /// type) handed to tiles to fill ([`PanelAccess::Fill`]).
-    pub(crate) fn with_direct(mut self, direct: Option<DirectB<'a, P>>) -> Self {
-        self.direct = direct;
-        self
+impl<'a, P, F, S> LazyPanels<'a, P, F, S>
+where
+    P: bytemuck::Pod,
+    F: Fn(usize, usize, usize, &mut [P]) + Sync,
+{
+    /// The same, with full panels of `direct` (the B that `pack` packs) handed to tiles to
+    /// fill ([`PanelAccess::Fill`]).
+    pub(crate) fn with_direct<S2>(
+        self,
+        direct: Option<DirectB<'a, S2>>,
+    ) -> LazyPanels<'a, P, F, S2> {
+        LazyPanels {
+            ptr: self.ptr,
+            layout: self.layout,
+            state: self.state,
+            pack: self.pack,
+            direct,
+            _buf: PhantomData,
+        }
     }
 
     /// Where panel `q` of block `bi` starts in the direct source, when it has one there: a
-    /// full panel of 32 consecutive B columns, every row of the K block inside the storage.
-    fn direct_src(&self, bi: usize, q: usize) -> Option<(*const P, usize)> {
+    /// full panel of 32 consecutive B columns, every row of the K block (two per unit in the
+    /// bf16 pair layout, none of them padding past K) inside the storage.
+    fn direct_src(&self, bi: usize, q: usize) -> Option<(*const u8, usize)> {
         let d = self.direct.as_ref()?;
         let l = &self.layout;
         let c0 = l.src_col(q, 0)?;
         if l.glu || l.src_col(q, NR - 1) != Some(c0 + NR - 1) {
             return None;
         }
+        let rows_per_unit = match l.kind {
+            PackKind::F32 => 1,
+            PackKind::Bf16 => 2,
+            PackKind::Amx => return None,
+        };
         let (u0, u1) = l.block(bi);
-        let first = d.offset + u0 * d.row_stride + c0;
-        let last = d.offset + u1.checked_sub(1)? * d.row_stride + c0 + NR - 1;
+        let (r0, r1) = (u0 * rows_per_unit, u1 * rows_per_unit);
+        if r1 > l.k {
+            return None;
+        }
+        let first = d.offset + r0 * d.row_stride + c0;
+        let last = d.offset + r1.checked_sub(1)? * d.row_stride + c0 + NR - 1;
         d.data.get(last)?;
-        Some((d.data[first..].as_ptr(), d.row_stride))
+        Some((d.data[first..].as_ptr() as *const u8, d.row_stride))
     }
 
     /// Waits for another thread to publish a panel it claimed.
@@ -200,7 +227,7 @@ where
     }
 }
 
-impl<P: bytemuck::Pod + Send + Sync, F> Panels<P> for LazyPanels<'_, P, F>
+impl<P: bytemuck::Pod + Send + Sync, F, S: Sync> Panels<P> for LazyPanels<'_, P, F, S>
 where
     F: Fn(usize, usize, usize, &mut [P]) + Sync,
 {
@@ -340,7 +367,7 @@ mod tests {
                             // SAFETY: the Fill's rows lie in `src`; its panel is ours.
                             unsafe {
                                 std::ptr::copy_nonoverlapping(
-                                    f.src.add(u * ld),
+                                    (f.src as *const f32).add(u * ld),
                                     f.dst.add(u * NR),
                                     NR,
                                 )
