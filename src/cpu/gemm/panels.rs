@@ -21,11 +21,13 @@
 //!   panel being packed only waits for running code: it spins briefly, then yields.
 //! - The ready state is published even if the packer unwinds (the panic then propagates out of
 //!   the parallel loop; no thread is left waiting forever).
-//! - With a [`DirectB`] source (row-major f32 B on a kernel that can), a full panel is not
+//! - With a [`DirectB`] source (row-major f32 or bf16 B, on a kernel that declares
+//!   [`super::driver::Kernel::FILLS_B`]), a full panel whose K block has no padding rows is not
 //!   packed by a separate pass: the claimant gets a [`Fill`] and its first tile multiplies the
-//!   panel straight from B while copying it into place ([`super::driver::Kernel::tile_filling_b`]);
-//!   dropping the [`Fill`] (after that tile, or on unwinding) publishes the panel. The copy is
-//!   the packer's, value for value, so results are bit-identical either way. Why: the packer's
+//!   panel straight from B while writing it into place
+//!   ([`super::driver::Kernel::tile_filling_b`], [`super::avx512_fill`]); dropping the [`Fill`]
+//!   (after that tile, or on unwinding) publishes the panel. The values written are the
+//!   packer's, so results are bit-identical either way. Why: the packer's
 //!   loads of B from L3 were 3.5% of the samples at 512³ (a prepacked B ran 3.7% faster);
 //!   inside the tile they overlap the multiply-adds.
 
