@@ -30,8 +30,8 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// Number of elements of a shape (1 for a scalar, 0 if any dim is 0). A product past
-/// `usize::MAX` saturates there (no tensor can hold that many: allocation refuses it, see
-/// [`alloc_bytes`]), so shape checks compare real counts and never wrapped ones.
+/// `usize::MAX` saturates there (no tensor can hold that many: allocation refuses it), so
+/// shape checks compare real counts and never wrapped ones.
 pub fn numel(shape: &[usize]) -> usize {
     if shape.contains(&0) {
         return 0;
