@@ -201,25 +201,33 @@ fn copy_makes_independent_contiguous_storage() {
 
 #[test]
 fn transposed_gathers_match_index_arithmetic() {
-    // Batched transposes whose row count is not a multiple of the CPU's 32-row tiles.
-    for &(b, r, c) in &[(1, 33, 40), (3, 70, 45), (2, 1, 64), (5, 31, 33)] {
-        let host: Vec<f32> = (0..b * r * c).map(|i| i as f32).collect();
+    // Batched transposes whose sizes are not multiples of the CPU's 16×16 register tiles or
+    // 32-row bands, and one large enough for several 64-row blocks, in every dtype (4-, 2- and
+    // 1-byte elements take different CPU paths).
+    let dtypes = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U8];
+    for &(b, r, c) in &[(1, 33, 40), (3, 70, 45), (2, 1, 64), (5, 31, 33), (2, 300, 129)] {
+        let host: Vec<f32> = (0..b * r * c).map(|i| (i % 1000) as f32).collect();
         for device in common::devices() {
-            let x = Tensor::from_vec(host.clone(), &[b, r, c], device).unwrap();
-            let t = x.transpose(1, 2).unwrap().contiguous().unwrap();
-            let want: Vec<f64> = (0..b)
-                .flat_map(|z| {
-                    (0..c).flat_map(move |j| (0..r).map(move |i| ((z * r + i) * c + j) as f64))
-                })
-                .collect();
-            assert_eq!(values(&t), want, "{device} {b}x{r}x{c}");
-            let p = x.permute(&[2, 0, 1]).unwrap().contiguous().unwrap();
-            let want: Vec<f64> = (0..c)
-                .flat_map(|j| {
-                    (0..b).flat_map(move |z| (0..r).map(move |i| ((z * r + i) * c + j) as f64))
-                })
-                .collect();
-            assert_eq!(values(&p), want, "{device} permute {b}x{r}x{c}");
+            for dtype in dtypes {
+                let x = Tensor::from_vec(host.clone(), &[b, r, c], device)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
+                let src = values(&x);
+                let at = |z: usize, i: usize, j: usize| src[(z * r + i) * c + j];
+                let t = x.transpose(1, 2).unwrap().contiguous().unwrap();
+                let want: Vec<f64> = (0..b)
+                    .flat_map(|z| (0..c).flat_map(move |j| (0..r).map(move |i| (z, i, j))))
+                    .map(|(z, i, j)| at(z, i, j))
+                    .collect();
+                assert_eq!(values(&t), want, "{device} {dtype} {b}x{r}x{c}");
+                let p = x.permute(&[2, 0, 1]).unwrap().contiguous().unwrap();
+                let want: Vec<f64> = (0..c)
+                    .flat_map(|j| (0..b).flat_map(move |z| (0..r).map(move |i| (z, i, j))))
+                    .map(|(z, i, j)| at(z, i, j))
+                    .collect();
+                assert_eq!(values(&p), want, "{device} {dtype} permute {b}x{r}x{c}");
+            }
         }
     }
 }

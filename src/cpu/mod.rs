@@ -30,6 +30,7 @@ mod storage;
 mod strided;
 #[cfg(test)]
 mod tests;
+pub(crate) mod transpose;
 
 pub use conv::set_winograd_override;
 pub use matmul::matmul_f32_strided;

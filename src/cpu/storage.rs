@@ -7,7 +7,7 @@
 //! zero-filled result instead of panicking; their `try_` twins return the error). Outputs are
 //! always contiguous and row-major.
 
-use super::strided::{check_layout, gather};
+use super::strided::{check_layout, gather, gather_pooled};
 use crate::layout::Layout;
 use crate::{DType, Error, Result, WithDType};
 use half::{bf16, f16};
@@ -226,7 +226,7 @@ impl CpuStorage {
     /// Contiguous copy of the elements of `layout`, or an error if the layout does not fit.
     pub fn try_contiguous(&self, layout: &Layout) -> Result<CpuStorage> {
         check_layout("contiguous", layout, self.len())?;
-        Ok(map_storage!(self, v => gather(v, layout)))
+        Ok(map_storage!(self, v => gather_pooled(v, layout)))
     }
 
     /// Contiguous copy of the elements of `layout` (`layout.numel()` elements). A layout that

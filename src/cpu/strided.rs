@@ -4,9 +4,12 @@
 //! Invariants: [`check_layout`] must succeed before any other helper is used with a
 //! layout/storage pair; after it, `layout.numel()` does not overflow and every offset the layout
 //! reaches is `< storage.len()`, so the indexing below cannot go out of bounds (it still uses
-//! checked slice access, never `unsafe`).
+//! checked slice access, and [`transpose_block`] checks its whole block against both slices
+//! before its unchecked loads and stores).
 
 use super::parallel;
+use super::pool::{self, Recycle};
+use super::transpose::transpose_block;
 use crate::layout::Layout;
 use crate::{Error, Result};
 use bytemuck::Zeroable;
@@ -111,9 +114,8 @@ impl Rows {
     }
 }
 
-/// Copies `layout`'s elements (row-major logical order) into `dst` (which has numel elements).
-/// Tile edge of the blocked transpose: a 32×32 tile of f32 is 4 KiB, so source and destination
-/// tiles stay in L1 while one is read along columns and the other written along rows.
+/// Output rows per task step of the blocked transpose ([`transpose_block`] moves 16×16 tiles
+/// through registers).
 const TILE: usize = 32;
 
 /// Gathers a layout whose last two (coalesced) dims are a transposed matrix — inner stride > 1,
@@ -144,14 +146,10 @@ fn gather_transposed<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mu
             let n = (rows - row0).min(total - done).min(TILE);
             let Some(&base) = bases.get(m) else { return };
             let out = &mut chunk[done * cols..(done + n) * cols];
-            for c in 0..cols {
-                let at = base + c * col_stride + row0;
-                let Some(column) = src.get(at..at + n) else {
-                    return;
-                };
-                for (i, &v) in column.iter().enumerate() {
-                    out[i * cols + c] = v;
-                }
+            // Output rows row0..row0 + n are columns row0.. of the source matrix whose row c
+            // starts at base + c * col_stride.
+            if !transpose_block((src, base + row0, col_stride), (out, 0, cols), (cols, n)) {
+                return;
             }
             done += n;
         }
@@ -198,6 +196,27 @@ pub(crate) fn gather<T: Copy + Send + Sync + Zeroable>(src: &[T], layout: &Layou
         }
     }
     let mut out = vec![T::zeroed(); n];
+    gather_into(src, layout, &mut out);
+    out
+}
+
+/// [`gather`] into a recycled buffer when one is free ([`pool::take`]: every element is
+/// written, so its old contents never show). A fresh multi-megabyte buffer costs a page fault
+/// per 4 KiB on first write: `x.t().contiguous()` of 64 MB spent as long faulting as
+/// transposing.
+pub(crate) fn gather_pooled<T: Recycle + Send + Sync>(src: &[T], layout: &Layout) -> Vec<T> {
+    let n = layout.numel();
+    if n == 0 {
+        return Vec::new();
+    }
+    if layout.is_contiguous() {
+        if let Some(s) = src.get(layout.offset()..layout.offset() + n) {
+            let mut out = pool::take::<T>(n);
+            out.copy_from_slice(s);
+            return out;
+        }
+    }
+    let mut out = pool::take::<T>(n);
     gather_into(src, layout, &mut out);
     out
 }

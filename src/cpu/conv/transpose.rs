@@ -7,6 +7,7 @@
 
 use super::super::pool::{self, Recycle};
 use super::super::storage::CpuStorage;
+use super::super::transpose::transpose_block;
 use crate::layout::Layout;
 use rayon::prelude::*;
 
@@ -34,12 +35,12 @@ pub(super) fn transpose<E: Recycle + Send + Sync>(
         let j0 = jt * T;
         let nj = T.min(cols - j0);
         let s = &src[off + b * rows * cols..][..rows * cols];
-        for i0 in (0..rows).step_by(T) {
-            let ni = T.min(rows - i0);
-            for i in i0..i0 + ni {
-                let srow = &s[i * cols + j0..][..nj];
-                for (j, &v) in srow.iter().enumerate() {
-                    d[j * rows + i] = v;
+        // Destination rows j0..j0 + nj are source columns j0..: one block transpose (it always
+        // fits: the chunk holds nj whole destination rows of this image).
+        if !transpose_block((s, j0, cols), (d, 0, rows), (rows, nj)) {
+            for (j, row) in d.chunks_mut(rows).enumerate() {
+                for (i, x) in row.iter_mut().enumerate() {
+                    *x = s[i * cols + j0 + j];
                 }
             }
         }

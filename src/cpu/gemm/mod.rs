@@ -58,6 +58,8 @@ pub(crate) use amx_gather::gemm_gather_amx;
 pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2_pack::load8;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512_pack::transpose16;
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use gather_dot::gemm_gather_dot;
