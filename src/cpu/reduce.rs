@@ -130,16 +130,42 @@ fn reduce_float<T: FloatElem>(
             }
         }
     };
+    // Column sums read each of the R rows `unit` columns at a time: whole runs of up to
+    // [`COLS`] (4 KiB of f32) per task, not the pool's default split of a few hundred bytes,
+    // which touched a new page every read (`sum(0)` of [4096, 4096] f32: 12 GB/s).
+    let unit = if columns { inner.min(COLS) } else { 1 };
     if is_index {
-        parallel::for_each_chunk(&mut indices, 1, r, |s, c| run(s, &mut [], c, c.len()));
+        parallel::for_each_chunk(&mut indices, unit, r * unit, |s, c| {
+            run(s, &mut [], c, c.len())
+        });
         Ok(Reduced::Indices(indices))
     } else {
-        parallel::for_each_chunk(&mut values, 1, r, |s, c| {
+        parallel::for_each_chunk(&mut values, unit, r * unit, |s, c| {
             let len = c.len();
             run(s, c, &mut [], len)
         });
         Ok(Reduced::Values(values))
     }
+}
+
+/// Rows ahead whose runs [`reduce_columns`] prefetches (rows are separate pages when `inner`
+/// is large, and the hardware prefetchers stop at page edges).
+const PREFETCH_ROWS: usize = 4;
+
+/// Asks for `run`'s cache lines ahead of use (nothing on other architectures).
+fn prefetch<T>(run: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = std::mem::size_of_val(run);
+        let p = run.as_ptr() as *const i8;
+        for off in (0..bytes).step_by(64) {
+            // SAFETY: inside `run` (prefetches never fault anyway).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = run;
 }
 
 /// Output positions `start..start+len` of the `[outer, r, inner]` contiguous column case.
@@ -169,6 +195,7 @@ fn reduce_columns<T: FloatElem>(
             ReduceOp::Sum | ReduceOp::Mean => {
                 sums[..w].fill(0.0);
                 for rr in 0..r {
+                    prefetch(at(rr + PREFETCH_ROWS));
                     T::for_each_f32_block(k, at(rr), |s, b| {
                         k.add_assign_f64_f32(&mut sums[s..s + b.len()], b)
                     });
