@@ -81,7 +81,7 @@ impl XpuStorage {
             (Some(self.copy_cast(layout, self.dtype)?), 0)
         };
         let buf = src.as_ref().map_or(&self.buffer, |s| &s.buffer);
-        let bytes = (layout.numel() * size) as u64;
+        let bytes = crate::layout::alloc_bytes("download", layout.numel(), self.dtype)? as u64;
         let data = self
             .ctx
             .stream

@@ -46,7 +46,7 @@ impl XpuStorage {
     /// else the copy kernel.
     pub(crate) fn duplicate(&self, layout: &Layout) -> Result<XpuStorage> {
         let size = self.dtype.size_in_bytes();
-        let bytes = layout.numel() * size;
+        let bytes = crate::layout::alloc_bytes("copy", layout.numel(), self.dtype)?;
         let offset = layout.offset() * size;
         if !layout.is_contiguous() || !offset.is_multiple_of(4) || bytes == 0 {
             return self.copy_cast(layout, self.dtype);
