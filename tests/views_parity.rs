@@ -205,7 +205,13 @@ fn transposed_gathers_match_index_arithmetic() {
     // 32-row bands, and one large enough for several 64-row blocks, in every dtype (4-, 2- and
     // 1-byte elements take different CPU paths).
     let dtypes = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U8];
-    for &(b, r, c) in &[(1, 33, 40), (3, 70, 45), (2, 1, 64), (5, 31, 33), (2, 300, 129)] {
+    for &(b, r, c) in &[
+        (1, 33, 40),
+        (3, 70, 45),
+        (2, 1, 64),
+        (5, 31, 33),
+        (2, 300, 129),
+    ] {
         let host: Vec<f32> = (0..b * r * c).map(|i| (i % 1000) as f32).collect();
         for device in common::devices() {
             for dtype in dtypes {
