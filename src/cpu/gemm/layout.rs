@@ -232,7 +232,8 @@ impl<T: PackElem> PackedB<T> {
     }
 
     fn build(b: &MatRef<T>, layout: BLayout) -> Self {
-        let mut buf = AlignedBuf::default();
+        // Every packer writes every element, so storage kept from a dropped buffer will do.
+        let mut buf = AlignedBuf::recycled::<u32>(layout.len());
         T::pack_into(b, &layout, &mut buf);
         PackedB {
             layout,
