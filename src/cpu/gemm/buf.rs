@@ -90,12 +90,22 @@ impl Drop for AlignedBuf {
             return;
         }
         let lines = std::mem::take(&mut self.lines);
+        if lines.len() > SPARE_MAX_LINES {
+            return;
+        }
+        // The newest is kept; the oldest go first when over the limits (drop them outside the
+        // lock).
+        let mut evicted = Vec::new();
         if let Ok(mut spare) = SPARE.lock() {
-            let kept: usize = spare.iter().map(Vec::len).sum();
-            if spare.len() < SPARE_MAX && kept + lines.len() <= SPARE_MAX_LINES {
-                spare.push(lines);
+            spare.push(lines);
+            let mut kept: usize = spare.iter().map(Vec::len).sum();
+            while spare.len() > SPARE_MAX || kept > SPARE_MAX_LINES {
+                let old = spare.remove(0);
+                kept -= old.len();
+                evicted.push(old);
             }
         }
+        drop(evicted);
     }
 }
 
