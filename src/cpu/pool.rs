@@ -44,19 +44,20 @@ fn bytes<T>(n: usize) -> usize {
     n.saturating_mul(std::mem::size_of::<T>())
 }
 
+/// Index of the smallest of `lens` that holds `n`, if one is not more than twice too big.
+pub(crate) fn best_fit(lens: impl Iterator<Item = usize>, n: usize) -> Option<usize> {
+    lens.enumerate()
+        .filter(|&(_, len)| len >= n && len <= n.saturating_mul(2))
+        .min_by_key(|&(_, len)| len)
+        .map(|(i, _)| i)
+}
+
 /// A vector of `n` elements whose contents are unspecified (but initialised): the caller must
 /// overwrite every element.
 pub(crate) fn take<T: Recycle>(n: usize) -> Vec<T> {
     if bytes::<T>(n) >= MIN_BYTES {
         if let Ok(mut free) = T::free_list().lock() {
-            // The smallest kept vector that is long enough, if it is not more than twice too big.
-            let best = free
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| v.len() >= n && v.len() <= n.saturating_mul(2))
-                .min_by_key(|(_, v)| v.len())
-                .map(|(i, _)| i);
-            if let Some(i) = best {
+            if let Some(i) = best_fit(free.iter().map(Vec::len), n) {
                 let mut v = free.swap_remove(i);
                 v.truncate(n);
                 return v;

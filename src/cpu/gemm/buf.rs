@@ -57,12 +57,7 @@ impl AlignedBuf {
         let lines = (n * std::mem::size_of::<T>()).div_ceil(64);
         if lines >= SPARE_MIN_LINES {
             if let Ok(mut spare) = SPARE.lock() {
-                let best = spare
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.len() >= lines && v.len() <= lines.saturating_mul(2))
-                    .min_by_key(|(_, v)| v.len())
-                    .map(|(i, _)| i);
+                let best = crate::cpu::pool::best_fit(spare.iter().map(Vec::len), lines);
                 if let Some(i) = best {
                     return AlignedBuf {
                         lines: spare.swap_remove(i),
