@@ -162,32 +162,26 @@ fn direct_f32<'a, S: ToF32>(b: &BPack<'a, S>) -> Option<panels::DirectB<'a, f32>
     })
 }
 
-impl Runner for f32 {
-    fn run(
-        path: GemmPath,
-        a: MatRef<f32>,
-        b: BPack<'_, f32>,
-        l: BLayout,
-        c: &mut [f32],
-        ldc: usize,
-        ep: &EpCtx,
-    ) {
-        run_f32_like(path, a, b, l, c, ldc, ep);
-    }
+/// f32 and f16 inputs always run the f32 kernels (f16 widened while packing).
+macro_rules! f32_like_runner {
+    ($($t:ty),*) => {$(
+        impl Runner for $t {
+            fn run(
+                path: GemmPath,
+                a: MatRef<$t>,
+                b: BPack<'_, $t>,
+                l: BLayout,
+                c: &mut [f32],
+                ldc: usize,
+                ep: &EpCtx,
+            ) {
+                run_f32_like(path, a, b, l, c, ldc, ep);
+            }
+        }
+    )*};
 }
-impl Runner for f16 {
-    fn run(
-        path: GemmPath,
-        a: MatRef<f16>,
-        b: BPack<'_, f16>,
-        l: BLayout,
-        c: &mut [f32],
-        ldc: usize,
-        ep: &EpCtx,
-    ) {
-        run_f32_like(path, a, b, l, c, ldc, ep);
-    }
-}
+
+f32_like_runner!(f32, f16);
 
 impl Runner for bf16 {
     fn run(
