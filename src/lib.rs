@@ -88,8 +88,9 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
 }
 
 /// Releases every cached (unused) buffer: the Xpu allocator's, so `reserved` drops to what live
-/// tensors hold (after waiting for queued GPU work), and the CPU's pool of recycled large
-/// buffers. Without an Xpu adapter only the CPU pool is released.
+/// tensors hold (after waiting for queued GPU work), and the CPU's recycled large buffers (the
+/// pool of tensor storages and the storage kept from dropped packed weights). Without an Xpu
+/// adapter only the CPU's are released.
 pub fn empty_cache() -> Result<()> {
     cpu::pool::clear();
     let Ok(ctx) = xpu::ctx() else {

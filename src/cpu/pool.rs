@@ -86,7 +86,7 @@ pub(crate) fn give<T: Recycle>(v: Vec<T>) {
     }
 }
 
-/// Frees every kept buffer of every dtype.
+/// Frees every kept buffer of every dtype, and the GEMM's spare packed-B storage.
 pub(crate) fn clear() {
     fn one<T: Recycle>() {
         if let Ok(mut free) = T::free_list().lock() {
@@ -98,6 +98,7 @@ pub(crate) fn clear() {
     one::<bf16>();
     one::<i32>();
     one::<u8>();
+    super::gemm::clear_spare();
 }
 
 #[cfg(test)]

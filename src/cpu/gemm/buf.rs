@@ -79,6 +79,12 @@ const SPARE_MIN_LINES: usize = (1 << 20) / 64;
 const SPARE_MAX: usize = 4;
 const SPARE_MAX_LINES: usize = (512 << 20) / 64;
 
+/// Frees every kept spare storage (see [`SPARE`]; `xpu::empty_cache` calls this).
+pub(crate) fn clear_spare() {
+    let freed = SPARE.lock().map(|mut s| std::mem::take(&mut *s));
+    drop(freed);
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if self.lines.len() < SPARE_MIN_LINES {

@@ -71,7 +71,7 @@ pub use types::{Activation, Epilogue, MatRef};
 pub(crate) use types::{Half, Out16, Residual};
 
 use crate::{DType, Error, Result};
-pub(crate) use buf::{with_partial_sums, AlignedBuf};
+pub(crate) use buf::{clear_spare, with_partial_sums, AlignedBuf};
 use buf::{with_scratch, Slot};
 use driver::EpCtx;
 use half::{bf16, f16};
