@@ -102,24 +102,28 @@ fn winograd_layers_match_the_unfused_sequence_on_every_device() {
     }
 }
 
-/// A per-call convolution over at least 1024 output pixels transforms its filters for the call.
+/// A per-call convolution over at least 1024 output pixels transforms its filters for the call
+/// (F(2,3)); from 4096 pixels on it takes the variant a layer would (F(4,3) for f32).
 #[test]
 fn per_call_winograd_matches_the_unfused_sequence() {
     for &dtype in &FLOATS {
-        let x = randn(&[1, 17, 33, 35], dtype, 1);
-        let w = randn(&[19, 17, 3, 3], dtype, 2);
-        let b = randn(&[19], dtype, 3);
-        for fmt in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
-            let xf = x.to_memory_format(fmt).unwrap();
-            let op = xf
-                .conv2d_fused(&w, pad(1, 1))
-                .bias(&b)
-                .activation(Activation::Silu);
-            let got = op.run().unwrap();
-            assert_eq!(got.shape(), &[1, 19, 33, 35]);
-            let want = values(&op.run_unfused().unwrap());
-            let t = tol(dtype, 17);
-            assert_close(&format!("{dtype} {fmt:?}"), &values(&got), &want, t, t);
+        for (h, w_) in [(33, 35), (65, 67)] {
+            let x = randn(&[1, 17, h, w_], dtype, 1);
+            let w = randn(&[19, 17, 3, 3], dtype, 2);
+            let b = randn(&[19], dtype, 3);
+            for fmt in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
+                let xf = x.to_memory_format(fmt).unwrap();
+                let op = xf
+                    .conv2d_fused(&w, pad(1, 1))
+                    .bias(&b)
+                    .activation(Activation::Silu);
+                let got = op.run().unwrap();
+                assert_eq!(got.shape(), &[1, 19, h, w_]);
+                let want = values(&op.run_unfused().unwrap());
+                let t = tol(dtype, 17);
+                let what = format!("{dtype} {fmt:?} {h}x{w_}");
+                assert_close(&what, &values(&got), &want, t, t);
+            }
         }
     }
 }

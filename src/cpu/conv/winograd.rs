@@ -95,6 +95,14 @@ const MIN_CHANNELS: usize = 16;
 /// packing cost about `16·C·O` values, repaid by `5·C·O` fewer multiply-adds per pixel.
 pub(crate) const PER_CALL_MIN_PIXELS: usize = 1024;
 
+/// From this many output pixels on, a per-call convolution takes the variant a layer would
+/// ([`choose_tile`]: F(4,3) below the widest layers) instead of F(2,3): its 36-point filter
+/// transform then costs less than the multiply-adds it saves. Throwaway per-call loops on Zen 4
+/// (f32, channels-last, best of 5, F(2,3) → F(4,3)): 320 ch at 8192 px 45.6 → 38–40 ms, at 4096
+/// px 25–29 → 22–30; 640 ch at 8192 px 173 → 130–134, at 4096 px 98 → 87; but 640 ch at 2048 px
+/// 53 → 60 and at 1024 px 33 → 58–61, 320 ch at 1024 px 9.1 → 11–12 ms.
+pub(crate) const PER_CALL_LAYER_TILE_MIN_PIXELS: usize = 4096;
+
 /// Layers with `C·O` below this take F(4,3) by default (see [`choose_tile`]): its transformed
 /// filters take `36·C·O` values (4× the weights) against F(2,3)'s `16·C·O`, so the widest
 /// layers, whose filters dominate a model's memory, keep F(2,3). In SD 1.5 that keeps the
