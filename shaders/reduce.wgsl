@@ -192,3 +192,116 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         }
     }
 }
+
+// ---- One invocation per output row -------------------------------------------------------
+// For short reduced dims and for column reductions (reduced stride != 1 with many rows): there
+// neighbouring invocations read neighbouring addresses, where a workgroup per row would read
+// one element per cache line and leave most of its invocations idle. Sums are taken in blocks
+// of EACH_BLOCK elements added into a running total, so the rounding error grows with
+// EACH_BLOCK + len / EACH_BLOCK rather than len. Same results as `reduce`/`reduce_i32`/`softmax`
+// up to the order of f32 additions (max/min/arg ops and i32 sums are identical); `softmax_each`
+// writes its output in the input's own dim order (coalesced for column softmax).
+const EACH_BLOCK: u32 = 256u;
+
+@compute @workgroup_size(WG)
+fn reduce_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let row = linear_id(wid, nwg, lid);
+    if (row >= p(0u)) {
+        return;
+    }
+    let base = strided(row, 12u) + p(28u);
+    let len = p(32u);
+    let stride = p(33u);
+    let op = VARIANT;
+    let want_max = op == 2u || op == 4u;
+    if (op <= 1u) {
+        var total = 0.0;
+        for (var start = 0u; start < len; start = start + EACH_BLOCK) {
+            let end = min(len, start + EACH_BLOCK);
+            var part = 0.0;
+            for (var r = start; r < end; r = r + 1u) {
+                part = part + load0(base + r * stride);
+            }
+            total = total + part;
+        }
+        let v = select(total, total / f32(len), op == 1u);
+        dst[row] = bitcast<u32>(v);
+        return;
+    }
+    var best = load0(base);
+    var best_i = 0u;
+    for (var r = 1u; r < len; r = r + 1u) {
+        let v = load0(base + r * stride);
+        if (better(v, r, best, best_i, want_max)) {
+            best = v;
+            best_i = r;
+        }
+    }
+    dst[row] = select(bitcast<u32>(best), best_i, op >= 4u);
+}
+
+@compute @workgroup_size(WG)
+fn reduce_each_i32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let row = linear_id(wid, nwg, lid);
+    if (row >= p(0u)) {
+        return;
+    }
+    let base = strided(row, 12u) + p(28u);
+    let len = p(32u);
+    let stride = p(33u);
+    let op = VARIANT;
+    let want_max = op == 2u || op == 4u;
+    if (op == 0u) {
+        var acc: i32 = 0;
+        for (var r = 0u; r < len; r = r + 1u) {
+            acc = acc + bitcast<i32>(load0_bits(base + r * stride));
+        }
+        dst[row] = bitcast<u32>(acc);
+        return;
+    }
+    var best = bitcast<i32>(load0_bits(base));
+    var best_i = 0u;
+    for (var r = 1u; r < len; r = r + 1u) {
+        let v = bitcast<i32>(load0_bits(base + r * stride));
+        if (better_i32(v, r, best, best_i, want_max)) {
+            best = v;
+            best_i = r;
+        }
+    }
+    dst[row] = select(bitcast<u32>(best), best_i, op >= 4u);
+}
+
+@compute @workgroup_size(WG)
+fn softmax_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let row = linear_id(wid, nwg, lid);
+    if (row >= p(0u)) {
+        return;
+    }
+    let base = strided(row, 12u) + p(28u);
+    let len = p(32u);
+    let stride = p(33u);
+    var m = -inf();
+    for (var r = 0u; r < len; r = r + 1u) {
+        m = max(m, load0(base + r * stride));
+    }
+    var total = 0.0;
+    for (var start = 0u; start < len; start = start + EACH_BLOCK) {
+        let end = min(len, start + EACH_BLOCK);
+        var part = 0.0;
+        for (var r = start; r < end; r = r + 1u) {
+            part = part + exp(load0(base + r * stride) - m);
+        }
+        total = total + part;
+    }
+    let inv = 1.0 / total;
+    // The output is contiguous in the input's dim order: row = a * inner + b (inner the product
+    // of the dims after the softmax dim, params[34]) writes a * len * inner + r * inner + b.
+    let inner = p(34u);
+    let first = (row / inner) * len * inner + row % inner;
+    for (var r = 0u; r < len; r = r + 1u) {
+        dst[first + r * inner] = bitcast<u32>(exp(load0(base + r * stride) - m) * inv);
+    }
+}

@@ -50,8 +50,10 @@ fn reference(v: &[f64], shape: &[usize], dim: usize, op: ReduceOp) -> Vec<f64> {
 fn reductions_along_each_dim() {
     let xpu = common::xpu();
     // [2, 33, 1100]: Cpu column reductions split over threads in runs of 1024 columns that
-    // cross the 1100-column rows (a Cpu case: on lavapipe its reductions take ~15 s).
-    let shapes: [&[usize]; 7] = [
+    // cross the 1100-column rows. Xpu reduces dims up to 64 long, and dim 0 of [67, 8200]
+    // (reduced stride != 1, 8192+ rows), one invocation per output; the other dims one
+    // workgroup per output.
+    let shapes: [&[usize]; 8] = [
         &[1],
         &[7],
         &[257],
@@ -59,16 +61,13 @@ fn reductions_along_each_dim() {
         &[3, 257, 5],
         &[2, 1, 9],
         &[2, 33, 1100],
+        &[67, 8200],
     ];
     for &dtype in &FLOATS {
         for (si, shape) in shapes.iter().enumerate() {
             let x = randn(shape, dtype, si as u64);
             let xv = values(&x);
-            let gx = if xpu && x.numel() < 20_000 {
-                Some(x.to(Device::Xpu).unwrap())
-            } else {
-                None
-            };
+            let gx = xpu.then(|| x.to(Device::Xpu).unwrap());
             for dim in 0..shape.len() {
                 for op in OPS {
                     for keepdim in [false, true] {
@@ -142,6 +141,18 @@ fn reductions_over_views_all_and_large() {
             .sum(1, false)
             .unwrap();
         assert_close("xpu sum transposed", &values(&g), &want, 1e-4, 1e-5);
+        for dim in [0, 1] {
+            let cpu = t.softmax(dim).unwrap();
+            let gpu = x
+                .to(Device::Xpu)
+                .unwrap()
+                .t()
+                .unwrap()
+                .softmax(dim)
+                .unwrap();
+            let what = format!("xpu softmax transposed dim {dim}");
+            assert_close(&what, &values(&gpu), &values(&cpu), 1e-6, 1e-5);
+        }
         let gb = big.to(Device::Xpu).unwrap();
         assert_close(
             "xpu sum 1M",
@@ -213,7 +224,8 @@ fn ties_nan_and_empty_dims() {
 #[test]
 fn softmax_along_each_dim() {
     let xpu = common::xpu();
-    let shapes: [&[usize]; 5] = [&[1], &[77], &[7, 257], &[3, 5, 33], &[4, 1]];
+    // Xpu: dims up to 64 long and dim 0 of [67, 8200] take one invocation per output row.
+    let shapes: [&[usize]; 6] = [&[1], &[77], &[7, 257], &[3, 5, 33], &[4, 1], &[67, 8200]];
     for &dtype in &FLOATS {
         for (si, shape) in shapes.iter().enumerate() {
             let x = randn(shape, DType::F32, 40 + si as u64)

@@ -1,7 +1,11 @@
 //! Reductions along one dim and softmax on Xpu (`shaders/reduce.wgsl`).
 //!
 //! One workgroup reduces one output row, accumulating in f32 (float inputs) or exactly in i32
-//! (i32 inputs: wrapping sum, integer max/min/argmax/argmin, as the Cpu kernels; no mean). The
+//! (i32 inputs: wrapping sum, integer max/min/argmax/argmin, as the Cpu kernels; no mean) —
+//! except where [`per_output`] picks one invocation per row instead: short reduced dims, where
+//! most of a workgroup would idle, and column reductions over many rows, where a workgroup per
+//! row reads one element per cache line while neighbouring invocations of the per-output
+//! kernels read neighbouring words. The
 //! kernels write 32-bit results (f32 or i32 values, or i32 indices for argmax/argmin); 16-bit
 //! outputs are produced by one extra cast, so no two workgroups ever write the same 32-bit word.
 
@@ -39,21 +43,41 @@ fn check_float(s: &XpuStorage, op: &'static str) -> Result<()> {
     }
 }
 
+/// Reduced lengths up to this take one invocation per output row whatever the stride.
+const PER_OUTPUT_MAX_LEN: usize = 64;
+/// Column reductions (reduced stride != 1) over at least this many rows take one invocation
+/// per row: 32 workgroups of 256, enough to keep a GPU's memory system busy; with fewer rows
+/// one workgroup per row keeps more invocations in flight.
+const PER_OUTPUT_MIN_COLUMNS: usize = 8192;
+
+/// Whether the one-invocation-per-row kernels (`*_each` in `reduce.wgsl`) take this reduction.
+fn per_output(rows: usize, len: usize, stride: usize) -> bool {
+    len <= PER_OUTPUT_MAX_LEN || (stride != 1 && rows >= PER_OUTPUT_MIN_COLUMNS)
+}
+
+/// Dispatch geometry for `rows` rows: one workgroup each, or one invocation each.
+fn row_grid(ctx_max: u32, rows: usize, each: bool) -> [u32; 3] {
+    let groups = if each { rows.div_ceil(256) } else { rows };
+    grid(groups, ctx_max)
+}
+
 impl XpuStorage {
     fn row_params(
         &self,
         layout: &Layout,
         dim: usize,
         op: &'static str,
-    ) -> Result<(Params, usize, usize)> {
+    ) -> Result<(Params, usize, usize, bool)> {
         let (outer, len, stride) = split(layout, dim);
         let rows = outer.numel();
+        let inner: usize = layout.shape()[dim + 1..].iter().product();
         let mut p = Params::new(rows, op)?;
         p.shape(op, outer.shape(), &[outer.strides()])?
             .set(OFFSET0, outer.offset(), op)?
             .set(EXTRA, len, op)?
-            .set(EXTRA + 1, stride, op)?;
-        Ok((p, rows, len))
+            .set(EXTRA + 1, stride, op)?
+            .set(EXTRA + 2, inner.max(1), op)?;
+        Ok((p, rows, len, per_output(rows, len, stride)))
     }
 
     /// Reduces `dim` away; output contiguous over the remaining dims.
@@ -71,7 +95,7 @@ impl XpuStorage {
         if !int {
             check_float(self, op.name())?;
         }
-        let (p, rows, len) = self.row_params(layout, dim, op.name())?;
+        let (p, rows, len, each) = self.row_params(layout, dim, op.name())?;
         if len == 0 && op != ReduceOp::Sum && op != ReduceOp::Mean {
             return Err(Error::invalid(
                 op.name(),
@@ -87,15 +111,15 @@ impl XpuStorage {
         if rows == 0 {
             return self.finish(out, op);
         }
-        let entry = if int { "reduce_i32" } else { "reduce" };
+        let entry = match (int, each) {
+            (false, false) => "reduce",
+            (true, false) => "reduce_i32",
+            (false, true) => "reduce_each",
+            (true, true) => "reduce_each_i32",
+        };
         let k = key(ShaderId::Reduce, entry, self.dtype, word_dtype, op.code());
-        launch(
-            &out,
-            k,
-            p,
-            &[self],
-            grid(rows, self.ctx.limits.max_compute_workgroups_per_dimension),
-        )?;
+        let max = self.ctx.limits.max_compute_workgroups_per_dimension;
+        launch(&out, k, p, &[self], row_grid(max, rows, each))?;
         self.finish(out, op)
     }
 
@@ -107,11 +131,12 @@ impl XpuStorage {
         out.copy_cast(&Layout::contiguous(&[n]), self.dtype)
     }
 
-    /// Softmax along `dim`; the result is contiguous in the order of `layout` with `dim` moved
-    /// last, returned with the layout that views it in the original dim order.
+    /// Softmax along `dim`, returned with the layout that views the result in the original dim
+    /// order: the workgroup-per-row kernel writes it contiguous with `dim` moved last, the
+    /// per-output kernel contiguous in the original order.
     pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<(XpuStorage, Layout)> {
         check_float(self, "softmax")?;
-        let (p, rows, len) = self.row_params(layout, dim, "softmax")?;
+        let (p, rows, len, each) = self.row_params(layout, dim, "softmax")?;
         let mut moved_shape = layout.shape().to_vec();
         let d = moved_shape.remove(dim);
         moved_shape.push(d);
@@ -124,17 +149,17 @@ impl XpuStorage {
                 std::cmp::Ordering::Greater => i - 1,
             })
             .collect();
-        let view = Layout::contiguous(&moved_shape).permute(&perm)?;
+        let view = if each {
+            Layout::contiguous(layout.shape())
+        } else {
+            Layout::contiguous(&moved_shape).permute(&perm)?
+        };
         let out = XpuStorage::alloc(&self.ctx, DType::F32, rows * len)?;
         if rows * len > 0 {
-            let k = key(ShaderId::Reduce, "softmax", self.dtype, DType::F32, 0);
-            launch(
-                &out,
-                k,
-                p,
-                &[self],
-                grid(rows, self.ctx.limits.max_compute_workgroups_per_dimension),
-            )?;
+            let entry = if each { "softmax_each" } else { "softmax" };
+            let k = key(ShaderId::Reduce, entry, self.dtype, DType::F32, 0);
+            let max = self.ctx.limits.max_compute_workgroups_per_dimension;
+            launch(&out, k, p, &[self], row_grid(max, rows, each))?;
         }
         if self.dtype == DType::F32 {
             return Ok((out, view));
