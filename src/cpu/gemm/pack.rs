@@ -8,7 +8,6 @@
 
 use super::layout::{BLayout, NR};
 use super::MatRef;
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -47,9 +46,12 @@ impl ToF32 for f16 {
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
+    /// Through the SIMD level's own widening (`vcvtph2ps` on 16 lanes with AVX-512): `half`'s
+    /// slice conversion detects F16C and calls out per 8 values, a fifth of a per-call f16
+    /// product's time on the packers' 16- and 32-value runs.
     #[inline]
     fn convert(src: &[f16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
+        crate::cpu::simd::f16_to_f32(src, dst);
     }
 }
 impl ToF32 for bf16 {
