@@ -53,6 +53,15 @@ impl<'a> AvxBf16<'a> {
     }
 }
 
+/// How the AVX-512 loads widen values of `S`.
+fn src_kind<S: ToF32>() -> Src {
+    match S::KIND {
+        SrcKind::F32 => Src::F32,
+        SrcKind::F16 => Src::F16,
+        SrcKind::Bf16 => Src::Bf16,
+    }
+}
+
 impl<S: ToF32> Kernel for AvxF32<'_, S> {
     type PA = f32;
     type PB = f32;
@@ -65,11 +74,7 @@ impl<S: ToF32> Kernel for AvxF32<'_, S> {
             0
         };
         if chunks > 0 {
-            let src = match S::KIND {
-                SrcKind::F32 => Src::F32,
-                SrcKind::F16 => Src::F16,
-                SrcKind::Bf16 => Src::Bf16,
-            };
+            let src = src_kind::<S>();
             let es = std::mem::size_of::<S>();
             let rp: [*const u8; MR] = std::array::from_fn(|r| {
                 a.data[a.offset + (row0 + r) * a.row_stride + u0..].as_ptr() as *const u8
@@ -102,8 +107,8 @@ impl<S: ToF32> Kernel for AvxF32<'_, S> {
         t: &Tile,
         ep: &EpCtx,
     ) {
-        // The run gives this kernel f32 sources only (`super::direct_f32`).
-        super::avx512_fill::tile_f32_filling(kcu, a, (src as *const f32, ld), dst, t, ep);
+        // The run hands this kernel rows of its own element type (`runner::direct_rows`).
+        super::avx512_fill::tile_wide_filling(kcu, a, (src, ld, src_kind::<S>()), dst, t, ep);
     }
 }
 

@@ -1,7 +1,8 @@
 //! AVX-512 tiles that fill a B micro-panel while they multiply it (see
 //! [`super::panels::Fill`]): B's rows are read from the source, converted to the packed layout
-//! in registers, stored into the panel for the tiles after this one, and multiplied at once,
-//! so a per-call product has no separate packing pass over B.
+//! in registers (f16 and bf16 rows widened to f32 for the f32 kernel, bf16 rows interleaved
+//! into pairs for the `vdpbf16ps` kernel), stored into the panel for the tiles after this one,
+//! and multiplied at once, so a per-call product has no separate packing pass over B.
 //!
 //! Invariants: the multiply-adds are those of [`super::avx512`]'s tiles, in the same order,
 //! on the same values the packers write, so a filled tile and every later tile over the panel
@@ -13,51 +14,76 @@
 //! Measured on Zen 4 (ten-group loops, old and new binaries alternating): f32 512³ 196–200 →
 //! 198–206 GFLOP/s per call (a prepacked B: 200–208), 154×768×320 166 → 176–178 (best), 1024³
 //! 201–205 → 207–210; bf16 (pair layout) 512³ 376–381 → 380–387 (prepacked 398), 1024³ 413–423
-//! → 428–432, 154×768×320 280–289 → 316–322 (medians, `Tensor::matmul`).
+//! → 428–432, 154×768×320 280–289 → 316–322 (medians, `Tensor::matmul`). f16 rows (sixteenth
+//! session): see BENCHMARKS.md.
 
 use super::avx512::MR;
 use super::avx512_ep::{prefetch_c, store};
+use super::avx512_pack::{load16, Src};
 use super::driver::{EpCtx, Tile};
 use super::layout::NR;
 use std::arch::x86_64::*;
 
-/// Source rows [`accumulate_f32_filling`] prefetches ahead of the one it multiplies.
+/// Source rows [`accumulate_wide_filling`] prefetches ahead of the one it multiplies.
 const SRC_PREFETCH_ROWS: usize = 12;
 
+/// The f32 kernel's tile over a panel filled from row-major rows of `kind` (f32, or f16/bf16
+/// widened exactly, as the packer widens them): `src` is the panel's first source value,
+/// rows `ld` values apart.
+///
+/// # Safety
+/// As [`super::driver::Kernel::tile_filling_b`]; AVX512F available; `kind` is not `U32`.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn tile_f32_filling(
+pub(super) unsafe fn tile_wide_filling(
     kcu: usize,
     a: *const f32,
-    src: (*const f32, usize),
+    (src, ld, kind): (*const u8, usize, Src),
     dst: *mut f32,
     t: &Tile,
     ep: &EpCtx,
 ) {
     prefetch_c(t, ep);
-    let acc = accumulate_f32_filling(kcu, a, src, dst);
+    let acc = match kind {
+        Src::F16 => accumulate_wide_filling::<F16_ROWS>(kcu, a, (src, ld), dst),
+        Src::Bf16 => accumulate_wide_filling::<BF16_ROWS>(kcu, a, (src, ld), dst),
+        Src::F32 | Src::U32 => accumulate_wide_filling::<F32_ROWS>(kcu, a, (src, ld), dst),
+    };
     store::<MR>(&acc, t, ep);
 }
 
-/// [`accumulate_f32`] with B read from its row-major source (`ld` values between units), each
-/// unit's 32 values also stored to `dst` in the packed layout: the same multiply-adds in the
-/// same order, so the tile equals one over the packed panel bit for bit.
+/// Source row kinds of [`accumulate_wide_filling`] (a const parameter, so each loop is
+/// compiled for one kind).
+const F32_ROWS: u8 = 0;
+const F16_ROWS: u8 = 1;
+const BF16_ROWS: u8 = 2;
+
+/// [`accumulate_f32`] with B read from its row-major source (`ld` values between units, of
+/// the kind `ROWS`), each unit's 32 values, widened to f32, also stored to `dst` in the packed
+/// layout: the same multiply-adds in the same order on the same values, so the tile equals one
+/// over the packed panel bit for bit.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn accumulate_f32_filling(
+unsafe fn accumulate_wide_filling<const ROWS: u8>(
     kcu: usize,
     mut a: *const f32,
-    (mut src, ld): (*const f32, usize),
+    (mut src, ld): (*const u8, usize),
     mut dst: *mut f32,
 ) -> [[__m512; 2]; MR] {
+    let (kind, bytes) = match ROWS {
+        F16_ROWS => (Src::F16, 2),
+        BF16_ROWS => (Src::Bf16, 2),
+        _ => (Src::F32, 4),
+    };
+    let row_bytes = ld * bytes;
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     for _ in 0..kcu {
-        // The source rows are strided (hardware prefetch trails them): fetch both lines of a
-        // row a dozen units ahead. Prefetches never fault, whatever the address.
-        let ahead = src.wrapping_add(SRC_PREFETCH_ROWS * ld);
+        // The source rows are strided (hardware prefetch trails them): fetch the first and
+        // last byte of a row a dozen units ahead. Prefetches never fault, whatever the address.
+        let ahead = src.wrapping_add(SRC_PREFETCH_ROWS * row_bytes);
         _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(NR - 1) as *const i8);
-        let b0 = _mm512_loadu_ps(src);
-        let b1 = _mm512_loadu_ps(src.add(16));
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(NR * bytes - 1) as *const i8);
+        let b0 = load16(kind, src);
+        let b1 = load16(kind, src.add(16 * bytes));
         _mm512_storeu_ps(dst, b0);
         _mm512_storeu_ps(dst.add(16), b1);
         for (r, accr) in acc.iter_mut().enumerate() {
@@ -66,7 +92,7 @@ unsafe fn accumulate_f32_filling(
             accr[1] = _mm512_fmadd_ps(av, b1, accr[1]);
         }
         a = a.add(MR);
-        src = src.wrapping_add(ld);
+        src = src.wrapping_add(row_bytes);
         dst = dst.add(NR);
     }
     acc

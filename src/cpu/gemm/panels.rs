@@ -21,7 +21,7 @@
 //!   panel being packed only waits for running code: it spins briefly, then yields.
 //! - The ready state is published even if the packer unwinds (the panic then propagates out of
 //!   the parallel loop; no thread is left waiting forever).
-//! - With a [`DirectB`] source (row-major f32 or bf16 B, on a kernel that declares
+//! - With a [`DirectB`] source (row-major B, on a kernel that declares
 //!   [`super::driver::Kernel::FILLS_B`]), a full panel whose K block has no padding rows is not
 //!   packed by a separate pass: the claimant gets a [`Fill`] and its first tile multiplies the
 //!   panel straight from B while writing it into place
@@ -68,7 +68,7 @@ pub(crate) enum PanelAccess<'s, P> {
 /// dropped, also on unwinding.
 pub(crate) struct Fill<'s, P> {
     /// The panel's first source value (B at the K block's first row and its first column), of
-    /// the element type of the [`DirectB`] the panels were given (f32 or bf16).
+    /// the element type of the [`DirectB`] the panels were given (f32, f16 or bf16).
     pub src: *const u8,
     /// Distance between consecutive source rows, in values.
     pub ld: usize,

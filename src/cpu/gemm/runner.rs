@@ -3,8 +3,9 @@
 //! from a row-major source: see [`super::panels`]).
 //!
 //! Invariants: a direct source ([`panels::DirectB`]) is only handed to a kernel that fills
-//! from that element type (f32 rows to the AVX-512 f32 kernel, bf16 rows to the `vdpbf16ps`
-//! pair kernel where AVX512BW was detected); every other run packs through its packer.
+//! from that element type (rows of its own input type, f32, f16 or widened bf16, to the
+//! AVX-512 f32 kernel; bf16 rows to the `vdpbf16ps` pair kernel where AVX512BW was detected);
+//! every other run packs through its packer.
 
 use super::driver::{self, EpCtx};
 use super::layout::sealed::Sealed;
@@ -98,7 +99,7 @@ fn run_f32_like<S: ToF32>(
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(k) = avx512::AvxF32::new(a) {
-            let direct = direct_f32(&b);
+            let direct = direct_rows(&b);
             return run_on(&k, b, l, (pack, direct), c, ldc, ep, a.rows);
         }
     }
@@ -142,24 +143,19 @@ fn direct_bf16<'a>(b: &BPack<'a, bf16>) -> Option<panels::DirectB<'a, bf16>> {
     }
 }
 
-/// A per-call f32 B with unit column stride, as the source its panels may be filled from in
-/// the tiles ([`panels::DirectB`]); `None` for other element types and layouts.
+/// A per-call B with unit column stride, as the source the f32 kernel's tiles may fill its
+/// panels from ([`panels::DirectB`]: f32 rows copied, f16/bf16 rows widened); `None` for B
+/// packed beforehand and for other layouts.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn direct_f32<'a, S: ToF32>(b: &BPack<'a, S>) -> Option<panels::DirectB<'a, f32>> {
-    let BPack::OnFirstUse(src, _) = b else {
-        return None;
-    };
-    if std::any::TypeId::of::<S>() != std::any::TypeId::of::<f32>() || src.col_stride != 1 {
-        return None;
+fn direct_rows<'a, S: ToF32>(b: &BPack<'a, S>) -> Option<panels::DirectB<'a, S>> {
+    match b {
+        BPack::OnFirstUse(src, _) if src.col_stride == 1 => Some(panels::DirectB {
+            data: src.data,
+            offset: src.offset,
+            row_stride: src.row_stride,
+        }),
+        _ => None,
     }
-    // SAFETY: `S` is `f32` (checked above): the same slice, retyped to itself.
-    let data =
-        unsafe { std::slice::from_raw_parts(src.data.as_ptr() as *const f32, src.data.len()) };
-    Some(panels::DirectB {
-        data,
-        offset: src.offset,
-        row_stride: src.row_stride,
-    })
 }
 
 /// f32 and f16 inputs always run the f32 kernels (f16 widened while packing).

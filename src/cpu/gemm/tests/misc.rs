@@ -318,6 +318,7 @@ fn b_packed_on_first_use_matches_prepacked_bits() {
         for &shape in &shapes {
             for lay in [Lay::Row, Lay::Col, Lay::Strided] {
                 case::<f32>(path, shape, lay, false);
+                case::<half::f16>(path, shape, lay, false);
                 for kind in [PackKind::F32, PackKind::Bf16] {
                     super::util::with_bf16_kind(Some(kind), || {
                         case::<bf16>(path, shape, lay, false)
