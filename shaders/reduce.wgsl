@@ -203,16 +203,25 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 // writes its output in the input's own dim order (coalesced for column softmax).
 const EACH_BLOCK: u32 = 256u;
 
+// The row of invocation `lid` (`in_range` false past the last row, whose base is then 0).
+fn each_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Row {
+    let row = linear_id(wid, nwg, lid);
+    let in_range = row < p(0u);
+    let base = select(0u, strided(row, 12u) + p(28u), in_range);
+    return Row(row, in_range, p(32u), p(33u), base);
+}
+
 @compute @workgroup_size(WG)
 fn reduce_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-    let row = linear_id(wid, nwg, lid);
-    if (row >= p(0u)) {
+    let g = each_row(wid, nwg, lid);
+    if (!g.in_range) {
         return;
     }
-    let base = strided(row, 12u) + p(28u);
-    let len = p(32u);
-    let stride = p(33u);
+    let row = g.row;
+    let base = g.base;
+    let len = g.r_len;
+    let stride = g.r_stride;
     let op = VARIANT;
     let want_max = op == 2u || op == 4u;
     if (op <= 1u) {
@@ -244,13 +253,14 @@ fn reduce_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 @compute @workgroup_size(WG)
 fn reduce_each_i32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lid: u32) {
-    let row = linear_id(wid, nwg, lid);
-    if (row >= p(0u)) {
+    let g = each_row(wid, nwg, lid);
+    if (!g.in_range) {
         return;
     }
-    let base = strided(row, 12u) + p(28u);
-    let len = p(32u);
-    let stride = p(33u);
+    let row = g.row;
+    let base = g.base;
+    let len = g.r_len;
+    let stride = g.r_stride;
     let op = VARIANT;
     let want_max = op == 2u || op == 4u;
     if (op == 0u) {
@@ -276,13 +286,14 @@ fn reduce_each_i32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
 @compute @workgroup_size(WG)
 fn softmax_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-    let row = linear_id(wid, nwg, lid);
-    if (row >= p(0u)) {
+    let g = each_row(wid, nwg, lid);
+    if (!g.in_range) {
         return;
     }
-    let base = strided(row, 12u) + p(28u);
-    let len = p(32u);
-    let stride = p(33u);
+    let row = g.row;
+    let base = g.base;
+    let len = g.r_len;
+    let stride = g.r_stride;
     var m = -inf();
     for (var r = 0u; r < len; r = r + 1u) {
         m = max(m, load0(base + r * stride));
