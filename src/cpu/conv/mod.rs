@@ -32,6 +32,7 @@ mod winograd_avx2;
 mod winograd_in;
 mod winograd_math;
 mod winograd_out;
+mod winograd_pack;
 #[cfg(test)]
 mod winograd_tests;
 

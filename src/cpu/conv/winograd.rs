@@ -47,9 +47,10 @@
 
 use super::winograd_in::transform_row;
 pub(super) use super::winograd_in::Input;
-use super::winograd_math::filter_transform;
+use super::winograd_math::transform_filters;
 pub(crate) use super::winograd_math::Tile;
 use super::winograd_out::finish_row;
+use super::winograd_pack::transform_packed_f32;
 use super::ConvEpilogue;
 use crate::cpu::gemm::{
     self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, PackedB, SrcKind, ToF32,
@@ -91,9 +92,13 @@ pub(crate) fn suits(shape: [usize; 4], p: &Conv2dParams) -> bool {
 const MIN_CHANNELS: usize = 16;
 
 /// A convolution whose weights are transformed for this one call (not a prepacked layer) uses
-/// Winograd only from this many output pixels (`N·Ho·Wo`) on: the filter transform and its
-/// packing cost about `16·C·O` values, repaid by `5·C·O` fewer multiply-adds per pixel.
-pub(crate) const PER_CALL_MIN_PIXELS: usize = 1024;
+/// Winograd only from this many output pixels (`N·Ho·Wo`) on: the filter transform (written
+/// straight into the packed layout, see `winograd_pack`) costs about `16·C·O` values, repaid
+/// by `5·C·O` fewer multiply-adds per pixel. Throwaway per-call loops on Zen 4 (f32,
+/// channels-last, best of 8, implicit GEMM → F(2,3)): 512 px 320 ch 5.4 → 4.0 ms, 448 ch 10.4
+/// → 7.7, 640 ch 21.9 → 15.2, 1280 ch 85 → 59; 256 px 320 ch 3.1 → 3.1, 640 ch 12.8 → 12.0,
+/// 1280 ch 48.8 → 44.5; but 144 px 640 ch 8.1 → 9.0 and 128 px 1280 ch 30.6 → 33.2.
+pub(crate) const PER_CALL_MIN_PIXELS: usize = 256;
 
 /// From this many output pixels on, a per-call convolution takes the variant a layer would
 /// ([`choose_tile`]: F(4,3) below the widest layers) instead of F(2,3): its 36-point filter
@@ -161,6 +166,9 @@ impl Operands {
     }
 }
 
+/// Input channels whose filters one task of the filter transform takes.
+pub(super) const CI_BLOCK: usize = 16;
+
 /// The transformed filter matrices (one per point) (`C × O` each), packed for the GEMM engine.
 enum Filters {
     F32(Vec<PackedB<f32>>),
@@ -203,36 +211,29 @@ impl WinogradWeights {
                 format!("a [{o}, {c}, 3, 3] weight, got {} values", w.len()),
             ));
         }
-        // `u[ci][point][oi]`: each input channel's block is written by one task, reading its
-        // filters in blocks of output channels (rows of `9·C` weights, 9 at a time).
-        let mut u = vec![0f32; points * c * o];
-        u.par_chunks_mut(points * o)
-            .enumerate()
-            .for_each(|(ci, uc)| {
-                for oi in 0..o {
-                    let base = (oi * c + ci) * 9;
-                    let g: [f64; 9] = std::array::from_fn(|i| w[base + i].to_f32() as f64);
-                    let f = filter_transform(tile, &g);
-                    for (point, v) in f.into_iter().take(points).enumerate() {
-                        uc[point * o + oi] = v as f32;
-                    }
-                }
-            });
-        let view = |point: usize| (point * o, c, o, points * o, 1);
+        let level = Kernels::current().level();
         let u = match operands {
-            Operands::F32 => Filters::F32(
-                (0..points)
-                    .map(|p| {
-                        let (off, r, cl, rs, cs) = view(p);
-                        PackedB::new(MatRef::new(&u, off, r, cl, rs, cs))
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            ),
+            Operands::F32 => Filters::F32(transform_packed_f32(w, (o, c), tile, level)),
             Operands::Bf16 => {
-                // Rounded to nearest even once, from the f32 transform.
+                // `u[ci][point][oi]`, tasks over blocks of CI_BLOCK input channels; rounded to
+                // bf16 (nearest even) once, from the f64 transform's f32 values, then packed
+                // into the pair layout.
+                let mut u = vec![0f32; points * c * o];
+                u.par_chunks_mut(points * o * CI_BLOCK)
+                    .enumerate()
+                    .for_each(|(cb, ucb)| {
+                        let cis = cb * CI_BLOCK..((cb + 1) * CI_BLOCK).min(c);
+                        transform_filters(level, w, tile, (c, o), cis, |ci, point, o0, v| {
+                            let row = (ci - cb * CI_BLOCK) * points * o + point * o;
+                            for (d, &x) in ucb[row + o0..row + o].iter_mut().zip(v) {
+                                *d = x as f32;
+                            }
+                        })
+                    });
                 let mut h = vec![bf16::ZERO; u.len()];
                 Kernels::current().f32_to_bf16(&u, &mut h);
                 drop(u);
+                let view = |point: usize| (point * o, c, o, points * o, 1);
                 Filters::Bf16(
                     (0..points)
                         .map(|p| {

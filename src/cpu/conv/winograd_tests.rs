@@ -256,3 +256,62 @@ fn winograd_operands_follow_the_bf16_method() -> Result<()> {
     assert_eq!(operands(&h), want);
     Ok(())
 }
+
+/// The f32 filter transform written straight into the packed layout equals packing the
+/// row-major `[C][O]` point matrices with `PackedB::new`, bit for bit, padding lanes included:
+/// odd channel counts (partial last panels), more input channels than one K block holds, both
+/// variants, every SIMD level's transform, and storage recycled from a dropped pack of NaNs.
+#[test]
+fn filters_transformed_into_packed_layout_match_the_packer() -> Result<()> {
+    use super::winograd_math::transform_filters;
+    use super::winograd_pack::transform_packed_f32;
+    use crate::cpu::gemm::{MatRef, PackedB, KCU_F32};
+    use crate::cpu::simd::SimdLevel;
+    let mut levels = vec![SimdLevel::Fallback, SimdLevel::Avx2];
+    if crate::cpu::simd::Kernels::current().level() == SimdLevel::Avx512 {
+        levels.push(SimdLevel::Avx512);
+    }
+    for (o, c) in [(16, 16), (33, 17), (47, 40), (65, KCU_F32 + 3)] {
+        let w = rand_vec(o * c * 9, (o * 31 + c) as u64);
+        for tile in [Tile::F2, Tile::F4] {
+            let points = tile.points();
+            // The intermediate the packer reads: u[ci][point][oi].
+            let mut u = vec![0f32; points * c * o];
+            transform_filters(
+                SimdLevel::Fallback,
+                &w,
+                tile,
+                (c, o),
+                0..c,
+                |ci, p, o0, v| {
+                    let row = ci * points * o + p * o;
+                    for (d, &x) in u[row + o0..row + o].iter_mut().zip(v) {
+                        *d = x as f32;
+                    }
+                },
+            );
+            let want: Vec<PackedB<f32>> = (0..points)
+                .map(|p| PackedB::new(MatRef::new(&u, p * o, c, o, points * o, 1)))
+                .collect::<Result<_>>()?;
+            for &level in &levels {
+                // Dirty storage for the recycled buffers: packs of NaN, dropped.
+                let nans = vec![f32::NAN; c * o];
+                let dirty: Vec<PackedB<f32>> = (0..points)
+                    .map(|_| PackedB::new(MatRef::new(&nans, 0, c, o, o, 1)))
+                    .collect::<Result<_>>()?;
+                drop(dirty);
+                let got = transform_packed_f32(&w, (o, c), tile, level);
+                for (p, (g, e)) in got.iter().zip(&want).enumerate() {
+                    let len = e.layout.len();
+                    let (gb, eb) = (g.buf.slice::<f32>(len), e.buf.slice::<f32>(len));
+                    assert_eq!(g.layout.len(), len);
+                    assert!(
+                        gb.iter().zip(eb).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{tile:?} {level:?} o {o} c {c} point {p}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

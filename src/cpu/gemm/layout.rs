@@ -242,6 +242,16 @@ impl<T: PackElem> PackedB<T> {
         }
     }
 
+    /// A pack whose `buf` a caller filled in `layout` itself (every one of its `layout.len()`
+    /// elements written, padding lanes zero), as the packer would have.
+    pub(crate) fn from_packed(layout: BLayout, buf: AlignedBuf) -> Self {
+        PackedB {
+            layout,
+            buf,
+            _elem: std::marker::PhantomData,
+        }
+    }
+
     /// K (rows of the original B).
     pub fn k(&self) -> usize {
         self.layout.k

@@ -64,6 +64,9 @@ pub(crate) use avx512_pack::transpose16;
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use gather_dot::gemm_gather_dot;
+#[cfg(test)]
+pub(crate) use layout::KCU_F32;
+pub(crate) use layout::{BLayout, PackKind, NR};
 pub use layout::{PackElem, PackedB};
 pub(crate) use pack::{SrcKind, ToF32};
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
@@ -75,7 +78,6 @@ pub(crate) use buf::{clear_spare, with_partial_sums, AlignedBuf};
 use buf::{with_scratch, Slot};
 use driver::EpCtx;
 use half::{bf16, f16};
-use layout::BLayout;
 use runner::{BPack, Runner};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
