@@ -135,29 +135,25 @@ pub(super) fn transform_filters<S: ToF32>(
     transform_filters_body(w, tile, co, cis, sink)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn transform_filters_avx512<S: ToF32>(
-    w: &[S],
-    tile: Tile,
-    co: (usize, usize),
-    cis: Range<usize>,
-    sink: impl FnMut(usize, usize, usize, &[f64; FILTER_LANES]),
-) {
-    transform_filters_body(w, tile, co, cis, sink)
+/// [`transform_filters_body`] compiled for a target feature set (the caller checks it).
+macro_rules! transform_filters_for {
+    ($name:ident, $features:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<S: ToF32>(
+            w: &[S],
+            tile: Tile,
+            co: (usize, usize),
+            cis: Range<usize>,
+            sink: impl FnMut(usize, usize, usize, &[f64; FILTER_LANES]),
+        ) {
+            transform_filters_body(w, tile, co, cis, sink)
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn transform_filters_avx2<S: ToF32>(
-    w: &[S],
-    tile: Tile,
-    co: (usize, usize),
-    cis: Range<usize>,
-    sink: impl FnMut(usize, usize, usize, &[f64; FILTER_LANES]),
-) {
-    transform_filters_body(w, tile, co, cis, sink)
-}
+transform_filters_for!(transform_filters_avx512, "avx512f");
+transform_filters_for!(transform_filters_avx2, "avx2");
 
 /// The loop of [`transform_filters`].
 #[inline(always)]
