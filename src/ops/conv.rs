@@ -296,7 +296,7 @@ impl<'a> Conv2dBuilder<'a> {
             crate::cpu::ensure_host_memory("conv2d", out_numel, crate::DType::F32)?;
             let winograd = if g.m() >= crate::cpu::conv::WINOGRAD_PER_CALL_LAYER_TILE_MIN_PIXELS {
                 crate::cpu::conv::WinogradUse::Layer
-            } else if g.m() >= crate::cpu::conv::WINOGRAD_PER_CALL_MIN_PIXELS {
+            } else if g.m() >= crate::cpu::conv::winograd_per_call_min_pixels(self.weight.dtype()) {
                 crate::cpu::conv::WinogradUse::PerCall
             } else {
                 crate::cpu::conv::WinogradUse::Off

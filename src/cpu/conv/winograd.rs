@@ -58,7 +58,7 @@ use crate::cpu::gemm::{
 use crate::cpu::simd::Kernels;
 use crate::layout::Layout;
 use crate::ops::conv::ConvGeom;
-use crate::{Conv2dParams, Error, Result};
+use crate::{Conv2dParams, DType, Error, Result};
 use half::bf16;
 use rayon::prelude::*;
 
@@ -92,13 +92,23 @@ pub(crate) fn suits(shape: [usize; 4], p: &Conv2dParams) -> bool {
 const MIN_CHANNELS: usize = 16;
 
 /// A convolution whose weights are transformed for this one call (not a prepacked layer) uses
-/// Winograd only from this many output pixels (`N·Ho·Wo`) on: the filter transform (written
-/// straight into the packed layout, see `winograd_pack`) costs about `16·C·O` values, repaid
-/// by `5·C·O` fewer multiply-adds per pixel. Throwaway per-call loops on Zen 4 (f32,
-/// channels-last, best of 8, implicit GEMM → F(2,3)): 512 px 320 ch 5.4 → 4.0 ms, 448 ch 10.4
-/// → 7.7, 640 ch 21.9 → 15.2, 1280 ch 85 → 59; 256 px 320 ch 3.1 → 3.1, 640 ch 12.8 → 12.0,
-/// 1280 ch 48.8 → 44.5; but 144 px 640 ch 8.1 → 9.0 and 128 px 1280 ch 30.6 → 33.2.
-pub(crate) const PER_CALL_MIN_PIXELS: usize = 256;
+/// Winograd only from this many output pixels (`N·Ho·Wo`) on: the filter transform costs
+/// about `16·C·O` values, repaid by `5·C·O` fewer multiply-adds per pixel. With f32 operands
+/// the transform is written straight into the packed layout (see `winograd_pack`) and pays
+/// off from 256 px; bf16 operands go through an f32 intermediate, rounding and the pair
+/// packer, against an implicit GEMM at twice the f32 rate, and wait for 1024 px. Throwaway
+/// per-call loops on Zen 4 (channels-last, best of 6–8, implicit GEMM → F(2,3)): f32 at 512 px
+/// 320 ch 5.4 → 4.0 ms, 448 ch 10.4 → 7.7, 640 ch 21.9 → 15.2, 1280 ch 85 → 59; at 256 px
+/// 320 ch 3.1 → 3.1, 640 ch 12.8 → 12.0, 1280 ch 48.8 → 44.5; but 144 px 640 ch 8.1 → 9.0 and
+/// 128 px 1280 ch 30.6 → 33.2; bf16 at 512 px 640 ch 11.1 → 14.1, 1280 ch 44.7 → 100.8.
+pub(crate) fn per_call_min_pixels(dtype: DType) -> usize {
+    let bf16_operands = dtype == DType::BF16 && Operands::for_source::<bf16>() == Operands::Bf16;
+    if bf16_operands {
+        1024
+    } else {
+        256
+    }
+}
 
 /// From this many output pixels on, a per-call convolution takes the variant a layer would
 /// ([`choose_tile`]: F(4,3) below the widest layers) instead of F(2,3): its 36-point filter
