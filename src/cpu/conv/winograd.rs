@@ -50,7 +50,7 @@ pub(super) use super::winograd_in::Input;
 use super::winograd_math::transform_filters;
 pub(crate) use super::winograd_math::Tile;
 use super::winograd_out::finish_row;
-use super::winograd_pack::transform_packed_f32;
+use super::winograd_pack::{transform_packed_bf16, transform_packed_f32};
 use super::ConvEpilogue;
 use crate::cpu::gemm::{
     self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, PackedB, SrcKind, ToF32,
@@ -225,9 +225,18 @@ impl WinogradWeights {
         let u = match operands {
             Operands::F32 => Filters::F32(transform_packed_f32(w, (o, c), tile, level)),
             Operands::Bf16 => {
-                // `u[ci][point][oi]`, tasks over blocks of CI_BLOCK input channels; rounded to
-                // bf16 (nearest even) once, from the f64 transform's f32 values, then packed
-                // into the pair layout.
+                if let Some(packed) = transform_packed_bf16(w, (o, c), tile, level) {
+                    return Ok(WinogradWeights {
+                        c,
+                        o,
+                        params,
+                        tile,
+                        u: Filters::Bf16(packed),
+                    });
+                }
+                // Another bf16 layout: `u[ci][point][oi]`, tasks over blocks of CI_BLOCK input
+                // channels; rounded to bf16 (nearest even) once, from the f64 transform's f32
+                // values, then packed by the packer.
                 let mut u = vec![0f32; points * c * o];
                 u.par_chunks_mut(points * o * CI_BLOCK)
                     .enumerate()

@@ -315,3 +315,60 @@ fn filters_transformed_into_packed_layout_match_the_packer() -> Result<()> {
     }
     Ok(())
 }
+
+/// The bf16 pair packs written by the transform equal `PackedB::new` over the intermediate
+/// rounded with the same conversion, bit for bit: odd C (a last unit with one row), more rows
+/// than one K block of pairs holds, odd O, both variants, every SIMD level's transform.
+#[test]
+fn filters_transformed_into_pair_layout_match_the_packer() -> Result<()> {
+    use super::winograd_math::transform_filters;
+    use super::winograd_pack::transform_packed_bf16;
+    use crate::cpu::gemm::tests::util::with_bf16_kind;
+    use crate::cpu::gemm::{MatRef, PackKind, PackedB, KCU_BF16};
+    use crate::cpu::simd::{Kernels, SimdLevel};
+    let mut levels = vec![SimdLevel::Fallback, SimdLevel::Avx2];
+    if Kernels::current().level() == SimdLevel::Avx512 {
+        levels.push(SimdLevel::Avx512);
+    }
+    with_bf16_kind(Some(PackKind::Bf16), || {
+        for (o, c) in [(16, 16), (33, 17), (47, 2 * KCU_BF16 + 5)] {
+            let w = rand_vec(o * c * 9, (o * 7 + c) as u64);
+            for tile in [Tile::F2, Tile::F4] {
+                let points = tile.points();
+                let mut u = vec![0f32; points * c * o];
+                transform_filters(
+                    SimdLevel::Fallback,
+                    &w,
+                    tile,
+                    (c, o),
+                    0..c,
+                    |ci, p, o0, v| {
+                        let row = ci * points * o + p * o;
+                        for (d, &x) in u[row + o0..row + o].iter_mut().zip(v) {
+                            *d = x as f32;
+                        }
+                    },
+                );
+                let mut h = vec![bf16::ZERO; u.len()];
+                Kernels::current().f32_to_bf16(&u, &mut h);
+                let want: Vec<PackedB<bf16>> = (0..points)
+                    .map(|p| PackedB::new(MatRef::new(&h, p * o, c, o, points * o, 1)))
+                    .collect::<Result<_>>()?;
+                for &level in &levels {
+                    let got = transform_packed_bf16(&w, (o, c), tile, level).ok_or_else(|| {
+                        crate::Error::invalid("test", "the pair layout was forced")
+                    })?;
+                    for (p, (g, e)) in got.iter().zip(&want).enumerate() {
+                        let len = e.layout.len();
+                        assert_eq!(g.layout.len(), len);
+                        assert!(
+                            g.buf.slice::<u32>(len) == e.buf.slice::<u32>(len),
+                            "{tile:?} {level:?} o {o} c {c} point {p}"
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -51,7 +51,7 @@ mod peak;
 mod portable;
 mod runner;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod types;
 
 pub(crate) use amx::{load_config as amx_load_config, release as amx_release};
@@ -64,11 +64,12 @@ pub(crate) use avx512_pack::transpose16;
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use gather_dot::gemm_gather_dot;
-#[cfg(test)]
-pub(crate) use layout::KCU_F32;
 pub(crate) use layout::{BLayout, PackKind, NR};
 pub use layout::{PackElem, PackedB};
+#[cfg(test)]
+pub(crate) use layout::{KCU_BF16, KCU_F32};
 pub(crate) use pack::{SrcKind, ToF32};
+pub(crate) use peak::bf16_kind;
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
 pub(crate) use types::{Half, Out16, Residual};

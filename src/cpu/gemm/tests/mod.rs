@@ -17,4 +17,4 @@ mod out16_speed;
 mod shapes;
 #[cfg(target_arch = "x86_64")]
 mod speed;
-mod util;
+pub(crate) mod util;
