@@ -294,7 +294,7 @@ impl<'a> Conv2dBuilder<'a> {
         if let Storage::Cpu(_) = self.x.storage() {
             let out_numel = crate::layout::numel(&g.out_shape());
             crate::cpu::ensure_host_memory("conv2d", out_numel, crate::DType::F32)?;
-            let winograd = if g.m() >= crate::cpu::conv::WINOGRAD_PER_CALL_LAYER_TILE_MIN_PIXELS {
+            let winograd = if crate::cpu::conv::winograd_per_call_layer_tile(g.m(), g.c, g.o) {
                 crate::cpu::conv::WinogradUse::Layer
             } else if g.m() >= crate::cpu::conv::winograd_per_call_min_pixels(self.weight.dtype()) {
                 crate::cpu::conv::WinogradUse::PerCall

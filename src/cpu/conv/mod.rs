@@ -40,8 +40,8 @@ pub use tensor::set_winograd_override;
 pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight, WinogradUse};
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 pub(crate) use winograd::{
+    per_call_layer_tile as winograd_per_call_layer_tile,
     per_call_min_pixels as winograd_per_call_min_pixels, suits as winograd_suits,
-    PER_CALL_LAYER_TILE_MIN_PIXELS as WINOGRAD_PER_CALL_LAYER_TILE_MIN_PIXELS,
 };
 
 use super::gemm::{

@@ -110,13 +110,18 @@ pub(crate) fn per_call_min_pixels(dtype: DType) -> usize {
     }
 }
 
-/// From this many output pixels on, a per-call convolution takes the variant a layer would
-/// ([`choose_tile`]: F(4,3) below the widest layers) instead of F(2,3): its 36-point filter
-/// transform then costs less than the multiply-adds it saves. Throwaway per-call loops on Zen 4
-/// (f32, channels-last, best of 5, F(2,3) → F(4,3)): 320 ch at 8192 px 45.6 → 38–40 ms, at 4096
-/// px 25–29 → 22–30; 640 ch at 8192 px 173 → 130–134, at 4096 px 98 → 87; but 640 ch at 2048 px
-/// 53 → 60 and at 1024 px 33 → 58–61, 320 ch at 1024 px 9.1 → 11–12 ms.
-pub(crate) const PER_CALL_LAYER_TILE_MIN_PIXELS: usize = 4096;
+/// Whether a per-call convolution over `pixels` output pixels and `c → o` channels takes the
+/// variant a layer would ([`choose_tile`]: F(4,3) below the widest layers) instead of F(2,3):
+/// from 4096 px on, or from 1024 px with at least 448·448 channel pairs, its 36-point
+/// transforms cost less than the multiply-adds they save. Throwaway per-call loops on Zen 4
+/// (f32, channels-last, best of 5–6, F(2,3) → F(4,3), with the vectorised filter transform of
+/// the sixteenth session; the machine was noisy): 640 ch at 2048 px 57–60 → 40–41 ms, at 1024
+/// px 33–35 → 31–32, 2×640×24×24 36.9 → 32.3, 2×448×24×24 22 → 12–19, 2×512×32×32 31–38 →
+/// 25–27; but 320 ch at 2048 px 16–17 → 18–19 (at 3200 px 24.5–27.7 → 23.8–24.2), and at 512
+/// px 640 ch 19.7 → 22.2, 960 ch 33–37 → 41–48.
+pub(crate) fn per_call_layer_tile(pixels: usize, c: usize, o: usize) -> bool {
+    pixels >= 4096 || (pixels >= 1024 && c.saturating_mul(o) >= 448 * 448)
+}
 
 /// Layers with `C·O` below this take F(4,3) by default (see [`choose_tile`]): its transformed
 /// filters take `36·C·O` values (4× the weights) against F(2,3)'s `16·C·O`, so the widest
