@@ -102,12 +102,13 @@ fn winograd_layers_match_the_unfused_sequence_on_every_device() {
     }
 }
 
-/// A per-call convolution over at least 1024 output pixels transforms its filters for the call
-/// (F(2,3)); from 4096 pixels on it takes the variant a layer would (F(4,3) for f32).
+/// A per-call convolution over at least 256 output pixels (1024 with bf16 operands)
+/// transforms its filters for the call (F(2,3)); from 4096 pixels on it takes the variant a
+/// layer would (F(4,3) for f32).
 #[test]
 fn per_call_winograd_matches_the_unfused_sequence() {
     for &dtype in &FLOATS {
-        for (h, w_) in [(33, 35), (65, 67)] {
+        for (h, w_) in [(19, 17), (33, 35), (65, 67)] {
             let x = randn(&[1, 17, h, w_], dtype, 1);
             let w = randn(&[19, 17, 3, 3], dtype, 2);
             let b = randn(&[19], dtype, 3);
@@ -126,6 +127,24 @@ fn per_call_winograd_matches_the_unfused_sequence() {
             }
         }
     }
+}
+
+/// Wide channels (448·448 pairs and more) take the layer's variant (F(4,3) for f32) per call
+/// from 1024 output pixels: within the f32 tolerance of the im2col sequence.
+#[test]
+fn wide_per_call_winograd_matches_the_unfused_sequence() {
+    let x = randn(&[1, 448, 32, 33], DType::F32, 11);
+    let w = randn(&[456, 448, 3, 3], DType::F32, 12)
+        .affine(0.05, 0.0)
+        .unwrap();
+    let b = randn(&[456], DType::F32, 13);
+    let xf = x.to_memory_format(MemoryFormat::ChannelsLast).unwrap();
+    let op = xf.conv2d_fused(&w, pad(1, 1)).bias(&b);
+    let got = op.run().unwrap();
+    assert_eq!(got.shape(), &[1, 456, 32, 33]);
+    let want = values(&op.run_unfused().unwrap());
+    let t = tol(DType::F32, 448);
+    assert_close("448 -> 456 channels", &values(&got), &want, t, t);
 }
 
 /// Layers that cannot use Winograd (stride 2, fewer than 16 channels) say so; one that can
