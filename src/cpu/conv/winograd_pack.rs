@@ -4,9 +4,9 @@
 //! `[C][O]` source: in the f32 layout row `ci` of panel `p` holds columns `32p..32p + 32`, zeros
 //! past `O`; in the bf16 pair layout unit `ci / 2` holds rows `ci & !1` (low half) and `ci | 1`
 //! (high half, zero past C) as bf16 rounded to nearest even by the same conversion the
-//! intermediate took. Writing the transform's values there directly skips a `points·C·O` intermediate that
-//! was written, read back and copied by the packer (with its page faults): a per-call
-//! 1280-channel F(2,3) transform spent about 60% of its time on that round trip.
+//! intermediate took. Writing the transform's values there directly skips a `points·C·O`
+//! intermediate that was written, read back and copied by the packer (with its page faults):
+//! a per-call 1280-channel F(2,3) transform spent about 60% of its time on that round trip.
 //!
 //! Invariants: the values are the transform's f32 roundings, the same as the packer would have
 //! copied, and every element of every point's buffer is written (padding lanes zero), so the
@@ -24,7 +24,8 @@ use rayon::prelude::*;
 #[derive(Clone, Copy)]
 struct Dst<T>(*mut T);
 // SAFETY: the tasks holding copies write disjoint elements (their own input-channel rows) of a
-// buffer that outlives the parallel loop (see `transform_packed_f32`).
+// buffer whose heap storage outlives the parallel loop (moving its `AlignedBuf` afterwards does
+// not move that storage).
 unsafe impl<T> Send for Dst<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for Dst<T> {}
