@@ -57,10 +57,10 @@ const F32_ROWS: u8 = 0;
 const F16_ROWS: u8 = 1;
 const BF16_ROWS: u8 = 2;
 
-/// [`accumulate_f32`] with B read from its row-major source (`ld` values between units, of
-/// the kind `ROWS`), each unit's 32 values, widened to f32, also stored to `dst` in the packed
-/// layout: the same multiply-adds in the same order on the same values, so the tile equals one
-/// over the packed panel bit for bit.
+/// The f32 tile's accumulation (`accumulate_f32` in `avx512.rs`) with B read from its
+/// row-major source (`ld` values between units, of the kind `ROWS`), each unit's 32 values,
+/// widened to f32, also stored to `dst` in the packed layout: the same multiply-adds in the
+/// same order on the same values, so the tile equals one over the packed panel bit for bit.
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn accumulate_wide_filling<const ROWS: u8>(
