@@ -3,8 +3,8 @@
 //! Each point's `C × O` matrix `U[point]` is what [`PackedB::new`] would pack from a row-major
 //! `[C][O]` source: in the f32 layout row `ci` of panel `p` holds columns `32p..32p + 32`, zeros
 //! past `O`; in the bf16 pair layout unit `ci / 2` holds rows `ci & !1` (low half) and `ci | 1`
-//! (high half, zero past C) as bf16 rounded to nearest even by the same conversion the
-//! intermediate took. Writing the transform's values there directly skips a `points·C·O`
+//! (high half, zero past C) as bf16 rounded to nearest even (`half`'s rounding, which the
+//! SIMD conversion of the intermediate path matches bit for bit). Writing the transform's values there directly skips a `points·C·O`
 //! intermediate that was written, read back and copied by the packer (with its page faults):
 //! a per-call 1280-channel F(2,3) transform spent about 60% of its time on that round trip.
 //!
@@ -16,7 +16,7 @@
 use super::winograd::CI_BLOCK;
 use super::winograd_math::{transform_filters, Tile};
 use crate::cpu::gemm::{bf16_kind, AlignedBuf, BLayout, PackKind, PackedB, ToF32, NR};
-use crate::cpu::simd::{Kernels, SimdLevel};
+use crate::cpu::simd::SimdLevel;
 use half::bf16;
 use rayon::prelude::*;
 
@@ -104,7 +104,6 @@ pub(super) fn transform_packed_bf16<S: ToF32>(
     let layout = BLayout::new(PackKind::Bf16, c, o, false);
     let len = layout.len();
     let (bufs, dsts) = point_buffers::<u32>(tile.points(), len);
-    let kernels = Kernels::current();
     let pad = (o % NR != 0).then(|| (o / NR * NR, o % NR));
     (0..c.div_ceil(CI_BLOCK)).into_par_iter().for_each(|cb| {
         let cis = cb * CI_BLOCK..((cb + 1) * CI_BLOCK).min(c);
@@ -123,9 +122,8 @@ pub(super) fn transform_packed_bf16<S: ToF32>(
         }
         transform_filters(level, w, tile, (c, o), cis, |ci, point, o0, v| {
             let lanes = (o - o0).min(v.len());
-            let wide: [f32; 16] = std::array::from_fn(|l| v[l] as f32);
-            let mut h = [bf16::ZERO; 16];
-            kernels.f32_to_bf16(&wide[..lanes], &mut h[..lanes]);
+            // `half`'s rounding (nearest even, NaN kept quiet) is the SIMD kernels' bit for bit.
+            let h: [bf16; 16] = std::array::from_fn(|l| bf16::from_f32(v[l] as f32));
             let at = packed_index(&layout, ci / 2, o0);
             // SAFETY: `o0` is a multiple of 16, so its `lanes <= 16` columns sit in one panel
             // row of unit `ci / 2` at `at..at + lanes`, inside the buffer and in this task's
