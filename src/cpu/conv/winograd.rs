@@ -47,8 +47,8 @@
 
 use super::winograd_in::transform_row;
 pub(super) use super::winograd_in::Input;
-use super::winograd_math::transform_filters;
 pub(crate) use super::winograd_math::Tile;
+use super::winograd_math::{transform_filters, RowMajorSink};
 use super::winograd_out::finish_row;
 use super::winograd_pack::{transform_packed_bf16, transform_packed_f32};
 use super::ConvEpilogue;
@@ -247,12 +247,8 @@ impl WinogradWeights {
                     .enumerate()
                     .for_each(|(cb, ucb)| {
                         let cis = cb * CI_BLOCK..((cb + 1) * CI_BLOCK).min(c);
-                        transform_filters(level, w, tile, (c, o), cis, |ci, point, o0, v| {
-                            let row = (ci - cb * CI_BLOCK) * points * o + point * o;
-                            for (d, &x) in ucb[row + o0..row + o].iter_mut().zip(v) {
-                                *d = x as f32;
-                            }
-                        })
+                        let mut sink = RowMajorSink::new(ucb, cis.start, points, o);
+                        transform_filters(level, w, tile, (c, o), cis, &mut sink)
                     });
                 let mut h = vec![bf16::ZERO; u.len()];
                 Kernels::current().f32_to_bf16(&u, &mut h);

@@ -109,20 +109,20 @@ fn filter_transform_with<const A: usize>(
 }
 
 /// Transforms the filters of input channels `cis` of an `[O, C, 3, 3]` bank `w`, in f64,
-/// handing each point's values for 16 output channels to `sink(ci, point, o0, values)`
-/// (channels `o0..min(o0 + 16, O)`, `o0` a multiple of 16), compiled for the widest vectors
+/// handing each point's values for 16 output channels to `sink` (channels
+/// `o0..min(o0 + 16, O)`, `o0` a multiple of 16), compiled for the widest vectors
 /// `level` allows (the lanes of [`filter_transform`] are f64: 8 per AVX-512 vector, 2 in the
 /// baseline SSE2 build, where the transform took 20 ms of a 1280-channel bank). The values
 /// are the same at every level (no FMA contraction). Output channels outermost: the filters
 /// of `cis` lie together in each output channel's row of `9·C` weights, so every line read is
 /// used whole (one input channel at a time read 36 bytes per line, lines 46 KB apart).
-pub(super) fn transform_filters<S: ToF32>(
+pub(super) fn transform_filters<S: ToF32, K: FilterSink>(
     level: SimdLevel,
     w: &[S],
     tile: Tile,
     co: (usize, usize),
     cis: Range<usize>,
-    sink: impl FnMut(usize, usize, usize, &[f64; FILTER_LANES]),
+    sink: &mut K,
 ) {
     #[cfg(target_arch = "x86_64")]
     match level {
@@ -135,17 +135,69 @@ pub(super) fn transform_filters<S: ToF32>(
     transform_filters_body(w, tile, co, cis, sink)
 }
 
+/// Where [`transform_filters`] puts its values. The methods are inlined into the transform's
+/// loop (a closure sink could stay out of line, compiled for the baseline instruction set,
+/// with its index arithmetic redone for every point).
+pub(super) trait FilterSink {
+    /// The values that follow are input channel `ci`'s, for output channels `o0..o0 + 16`
+    /// (those below O); called in ascending `ci` within each `o0`.
+    fn start(&mut self, ci: usize, o0: usize);
+    /// Point `point`'s values for the output channels of the last [`FilterSink::start`].
+    fn put(&mut self, point: usize, v: &[f64; FILTER_LANES]);
+}
+
+/// A sink into `u[ci - ci0][point][oi]` (row-major `C × O` point matrices interleaved by row,
+/// rounded to f32).
+pub(super) struct RowMajorSink<'a> {
+    /// The rows of input channels `ci0..`.
+    pub u: &'a mut [f32],
+    pub ci0: usize,
+    pub points: usize,
+    pub o: usize,
+    row: usize,
+    o0: usize,
+}
+
+impl<'a> RowMajorSink<'a> {
+    /// A sink over the rows of input channels `ci0..` in `u`.
+    pub(super) fn new(u: &'a mut [f32], ci0: usize, points: usize, o: usize) -> Self {
+        RowMajorSink {
+            u,
+            ci0,
+            points,
+            o,
+            row: 0,
+            o0: 0,
+        }
+    }
+}
+
+impl FilterSink for RowMajorSink<'_> {
+    #[inline(always)]
+    fn start(&mut self, ci: usize, o0: usize) {
+        self.row = (ci - self.ci0) * self.points * self.o;
+        self.o0 = o0;
+    }
+    #[inline(always)]
+    fn put(&mut self, point: usize, v: &[f64; FILTER_LANES]) {
+        let at = self.row + point * self.o;
+        for (d, &x) in self.u[at + self.o0..at + self.o].iter_mut().zip(v) {
+            *d = x as f32;
+        }
+    }
+}
+
 /// [`transform_filters_body`] compiled for a target feature set (the caller checks it).
 macro_rules! transform_filters_for {
     ($name:ident, $features:literal) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
-        unsafe fn $name<S: ToF32>(
+        unsafe fn $name<S: ToF32, K: FilterSink>(
             w: &[S],
             tile: Tile,
             co: (usize, usize),
             cis: Range<usize>,
-            sink: impl FnMut(usize, usize, usize, &[f64; FILTER_LANES]),
+            sink: &mut K,
         ) {
             transform_filters_body(w, tile, co, cis, sink)
         }
@@ -157,12 +209,12 @@ transform_filters_for!(transform_filters_avx2, "avx2");
 
 /// The loop of [`transform_filters`].
 #[inline(always)]
-fn transform_filters_body<S: ToF32>(
+fn transform_filters_body<S: ToF32, K: FilterSink>(
     w: &[S],
     tile: Tile,
     (c, o): (usize, usize),
     cis: Range<usize>,
-    mut sink: impl FnMut(usize, usize, usize, &[f64; FILTER_LANES]),
+    sink: &mut K,
 ) {
     for o0 in (0..o).step_by(FILTER_LANES) {
         let lanes = (o - o0).min(FILTER_LANES);
@@ -174,7 +226,8 @@ fn transform_filters_body<S: ToF32>(
                     gi[l] = w[base + i].to_f32() as f64;
                 }
             }
-            filter_transform(tile, &g, |point, v| sink(ci, point, o0, v));
+            sink.start(ci, o0);
+            filter_transform(tile, &g, |point, v| sink.put(point, v));
         }
     }
 }

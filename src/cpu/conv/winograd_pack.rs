@@ -3,8 +3,8 @@
 //! Each point's `C × O` matrix `U[point]` is what [`PackedB::new`] would pack from a row-major
 //! `[C][O]` source: in the f32 layout row `ci` of panel `p` holds columns `32p..32p + 32`, zeros
 //! past `O`; in the bf16 pair layout unit `ci / 2` holds rows `ci & !1` (low half) and `ci | 1`
-//! (high half, zero past C) as bf16 rounded to nearest even (`half`'s rounding, which the
-//! SIMD conversion of the intermediate path matches bit for bit). Writing the transform's values there directly skips a `points·C·O`
+//! (high half, zero past C) as bf16 rounded to nearest even (the rounding of the SIMD
+//! conversion the intermediate path takes, bit for bit). Writing the transform's values there directly skips a `points·C·O`
 //! intermediate that was written, read back and copied by the packer (with its page faults):
 //! a per-call 1280-channel F(2,3) transform spent about 60% of its time on that round trip.
 //!
@@ -14,7 +14,7 @@
 //! `winograd_tests`); tasks own disjoint input-channel rows of every buffer.
 
 use super::winograd::CI_BLOCK;
-use super::winograd_math::{transform_filters, Tile};
+use super::winograd_math::{transform_filters, FilterSink, Tile, FILTER_LANES};
 use crate::cpu::gemm::{bf16_kind, AlignedBuf, BLayout, PackKind, PackedB, ToF32, NR};
 use crate::cpu::simd::SimdLevel;
 use half::bf16;
@@ -50,6 +50,79 @@ fn point_buffers<T: bytemuck::Pod>(points: usize, len: usize) -> (Vec<AlignedBuf
     (bufs, dsts)
 }
 
+/// The f32 layout's sink: row `ci`, 16 columns from `o0`, of every point's buffer.
+struct F32Sink<'a> {
+    layout: &'a BLayout,
+    dsts: &'a [Dst<f32>],
+    o: usize,
+    /// Where the current row's columns start (the same in every point's buffer).
+    at: usize,
+    lanes: usize,
+}
+
+impl FilterSink for F32Sink<'_> {
+    #[inline(always)]
+    fn start(&mut self, ci: usize, o0: usize) {
+        self.at = packed_index(self.layout, ci, o0);
+        self.lanes = (self.o - o0).min(FILTER_LANES);
+    }
+    #[inline(always)]
+    fn put(&mut self, point: usize, v: &[f64; FILTER_LANES]) {
+        // SAFETY: `o0` is a multiple of 16, so its `lanes <= 16` columns sit in one panel row
+        // at `at..at + lanes`, inside the buffer and in this task's row `ci` (the transform
+        // only hands a task its own input channels).
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(self.dsts[point].0.add(self.at), self.lanes) };
+        if let Ok(full) = <&mut [f32; FILTER_LANES]>::try_from(&mut *dst) {
+            // Whole blocks as fixed-size arrays: two conversions and one store, no loop.
+            *full = std::array::from_fn(|l| v[l] as f32);
+        } else {
+            for (d, &x) in dst.iter_mut().zip(v) {
+                *d = x as f32;
+            }
+        }
+    }
+}
+
+/// The pair layout's sink: the low (even `ci`) or high (odd `ci`) halves of unit `ci / 2`, 16
+/// columns from `o0`, of every point's buffer.
+struct PairSink<'a> {
+    layout: &'a BLayout,
+    dsts: &'a [Dst<u32>],
+    o: usize,
+    at: usize,
+    lanes: usize,
+    high: bool,
+}
+
+impl FilterSink for PairSink<'_> {
+    #[inline(always)]
+    fn start(&mut self, ci: usize, o0: usize) {
+        self.at = packed_index(self.layout, ci / 2, o0);
+        self.lanes = (self.o - o0).min(FILTER_LANES);
+        self.high = ci % 2 == 1;
+    }
+    #[inline(always)]
+    fn put(&mut self, point: usize, v: &[f64; FILTER_LANES]) {
+        // SAFETY: as in `F32Sink::put`, for unit `ci / 2` of this task's units.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(self.dsts[point].0.add(self.at), self.lanes) };
+        // Rows arrive in order (input channels ascending within each block of output
+        // channels): the even row sets the word, the odd row adds its high half; a last even
+        // row past C leaves the high half zero.
+        let bits: [u32; FILTER_LANES] = std::array::from_fn(|l| round_bf16(v[l] as f32));
+        match (<&mut [u32; FILTER_LANES]>::try_from(&mut *dst), self.high) {
+            (Ok(full), false) => *full = bits,
+            (Ok(full), true) => *full = std::array::from_fn(|l| full[l] | bits[l] << 16),
+            (Err(_), high) => {
+                for (d, b) in dst.iter_mut().zip(bits) {
+                    *d = if high { *d | b << 16 } else { b };
+                }
+            }
+        }
+    }
+}
+
 /// Transforms an `[O, C, 3, 3]` bank `w` for `tile` into one packed f32 B per point.
 pub(super) fn transform_packed_f32<S: ToF32>(
     w: &[S],
@@ -74,20 +147,34 @@ pub(super) fn transform_packed_f32<S: ToF32>(
                 }
             }
         }
-        transform_filters(level, w, tile, (c, o), cis, |ci, point, o0, v| {
-            let lanes = (o - o0).min(v.len());
-            let at = packed_index(&layout, ci, o0);
-            // SAFETY: `o0` is a multiple of 16, so its `lanes <= 16` columns sit in one panel
-            // row at `at..at + lanes`, inside the buffer and in this task's row `ci`.
-            let dst = unsafe { std::slice::from_raw_parts_mut(dsts[point].0.add(at), lanes) };
-            for (d, &x) in dst.iter_mut().zip(v) {
-                *d = x as f32;
-            }
-        });
+        let mut sink = F32Sink {
+            layout: &layout,
+            dsts: &dsts,
+            o,
+            at: 0,
+            lanes: 0,
+        };
+        transform_filters(level, w, tile, (c, o), cis, &mut sink);
     });
     bufs.into_iter()
         .map(|buf| PackedB::from_packed(layout, buf))
         .collect()
+}
+
+/// `x` rounded to bf16 bits, nearest even, NaN kept and made quiet: the rounding of the SIMD
+/// kernels' `f32_to_bf16` (and `half`'s), bit for bit, written without branches so that the
+/// transform's sink stays small enough to inline and vectorise (calling `bf16::from_f32` per
+/// lane left the sink out of line: 42% of a per-call 640-channel bf16 convolution).
+#[inline(always)]
+fn round_bf16(x: f32) -> u32 {
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    let quiet_nan = (b >> 16) | 0x40;
+    if x.is_nan() {
+        quiet_nan
+    } else {
+        rounded
+    }
 }
 
 /// Transforms an `[O, C, 3, 3]` bank `w` for `tile` into one packed bf16 B per point, in the
@@ -120,23 +207,15 @@ pub(super) fn transform_packed_bf16<S: ToF32>(
                 }
             }
         }
-        transform_filters(level, w, tile, (c, o), cis, |ci, point, o0, v| {
-            let lanes = (o - o0).min(v.len());
-            // `half`'s rounding (nearest even, NaN kept quiet) is the SIMD kernels' bit for bit.
-            let h: [bf16; 16] = std::array::from_fn(|l| bf16::from_f32(v[l] as f32));
-            let at = packed_index(&layout, ci / 2, o0);
-            // SAFETY: `o0` is a multiple of 16, so its `lanes <= 16` columns sit in one panel
-            // row of unit `ci / 2` at `at..at + lanes`, inside the buffer and in this task's
-            // units.
-            let dst = unsafe { std::slice::from_raw_parts_mut(dsts[point].0.add(at), lanes) };
-            // Rows arrive in order (`transform_filters` runs input channels ascending within
-            // each block of output channels): the even row sets the word, the odd row adds its
-            // high half; a last even row past C leaves the high half zero.
-            for (d, x) in dst.iter_mut().zip(h) {
-                let bits = x.to_bits() as u32;
-                *d = if ci % 2 == 0 { bits } else { *d | bits << 16 };
-            }
-        });
+        let mut sink = PairSink {
+            layout: &layout,
+            dsts: &dsts,
+            o,
+            at: 0,
+            lanes: 0,
+            high: false,
+        };
+        transform_filters(level, w, tile, (c, o), cis, &mut sink);
     });
     Some(
         bufs.into_iter()

@@ -263,7 +263,7 @@ fn winograd_operands_follow_the_bf16_method() -> Result<()> {
 /// variants, every SIMD level's transform, and storage recycled from a dropped pack of NaNs.
 #[test]
 fn filters_transformed_into_packed_layout_match_the_packer() -> Result<()> {
-    use super::winograd_math::transform_filters;
+    use super::winograd_math::{transform_filters, RowMajorSink};
     use super::winograd_pack::transform_packed_f32;
     use crate::cpu::gemm::{MatRef, PackedB, KCU_F32};
     use crate::cpu::simd::SimdLevel;
@@ -277,19 +277,8 @@ fn filters_transformed_into_packed_layout_match_the_packer() -> Result<()> {
             let points = tile.points();
             // The intermediate the packer reads: u[ci][point][oi].
             let mut u = vec![0f32; points * c * o];
-            transform_filters(
-                SimdLevel::Fallback,
-                &w,
-                tile,
-                (c, o),
-                0..c,
-                |ci, p, o0, v| {
-                    let row = ci * points * o + p * o;
-                    for (d, &x) in u[row + o0..row + o].iter_mut().zip(v) {
-                        *d = x as f32;
-                    }
-                },
-            );
+            let mut sink = RowMajorSink::new(&mut u, 0, points, o);
+            transform_filters(SimdLevel::Fallback, &w, tile, (c, o), 0..c, &mut sink);
             let want: Vec<PackedB<f32>> = (0..points)
                 .map(|p| PackedB::new(MatRef::new(&u, p * o, c, o, points * o, 1)))
                 .collect::<Result<_>>()?;
@@ -321,7 +310,7 @@ fn filters_transformed_into_packed_layout_match_the_packer() -> Result<()> {
 /// than one K block of pairs holds, odd O, both variants, every SIMD level's transform.
 #[test]
 fn filters_transformed_into_pair_layout_match_the_packer() -> Result<()> {
-    use super::winograd_math::transform_filters;
+    use super::winograd_math::{transform_filters, RowMajorSink};
     use super::winograd_pack::transform_packed_bf16;
     use crate::cpu::gemm::tests::util::with_bf16_kind;
     use crate::cpu::gemm::{MatRef, PackKind, PackedB, KCU_BF16};
@@ -336,19 +325,8 @@ fn filters_transformed_into_pair_layout_match_the_packer() -> Result<()> {
             for tile in [Tile::F2, Tile::F4] {
                 let points = tile.points();
                 let mut u = vec![0f32; points * c * o];
-                transform_filters(
-                    SimdLevel::Fallback,
-                    &w,
-                    tile,
-                    (c, o),
-                    0..c,
-                    |ci, p, o0, v| {
-                        let row = ci * points * o + p * o;
-                        for (d, &x) in u[row + o0..row + o].iter_mut().zip(v) {
-                            *d = x as f32;
-                        }
-                    },
-                );
+                let mut sink = RowMajorSink::new(&mut u, 0, points, o);
+                transform_filters(SimdLevel::Fallback, &w, tile, (c, o), 0..c, &mut sink);
                 let mut h = vec![bf16::ZERO; u.len()];
                 Kernels::current().f32_to_bf16(&u, &mut h);
                 let want: Vec<PackedB<bf16>> = (0..points)
