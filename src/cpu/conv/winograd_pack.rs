@@ -123,6 +123,76 @@ impl FilterSink for PairSink<'_> {
     }
 }
 
+/// The sinks that write one packed layout: its word, rows per unit, and construction.
+trait PackedSink<'a>: FilterSink + Sized {
+    /// The packed layout's element.
+    type Word: bytemuck::Pod;
+    /// Rows of B per unit of the layout.
+    const ROWS_PER_UNIT: usize;
+    /// A sink writing the `o` output channels of `layout` into the buffers `dsts`.
+    fn new(layout: &'a BLayout, dsts: &'a [Dst<Self::Word>], o: usize) -> Self;
+}
+
+impl<'a> PackedSink<'a> for F32Sink<'a> {
+    type Word = f32;
+    const ROWS_PER_UNIT: usize = 1;
+    fn new(layout: &'a BLayout, dsts: &'a [Dst<f32>], o: usize) -> Self {
+        F32Sink {
+            layout,
+            dsts,
+            o,
+            at: 0,
+            lanes: 0,
+        }
+    }
+}
+
+impl<'a> PackedSink<'a> for PairSink<'a> {
+    type Word = u32;
+    const ROWS_PER_UNIT: usize = 2;
+    fn new(layout: &'a BLayout, dsts: &'a [Dst<u32>], o: usize) -> Self {
+        PairSink {
+            layout,
+            dsts,
+            o,
+            at: 0,
+            lanes: 0,
+            high: false,
+        }
+    }
+}
+
+/// Transforms `w` into one pack per point in `layout`, through sinks of type `K`: tasks over
+/// blocks of CI_BLOCK input channels (an even count, so a task owns whole units), each zeroing
+/// its units' padding columns in the last panel before the transform writes the rest.
+fn transform_packed<'a, S: ToF32, K: PackedSink<'a>>(
+    w: &[S],
+    (o, c): (usize, usize),
+    tile: Tile,
+    level: SimdLevel,
+    layout: &'a BLayout,
+    dsts: &'a [Dst<K::Word>],
+) {
+    let pad = (o % NR != 0).then(|| (o / NR * NR, o % NR));
+    (0..c.div_ceil(CI_BLOCK)).into_par_iter().for_each(|cb| {
+        let cis = cb * CI_BLOCK..((cb + 1) * CI_BLOCK).min(c);
+        if let Some((last, used)) = pad {
+            let units = cis.start / K::ROWS_PER_UNIT..cis.end.div_ceil(K::ROWS_PER_UNIT);
+            for u in units {
+                let at = packed_index(layout, u, last);
+                for d in dsts {
+                    // SAFETY: words `used..NR` of unit `u` in the last panel lie inside the
+                    // buffer (`layout.len()` words) and belong to this task's units.
+                    unsafe { std::slice::from_raw_parts_mut(d.0.add(at + used), NR - used) }
+                        .fill(<K::Word as bytemuck::Zeroable>::zeroed());
+                }
+            }
+        }
+        let mut sink = K::new(layout, dsts, o);
+        transform_filters(level, w, tile, (c, o), cis, &mut sink);
+    });
+}
+
 /// Transforms an `[O, C, 3, 3]` bank `w` for `tile` into one packed f32 B per point.
 pub(super) fn transform_packed_f32<S: ToF32>(
     w: &[S],
@@ -131,31 +201,8 @@ pub(super) fn transform_packed_f32<S: ToF32>(
     level: SimdLevel,
 ) -> Vec<PackedB<f32>> {
     let layout = BLayout::new(PackKind::F32, c, o, false);
-    let len = layout.len();
-    let (bufs, dsts) = point_buffers::<f32>(tile.points(), len);
-    let pad = (o % NR != 0).then(|| (o / NR * NR, o % NR));
-    (0..c.div_ceil(CI_BLOCK)).into_par_iter().for_each(|cb| {
-        let cis = cb * CI_BLOCK..((cb + 1) * CI_BLOCK).min(c);
-        if let Some((last, used)) = pad {
-            for ci in cis.clone() {
-                let at = packed_index(&layout, ci, last);
-                for d in &dsts {
-                    // SAFETY: lanes `used..NR` of row `ci` of the last panel lie inside the
-                    // buffer (`layout.len()` elements) and belong to this task's rows.
-                    unsafe { std::slice::from_raw_parts_mut(d.0.add(at + used), NR - used) }
-                        .fill(0.0);
-                }
-            }
-        }
-        let mut sink = F32Sink {
-            layout: &layout,
-            dsts: &dsts,
-            o,
-            at: 0,
-            lanes: 0,
-        };
-        transform_filters(level, w, tile, (c, o), cis, &mut sink);
-    });
+    let (bufs, dsts) = point_buffers::<f32>(tile.points(), layout.len());
+    transform_packed::<S, F32Sink>(w, (o, c), tile, level, &layout, &dsts);
     bufs.into_iter()
         .map(|buf| PackedB::from_packed(layout, buf))
         .collect()
@@ -189,34 +236,8 @@ pub(super) fn transform_packed_bf16<S: ToF32>(
         return None;
     }
     let layout = BLayout::new(PackKind::Bf16, c, o, false);
-    let len = layout.len();
-    let (bufs, dsts) = point_buffers::<u32>(tile.points(), len);
-    let pad = (o % NR != 0).then(|| (o / NR * NR, o % NR));
-    (0..c.div_ceil(CI_BLOCK)).into_par_iter().for_each(|cb| {
-        let cis = cb * CI_BLOCK..((cb + 1) * CI_BLOCK).min(c);
-        // CI_BLOCK is even: the task owns whole units (both rows of each pair).
-        let units = cis.start / 2..cis.end.div_ceil(2);
-        if let Some((last, used)) = pad {
-            for u in units {
-                let at = packed_index(&layout, u, last);
-                for d in &dsts {
-                    // SAFETY: words `used..NR` of unit `u` in the last panel lie inside the
-                    // buffer and belong to this task's units.
-                    unsafe { std::slice::from_raw_parts_mut(d.0.add(at + used), NR - used) }
-                        .fill(0);
-                }
-            }
-        }
-        let mut sink = PairSink {
-            layout: &layout,
-            dsts: &dsts,
-            o,
-            at: 0,
-            lanes: 0,
-            high: false,
-        };
-        transform_filters(level, w, tile, (c, o), cis, &mut sink);
-    });
+    let (bufs, dsts) = point_buffers::<u32>(tile.points(), layout.len());
+    transform_packed::<S, PairSink>(w, (o, c), tile, level, &layout, &dsts);
     Some(
         bufs.into_iter()
             .map(|buf| PackedB::from_packed(layout, buf))
