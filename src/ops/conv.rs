@@ -287,7 +287,7 @@ impl<'a> Conv2dBuilder<'a> {
                 residual: self.residual,
                 activation: self.activation,
                 channels_last_out: fmt == MemoryFormat::ChannelsLast,
-                tile: crate::ops::conv_xpu::ConvTile::Auto,
+                ..Default::default()
             };
             return crate::ops::conv_xpu::conv2d_xpu(self.x, self.weight, g.p, &args);
         }

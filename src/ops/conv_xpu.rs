@@ -13,6 +13,7 @@
 
 use crate::cpu::gemm::Activation;
 use crate::ops::conv::ConvGeom;
+use crate::ops::conv_winograd_xpu as winograd;
 use crate::storage::Storage;
 use crate::xpu::kernels::conv::{conv2d, ConvLaunch, Operand};
 use crate::{Conv2dParams, Device, Error, Layout, Result, Tensor};
@@ -30,6 +31,10 @@ pub enum ConvTile {
     Medium,
     /// 128 pixels × 16 output channels per workgroup, for few output channels.
     Narrow,
+    /// Winograd F(2×2, 3×3): transforms plus 16 batched point products on the matrix engine
+    /// (3×3, stride 1, dilation 1, one group only; anything else is an error). `Auto` takes it
+    /// for wide channels (see `conv_winograd_xpu`).
+    Winograd,
 }
 
 /// Epilogue and output options of [`conv2d_xpu`].
@@ -45,6 +50,16 @@ pub struct ConvXpuArgs<'a> {
     pub channels_last_out: bool,
     /// Kernel config (tests force each one).
     pub tile: ConvTile,
+    /// Filters prepared by [`winograd_filters`] from this weight, used when the convolution
+    /// runs as Winograd (else the call transforms the weight itself).
+    pub winograd_filters: Option<&'a Tensor>,
+}
+
+/// The weight `[O, C, 3, 3]` (on Xpu) transformed for Winograd F(2×2, 3×3): a layer that
+/// keeps them passes them as [`ConvXpuArgs::winograd_filters`] and saves the transform on
+/// every call. Shape `[16, C', O]`, `C'` being `C` rounded up to even for 16-bit dtypes.
+pub fn winograd_filters(weight: &Tensor) -> Result<Tensor> {
+    crate::ops::conv_winograd_xpu::transform_filters(weight)
 }
 
 fn xpu_operand<'a>(op: &'static str, t: &'a Tensor) -> Result<Operand<'a>> {
@@ -116,7 +131,18 @@ pub fn conv2d_xpu(
         out_strides,
         tile: args.tile,
     };
-    let out = conv2d(&launch)?;
+    let winograd = match args.tile {
+        ConvTile::Winograd => true,
+        ConvTile::Auto => {
+            winograd::auto_uses_winograd(&launch, crate::xpu::kernels::conv_coop::eligible(&launch))
+        }
+        _ => false,
+    };
+    let out = if winograd {
+        winograd::conv2d(&launch, args.winograd_filters)?
+    } else {
+        conv2d(&launch)?
+    };
     Ok(Tensor::from_storage(
         Storage::Xpu(out),
         Layout::from_parts(out_shape.to_vec(), strides, 0),

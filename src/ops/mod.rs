@@ -6,6 +6,7 @@ pub mod kinds;
 pub(crate) mod attention;
 pub mod conv;
 #[doc(hidden)]
+mod conv_winograd_xpu;
 pub mod conv_xpu;
 mod elementwise;
 mod ffn;

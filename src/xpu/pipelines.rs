@@ -35,6 +35,9 @@ pub enum ShaderId {
     Norm,
     /// `shaders/conv.wgsl`: implicit-GEMM 2-D convolution with a fused epilogue.
     Conv,
+    /// `shaders/winograd.wgsl`: the filter, input and output transforms of a Winograd F(2x2,
+    /// 3x3) convolution (its point products are batched matmuls).
+    Winograd,
     /// `shaders/attention.wgsl`: fused scaled dot-product attention (online softmax).
     Attention,
     /// `shaders/attention_coop16.wgsl`: fused attention on 16x16 f16 cooperative matrices.
@@ -45,7 +48,7 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 11] = [
+    pub const ALL: [ShaderId; 12] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -55,6 +58,7 @@ impl ShaderId {
         ShaderId::MatmulSubgroup,
         ShaderId::Norm,
         ShaderId::Conv,
+        ShaderId::Winograd,
         ShaderId::Attention,
         ShaderId::AttentionCoop16,
     ];
@@ -71,6 +75,7 @@ impl ShaderId {
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::Norm => "norm.wgsl",
             ShaderId::Conv => "conv.wgsl",
+            ShaderId::Winograd => "winograd.wgsl",
             ShaderId::Attention => "attention.wgsl",
             ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
         }
@@ -91,6 +96,7 @@ impl ShaderId {
             }
             ShaderId::Norm => &[include_str!("../../shaders/norm.wgsl")],
             ShaderId::Conv => &[include_str!("../../shaders/conv.wgsl")],
+            ShaderId::Winograd => &[include_str!("../../shaders/winograd.wgsl")],
             ShaderId::Attention => &[include_str!("../../shaders/attention.wgsl")],
             ShaderId::AttentionCoop16 => &[include_str!("../../shaders/attention_coop16.wgsl")],
         }

@@ -45,7 +45,7 @@ fn geometry(tile: ConvTile) -> (&'static str, usize, usize) {
     match tile {
         ConvTile::Large => ("conv_large", 128, 128),
         ConvTile::Narrow => ("conv_narrow", 128, 16),
-        ConvTile::Medium | ConvTile::Auto => ("conv_medium", 64, 64),
+        ConvTile::Medium | ConvTile::Auto | ConvTile::Winograd => ("conv_medium", 64, 64),
     }
 }
 

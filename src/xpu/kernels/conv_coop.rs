@@ -41,7 +41,7 @@ pub(crate) fn active() -> bool {
 }
 
 /// Whether this launch can take the tensor-core path (before any work is recorded).
-fn eligible(l: &ConvLaunch) -> bool {
+pub(crate) fn eligible(l: &ConvLaunch) -> bool {
     let s = &l.shape;
     let x = l.input.0;
     let (ho_wo, o) = (s.ho * s.wo, s.o);

@@ -1,0 +1,153 @@
+//! Winograd F(2×2, 3×3) convolutions on Xpu: filter and input transforms
+//! (`shaders/winograd.wgsl`), 16 point products as one batched matmul on the matrix engine
+//! (`[16, T, C] @ [16, C, O]`, f32 out), and an output transform that applies the conv
+//! epilogue.
+//!
+//! Why: the implicit GEMM (`shaders/conv.wgsl`) spends `9·C·O` multiply-adds per output pixel
+//! on a 3×3 layer; F(2,3) spends `4·C·O` (2.25× fewer) plus two transforms that read and write
+//! each activation a few times — cheap beside the product when channels are wide. The point
+//! products reuse the matmul kernels (tiled, cooperative-matrix), so they gain from every
+//! improvement there. On the H100 the f32 step spent 131 of 266 ms in 3×3 convolutions on
+//! FMAs (BENCHMARKS.md, twelfth session); cuDNN uses the same idea. F(4,3) (4× fewer) was not
+//! taken: its larger transform coefficients cost f16/bf16 operands their accuracy (see
+//! `cpu::conv::winograd`), and one transform serves every dtype here.
+//!
+//! When ([`auto_uses_winograd`]): 3×3, stride 1, dilation 1, one group; f32 operands, and
+//! 16-bit operands that would not run on the tensor-core convolution (its coverage is measured
+//! on hardware; Winograd's 16-bit point products are not yet); at least 64 input and output
+//! channels and 256 output tiles; and the transformed data within one storage binding.
+//! `ConvTile::Winograd` forces it (an ineligible geometry is an error). `XPU_CONV_WINOGRAD=0`
+//! turns the automatic choice off.
+//!
+//! Invariants: the result equals the convolution up to f32 rounding of the transforms: the
+//! filter and input transforms round to the operands' dtype once (exact for f32 inputs of
+//! the input transform's additions up to an ulp or two), the products accumulate in f32, the
+//! output transform and epilogue run in f32 and round once. Extra memory: `U` (`16·C·O`,
+//! unless the caller passes it prepared), `V` (`16·T·C`) and the f32 `M` (`16·T·O`), all
+//! released when the call returns.
+
+use crate::ops::conv::ConvGeom;
+use crate::storage::Storage;
+use crate::xpu::kernels::conv::ConvLaunch;
+use crate::xpu::kernels::winograd::{filters, inputs, outputs, padded_channels, tiles, POINTS};
+use crate::xpu::XpuStorage;
+use crate::{DType, Error, Layout, Result, Tensor};
+
+/// Whether F(2,3) computes this geometry: 3×3, stride 1, dilation 1, one group.
+pub(crate) fn eligible(s: &ConvGeom) -> bool {
+    (s.kh, s.kw) == (3, 3) && s.p.stride == (1, 1) && s.p.dilation == (1, 1) && s.p.groups == 1
+}
+
+/// Minimum input and output channels of an automatic Winograd convolution.
+const MIN_CHANNELS: usize = 64;
+/// Minimum output tiles (`N·⌈Ho/2⌉·⌈Wo/2⌉`) of an automatic Winograd convolution.
+const MIN_TILES: usize = 256;
+
+/// The automatic choice for a launch whose tile is `ConvTile::Auto` (see the module docs).
+pub(crate) fn auto_uses_winograd(l: &ConvLaunch, tensor_cores: bool) -> bool {
+    let s = &l.shape;
+    let dtype = l.input.0.dtype;
+    if !eligible(s)
+        || (dtype != DType::F32 && tensor_cores)
+        || s.c < MIN_CHANNELS
+        || s.o < MIN_CHANNELS
+        || std::env::var_os("XPU_CONV_WINOGRAD").is_some_and(|v| v == "0")
+    {
+        return false;
+    }
+    let (_, _, t) = tiles(l);
+    let cp = padded_channels(s.c, dtype);
+    let max = l.input.0.ctx.limits.max_storage_buffer_binding_size;
+    let fits = |elems: usize, bytes: usize| (elems as u64).saturating_mul(bytes as u64) <= max;
+    t >= MIN_TILES
+        && fits(POINTS * t * cp, dtype.size_in_bytes())
+        && fits(POINTS * t * s.o, 4)
+        && fits(POINTS * cp * s.o, dtype.size_in_bytes())
+}
+
+/// Checks a forced `ConvTile::Winograd` launch.
+pub(crate) fn check_forced(s: &ConvGeom) -> Result<()> {
+    if eligible(s) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "conv2d",
+        format!(
+            "ConvTile::Winograd needs a 3×3 kernel, stride 1, dilation 1 and one group; got \
+             kernel {}×{}, stride {:?}, dilation {:?}, groups {}",
+            s.kh, s.kw, s.p.stride, s.p.dilation, s.p.groups
+        ),
+    ))
+}
+
+/// Shape of the transformed filters of a `[O, C, 3, 3]` weight of `dtype`.
+pub(crate) fn filter_shape(c: usize, o: usize, dtype: DType) -> [usize; 3] {
+    [POINTS, padded_channels(c, dtype), o]
+}
+
+/// Transformed filters `[16, Cp, O]` of an Xpu weight `[O, C, 3, 3]` (any strides), for
+/// layers that keep them across calls.
+pub(crate) fn transform_filters(weight: &Tensor) -> Result<Tensor> {
+    let &[o, c, 3, 3] = weight.shape() else {
+        return Err(Error::shape(
+            "conv2d (Winograd filters)",
+            "a weight of shape [O, C, 3, 3]",
+            weight.shape(),
+        ));
+    };
+    let Storage::Xpu(w) = weight.storage() else {
+        return Err(Error::invalid(
+            "conv2d (Winograd filters)",
+            "the weight must be on Xpu",
+        ));
+    };
+    let u = filters((w, weight.layout()), c, o)?;
+    Ok(Tensor::from_storage(
+        Storage::Xpu(u),
+        Layout::contiguous(&filter_shape(c, o, w.dtype)),
+    ))
+}
+
+/// Runs the convolution of `l` as F(2,3); `prepared` are filters from [`transform_filters`]
+/// of the launch's weight (checked for shape and dtype, made here when absent).
+pub(crate) fn conv2d(l: &ConvLaunch, prepared: Option<&Tensor>) -> Result<XpuStorage> {
+    let s = &l.shape;
+    check_forced(s)?;
+    let dtype = l.input.0.dtype;
+    let made;
+    let u = match prepared {
+        Some(u) => {
+            let want = filter_shape(s.c, s.o, dtype);
+            if u.shape() != want || u.dtype() != dtype {
+                return Err(Error::shape(
+                    "conv2d (Winograd filters)",
+                    format!("prepared filters of shape {want:?} in {dtype}"),
+                    u.shape(),
+                ));
+            }
+            u
+        }
+        None => {
+            made = Tensor::from_storage(
+                Storage::Xpu(filters(l.weight, s.c, s.o)?),
+                Layout::contiguous(&filter_shape(s.c, s.o, dtype)),
+            );
+            &made
+        }
+    };
+    let (_, _, t) = tiles(l);
+    let v = Tensor::from_storage(
+        Storage::Xpu(inputs(l)?),
+        Layout::contiguous(&[POINTS, t, padded_channels(s.c, dtype)]),
+    );
+    let m = v.matmul_fused(u).out_dtype(DType::F32).run()?;
+    match m.storage() {
+        Storage::Xpu(ms) if m.layout().is_contiguous() && m.layout().offset() == 0 => {
+            outputs(l, ms)
+        }
+        _ => Err(Error::invalid(
+            "conv2d (Winograd)",
+            "the point products came back in an unexpected layout",
+        )),
+    }
+}

@@ -1,0 +1,181 @@
+//! The Xpu Winograd F(2×2, 3×3) convolution (`ConvTile::Winograd`, and `Auto` on wide
+//! layers) against the f32 Cpu reference: odd channel counts (16-bit rows padded to even),
+//! odd and even output sizes (partial 2×2 tiles, pixel-pair and channel-pair stores), paddings
+//! 0, 1 and 2, every dtype, NCHW and channels-last inputs and outputs in every combination,
+//! every epilogue, prepared filters, and the errors of a forced Winograd on other geometries.
+
+use super::common::{self, randn, values, FLOATS};
+use super::{check, gpu_lock, params, Case, Run, EPIS};
+use xpu::ops::conv_xpu::{conv2d_xpu, winograd_filters, ConvTile, ConvXpuArgs};
+use xpu::{Conv2dParams, DType, Device, Error, Tensor};
+
+#[test]
+fn forced_winograd_odd_sizes_every_dtype_layout_and_epilogue() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let case = |n, c, hw, o, pad| Case {
+        n,
+        c,
+        hw,
+        o,
+        k: (3, 3),
+        p: params(1, pad, 1, 1),
+    };
+    let cases = [
+        case(1, 1, (1, 1), 1, 1),
+        case(2, 3, (7, 7), 5, 1),
+        case(1, 5, (13, 6), 8, 1),
+        case(1, 33, (8, 8), 7, 0),
+        case(2, 6, (5, 9), 33, 2),
+        case(1, 7, (4, 4), 2, 0),
+        case(1, 65, (9, 10), 66, 1),
+    ];
+    let layouts = [(false, false), (true, true), (false, true), (true, false)];
+    let mut seed = 5000;
+    for (ci, case) in cases.iter().enumerate() {
+        for (di, &dtype) in FLOATS.iter().enumerate() {
+            for (li, &(nhwc_in, nhwc_out)) in layouts.iter().enumerate() {
+                seed += 10;
+                let run = Run {
+                    dtype,
+                    nhwc_in,
+                    nhwc_out,
+                    epi: EPIS[(ci + di + li) % EPIS.len()],
+                    tile: ConvTile::Winograd,
+                    w_hwio: (ci + li) % 3 == 1,
+                    seed,
+                };
+                check(case, run);
+            }
+        }
+    }
+}
+
+/// A layer wide enough for the automatic choice (64 channels, 256 tiles), on each dtype.
+#[test]
+fn auto_takes_winograd_on_wide_layers() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let case = Case {
+        n: 1,
+        c: 64,
+        hw: (32, 32),
+        o: 72,
+        k: (3, 3),
+        p: params(1, 1, 1, 1),
+    };
+    for (i, &dtype) in FLOATS.iter().enumerate() {
+        let run = Run {
+            dtype,
+            nhwc_in: i % 2 == 1,
+            nhwc_out: i % 2 == 1,
+            epi: EPIS[4],
+            tile: ConvTile::Auto,
+            w_hwio: false,
+            seed: 40 + i as u64,
+        };
+        check(&case, run);
+    }
+    // Auto computes exactly what a forced Winograd computes (f32: no tensor-core path), and
+    // not what the implicit GEMM computes.
+    let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
+    let x = gx(randn(&[1, 64, 32, 32], DType::F32, 1));
+    let w = gx(randn(&[72, 64, 3, 3], DType::F32, 2));
+    let run = |tile| {
+        let args = ConvXpuArgs {
+            tile,
+            ..Default::default()
+        };
+        values(&conv2d_xpu(&x, &w, params(1, 1, 1, 1), &args).unwrap())
+    };
+    let auto = run(ConvTile::Auto);
+    assert_eq!(auto, run(ConvTile::Winograd));
+    assert_ne!(auto, run(ConvTile::Medium));
+}
+
+#[test]
+fn prepared_filters_give_the_same_result() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
+    for (dtype, c) in [(DType::F32, 5), (DType::F16, 7), (DType::BF16, 6)] {
+        let x = gx(randn(&[2, c, 9, 7], dtype, 3));
+        // A transposed weight view: the transform reads it through its strides.
+        let w = gx(randn(&[3, 3, c, 10], dtype, 4))
+            .permute(&[3, 2, 0, 1])
+            .unwrap();
+        let u = winograd_filters(&w).unwrap();
+        let cp = if dtype == DType::F32 {
+            c
+        } else {
+            c.div_ceil(2) * 2
+        };
+        assert_eq!(u.shape(), &[16, cp, 10]);
+        let run = |prepared| {
+            let args = ConvXpuArgs {
+                tile: ConvTile::Winograd,
+                winograd_filters: prepared,
+                ..Default::default()
+            };
+            values(&conv2d_xpu(&x, &w, params(1, 1, 1, 1), &args).unwrap())
+        };
+        assert_eq!(run(Some(&u)), run(None), "{dtype}");
+    }
+}
+
+#[test]
+fn forced_winograd_errors() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
+    let x = gx(randn(&[1, 4, 8, 8], DType::F32, 1));
+    let forced = ConvXpuArgs {
+        tile: ConvTile::Winograd,
+        ..Default::default()
+    };
+    let w3 = gx(randn(&[4, 4, 3, 3], DType::F32, 2));
+    let w1 = gx(randn(&[4, 4, 1, 1], DType::F32, 2));
+    let wg = gx(randn(&[4, 2, 3, 3], DType::F32, 2));
+    let bad = [
+        (&w1, params(1, 0, 1, 1)),
+        (&w3, params(2, 1, 1, 1)),
+        (&w3, params(1, 2, 2, 1)),
+        (&wg, params(1, 1, 1, 2)),
+        (
+            &w3,
+            Conv2dParams {
+                stride: (1, 2),
+                ..params(1, 1, 1, 1)
+            },
+        ),
+    ];
+    for (w, p) in bad {
+        let e = conv2d_xpu(&x, w, p, &forced).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("Winograd"),
+            "{p:?}: {e}"
+        );
+    }
+    // Prepared filters of another weight's shape or dtype.
+    let other = winograd_filters(&gx(randn(&[5, 4, 3, 3], DType::F32, 3))).unwrap();
+    let f16 = winograd_filters(&w3.to_dtype(DType::F16).unwrap()).unwrap();
+    for u in [&other, &f16] {
+        let args = ConvXpuArgs {
+            winograd_filters: Some(u),
+            ..forced
+        };
+        let e = conv2d_xpu(&x, &w3, params(1, 1, 1, 1), &args).unwrap_err();
+        assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    }
+    // Filters of a weight that is not 3×3, or not on Xpu.
+    assert!(winograd_filters(&w1).is_err());
+    assert!(winograd_filters(&randn(&[4, 4, 3, 3], DType::F32, 1)).is_err());
+}
