@@ -117,6 +117,28 @@ fn sd1_model_matches_diffusers() {
     }
 }
 
+/// Both models on Xpu with every eligible 3×3 convolution on Winograd F(2×2, 3×3) (the
+/// fixtures' channels are below the automatic choice's floor, so the other tests take the
+/// implicit GEMM there).
+#[test]
+fn models_match_diffusers_with_xpu_winograd_everywhere() {
+    let _g = lock();
+    if !xpu() {
+        return;
+    }
+    /// Puts the automatic choice back even when a check panics.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            xpu::ops::conv_xpu::set_winograd_auto(None);
+        }
+    }
+    let _reset = Reset;
+    xpu::ops::conv_xpu::set_winograd_auto(Some(true));
+    check_model("sd1", Device::Xpu, DType::F32);
+    check_model("sd2", Device::Xpu, DType::F16);
+}
+
 #[test]
 fn sd2_model_matches_diffusers() {
     let _g = lock();

@@ -8,7 +8,8 @@
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
 # tests (every test binary with XPU_REQUIRE_ADAPTER=1), bench (examples/bench on the Xpu in
-# f32/f16/bf16), torch (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
+# f32/f16/bf16), winograd (SD step with the Xpu Winograd choice off / everywhere), torch
+# (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
@@ -71,7 +72,19 @@ for phase in "$@"; do
       # The tiled kernels on f16 too (Auto takes the tensor-core kernel where there is one).
       XPU_MATMUL_COOP=0 timeout 100 .devbin/bench matmul --device xpu --dtype f16 --json \
         >"$OUT/bench_f16_tiled.jsonl" 2>>"$OUT/bench.err"
+      # f16 3x3 convolutions as Winograd F(2,3) on the batched tensor-core matmul (Auto keeps
+      # them on the tensor-core implicit GEMM until this comparison says otherwise).
+      XPU_CONV_WINOGRAD=1 timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \
+        >"$OUT/bench_f16_winograd.jsonl" 2>>"$OUT/bench.err"
       tail -n 5 "$OUT/bench.err"
+      ;;
+    winograd)
+      # The SD 1.5 step with the Xpu Winograd choice off (f32) and on for every 3x3 layer (f16).
+      XPU_CONV_WINOGRAD=0 timeout 150 .devbin/sd_unet --device xpu --dtype f32 --preset sd15 \
+        --steps 4 --output /tmp/sd_w0.safetensors >>"$OUT/sd_winograd.log" 2>&1
+      XPU_CONV_WINOGRAD=1 timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+        --steps 4 --output /tmp/sd_w1.safetensors >>"$OUT/sd_winograd.log" 2>&1
+      grep -E 'median|rc=' "$OUT/sd_winograd.log"
       ;;
     torch)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --dtypes f32,f16,bf16 >"$OUT/torch.jsonl" 2>&1

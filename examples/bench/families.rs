@@ -146,7 +146,7 @@ pub(super) fn matmul(
 /// NCHW also converts to NHWC and back), `layer_cl` is `nn::Conv2d` (weights prepacked once) on a
 /// channels-last input (on the Cpu: Winograd F(2,3)), `layer_cl_fused` adds SiLU and a residual
 /// in the same pass, `layer_cl_implicit` is the layer built with Winograd off (the implicit
-/// GEMM). GFLOP/s count the direct convolution's FLOPs, so Winograd rows can pass 100%.
+/// GEMM; on Xpu, run with the automatic Winograd choice off). GFLOP/s count the direct convolution's FLOPs, so Winograd rows can pass 100%.
 pub(super) fn conv(
     o: &Opts,
     device: Device,
@@ -185,7 +185,16 @@ pub(super) fn conv(
                 "layer_cl_fused",
                 Box::new(|| layer.forward_fused(&xcl, Some(&res), silu)),
             ),
-            ("layer_cl_implicit", Box::new(|| implicit.forward(&xcl))),
+            (
+                "layer_cl_implicit",
+                Box::new(|| {
+                    // Xpu: Winograd is chosen per call; turn the automatic choice off for it.
+                    xpu::ops::conv_xpu::set_winograd_auto(Some(false));
+                    let y = implicit.forward(&xcl);
+                    xpu::ops::conv_xpu::set_winograd_auto(None);
+                    y
+                }),
+            ),
         ];
         for (variant, f) in variants {
             let ms = time(device, o.quick, f)?;

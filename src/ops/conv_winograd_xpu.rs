@@ -13,11 +13,17 @@
 //! `cpu::conv::winograd`), and one transform serves every dtype here.
 //!
 //! When ([`auto_uses_winograd`]): 3×3, stride 1, dilation 1, one group; f32 operands, and
-//! 16-bit operands that would not run on the tensor-core convolution (its coverage is measured
-//! on hardware; Winograd's 16-bit point products are not yet); at least 64 input and output
-//! channels and 256 output tiles; and the transformed data within one storage binding.
-//! `ConvTile::Winograd` forces it (an ineligible geometry is an error). `XPU_CONV_WINOGRAD=0`
-//! turns the automatic choice off.
+//! 16-bit operands that would not run on the tensor-core convolution (its speed is measured
+//! on hardware; Winograd's 16-bit point products on tensor cores are not yet); at least 128
+//! input and output channels and 128 output tiles; and the transformed data within one
+//! storage binding. The size floor is provisional: on lavapipe Winograd won from 32 channels
+//! (2×32×32×32: 32.8 → 22.9 ms; 2×128×16×16 64.8 → 34.6; 1×320×32×32 785 → 368), but a GPU's
+//! FMAs are cheap beside its memory traffic (H100 f32: ~17 FLOP per byte against ~5 on the
+//! CPU lavapipe runs on), and the transforms move `4·(C + O)` values per output pixel both
+//! ways against `5·C·O` multiply-adds saved: at 64 channels the two are close on an H100 at
+//! its peak, at 320 the saving is ~3× the traffic. `ConvTile::Winograd` forces it (an
+//! ineligible geometry is an error); [`set_winograd_auto`] / `XPU_CONV_WINOGRAD=0|1` turn the
+//! automatic choice off or on for every eligible geometry.
 //!
 //! Invariants: the result equals the convolution up to f32 rounding of the transforms: the
 //! filter and input transforms round to the operands' dtype once (exact for f32 inputs of
@@ -25,6 +31,9 @@
 //! output transform and epilogue run in f32 and round once. Extra memory: `U` (`16·C·O`,
 //! unless the caller passes it prepared), `V` (`16·T·C`) and the f32 `M` (`16·T·O`), all
 //! released when the call returns.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 use crate::ops::conv::ConvGeom;
 use crate::storage::Storage;
@@ -39,30 +48,60 @@ pub(crate) fn eligible(s: &ConvGeom) -> bool {
 }
 
 /// Minimum input and output channels of an automatic Winograd convolution.
-const MIN_CHANNELS: usize = 64;
+const MIN_CHANNELS: usize = 128;
 /// Minimum output tiles (`N·⌈Ho/2⌉·⌈Wo/2⌉`) of an automatic Winograd convolution.
-const MIN_TILES: usize = 256;
+const MIN_TILES: usize = 128;
 
-/// The automatic choice for a launch whose tile is `ConvTile::Auto` (see the module docs).
+/// 0: by size; 1: every eligible convolution; 2: never (see [`set_winograd_auto`]).
+static OVERRIDE: AtomicU8 = AtomicU8::new(0);
+
+/// How `ConvTile::Auto` treats Winograd from now on (process-wide): `Some(true)` takes it for
+/// every eligible geometry (tests use this to run whole models through it), `Some(false)`
+/// never, `None` by size (the default) — unless `XPU_CONV_WINOGRAD` is `1` or `0`, read once,
+/// which then plays the role of the override.
+pub fn set_winograd_auto(on: Option<bool>) {
+    OVERRIDE.store(
+        match on {
+            None => 0,
+            Some(true) => 1,
+            Some(false) => 2,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+fn auto_mode() -> u8 {
+    static ENV: OnceLock<u8> = OnceLock::new();
+    match OVERRIDE.load(Ordering::Relaxed) {
+        0 => *ENV.get_or_init(|| {
+            match std::env::var("XPU_CONV_WINOGRAD").as_deref() {
+                Ok("1") => 1,
+                Ok("0") => 2,
+                _ => 0,
+            }
+        }),
+        v => v,
+    }
+}
+
+/// The automatic choice for a launch whose tile is `ConvTile::Auto` (see the module docs);
+/// `tensor_cores`: the launch would run on the tensor-core convolution.
 pub(crate) fn auto_uses_winograd(l: &ConvLaunch, tensor_cores: bool) -> bool {
     let s = &l.shape;
     let dtype = l.input.0.dtype;
-    if !eligible(s)
-        || (dtype != DType::F32 && tensor_cores)
-        || s.c < MIN_CHANNELS
-        || s.o < MIN_CHANNELS
-        || std::env::var_os("XPU_CONV_WINOGRAD").is_some_and(|v| v == "0")
-    {
+    let mode = auto_mode();
+    if !eligible(s) || mode == 2 || (dtype != DType::F32 && tensor_cores && mode == 0) {
         return false;
     }
     let (_, _, t) = tiles(l);
     let cp = padded_channels(s.c, dtype);
     let max = l.input.0.ctx.limits.max_storage_buffer_binding_size;
     let fits = |elems: usize, bytes: usize| (elems as u64).saturating_mul(bytes as u64) <= max;
-    t >= MIN_TILES
-        && fits(POINTS * t * cp, dtype.size_in_bytes())
+    let fits_all = fits(POINTS * t * cp, dtype.size_in_bytes())
         && fits(POINTS * t * s.o, 4)
-        && fits(POINTS * cp * s.o, dtype.size_in_bytes())
+        && fits(POINTS * cp * s.o, dtype.size_in_bytes());
+    let wide = s.c >= MIN_CHANNELS && s.o >= MIN_CHANNELS && t >= MIN_TILES;
+    fits_all && (mode == 1 || wide)
 }
 
 /// Checks a forced `ConvTile::Winograd` launch.

@@ -62,6 +62,8 @@ pub fn winograd_filters(weight: &Tensor) -> Result<Tensor> {
     crate::ops::conv_winograd_xpu::transform_filters(weight)
 }
 
+pub use crate::ops::conv_winograd_xpu::set_winograd_auto;
+
 fn xpu_operand<'a>(op: &'static str, t: &'a Tensor) -> Result<Operand<'a>> {
     match t.storage() {
         Storage::Xpu(s) => Ok((s, t.layout())),

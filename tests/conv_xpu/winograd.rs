@@ -6,7 +6,9 @@
 
 use super::common::{self, randn, values, FLOATS};
 use super::{check, gpu_lock, params, Case, Run, EPIS};
-use xpu::ops::conv_xpu::{conv2d_xpu, winograd_filters, ConvTile, ConvXpuArgs};
+use xpu::ops::conv_xpu::{
+    conv2d_xpu, set_winograd_auto, winograd_filters, ConvTile, ConvXpuArgs,
+};
 use xpu::{Conv2dParams, DType, Device, Error, Tensor};
 
 #[test]
@@ -53,7 +55,8 @@ fn forced_winograd_odd_sizes_every_dtype_layout_and_epilogue() {
     }
 }
 
-/// A layer wide enough for the automatic choice (64 channels, 256 tiles), on each dtype.
+/// A layer wide enough for the automatic choice (128+ channels, 128 tiles), on each dtype;
+/// the process-wide switch.
 #[test]
 fn auto_takes_winograd_on_wide_layers() {
     if !common::xpu() {
@@ -61,10 +64,10 @@ fn auto_takes_winograd_on_wide_layers() {
     }
     let _g = gpu_lock();
     let case = Case {
-        n: 1,
-        c: 64,
-        hw: (32, 32),
-        o: 72,
+        n: 2,
+        c: 128,
+        hw: (16, 16),
+        o: 136,
         k: (3, 3),
         p: params(1, 1, 1, 1),
     };
@@ -83,18 +86,31 @@ fn auto_takes_winograd_on_wide_layers() {
     // Auto computes exactly what a forced Winograd computes (f32: no tensor-core path), and
     // not what the implicit GEMM computes.
     let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
-    let x = gx(randn(&[1, 64, 32, 32], DType::F32, 1));
-    let w = gx(randn(&[72, 64, 3, 3], DType::F32, 2));
-    let run = |tile| {
+    let run = |x: &Tensor, w: &Tensor, tile| {
         let args = ConvXpuArgs {
             tile,
             ..Default::default()
         };
-        values(&conv2d_xpu(&x, &w, params(1, 1, 1, 1), &args).unwrap())
+        values(&conv2d_xpu(x, w, params(1, 1, 1, 1), &args).unwrap())
     };
-    let auto = run(ConvTile::Auto);
-    assert_eq!(auto, run(ConvTile::Winograd));
-    assert_ne!(auto, run(ConvTile::Medium));
+    let x = gx(randn(&[2, 128, 16, 16], DType::F32, 1));
+    let w = gx(randn(&[136, 128, 3, 3], DType::F32, 2));
+    let auto = run(&x, &w, ConvTile::Auto);
+    assert_eq!(auto, run(&x, &w, ConvTile::Winograd));
+    assert_ne!(auto, run(&x, &w, ConvTile::Medium));
+    // Narrow layers stay on the implicit GEMM unless the switch says every eligible one.
+    let x = gx(randn(&[1, 8, 9, 9], DType::F32, 3));
+    let w = gx(randn(&[8, 8, 3, 3], DType::F32, 4));
+    let (wino, implicit) = (run(&x, &w, ConvTile::Winograd), run(&x, &w, ConvTile::Medium));
+    assert_ne!(wino, implicit);
+    assert_eq!(run(&x, &w, ConvTile::Auto), implicit);
+    set_winograd_auto(Some(true));
+    let all = run(&x, &w, ConvTile::Auto);
+    set_winograd_auto(Some(false));
+    let none = run(&x, &w, ConvTile::Auto);
+    set_winograd_auto(None);
+    assert_eq!(all, wino);
+    assert_eq!(none, implicit);
 }
 
 #[test]
