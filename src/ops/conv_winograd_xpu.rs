@@ -73,12 +73,10 @@ pub fn set_winograd_auto(on: Option<bool>) {
 fn auto_mode() -> u8 {
     static ENV: OnceLock<u8> = OnceLock::new();
     match OVERRIDE.load(Ordering::Relaxed) {
-        0 => *ENV.get_or_init(|| {
-            match std::env::var("XPU_CONV_WINOGRAD").as_deref() {
-                Ok("1") => 1,
-                Ok("0") => 2,
-                _ => 0,
-            }
+        0 => *ENV.get_or_init(|| match std::env::var("XPU_CONV_WINOGRAD").as_deref() {
+            Ok("1") => 1,
+            Ok("0") => 2,
+            _ => 0,
         }),
         v => v,
     }

@@ -6,9 +6,7 @@
 
 use super::common::{self, randn, values, FLOATS};
 use super::{check, gpu_lock, params, Case, Run, EPIS};
-use xpu::ops::conv_xpu::{
-    conv2d_xpu, set_winograd_auto, winograd_filters, ConvTile, ConvXpuArgs,
-};
+use xpu::ops::conv_xpu::{conv2d_xpu, set_winograd_auto, winograd_filters, ConvTile, ConvXpuArgs};
 use xpu::{Conv2dParams, DType, Device, Error, Tensor};
 
 #[test]
@@ -101,7 +99,10 @@ fn auto_takes_winograd_on_wide_layers() {
     // Narrow layers stay on the implicit GEMM unless the switch says every eligible one.
     let x = gx(randn(&[1, 8, 9, 9], DType::F32, 3));
     let w = gx(randn(&[8, 8, 3, 3], DType::F32, 4));
-    let (wino, implicit) = (run(&x, &w, ConvTile::Winograd), run(&x, &w, ConvTile::Medium));
+    let (wino, implicit) = (
+        run(&x, &w, ConvTile::Winograd),
+        run(&x, &w, ConvTile::Medium),
+    );
     assert_ne!(wino, implicit);
     assert_eq!(run(&x, &w, ConvTile::Auto), implicit);
     set_winograd_auto(Some(true));
