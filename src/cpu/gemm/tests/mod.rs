@@ -13,7 +13,6 @@ mod avx2_layout_probe;
 mod epilogue;
 #[cfg(target_arch = "x86_64")]
 mod f32_speed;
-mod f32_speed;
 mod misc;
 #[cfg(target_arch = "x86_64")]
 mod out16_speed;
