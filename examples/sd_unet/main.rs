@@ -116,6 +116,16 @@ fn run(args: Args) -> xpu::Result<()> {
         DTypeArg::F16 => DType::F16,
         DTypeArg::Bf16 => DType::BF16,
     };
+    // Every argument is checked before the model is built (seconds to minutes).
+    let mode = match &args.inputs {
+        Some(inputs) => {
+            let output = args.output.clone().ok_or_else(|| {
+                xpu::Error::invalid("sd_unet", "parity mode (--inputs) needs --output FILE")
+            })?;
+            Mode::Parity(io::read_tensors(inputs)?, inputs.clone(), output)
+        }
+        None => Mode::Run(Plan::new(&args)?),
+    };
     let t = Instant::now();
     let unet = match &args.unet {
         Some(dir) => UNet2DConditionModel::from_pretrained(dir, dtype, device)?,
@@ -130,20 +140,75 @@ fn run(args: Args) -> xpu::Result<()> {
                 .to_string()),
         t.elapsed().as_secs_f64()
     );
-    match &args.inputs {
-        Some(inputs) => parity(&unet, inputs, args.output.as_deref()),
-        None => denoise(&unet, &args),
+    match mode {
+        Mode::Parity(file, inputs, output) => parity(&unet, &file, &inputs, &output),
+        Mode::Run(plan) => denoise(&unet, &args, plan),
     }
 }
 
-/// One forward on the inputs file; `out_sample` (f32) to `output`.
+/// What the example does once the model is built.
+enum Mode {
+    /// One forward: the inputs file's tensors, its path, the output path.
+    Parity(std::collections::HashMap<String, Tensor>, PathBuf, PathBuf),
+    /// A denoising loop.
+    Run(Plan),
+}
+
+/// The run mode's validated settings.
+struct Plan {
+    steps: usize,
+    height: usize,
+    width: usize,
+    scheduler: Box<dyn Scheduler>,
+}
+
+impl Plan {
+    fn new(args: &Args) -> xpu::Result<Plan> {
+        let (steps, size) = match args.preset {
+            Preset::Quick => (4, 192),
+            Preset::Sd15 => (20, 512),
+        };
+        let steps = args.steps.unwrap_or(steps);
+        let (height, width) = (args.height.unwrap_or(size), args.width.unwrap_or(size));
+        if height < 8 || width < 8 || !height.is_multiple_of(8) || !width.is_multiple_of(8) {
+            return Err(xpu::Error::invalid(
+                "sd_unet",
+                format!("height and width must be positive multiples of 8, got {height}×{width}"),
+            ));
+        }
+        if !args.guidance.is_finite() {
+            return Err(xpu::Error::invalid(
+                "sd_unet",
+                format!("--guidance must be finite, got {}", args.guidance),
+            ));
+        }
+        let scheduler: Box<dyn Scheduler> = match args.scheduler {
+            SchedulerArg::Ddim => Box::new(DdimScheduler::new(
+                SchedulerConfig::stable_diffusion(),
+                steps,
+            )?),
+            SchedulerArg::Euler => Box::new(EulerDiscreteScheduler::new(
+                SchedulerConfig::stable_diffusion(),
+                steps,
+            )?),
+        };
+        Ok(Plan {
+            steps,
+            height,
+            width,
+            scheduler,
+        })
+    }
+}
+
+/// One forward on the inputs file's tensors; `out_sample` (f32) to `output`.
 fn parity(
     unet: &UNet2DConditionModel,
+    file: &std::collections::HashMap<String, Tensor>,
     inputs: &std::path::Path,
-    output: Option<&std::path::Path>,
+    output: &std::path::Path,
 ) -> xpu::Result<()> {
     let (device, dtype) = (unet.device(), unet.dtype());
-    let file = io::read_tensors(inputs)?;
     let get = |name: &str| {
         file.get(name).ok_or_else(|| {
             xpu::Error::invalid(
@@ -165,42 +230,20 @@ fn parity(
         out.shape(),
         t.elapsed().as_secs_f64()
     );
-    match output {
-        Some(path) => io::write_tensors(path, &[("out_sample", &out)]),
-        None => Err(xpu::Error::invalid(
-            "sd_unet",
-            "parity mode needs --output FILE",
-        )),
-    }
+    io::write_tensors(output, &[("out_sample", &out)])
 }
 
-fn denoise(unet: &UNet2DConditionModel, args: &Args) -> xpu::Result<()> {
+fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<()> {
     let (device, dtype) = (unet.device(), unet.dtype());
-    let (steps, size) = match args.preset {
-        Preset::Quick => (4, 192),
-        Preset::Sd15 => (20, 512),
-    };
-    let steps = args.steps.unwrap_or(steps);
-    let (height, width) = (args.height.unwrap_or(size), args.width.unwrap_or(size));
-    if height < 8 || width < 8 || !height.is_multiple_of(8) || !width.is_multiple_of(8) {
-        return Err(xpu::Error::invalid(
-            "sd_unet",
-            format!("height and width must be positive multiples of 8, got {height}×{width}"),
-        ));
-    }
+    let Plan {
+        steps,
+        height,
+        width,
+        scheduler,
+    } = plan;
     let config = unet.config();
     let (lh, lw, channels) = (height / 8, width / 8, config.in_channels);
     let context_dim = config.cross_attention_dim.first().copied().unwrap_or(768);
-    let scheduler: Box<dyn Scheduler> = match args.scheduler {
-        SchedulerArg::Ddim => Box::new(DdimScheduler::new(
-            SchedulerConfig::stable_diffusion(),
-            steps,
-        )?),
-        SchedulerArg::Euler => Box::new(EulerDiscreteScheduler::new(
-            SchedulerConfig::stable_diffusion(),
-            steps,
-        )?),
-    };
     // Stand-ins for CLIP's [uncond, cond] text embeddings (77 tokens).
     let context = Tensor::randn(&[2, 77, context_dim], dtype, device, args.seed ^ 0x7e47)?;
     let mut latents = Tensor::randn(&[1, channels, lh, lw], DType::F32, device, args.seed)?
