@@ -26,9 +26,12 @@
 //! automatic choice off or on for every eligible geometry.
 //!
 //! Invariants: the result equals the convolution up to f32 rounding of the transforms: the
-//! filter and input transforms round to the operands' dtype once (exact for f32 inputs of
-//! the input transform's additions up to an ulp or two), the products accumulate in f32, the
-//! output transform and epilogue run in f32 and round once. Extra memory: `U` (`16·C·O`,
+//! transformed filters and inputs are f32 (f16 only where f16 tensor cores multiply them:
+//! `kernels::winograd::operand_dtype`), the products accumulate in f32, the output transform
+//! and epilogue run in f32 and round once to the convolution's dtype. (With bf16 transformed
+//! operands, as the CPU's bf16 path uses for its `vdpbf16ps` rate, random UNets came out at
+//! 2.3e-2 of diffusers' output against 1.75e-2 for the implicit GEMM; the Xpu's FMA kernels
+//! gain nothing from 16-bit operands but bytes.) Extra memory: `U` (`16·C·O`,
 //! unless the caller passes it prepared), `V` (`16·T·C`) and the f32 `M` (`16·T·O`), all
 //! released when the call returns.
 
@@ -38,7 +41,9 @@ use std::sync::OnceLock;
 use crate::ops::conv::ConvGeom;
 use crate::storage::Storage;
 use crate::xpu::kernels::conv::ConvLaunch;
-use crate::xpu::kernels::winograd::{filters, inputs, outputs, padded_channels, tiles, POINTS};
+use crate::xpu::kernels::winograd::{
+    filters, inputs, operand_dtype, outputs, padded_channels, tiles, POINTS,
+};
 use crate::xpu::XpuStorage;
 use crate::{DType, Error, Layout, Result, Tensor};
 
@@ -92,12 +97,14 @@ pub(crate) fn auto_uses_winograd(l: &ConvLaunch, tensor_cores: bool) -> bool {
         return false;
     }
     let (_, _, t) = tiles(l);
-    let cp = padded_channels(s.c, dtype);
-    let max = l.input.0.ctx.limits.max_storage_buffer_binding_size;
+    let ctx = &l.input.0.ctx;
+    let vdt = operand_dtype(dtype, ctx);
+    let cp = padded_channels(s.c, vdt);
+    let max = ctx.limits.max_storage_buffer_binding_size;
     let fits = |elems: usize, bytes: usize| (elems as u64).saturating_mul(bytes as u64) <= max;
-    let fits_all = fits(POINTS * t * cp, dtype.size_in_bytes())
+    let fits_all = fits(POINTS * t * cp, vdt.size_in_bytes())
         && fits(POINTS * t * s.o, 4)
-        && fits(POINTS * cp * s.o, dtype.size_in_bytes());
+        && fits(POINTS * cp * s.o, vdt.size_in_bytes());
     let wide = s.c >= MIN_CHANNELS && s.o >= MIN_CHANNELS && t >= MIN_TILES;
     fits_all && (mode == 1 || wide)
 }
@@ -117,9 +124,9 @@ pub(crate) fn check_forced(s: &ConvGeom) -> Result<()> {
     ))
 }
 
-/// Shape of the transformed filters of a `[O, C, 3, 3]` weight of `dtype`.
-pub(crate) fn filter_shape(c: usize, o: usize, dtype: DType) -> [usize; 3] {
-    [POINTS, padded_channels(c, dtype), o]
+/// Shape of transformed filters in `udt` of a `[O, C, 3, 3]` weight.
+pub(crate) fn filter_shape(c: usize, o: usize, udt: DType) -> [usize; 3] {
+    [POINTS, padded_channels(c, udt), o]
 }
 
 /// Transformed filters `[16, Cp, O]` of an Xpu weight `[O, C, 3, 3]` (any strides), for
@@ -138,10 +145,19 @@ pub(crate) fn transform_filters(weight: &Tensor) -> Result<Tensor> {
             "the weight must be on Xpu",
         ));
     };
-    let u = filters((w, weight.layout()), c, o)?;
+    if !w.dtype.is_float() {
+        return Err(Error::UnsupportedDType {
+            op: "conv2d (Winograd filters)",
+            dtype: w.dtype,
+            device: crate::Device::Xpu,
+            hint: ": conv2d takes f32, f16 or bf16".into(),
+        });
+    }
+    let udt = operand_dtype(w.dtype, &w.ctx);
+    let u = filters((w, weight.layout()), c, o, udt)?;
     Ok(Tensor::from_storage(
         Storage::Xpu(u),
-        Layout::contiguous(&filter_shape(c, o, w.dtype)),
+        Layout::contiguous(&filter_shape(c, o, udt)),
     ))
 }
 
@@ -150,32 +166,41 @@ pub(crate) fn transform_filters(weight: &Tensor) -> Result<Tensor> {
 pub(crate) fn conv2d(l: &ConvLaunch, prepared: Option<&Tensor>) -> Result<XpuStorage> {
     let s = &l.shape;
     check_forced(s)?;
-    let dtype = l.input.0.dtype;
+    let vdt = operand_dtype(l.input.0.dtype, &l.input.0.ctx);
     let made;
     let u = match prepared {
         Some(u) => {
-            let want = filter_shape(s.c, s.o, dtype);
-            if u.shape() != want || u.dtype() != dtype {
+            let want = filter_shape(s.c, s.o, vdt);
+            if u.shape() != want || u.dtype() != vdt {
                 return Err(Error::shape(
                     "conv2d (Winograd filters)",
-                    format!("prepared filters of shape {want:?} in {dtype}"),
+                    format!(
+                        "prepared filters of shape {want:?} in {vdt} (from winograd_filters), got {}",
+                        u.dtype()
+                    ),
                     u.shape(),
+                ));
+            }
+            if u.device() != crate::Device::Xpu {
+                return Err(Error::invalid(
+                    "conv2d (Winograd filters)",
+                    "prepared filters must be on Xpu",
                 ));
             }
             u
         }
         None => {
             made = Tensor::from_storage(
-                Storage::Xpu(filters(l.weight, s.c, s.o)?),
-                Layout::contiguous(&filter_shape(s.c, s.o, dtype)),
+                Storage::Xpu(filters(l.weight, s.c, s.o, vdt)?),
+                Layout::contiguous(&filter_shape(s.c, s.o, vdt)),
             );
             &made
         }
     };
     let (_, _, t) = tiles(l);
     let v = Tensor::from_storage(
-        Storage::Xpu(inputs(l)?),
-        Layout::contiguous(&[POINTS, t, padded_channels(s.c, dtype)]),
+        Storage::Xpu(inputs(l, vdt)?),
+        Layout::contiguous(&[POINTS, t, padded_channels(s.c, vdt)]),
     );
     let m = v.matmul_fused(u).out_dtype(DType::F32).run()?;
     match m.storage() {

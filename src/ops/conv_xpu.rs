@@ -64,6 +64,14 @@ pub fn winograd_filters(weight: &Tensor) -> Result<Tensor> {
 
 pub use crate::ops::conv_winograd_xpu::set_winograd_auto;
 
+/// Test hook: f16 and bf16 Winograd convolutions keep their transformed filters and inputs in
+/// their own dtype on every adapter (by default they are f32, except f16 on adapters whose
+/// tensor cores multiply them), so the 16-bit transforms run on any adapter. Process-wide.
+#[doc(hidden)]
+pub fn set_winograd_sixteen_bit_operands(on: bool) {
+    crate::xpu::kernels::winograd::set_sixteen_bit_operands(on)
+}
+
 fn xpu_operand<'a>(op: &'static str, t: &'a Tensor) -> Result<Operand<'a>> {
     match t.storage() {
         Storage::Xpu(s) => Ok((s, t.layout())),

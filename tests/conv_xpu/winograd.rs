@@ -2,11 +2,15 @@
 //! layers) against the f32 Cpu reference: odd channel counts (16-bit rows padded to even),
 //! odd and even output sizes (partial 2×2 tiles, pixel-pair and channel-pair stores), paddings
 //! 0, 1 and 2, every dtype, NCHW and channels-last inputs and outputs in every combination,
-//! every epilogue, prepared filters, and the errors of a forced Winograd on other geometries.
+//! every epilogue, f32 and (forced) 16-bit transformed operands, prepared filters, and the
+//! errors of a forced Winograd on other geometries.
 
 use super::common::{self, randn, values, FLOATS};
 use super::{check, gpu_lock, params, Case, Run, EPIS};
-use xpu::ops::conv_xpu::{conv2d_xpu, set_winograd_auto, winograd_filters, ConvTile, ConvXpuArgs};
+use xpu::ops::conv_xpu::{
+    conv2d_xpu, set_winograd_auto, set_winograd_sixteen_bit_operands, winograd_filters, ConvTile,
+    ConvXpuArgs,
+};
 use xpu::{Conv2dParams, DType, Device, Error, Tensor};
 
 #[test]
@@ -15,6 +19,30 @@ fn forced_winograd_odd_sizes_every_dtype_layout_and_epilogue() {
         return;
     }
     let _g = gpu_lock();
+    odd_sizes();
+}
+
+/// The same cases with f16/bf16 transformed operands (what f16 takes where tensor cores
+/// multiply them; forced here so every adapter runs the 16-bit transforms).
+#[test]
+fn forced_winograd_with_sixteen_bit_operands() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    /// Puts the default back even when a check panics.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            set_winograd_sixteen_bit_operands(false);
+        }
+    }
+    let _reset = Reset;
+    set_winograd_sixteen_bit_operands(true);
+    odd_sizes();
+}
+
+fn odd_sizes() {
     let case = |n, c, hw, o, pad| Case {
         n,
         c,
@@ -128,10 +156,11 @@ fn prepared_filters_give_the_same_result() {
             .permute(&[3, 2, 0, 1])
             .unwrap();
         let u = winograd_filters(&w).unwrap();
-        let cp = if dtype == DType::F32 {
-            c
-        } else {
-            c.div_ceil(2) * 2
+        // f32 filters, or f16 ones (channels padded to even) where tensor cores take them.
+        let cp = match u.dtype() {
+            DType::F32 => c,
+            DType::F16 if dtype == DType::F16 => c.div_ceil(2) * 2,
+            other => panic!("{dtype} filters came out in {other}"),
         };
         assert_eq!(u.shape(), &[16, cp, 10]);
         let run = |prepared| {
@@ -183,8 +212,9 @@ fn forced_winograd_errors() {
     }
     // Prepared filters of another weight's shape or dtype.
     let other = winograd_filters(&gx(randn(&[5, 4, 3, 3], DType::F32, 3))).unwrap();
-    let f16 = winograd_filters(&w3.to_dtype(DType::F16).unwrap()).unwrap();
-    for u in [&other, &f16] {
+    let narrower = winograd_filters(&gx(randn(&[4, 2, 3, 3], DType::F32, 3))).unwrap();
+    let bf16 = Tensor::zeros(&[16, 4, 4], DType::BF16, Device::Xpu).unwrap();
+    for u in [&other, &narrower, &bf16] {
         let args = ConvXpuArgs {
             winograd_filters: Some(u),
             ..forced

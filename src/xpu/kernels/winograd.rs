@@ -1,7 +1,8 @@
 //! Launchers of the Winograd F(2×2, 3×3) transforms (`shaders/winograd.wgsl`); the point
 //! products between them are batched matmuls (`crate::ops::conv_winograd_xpu`).
 //!
-//! Invariants: `U [16][Cp][O]` and `V [16][T][Cp]` hold the convolution's dtype, with the
+//! Invariants: `U [16][Cp][O]` and `V [16][T][Cp]` hold the transformed-operand dtype
+//! ([`operand_dtype`]: f32, or f16 where the f16 tensor cores multiply them), with the
 //! channel count `Cp` padded to whole 32-bit words (even for 16-bit dtypes) and the pad
 //! channels zero in both, so the padded product equals the unpadded one; `M [16][T][O]` is f32
 //! (one rounding, in the output transform's store). The output store is the implicit GEMM's:
@@ -9,6 +10,8 @@
 //! (16-bit outputs in pairs of channels when the channel stride is 1 and O is even, in pairs of
 //! pixels along a row when the pixel stride is 1 and Wo is even; otherwise written in f32 and
 //! rounded by one cast). All indices are 32-bit: every buffer is checked to fit.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::conv::{activation_code, ConvLaunch, Operand};
 use super::launch;
@@ -25,6 +28,33 @@ pub(crate) const POINTS: usize = 16;
 const BIAS: u32 = 1;
 const RESIDUAL: u32 = 2;
 const PAIR_CHANNELS: u32 = 4;
+
+/// The dtype of the transformed filters and inputs of a convolution in `dtype`: f16 for f16
+/// convolutions whose f16 products run on the tensor-core kernel (the point products then do
+/// too), else f32 — the FMA kernels compute in f32 whatever they load, and f32 operands keep
+/// bf16/f16 convolutions free of two extra roundings (of sums of up to four inputs, and of
+/// the filter combinations), at twice the transformed data's bytes.
+pub(crate) fn operand_dtype(dtype: DType, ctx: &crate::xpu::context::Context) -> DType {
+    let own = dtype.size_in_bytes() == 2 && SIXTEEN_BIT_OPERANDS.load(Ordering::Relaxed);
+    if own
+        || (dtype == DType::F16
+            && super::matmul_select::coop16(&ctx.features)
+            && super::coop_check::verdict().is_ok())
+    {
+        dtype
+    } else {
+        DType::F32
+    }
+}
+
+/// See [`set_sixteen_bit_operands`].
+static SIXTEEN_BIT_OPERANDS: AtomicBool = AtomicBool::new(false);
+
+/// Makes f16 and bf16 convolutions transform into their own dtype on every adapter (what f16
+/// does where tensor cores serve), so tests cover the 16-bit transforms on any adapter.
+pub(crate) fn set_sixteen_bit_operands(on: bool) {
+    SIXTEEN_BIT_OPERANDS.store(on, Ordering::Relaxed);
+}
 
 /// Channels padded to whole 32-bit words of `dtype`.
 pub(crate) fn padded_channels(c: usize, dtype: DType) -> usize {
@@ -57,13 +87,13 @@ fn dispatch(
     launch(out, k, p, inputs, grid(invocations.div_ceil(256), max))
 }
 
-/// `U [16][Cp][O]` from a `[O, C, 3, 3]` weight view (any strides), in the weight's dtype.
-pub(crate) fn filters(weight: Operand, c: usize, o: usize) -> Result<XpuStorage> {
+/// `U [16][Cp][O]` in `udt` from a `[O, C, 3, 3]` weight view (any strides).
+pub(crate) fn filters(weight: Operand, c: usize, o: usize, udt: DType) -> Result<XpuStorage> {
     let op = "conv2d (Winograd filters)";
     let (w, wl) = weight;
-    let cp = padded_channels(c, w.dtype);
+    let cp = padded_channels(c, udt);
     let total = POINTS * cp * o;
-    let out = XpuStorage::alloc(&w.ctx, w.dtype, total)?;
+    let out = XpuStorage::alloc(&w.ctx, udt, total)?;
     if total == 0 {
         return Ok(out);
     }
@@ -76,20 +106,20 @@ pub(crate) fn filters(weight: Operand, c: usize, o: usize) -> Result<XpuStorage>
     for (i, &v) in wl.strides().iter().enumerate() {
         p.set(35 + i, v, op)?;
     }
-    let words = total.div_ceil(4 / w.dtype.size_in_bytes());
-    dispatch(&out, key("wino_filter", w.dtype, w.dtype), p, &[w], words)?;
+    let words = total.div_ceil(4 / udt.size_in_bytes());
+    dispatch(&out, key("wino_filter", w.dtype, udt), p, &[w], words)?;
     Ok(out)
 }
 
-/// `V [16][T][Cp]` from the launch's input, in its dtype.
-pub(crate) fn inputs(l: &ConvLaunch) -> Result<XpuStorage> {
+/// `V [16][T][Cp]` in `vdt` from the launch's input.
+pub(crate) fn inputs(l: &ConvLaunch, vdt: DType) -> Result<XpuStorage> {
     let op = "conv2d (Winograd inputs)";
     let s = &l.shape;
     let (x, xl) = l.input;
-    let cp = padded_channels(s.c, x.dtype);
+    let cp = padded_channels(s.c, vdt);
     let (tw, per_image, t) = tiles(l);
     let total = POINTS * t * cp;
-    let out = XpuStorage::alloc(&x.ctx, x.dtype, total)?;
+    let out = XpuStorage::alloc(&x.ctx, vdt, total)?;
     if total == 0 {
         return Ok(out);
     }
@@ -100,7 +130,7 @@ pub(crate) fn inputs(l: &ConvLaunch) -> Result<XpuStorage> {
     for v in [s.h + 2 * s.p.padding.0 + 4, s.w + 2 * s.p.padding.1 + 4] {
         i32::try_from(v).map_err(|_| crate::Error::invalid(op, format!("size {v} exceeds i32")))?;
     }
-    let row_words = cp * x.dtype.size_in_bytes() / 4;
+    let row_words = cp * vdt.size_in_bytes() / 4;
     let invocations = t * row_words;
     let mut p = Params::new(invocations, op)?;
     let words = [
@@ -121,13 +151,7 @@ pub(crate) fn inputs(l: &ConvLaunch) -> Result<XpuStorage> {
     for (i, &v) in xl.strides().iter().enumerate() {
         p.set(41 + i, v, op)?;
     }
-    dispatch(
-        &out,
-        key("wino_input", x.dtype, x.dtype),
-        p,
-        &[x],
-        invocations,
-    )?;
+    dispatch(&out, key("wino_input", x.dtype, vdt), p, &[x], invocations)?;
     Ok(out)
 }
 
