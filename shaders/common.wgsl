@@ -185,3 +185,15 @@ fn gelu_tanh(x: f32) -> f32 {
 fn silu(x: f32) -> f32 {
     return x * sigmoid(x);
 }
+
+// The fused epilogues' activation by code (src/xpu/kernels/conv.rs `activation_code`):
+// 0 none, 1 relu (NaN kept), 2 gelu (erf), 3 gelu (tanh), 4 silu.
+fn activation_by_code(code: u32, x: f32) -> f32 {
+    switch code {
+        case 1u: { return select(max(x, 0.0), x, is_nan(x)); }
+        case 2u: { return gelu_erf(x); }
+        case 3u: { return gelu_tanh(x); }
+        case 4u: { return silu(x); }
+        default: { return x; }
+    }
+}

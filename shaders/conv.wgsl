@@ -152,13 +152,7 @@ fn stage_b(buf: u32, g: u32, col0: u32, lid: u32, ks: vec3<u32>, tn: u32, tk: u3
 }
 
 fn conv_activate(x: f32) -> f32 {
-    switch (p(32u) >> 8u) {
-        case 1u: { return select(max(x, 0.0), x, is_nan(x)); }
-        case 2u: { return gelu_erf(x); }
-        case 3u: { return gelu_tanh(x); }
-        case 4u: { return silu(x); }
-        default: { return x; }
-    }
+    return activation_by_code(p(32u) >> 8u, x);
 }
 
 // The fused epilogue of output (pixel q, channel o): act(acc + bias) + residual.

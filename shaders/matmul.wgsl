@@ -97,13 +97,7 @@ fn stage_b(buf: u32, base: u32, tile: u32, k0: u32, tn: u32, tk: u32, lid: u32, 
 
 // Activation codes: 0 none, 1 relu, 2 gelu (erf), 3 gelu (tanh), 4 silu.
 fn activate(x: f32) -> f32 {
-    switch (p(40u) >> 8u) {
-        case 1u: { return select(max(x, 0.0), x, is_nan(x)); }
-        case 2u: { return gelu_erf(x); }
-        case 3u: { return gelu_tanh(x); }
-        case 4u: { return silu(x); }
-        default: { return x; }
-    }
+    return activation_by_code(p(40u) >> 8u, x);
 }
 
 // The fused epilogue of output (batch b, row r, column c) from the f32 product value `h`

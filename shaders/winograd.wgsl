@@ -33,11 +33,6 @@
 
 @group(0) @binding(4) var<storage, read> wino_res: array<u32>;
 
-// Element i of src0 as f32 (DT_IN).
-fn wino_load(i: u32) -> f32 {
-    return load0(i);
-}
-
 @compute @workgroup_size(WG)
 fn wino_filter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
@@ -68,9 +63,9 @@ fn wino_filter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
             let pj = pt % 4u;
             var rows: array<f32, 3>;
             for (var b = 0u; b < 3u; b = b + 1u) {
-                let g0 = wino_load(base + b * p(38u));
-                let g1 = wino_load(base + p(37u) + b * p(38u));
-                let g2 = wino_load(base + 2u * p(37u) + b * p(38u));
+                let g0 = load0(base + b * p(38u));
+                let g1 = load0(base + p(37u) + b * p(38u));
+                let g2 = load0(base + 2u * p(37u) + b * p(38u));
                 rows[b] = g_row(pi, g0, g1, g2);
             }
             u = g_row(pj, rows[0], rows[1], rows[2]);
@@ -112,7 +107,7 @@ fn input_tile(img: u32, ty: u32, tx: u32, c: u32) -> array<vec4<f32>, 4> {
             for (var j = 0; j < 4; j = j + 1) {
                 let x = x0 + j;
                 if (x >= 0 && x < wd) {
-                    row[j] = wino_load(rb + u32(x) * p(44u));
+                    row[j] = load0(rb + u32(x) * p(44u));
                 }
             }
         }
@@ -171,13 +166,7 @@ fn wino_flag(bit: u32) -> bool {
 }
 
 fn wino_activate(x: f32) -> f32 {
-    switch (p(42u) >> 8u) {
-        case 1u: { return select(max(x, 0.0), x, is_nan(x)); }
-        case 2u: { return gelu_erf(x); }
-        case 3u: { return gelu_tanh(x); }
-        case 4u: { return silu(x); }
-        default: { return x; }
-    }
+    return activation_by_code(p(42u) >> 8u, x);
 }
 
 // The 2x2 outputs (row-major) of channel o of tile t, before the epilogue.
