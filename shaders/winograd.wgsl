@@ -10,15 +10,15 @@
 //
 // Layouts (row-major, DT_OUT words for U and V; 16-bit rows padded to an even Cp with zeros
 // so each invocation writes whole words):
-//   U [16][Cp][O]   filters  (wino_filter: one invocation per word)
+//   U [16][Cp][O]   filters  (wino_filter: one invocation per word of a [Cp][O] plane)
 //   V [16][T][Cp]   inputs   (wino_input: one invocation per (tile, word of channels))
 //   M [16][T][O]    f32 point products (the matmul's output), read by wino_output, which
 //                   applies the conv epilogue act(y + bias) + residual and writes the output
 //                   through its strides (img, channel, pixel = oh*Wo + ow).
 //
 // params:
-//   wino_filter: [0] U elements, [32] C, [33] Cp, [34] O, [35..39) weight strides (o, c, kh,
-//     kw), [39] weight offset.
+//   wino_filter: [0] words of a [Cp][O] plane, [32] C, [33] Cp, [34] O, [35..39) weight
+//     strides (o, c, kh, kw), [39] weight offset.
 //   wino_input: [0] T*Cp/epw invocations, [32] C, [33] Cp/epw (words per V row), [34] T,
 //     [35] tiles per row (tw), [36] tiles per image, [37] H, [38] W, [39] pad h, [40] pad w,
 //     [41..45) input strides (n, c, h, w), [45] input offset.
@@ -33,55 +33,56 @@
 
 @group(0) @binding(4) var<storage, read> wino_res: array<u32>;
 
+// The 16 points (row-major 4x4) of G g G^T for input channel c, output channel o.
+fn filter_points(c: u32, o: u32) -> array<vec4<f32>, 4> {
+    var out: array<vec4<f32>, 4>;
+    if (c >= p(32u)) {
+        return out; // a pad channel: zeros
+    }
+    let base = p(39u) + o * p(35u) + c * p(36u);
+    // gg[a] = G applied along filter row a: (G g^T)^T, 4 values per filter row.
+    var gg: array<vec4<f32>, 3>;
+    for (var a = 0u; a < 3u; a = a + 1u) {
+        let ra = base + a * p(37u);
+        let g0 = load0(ra);
+        let g1 = load0(ra + p(38u));
+        let g2 = load0(ra + 2u * p(38u));
+        gg[a] = vec4<f32>(g0, 0.5 * (g0 + g1 + g2), 0.5 * (g0 - g1 + g2), g2);
+    }
+    // Then G down the rows.
+    out[0] = gg[0];
+    out[1] = 0.5 * (gg[0] + gg[1] + gg[2]);
+    out[2] = 0.5 * (gg[0] - gg[1] + gg[2]);
+    out[3] = gg[2];
+    return out;
+}
+
+// One invocation per word of a [Cp][O] plane: it transforms the filters of its elements
+// once (9 loads each) and writes their word in each of the 16 planes.
 @compute @workgroup_size(WG)
 fn wino_filter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     let w = linear_id(wid, nwg, lid);
     let e = epw(DT_OUT);
-    let n = p(0u);
-    if (w * e >= n) {
+    let plane = p(33u) * p(34u);
+    if (w * e >= plane) {
         return;
     }
-    let c_real = p(32u);
-    let cp = p(33u);
     let o_n = p(34u);
-    var word = 0u;
-    for (var lane = 0u; lane < e; lane = lane + 1u) {
-        let i = w * e + lane;
-        if (i >= n) {
-            break;
+    let i0 = w * e;
+    var lo = filter_points(i0 / o_n, i0 % o_n);
+    if (e == 1u) {
+        for (var pt = 0u; pt < 16u; pt = pt + 1u) {
+            dst[pt * plane + w] = bitcast<u32>(lo[pt / 4u][pt % 4u]);
         }
-        let pt = i / (cp * o_n);
-        let rem = i % (cp * o_n);
-        let c = rem / o_n;
-        let o = rem % o_n;
-        var u = 0.0;
-        if (c < c_real) {
-            let base = p(39u) + o * p(35u) + c * p(36u);
-            // Row pi of G applied down the filter's rows, row pj of G along its columns.
-            let pi = pt / 4u;
-            let pj = pt % 4u;
-            var rows: array<f32, 3>;
-            for (var b = 0u; b < 3u; b = b + 1u) {
-                let g0 = load0(base + b * p(38u));
-                let g1 = load0(base + p(37u) + b * p(38u));
-                let g2 = load0(base + 2u * p(37u) + b * p(38u));
-                rows[b] = g_row(pi, g0, g1, g2);
-            }
-            u = g_row(pj, rows[0], rows[1], rows[2]);
-        }
-        word = word | place(f32_to_bits(u, DT_OUT), lane, DT_OUT);
+        return;
     }
-    dst[w] = word;
-}
-
-// Row r of G times (a, b, c).
-fn g_row(r: u32, a: f32, b: f32, c: f32) -> f32 {
-    switch r {
-        case 0u: { return a; }
-        case 1u: { return 0.5 * (a + b + c); }
-        case 2u: { return 0.5 * (a - b + c); }
-        default: { return c; }
+    // 16-bit: the plane size is even (Cp is), so a word never straddles two planes.
+    var hi = filter_points((i0 + 1u) / o_n, (i0 + 1u) % o_n);
+    for (var pt = 0u; pt < 16u; pt = pt + 1u) {
+        let bits = f32_to_bits(lo[pt / 4u][pt % 4u], DT_OUT)
+            | (f32_to_bits(hi[pt / 4u][pt % 4u], DT_OUT) << 16u);
+        dst[pt * plane / 2u + w] = bits;
     }
 }
 

@@ -97,16 +97,17 @@ pub(crate) fn filters(weight: Operand, c: usize, o: usize, udt: DType) -> Result
     if total == 0 {
         return Ok(out);
     }
+    u32_arg(op, total)?;
     u32_arg(op, w.len)?;
     u32_arg(op, wl.max_offset())?;
-    let mut p = Params::new(total, op)?;
+    let words = (cp * o).div_ceil(4 / udt.size_in_bytes());
+    let mut p = Params::new(words, op)?;
     for (at, v) in [(32, c), (33, cp), (34, o), (39, wl.offset())] {
         p.set(at, v, op)?;
     }
     for (i, &v) in wl.strides().iter().enumerate() {
         p.set(35 + i, v, op)?;
     }
-    let words = total.div_ceil(4 / udt.size_in_bytes());
     dispatch(&out, key("wino_filter", w.dtype, udt), p, &[w], words)?;
     Ok(out)
 }
