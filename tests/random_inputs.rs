@@ -285,7 +285,13 @@ impl Case {
                 if let (true, Some(r)) = (self.bit(10), &res) {
                     op = op.residual(r);
                 }
-                op.run()
+                // Half the draws put every eligible Xpu convolution (3×3, stride 1) on
+                // Winograd F(2,3), which the automatic choice keeps for wide layers.
+                let winograd = self.bit(11);
+                xpu::ops::conv_xpu::set_winograd_auto(winograd.then_some(true));
+                let y = op.run();
+                xpu::ops::conv_xpu::set_winograd_auto(None);
+                y
             }
             2 => {
                 let heads = 1 + (self.flags % 3) as usize;
