@@ -141,17 +141,23 @@ pub fn conv2d_xpu(
         out_strides,
         tile: args.tile,
     };
-    let winograd = match args.tile {
-        ConvTile::Winograd => true,
-        ConvTile::Auto => {
-            winograd::auto_uses_winograd(&launch, crate::xpu::kernels::conv_coop::eligible(&launch))
+    let out = match args.tile {
+        ConvTile::Winograd => winograd::conv2d(&launch, args.winograd_filters)?,
+        ConvTile::Auto
+            if winograd::auto_uses_winograd(
+                &launch,
+                crate::xpu::kernels::conv_coop::eligible(&launch),
+            ) =>
+        {
+            // Winograd's temporaries (transformed inputs and point products) take several
+            // times the output's memory; where they do not fit, the implicit GEMM, which needs
+            // only the output, still does (the temporaries are released on the way out).
+            match winograd::conv2d(&launch, args.winograd_filters) {
+                Err(Error::OutOfMemory { .. }) => conv2d(&launch)?,
+                r => r?,
+            }
         }
-        _ => false,
-    };
-    let out = if winograd {
-        winograd::conv2d(&launch, args.winograd_filters)?
-    } else {
-        conv2d(&launch)?
+        _ => conv2d(&launch)?,
     };
     Ok(Tensor::from_storage(
         Storage::Xpu(out),

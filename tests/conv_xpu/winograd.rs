@@ -142,6 +142,52 @@ fn auto_takes_winograd_on_wide_layers() {
     assert_eq!(none, implicit);
 }
 
+/// Under a memory limit that holds the output but not Winograd's temporaries, the automatic
+/// choice falls back to the implicit GEMM; a forced Winograd is a clear OutOfMemory.
+#[test]
+fn auto_falls_back_when_winograd_temporaries_do_not_fit() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    /// Lifts the limit even when a check panics.
+    struct Unlimit;
+    impl Drop for Unlimit {
+        fn drop(&mut self) {
+            xpu::set_memory_limit(None).unwrap();
+        }
+    }
+    let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
+    let x = gx(randn(&[2, 128, 16, 16], DType::F32, 5));
+    let w = gx(randn(&[136, 128, 3, 3], DType::F32, 6));
+    let run = |tile| {
+        let args = ConvXpuArgs {
+            tile,
+            ..Default::default()
+        };
+        conv2d_xpu(&x, &w, params(1, 1, 1, 1), &args).and_then(|y| {
+            xpu::synchronize()?;
+            Ok(y)
+        })
+    };
+    let wino = values(&run(ConvTile::Winograd).unwrap());
+    set_winograd_auto(Some(false));
+    let implicit = values(&run(ConvTile::Auto).unwrap());
+    set_winograd_auto(None);
+    assert_eq!(values(&run(ConvTile::Auto).unwrap()), wino);
+    xpu::synchronize().unwrap();
+    xpu::empty_cache().unwrap();
+    let reserved = xpu::memory_stats(Device::Xpu).unwrap().reserved;
+    // The output (2·136·16·16 f32, 278,528 B) fits; V (1 MiB) does not.
+    let _unlimit = Unlimit;
+    xpu::set_memory_limit(Some(reserved + 300_000)).unwrap();
+    let e = run(ConvTile::Winograd).unwrap_err();
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+    let y = run(ConvTile::Auto).unwrap();
+    drop(_unlimit);
+    assert_eq!(values(&y), implicit);
+}
+
 #[test]
 fn prepared_filters_give_the_same_result() {
     if !common::xpu() {
