@@ -33,7 +33,8 @@
 //! 2.3e-2 of diffusers' output against 1.75e-2 for the implicit GEMM; the Xpu's FMA kernels
 //! gain nothing from 16-bit operands but bytes.) Extra memory: `U` (`16·C·O`,
 //! unless the caller passes it prepared), `V` (`16·T·C`) and the f32 `M` (`16·T·O`), all
-//! released when the call returns.
+//! released when the call returns; where they exceed the allocator's limit, `Auto` runs the
+//! implicit GEMM instead (a forced Winograd reports the OutOfMemory).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
