@@ -373,8 +373,21 @@ fn strides_paddings_dilation_groups_kernels_tiles() {
         ),
         case(2, 17, (6, 6), 140, (3, 3), params(1, 1, 1, 1)),
     ];
+    check_every_dtype_and_layout(&cases, 1000, |ci, di, li| {
+        TILES[(ci + 2 * di + li) % TILES.len()]
+    });
+}
+
+/// Checks each case in every float dtype and every pairing of NCHW / channels-last input and
+/// output, rotating the epilogues and weight layouts; `tile(case, dtype, layout)` (indices)
+/// picks the kernel config.
+fn check_every_dtype_and_layout(
+    cases: &[Case],
+    first_seed: u64,
+    tile: impl Fn(usize, usize, usize) -> ConvTile,
+) {
     let layouts = [(false, false), (true, true), (false, true), (true, false)];
-    let mut seed = 1000;
+    let mut seed = first_seed;
     for (ci, case) in cases.iter().enumerate() {
         for (di, &dtype) in FLOATS.iter().enumerate() {
             for (li, &(nhwc_in, nhwc_out)) in layouts.iter().enumerate() {
@@ -384,7 +397,7 @@ fn strides_paddings_dilation_groups_kernels_tiles() {
                     nhwc_in,
                     nhwc_out,
                     epi: EPIS[(ci + di + li) % EPIS.len()],
-                    tile: TILES[(ci + 2 * di + li) % TILES.len()],
+                    tile: tile(ci, di, li),
                     w_hwio: (ci + li) % 3 == 1,
                     seed,
                 };

@@ -6,7 +6,7 @@
 //! errors of a forced Winograd on other geometries.
 
 use super::common::{self, randn, values, FLOATS};
-use super::{check, gpu_lock, params, Case, Run, EPIS};
+use super::{check, check_every_dtype_and_layout, gpu_lock, params, Case, Run, EPIS};
 use xpu::ops::conv_xpu::{
     conv2d_xpu, set_winograd_auto, set_winograd_sixteen_bit_operands, winograd_filters, ConvTile,
     ConvXpuArgs,
@@ -60,25 +60,7 @@ fn odd_sizes() {
         case(1, 7, (4, 4), 2, 0),
         case(1, 65, (9, 10), 66, 1),
     ];
-    let layouts = [(false, false), (true, true), (false, true), (true, false)];
-    let mut seed = 5000;
-    for (ci, case) in cases.iter().enumerate() {
-        for (di, &dtype) in FLOATS.iter().enumerate() {
-            for (li, &(nhwc_in, nhwc_out)) in layouts.iter().enumerate() {
-                seed += 10;
-                let run = Run {
-                    dtype,
-                    nhwc_in,
-                    nhwc_out,
-                    epi: EPIS[(ci + di + li) % EPIS.len()],
-                    tile: ConvTile::Winograd,
-                    w_hwio: (ci + li) % 3 == 1,
-                    seed,
-                };
-                check(case, run);
-            }
-        }
-    }
+    check_every_dtype_and_layout(&cases, 5000, |_, _, _| ConvTile::Winograd);
 }
 
 /// A layer wide enough for the automatic choice (128+ channels, 128 tiles), on each dtype;
