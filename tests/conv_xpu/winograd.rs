@@ -170,6 +170,41 @@ fn auto_falls_back_when_winograd_temporaries_do_not_fit() {
     assert_eq!(values(&y), implicit);
 }
 
+/// A residual broadcast from `[1, O, 1, 1]` and a bias read with a stride: Winograd agrees with
+/// the implicit GEMM.
+#[test]
+fn broadcast_residual_and_strided_bias() {
+    if !common::xpu() {
+        return;
+    }
+    let _g = gpu_lock();
+    let gx = |t: Tensor| t.to(Device::Xpu).unwrap();
+    for dtype in FLOATS {
+        let x = gx(randn(&[2, 6, 7, 8], dtype, 7));
+        let w = gx(randn(&[10, 6, 3, 3], dtype, 8));
+        let res = gx(randn(&[1, 10, 1, 1], dtype, 9));
+        let bias = gx(randn(&[10, 2], dtype, 10))
+            .narrow(1, 1, 1)
+            .and_then(|b| b.squeeze(1))
+            .unwrap();
+        assert_eq!(bias.strides(), &[2]);
+        let run = |tile| {
+            let args = ConvXpuArgs {
+                tile,
+                bias: Some(&bias),
+                residual: Some(&res),
+                activation: xpu::Activation::Silu,
+                ..Default::default()
+            };
+            values(&conv2d_xpu(&x, &w, params(1, 1, 1, 1), &args).unwrap())
+        };
+        let (wino, implicit) = (run(ConvTile::Winograd), run(ConvTile::Medium));
+        let scale = implicit.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let tol = 8.0 * common::eps(dtype) * scale;
+        common::assert_close(&format!("{dtype}"), &wino, &implicit, tol, 0.0);
+    }
+}
+
 #[test]
 fn prepared_filters_give_the_same_result() {
     if !common::xpu() {
