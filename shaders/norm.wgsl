@@ -5,7 +5,8 @@
 // [36] element offset of x (src0), [37] of the weight (src1), [38] of the bias (src2).
 // VARIANT bits: 1 has weight, 2 has bias, 4 fused SiLU. Absent operands are bound to x and never
 // read. Statistics are two-pass in f32, shifted by the row's first element (robust to a large
-// offset), biased variance; dst is f32, one word per element (16-bit outputs are cast after).
+// offset), biased variance; dst is f32, one word per element, or for 16-bit DT_OUT (even row
+// lengths) element pairs per word.
 
 @group(0) @binding(4) var<storage, read> src2: array<u32>;
 
@@ -65,21 +66,40 @@ fn norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let variance = norm_sum(lid, q) / f32(max(len, 1u));
     let rstd = 1.0 / sqrt(variance + pf(30u));
-    if (in_range) {
-        let g = row % max(groups, 1u);
-        for (var j = lid; j < len; j = j + WG) {
-            let c = g * cpg + j / max(inner, 1u);
-            var y = ((load0(x_at + j) - x0) - shifted_mean) * rstd;
-            if ((VARIANT & 1u) != 0u) {
-                y = y * load1(p(37u) + c);
-            }
-            if ((VARIANT & 2u) != 0u) {
-                y = y + load2(p(38u) + c);
-            }
-            if ((VARIANT & 4u) != 0u) {
-                y = y / (1.0 + exp(-y));
-            }
-            dst[base + j] = bitcast<u32>(y);
-        }
+    if (!in_range) {
+        return;
     }
+    let g = row % max(groups, 1u);
+    let first_c = g * cpg;
+    let stats = vec3<f32>(x0, shifted_mean, rstd);
+    if (DT_OUT == 0u) {
+        for (var j = lid; j < len; j = j + WG) {
+            dst[base + j] = bitcast<u32>(norm_value(x_at, j, first_c, inner, stats));
+        }
+        return;
+    }
+    // 16-bit output: element pairs (2k, 2k + 1) of the row share a word (the host guarantees
+    // an even row length, so every row starts on a word).
+    for (var k = lid; 2u * k < len; k = k + WG) {
+        let lo = f32_to_bits(norm_value(x_at, 2u * k, first_c, inner, stats), DT_OUT);
+        let hi = f32_to_bits(norm_value(x_at, 2u * k + 1u, first_c, inner, stats), DT_OUT);
+        dst[base / 2u + k] = lo | (hi << 16u);
+    }
+}
+
+// Normalised element j of the row at x_at, stats = (x0, shifted mean, rstd):
+// ((x - x0) - shifted mean) * rstd, then weight, bias and SiLU.
+fn norm_value(x_at: u32, j: u32, first_c: u32, inner: u32, stats: vec3<f32>) -> f32 {
+    let c = first_c + j / max(inner, 1u);
+    var y = ((load0(x_at + j) - stats.x) - stats.y) * stats.z;
+    if ((VARIANT & 1u) != 0u) {
+        y = y * load1(p(37u) + c);
+    }
+    if ((VARIANT & 2u) != 0u) {
+        y = y + load2(p(38u) + c);
+    }
+    if ((VARIANT & 4u) != 0u) {
+        y = y / (1.0 + exp(-y));
+    }
+    return y;
 }

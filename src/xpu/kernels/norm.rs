@@ -4,8 +4,9 @@
 //! `NormSpec::row_len()` contiguous elements), with f32 statistics (two-pass, shifted by the
 //! row's first element) and tree reductions in workgroup memory. The kernel reads a contiguous
 //! input and contiguous `[C]` parameters (strided views are copied first) and writes f32, one
-//! word per element; 16-bit outputs come from one extra cast, so no two invocations ever write
-//! the same 32-bit word. Absent weight/bias bindings are filled with the input and never read.
+//! word per element, or 16-bit outputs in element pairs per word when the row length is even
+//! (every row then starts on a word; otherwise f32 and one extra cast), so no two invocations
+//! ever write the same 32-bit word. Absent weight/bias bindings are filled with the input and never read.
 
 use super::params::{grid, u32_arg, Params, EXTRA};
 use super::{key, launch};
@@ -77,7 +78,14 @@ impl XpuStorage {
                 format!("{n} elements do not match the norm geometry {spec:?}"),
             ));
         }
-        let out = XpuStorage::alloc(&self.ctx, DType::F32, n)?;
+        // 16-bit results are stored in element pairs when rows start on words (even row
+        // length); otherwise in f32 and cast once.
+        let out_dtype = if self.dtype == DType::F32 || spec.row_len().is_multiple_of(2) {
+            self.dtype
+        } else {
+            DType::F32
+        };
+        let out = XpuStorage::alloc(&self.ctx, out_dtype, n)?;
         if n > 0 {
             let x_copy = gathered(self, layout)?;
             let (x, x_off) = view(self, layout, &x_copy);
@@ -106,11 +114,11 @@ impl XpuStorage {
                 p.set(EXTRA + 6, off, op)?;
                 inputs[2] = b;
             }
-            let k = key(ShaderId::Norm, "norm", self.dtype, DType::F32, variant);
+            let k = key(ShaderId::Norm, "norm", self.dtype, out_dtype, variant);
             let groups = grid(rows, self.ctx.limits.max_compute_workgroups_per_dimension);
             launch(&out, k, p, &inputs, groups)?;
         }
-        if self.dtype == DType::F32 {
+        if out_dtype == self.dtype {
             return Ok(out);
         }
         out.copy_cast(&Layout::contiguous(&[n]), self.dtype)
