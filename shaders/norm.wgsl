@@ -1,9 +1,11 @@
 // norm.wgsl: layer norm and group norm (optionally followed by SiLU). One workgroup per
 // normalised row: the input is contiguous [batch, channels, inner], a row is one (batch item,
-// channel group) = `len` contiguous elements starting at row * len.
+// channel group) = `len` contiguous elements starting at row * len; or (VARIANT bit 8) a
+// dense channels-last [batch, inner, channels] array, a row being the group's channels at
+// every pixel (see norm_at). The output has the input's layout.
 // params: [0] rows, [30] eps (f32), [32] len, [33] inner, [34] groups, [35] channels per group,
 // [36] element offset of x (src0), [37] of the weight (src1), [38] of the bias (src2).
-// VARIANT bits: 1 has weight, 2 has bias, 4 fused SiLU. Absent operands are bound to x and never
+// VARIANT bits: 1 has weight, 2 has bias, 4 fused SiLU, 8 channels-last. Absent operands are bound to x and never
 // read. Statistics are two-pass in f32, shifted by the row's first element (robust to a large
 // offset), biased variance; dst is f32, one word per element, or for 16-bit DT_OUT (even row
 // lengths) element pairs per word.
@@ -39,28 +41,25 @@ fn norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row = wid.y * nwg.x + wid.x;
     let rows = p(0u);
     let len = p(32u);
-    let inner = p(33u);
-    let groups = p(34u);
-    let cpg = p(35u);
     // Uniform control flow: every invocation takes part in the barriers, even on a tail row.
     let in_range = row < rows;
-    let base = select(0u, row * len, in_range);
-    let x_at = base + p(36u);
+    let r = select(0u, row, in_range);
+    let x_at = p(36u);
     var x0 = 0.0;
     if (in_range) {
-        x0 = load0(x_at);
+        x0 = load0(x_at + norm_at(r, 0u));
     }
     var s = 0.0;
     if (in_range) {
         for (var j = lid; j < len; j = j + WG) {
-            s = s + (load0(x_at + j) - x0);
+            s = s + (load0(x_at + norm_at(r, j)) - x0);
         }
     }
     let shifted_mean = norm_sum(lid, s) / f32(max(len, 1u));
     var q = 0.0;
     if (in_range) {
         for (var j = lid; j < len; j = j + WG) {
-            let d = (load0(x_at + j) - x0) - shifted_mean;
+            let d = (load0(x_at + norm_at(r, j)) - x0) - shifted_mean;
             q = q + d * d;
         }
     }
@@ -69,29 +68,54 @@ fn norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (!in_range) {
         return;
     }
-    let g = row % max(groups, 1u);
-    let first_c = g * cpg;
     let stats = vec3<f32>(x0, shifted_mean, rstd);
     if (DT_OUT == 0u) {
         for (var j = lid; j < len; j = j + WG) {
-            dst[base + j] = bitcast<u32>(norm_value(x_at, j, first_c, inner, stats));
+            let at = norm_at(r, j);
+            dst[at] = bitcast<u32>(norm_value(x_at + at, norm_channel(r, j), stats));
         }
         return;
     }
-    // 16-bit output: element pairs (2k, 2k + 1) of the row share a word (the host guarantees
-    // an even row length, so every row starts on a word).
+    // 16-bit output: elements 2k and 2k + 1 of a row are adjacent in memory and share a word
+    // (the host guarantees it: an even row length, or channels-last with an even number of
+    // channels per group).
     for (var k = lid; 2u * k < len; k = k + WG) {
-        let lo = f32_to_bits(norm_value(x_at, 2u * k, first_c, inner, stats), DT_OUT);
-        let hi = f32_to_bits(norm_value(x_at, 2u * k + 1u, first_c, inner, stats), DT_OUT);
-        dst[base / 2u + k] = lo | (hi << 16u);
+        let at = norm_at(r, 2u * k);
+        let lo = f32_to_bits(norm_value(x_at + at, norm_channel(r, 2u * k), stats), DT_OUT);
+        let c1 = norm_channel(r, 2u * k + 1u);
+        let hi = f32_to_bits(norm_value(x_at + at + 1u, c1, stats), DT_OUT);
+        dst[at / 2u] = lo | (hi << 16u);
     }
 }
 
-// Normalised element j of the row at x_at, stats = (x0, shifted mean, rstd):
+// Offset (from the tensor's first element; the output is dense with the same layout) of
+// element j of row `row`. Contiguous rows: row * len + j. Channels-last (VARIANT bit 8): the
+// row is (image n, group g) of a dense [N, HW, C] array and j runs over (pixel, channel of
+// the group), channels fastest.
+fn norm_at(row: u32, j: u32) -> u32 {
+    if ((VARIANT & 8u) == 0u) {
+        return row * p(32u) + j;
+    }
+    let groups = max(p(34u), 1u);
+    let cpg = max(p(35u), 1u);
+    let c_all = groups * cpg;
+    return (row / groups) * c_all * p(33u) + (j / cpg) * c_all + (row % groups) * cpg + j % cpg;
+}
+
+// The channel of element j of row `row` (indexes the weight and bias).
+fn norm_channel(row: u32, j: u32) -> u32 {
+    let cpg = max(p(35u), 1u);
+    let first = (row % max(p(34u), 1u)) * cpg;
+    if ((VARIANT & 8u) == 0u) {
+        return first + j / max(p(33u), 1u);
+    }
+    return first + j % cpg;
+}
+
+// The normalised element at storage index i of channel c, stats = (x0, shifted mean, rstd):
 // ((x - x0) - shifted mean) * rstd, then weight, bias and SiLU.
-fn norm_value(x_at: u32, j: u32, first_c: u32, inner: u32, stats: vec3<f32>) -> f32 {
-    let c = first_c + j / max(inner, 1u);
-    var y = ((load0(x_at + j) - stats.x) - stats.y) * stats.z;
+fn norm_value(i: u32, c: u32, stats: vec3<f32>) -> f32 {
+    var y = ((load0(i) - stats.x) - stats.y) * stats.z;
     if ((VARIANT & 1u) != 0u) {
         y = y * load1(p(37u) + c);
     }

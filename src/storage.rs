@@ -325,7 +325,7 @@ impl Storage {
                 Storage::Cpu(s.norm(op, layout, cpu(op, weight)?, cpu(op, bias)?, spec)?)
             }
             Storage::Xpu(s) => {
-                Storage::Xpu(s.norm(op, layout, xpu(op, weight)?, xpu(op, bias)?, spec)?)
+                Storage::Xpu(s.norm(op, layout, xpu(op, weight)?, xpu(op, bias)?, spec, false)?)
             }
         })
     }

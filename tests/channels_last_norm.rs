@@ -1,12 +1,12 @@
 //! GroupNorm (+ fused SiLU) on channels-last inputs: the output keeps the channels-last format
 //! (dense NHWC), equals the NCHW path's result, and matches a plain f64 reference, over odd
 //! channel/group counts, spatial sizes, batches, dtypes, affine or not, several statistics
-//! blocks, non-dense channels-last views and a large offset; and on the Xpu (where present) the
-//! same values in the same format.
+//! blocks, non-dense channels-last views and a large offset — on every device (the Xpu reads
+//! and writes dense channels-last data in place too).
 
 mod common;
 
-use common::{assert_close, eps, randn, values, FLOATS};
+use common::{assert_close, devices, eps, randn, values, FLOATS};
 use xpu::{DType, Device, MemoryFormat, Tensor};
 
 const EPS: f64 = 1e-5;
@@ -97,8 +97,24 @@ fn cl(x: &Tensor) -> Tensor {
     x.to_memory_format(MemoryFormat::ChannelsLast).unwrap()
 }
 
+/// `x` on `device` in its memory format (a copy to another device is contiguous).
+fn on(device: Device, x: &Tensor) -> Tensor {
+    let moved = x.to(device).unwrap();
+    if x.memory_format() == MemoryFormat::ChannelsLast {
+        cl(&moved)
+    } else {
+        moved
+    }
+}
+
 #[test]
 fn group_norm_channels_last_sweep() {
+    for device in devices() {
+        sweep(device);
+    }
+}
+
+fn sweep(device: Device) {
     let mut seed = 100;
     for &dtype in &FLOATS {
         for (channels, groups) in [(6usize, 3usize), (33, 11), (6, 1), (33, 33)] {
@@ -107,17 +123,22 @@ fn group_norm_channels_last_sweep() {
                     let shape = [batch, channels, h, w];
                     seed += 1;
                     // Channels-last data with a mean far from zero (exercises the two-pass stats).
-                    let x = cl(&randn(&shape, dtype, seed).add_scalar(3.0).unwrap());
+                    let x = on(
+                        device,
+                        &cl(&randn(&shape, dtype, seed).add_scalar(3.0).unwrap()),
+                    );
                     if x.memory_format() != MemoryFormat::ChannelsLast {
                         // [N, C, 1, 1]-like shapes: size-1 dims decide as in PyTorch, and
                         // to_memory_format gives them channels-last strides.
                         panic!("{shape:?}: to_memory_format did not give channels-last");
                     }
-                    let wt = randn(&[channels], dtype, seed + 1000);
-                    let bs = randn(&[channels], dtype, seed + 2000);
+                    let wt = on(device, &randn(&[channels], dtype, seed + 1000));
+                    let bs = on(device, &randn(&[channels], dtype, seed + 2000));
                     for silu in [false, true] {
                         for affine in [false, true] {
-                            let what = format!("{dtype} {shape:?} g{groups} silu {silu} {affine}");
+                            let what = format!(
+                                "{device:?} {dtype} {shape:?} g{groups} silu {silu} {affine}"
+                            );
                             let (wo, bo) = if affine {
                                 (Some(&wt), Some(&bs))
                             } else {
@@ -135,49 +156,54 @@ fn group_norm_channels_last_sweep() {
 #[test]
 fn group_norm_channels_last_many_blocks() {
     // Several statistics blocks per batch item (a partial last one), run in parallel.
-    for (shape, groups) in [([2usize, 64, 48, 48], 32usize), ([1, 6, 100, 100], 3)] {
-        for &dtype in &FLOATS {
-            let x = cl(&randn(&shape, dtype, 7)
-                .mul_scalar(2.0)
-                .unwrap()
-                .add_scalar(-5.0)
-                .unwrap());
-            let w = randn(&[shape[1]], dtype, 8);
-            let b = randn(&[shape[1]], dtype, 9);
-            check(
-                &format!("{dtype} {shape:?}"),
-                &x,
-                groups,
-                true,
-                Some(&w),
-                Some(&b),
-            );
+    for device in devices() {
+        for (shape, groups) in [([2usize, 64, 48, 48], 32usize), ([1, 6, 100, 100], 3)] {
+            for &dtype in &FLOATS {
+                let x = cl(&randn(&shape, dtype, 7)
+                    .mul_scalar(2.0)
+                    .unwrap()
+                    .add_scalar(-5.0)
+                    .unwrap());
+                let w = randn(&[shape[1]], dtype, 8);
+                let b = randn(&[shape[1]], dtype, 9);
+                check(
+                    &format!("{device:?} {dtype} {shape:?}"),
+                    &on(device, &x),
+                    groups,
+                    true,
+                    Some(&on(device, &w)),
+                    Some(&on(device, &b)),
+                );
+            }
         }
     }
 }
 
 #[test]
 fn group_norm_channels_last_views() {
-    for &dtype in &FLOATS {
-        // A channel slice of a channels-last tensor: channels-last but not dense (one copy).
-        let x = cl(&randn(&[2, 9, 5, 3], dtype, 11))
-            .narrow(1, 2, 6)
-            .unwrap();
-        assert!(!x.is_contiguous_for(MemoryFormat::ChannelsLast));
-        let w = randn(&[6], dtype, 12);
-        check(&format!("{dtype} narrowed"), &x, 3, true, Some(&w), None);
-        // A dense channels-last view at an offset inside a bigger storage.
-        let big = randn(&[3, 5, 4, 33], dtype, 13);
-        let x = big.narrow(0, 1, 2).unwrap().permute(&[0, 3, 1, 2]).unwrap();
-        assert!(x.is_contiguous_for(MemoryFormat::ChannelsLast));
-        check(
-            &format!("{dtype} offset"),
-            &x,
-            11,
-            false,
-            None,
-            Some(&w.pad(&[0, 27], 0.5).unwrap()),
-        );
+    for device in devices() {
+        for &dtype in &FLOATS {
+            // A channel slice of a channels-last tensor: channels-last but not dense (one copy).
+            let x = on(device, &cl(&randn(&[2, 9, 5, 3], dtype, 11)))
+                .narrow(1, 2, 6)
+                .unwrap();
+            assert!(!x.is_contiguous_for(MemoryFormat::ChannelsLast));
+            let w = on(device, &randn(&[6], dtype, 12));
+            let what = format!("{device:?} {dtype}");
+            check(&format!("{what} narrowed"), &x, 3, true, Some(&w), None);
+            // A dense channels-last view at an offset inside a bigger storage.
+            let big = on(device, &randn(&[3, 5, 4, 33], dtype, 13));
+            let x = big.narrow(0, 1, 2).unwrap().permute(&[0, 3, 1, 2]).unwrap();
+            assert!(x.is_contiguous_for(MemoryFormat::ChannelsLast));
+            check(
+                &format!("{what} offset"),
+                &x,
+                11,
+                false,
+                None,
+                Some(&w.pad(&[0, 27], 0.5).unwrap()),
+            );
+        }
     }
 }
 

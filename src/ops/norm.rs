@@ -7,12 +7,13 @@
 //! float dtype with the biased variance; the output has the input's shape and dtype and is
 //! rounded once. Any strided input view is accepted. Layer norm output is contiguous; group
 //! norm output keeps the input's memory format as PyTorch's does (dense channels-last for an
-//! input whose [`Tensor::memory_format`] is `ChannelsLast`, contiguous otherwise); on the Cpu
-//! channels-last data is normalised in place of its NHWC order (no transpose).
+//! input whose [`Tensor::memory_format`] is `ChannelsLast`, contiguous otherwise); on both
+//! devices channels-last data is normalised in place of its NHWC order (no transpose).
 
 use crate::cpu::CpuStorage;
 use crate::layout::Layout;
 use crate::storage::{NormSpec, Storage};
+use crate::xpu::XpuStorage;
 use crate::{Device, Error, MemoryFormat, Result, Tensor};
 
 /// An optional norm parameter as Cpu storage.
@@ -27,6 +28,22 @@ fn cpu_param<'a>(op: &'static str, p: Option<(&'a Storage, &'a Layout)>) -> Resu
             op,
             lhs: Device::Cpu,
             rhs: Device::Xpu,
+        }),
+    }
+}
+
+/// A parameter's Xpu storage (a device error otherwise, which `check` has already ruled out).
+fn xpu_param<'a>(
+    op: &'static str,
+    p: Option<(&'a Storage, &'a Layout)>,
+) -> Result<Option<(&'a XpuStorage, &'a Layout)>> {
+    match p {
+        None => Ok(None),
+        Some((Storage::Xpu(s), l)) => Ok(Some((s, l))),
+        Some((Storage::Cpu(_), _)) => Err(Error::DeviceMismatch {
+            op,
+            lhs: Device::Xpu,
+            rhs: Device::Cpu,
         }),
     }
 }
@@ -171,15 +188,26 @@ impl Tensor {
                     .group_norm(self.layout(), groups, weight, bias, eps as f32, silu)?;
             return Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())));
         }
-        // Channels-last in, channels-last out (PyTorch keeps the input's memory format).
-        let Storage::Cpu(_) = self.storage() else {
-            let s =
-                self.storage()
-                    .group_norm(self.layout(), groups, weight, bias, eps as f32, silu)?;
-            return Tensor::from_storage(s, Layout::contiguous(self.shape()))
-                .to_memory_format(MemoryFormat::ChannelsLast);
-        };
+        // Channels-last in, channels-last out (PyTorch keeps the input's memory format), read
+        // and written in place of the NHWC order on both devices.
         let x = self.to_memory_format(MemoryFormat::ChannelsLast)?;
+        if let Storage::Xpu(xs) = x.storage() {
+            let &[n, c, h, w_] = x.shape() else {
+                return Err(Error::shape(op, "a 4-D [N, C, H, W] tensor", x.shape()));
+            };
+            let spec = NormSpec {
+                batch: n,
+                channels: c,
+                groups,
+                inner: h * w_,
+                eps: eps as f32,
+                silu,
+            };
+            let (w, b) = (xpu_param(op, weight)?, xpu_param(op, bias)?);
+            let out = xs.norm(op, x.layout(), w, b, &spec, true)?;
+            return Tensor::from_storage(Storage::Xpu(out), Layout::contiguous(&[n, h, w_, c]))
+                .permute(&[0, 3, 1, 2]);
+        }
         let Storage::Cpu(xs) = x.storage() else {
             return Err(Error::invalid(op, "internal: not a Cpu tensor"));
         };

@@ -1,7 +1,9 @@
 //! Layer norm and group norm on Xpu (`shaders/norm.wgsl`).
 //!
 //! Invariants: one workgroup normalises one row (`NormSpec::rows()` rows of
-//! `NormSpec::row_len()` contiguous elements), with f32 statistics (two-pass, shifted by the
+//! `NormSpec::row_len()` contiguous elements, or for a dense channels-last group norm the
+//! group's channels at every pixel, read and written in place of their NHWC order), with f32
+//! statistics (two-pass, shifted by the
 //! row's first element) and tree reductions in workgroup memory. The kernel reads a contiguous
 //! input and contiguous `[C]` parameters (strided views are copied first) and writes f32, one
 //! word per element, or 16-bit outputs in element pairs per word when the row length is even
@@ -20,6 +22,7 @@ use crate::{DType, Device, Error, Result};
 const HAS_WEIGHT: u32 = 1;
 const HAS_BIAS: u32 = 2;
 const SILU: u32 = 4;
+const CHANNELS_LAST: u32 = 8;
 
 /// A contiguous copy of a strided view (`None` when the view is already contiguous).
 fn gathered(s: &XpuStorage, layout: &Layout) -> Result<Option<XpuStorage>> {
@@ -28,6 +31,15 @@ fn gathered(s: &XpuStorage, layout: &Layout) -> Result<Option<XpuStorage>> {
     } else {
         Ok(Some(s.copy_cast(layout, s.dtype)?))
     }
+}
+
+/// Whether `layout` is a dense channels-last `[N, C, H, W]` view: strides
+/// `[H·W·C, 1, W·C, C]`.
+fn dense_channels_last(layout: &Layout) -> bool {
+    let &[_, c, h, w] = layout.shape() else {
+        return false;
+    };
+    layout.strides() == [h * w * c, 1, w * c, c]
 }
 
 /// The contiguous storage to bind and its element offset.
@@ -44,7 +56,9 @@ fn view<'a>(
 
 impl XpuStorage {
     /// Layer/group norm of `layout` per `spec`, with optional `[C]` weight and bias of this
-    /// storage's dtype; float dtypes only. The output is contiguous in `layout`'s shape.
+    /// storage's dtype; float dtypes only. The output is contiguous in `layout`'s shape, or
+    /// with `channels_last` (group norm of a dense channels-last `[N, C, H, W]` view, read in
+    /// place) dense channels-last: the `[N, H, W, C]` array.
     pub(crate) fn norm(
         &self,
         op: &'static str,
@@ -52,6 +66,7 @@ impl XpuStorage {
         weight: Option<(&XpuStorage, &Layout)>,
         bias: Option<(&XpuStorage, &Layout)>,
         spec: &NormSpec,
+        channels_last: bool,
     ) -> Result<XpuStorage> {
         if !self.dtype.is_float() {
             return Err(Error::UnsupportedDType {
@@ -80,20 +95,43 @@ impl XpuStorage {
         }
         // 16-bit results are stored in element pairs when rows start on words (even row
         // length); otherwise in f32 and cast once.
-        let out_dtype = if self.dtype == DType::F32 || spec.row_len().is_multiple_of(2) {
+        if channels_last && !dense_channels_last(layout) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "internal: channels-last norm of a view that is not dense channels-last \
+                     (shape {:?}, strides {:?})",
+                    layout.shape(),
+                    layout.strides()
+                ),
+            ));
+        }
+        let pairs = if channels_last {
+            spec.cpg().is_multiple_of(2)
+        } else {
+            spec.row_len().is_multiple_of(2)
+        };
+        let out_dtype = if self.dtype == DType::F32 || pairs {
             self.dtype
         } else {
             DType::F32
         };
         let out = XpuStorage::alloc(&self.ctx, out_dtype, n)?;
         if n > 0 {
-            let x_copy = gathered(self, layout)?;
+            let x_copy = if channels_last {
+                None
+            } else {
+                gathered(self, layout)?
+            };
             let (x, x_off) = view(self, layout, &x_copy);
             let w_copy = weight.map(|(s, l)| gathered(s, l)).transpose()?.flatten();
             let b_copy = bias.map(|(s, l)| gathered(s, l)).transpose()?.flatten();
             let w = weight.map(|(s, l)| view(s, l, &w_copy));
             let b = bias.map(|(s, l)| view(s, l, &b_copy));
             let mut variant = if spec.silu { SILU } else { 0 };
+            if channels_last {
+                variant |= CHANNELS_LAST;
+            }
             let mut p = Params::new(rows, op)?;
             p.set(EXTRA, spec.row_len(), op)?
                 .set(EXTRA + 1, spec.inner, op)?
