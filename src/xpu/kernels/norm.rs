@@ -3,12 +3,13 @@
 //! Invariants: one workgroup normalises one row (`NormSpec::rows()` rows of
 //! `NormSpec::row_len()` contiguous elements, or for a dense channels-last group norm the
 //! group's channels at every pixel, read and written in place of their NHWC order), with f32
-//! statistics (two-pass, shifted by the
-//! row's first element) and tree reductions in workgroup memory. The kernel reads a contiguous
-//! input and contiguous `[C]` parameters (strided views are copied first) and writes f32, one
-//! word per element, or 16-bit outputs in element pairs per word when the row length is even
-//! (every row then starts on a word; otherwise f32 and one extra cast), so no two invocations
-//! ever write the same 32-bit word. Absent weight/bias bindings are filled with the input and never read.
+//! statistics (two-pass, shifted by the row's first element) and tree reductions in workgroup
+//! memory. The kernel reads a contiguous (or dense channels-last) input and contiguous `[C]`
+//! parameters (other strided views are copied first) and writes the input's layout: f32 one
+//! word per element, 16-bit in element pairs per word when every pair shares a word (an even
+//! row length; channels-last: an even number of channels per group), else f32 and one extra
+//! cast, so no two invocations ever write the same 32-bit word. Absent weight/bias bindings are
+//! filled with the input and never read.
 
 use super::params::{grid, u32_arg, Params, EXTRA};
 use super::{key, launch};
@@ -34,12 +35,18 @@ fn gathered(s: &XpuStorage, layout: &Layout) -> Result<Option<XpuStorage>> {
 }
 
 /// Whether `layout` is a dense channels-last `[N, C, H, W]` view: strides
-/// `[H·W·C, 1, W·C, C]`.
+/// `[H·W·C, 1, W·C, C]`, except on size-1 dims (never stepped along).
 fn dense_channels_last(layout: &Layout) -> bool {
     let &[_, c, h, w] = layout.shape() else {
         return false;
     };
-    layout.strides() == [h * w * c, 1, w * c, c]
+    let dense = [h * w * c, 1, w * c, c];
+    layout
+        .shape()
+        .iter()
+        .zip(layout.strides())
+        .zip(dense)
+        .all(|((&size, &stride), want)| size <= 1 || stride == want)
 }
 
 /// The contiguous storage to bind and its element offset.
