@@ -191,27 +191,6 @@ impl Tensor {
         // Channels-last in, channels-last out (PyTorch keeps the input's memory format), read
         // and written in place of the NHWC order on both devices.
         let x = self.to_memory_format(MemoryFormat::ChannelsLast)?;
-        if let Storage::Xpu(xs) = x.storage() {
-            let &[n, c, h, w_] = x.shape() else {
-                return Err(Error::shape(op, "a 4-D [N, C, H, W] tensor", x.shape()));
-            };
-            let spec = NormSpec {
-                batch: n,
-                channels: c,
-                groups,
-                inner: h * w_,
-                eps: eps as f32,
-                silu,
-            };
-            let (w, b) = (xpu_param(op, weight)?, xpu_param(op, bias)?);
-            let out = xs.norm(op, x.layout(), w, b, &spec, true)?;
-            return Tensor::from_storage(Storage::Xpu(out), Layout::contiguous(&[n, h, w_, c]))
-                .permute(&[0, 3, 1, 2]);
-        }
-        let Storage::Cpu(xs) = x.storage() else {
-            return Err(Error::invalid(op, "internal: not a Cpu tensor"));
-        };
-        let (w, b) = (cpu_param(op, weight)?, cpu_param(op, bias)?);
         let &[n, c, h, w_] = x.shape() else {
             return Err(Error::shape(op, "a 4-D [N, C, H, W] tensor", x.shape()));
         };
@@ -223,8 +202,16 @@ impl Tensor {
             eps: eps as f32,
             silu,
         };
-        let out = xs.group_norm_channels_last(op, x.layout(), w, b, &spec)?;
-        Tensor::from_storage(Storage::Cpu(out), Layout::contiguous(&[n, h, w_, c]))
-            .permute(&[0, 3, 1, 2])
+        let out = match x.storage() {
+            Storage::Xpu(xs) => {
+                let (w, b) = (xpu_param(op, weight)?, xpu_param(op, bias)?);
+                Storage::Xpu(xs.norm(op, x.layout(), w, b, &spec, true)?)
+            }
+            Storage::Cpu(xs) => {
+                let (w, b) = (cpu_param(op, weight)?, cpu_param(op, bias)?);
+                Storage::Cpu(xs.group_norm_channels_last(op, x.layout(), w, b, &spec)?)
+            }
+        };
+        Tensor::from_storage(out, Layout::contiguous(&[n, h, w_, c])).permute(&[0, 3, 1, 2])
     }
 }
