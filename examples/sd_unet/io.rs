@@ -1,5 +1,9 @@
 //! Reading the parity inputs and writing outputs as safetensors. Inputs may store f32, f16,
 //! bf16, int64 or int32 (diffusers' timesteps are int64); outputs are written exactly as given.
+//!
+//! Invariant: an output file is either written whole or left as it was: bytes go to a hidden
+//! sibling file that is renamed over the target only once everything is on disk
+//! ([`write_file_atomically`]), so a failure (disk full, a bad path) never leaves half a file.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -72,14 +76,38 @@ pub fn read_tensors(path: &Path) -> Result<HashMap<String, Tensor>> {
     Ok(out)
 }
 
-/// Writes f32 copies of `tensors` to `path` (parent folders are created).
-pub fn write_tensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<()> {
+/// Writes `bytes` to `path` whole or not at all: to a hidden sibling file first, renamed over
+/// `path` once written and synced (parent folders are created). The sibling is removed on error.
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let io_err = |what: &str, p: &Path| {
+        let context = format!("{what} {}", p.display());
+        move |source| Error::Io { context, source }
+    };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            context: format!("creating {}", dir.display()),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
     }
+    let name = path
+        .file_name()
+        .ok_or_else(|| invalid(path, "the output path names no file"))?;
+    let mut partial_name = std::ffi::OsString::from(".");
+    partial_name.push(name);
+    partial_name.push(format!(".partial-{}", std::process::id()));
+    let partial = path.with_file_name(partial_name);
+    let written = std::fs::File::create(&partial)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .map_err(io_err("writing", &partial))
+        .and_then(|()| std::fs::rename(&partial, path).map_err(io_err("renaming onto", path)));
+    if written.is_err() {
+        // Best effort: the error that matters is the one returned.
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
+/// Writes f32 copies of `tensors` to `path` as safetensors, whole or not at all
+/// ([`write_file_atomically`]).
+pub fn write_tensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<()> {
     let mut owned = Vec::new();
     for (name, t) in tensors {
         let values = t.to_dtype(DType::F32)?.to(Device::Cpu)?.to_vec::<f32>()?;
@@ -92,5 +120,59 @@ pub fn write_tensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<()> {
             .map_err(|e| invalid(path, e))?;
         views.push((name.clone(), view));
     }
-    safetensors::serialize_to_file(views, None, path).map_err(|e| invalid(path, e))
+    let bytes = safetensors::serialize(views, None).map_err(|e| invalid(path, e))?;
+    write_file_atomically(path, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("xpu-sd-unet-io-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_written_file_is_whole_and_leaves_no_partial() {
+        let dir = scratch("whole");
+        let path = dir.join("sub").join("out.safetensors");
+        let t = Tensor::from_vec(vec![1.5f32, -2.0, 3.25], &[3], Device::Cpu).unwrap();
+        write_tensors(&path, &[("latents", &t)]).unwrap();
+        let back = read_tensors(&path).unwrap();
+        assert_eq!(back["latents"].to_vec::<f32>().unwrap(), [1.5, -2.0, 3.25]);
+        assert_eq!(entries(&dir.join("sub")), ["out.safetensors"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_old_file_and_leaves_no_partial() {
+        let dir = scratch("failed");
+        // The target is a folder: the rename fails after the bytes were written.
+        let target = dir.join("out.safetensors");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("keep"), b"old").unwrap();
+        let err = write_file_atomically(&target, b"new bytes").unwrap_err();
+        assert!(err.to_string().contains("out.safetensors"), "{err}");
+        assert_eq!(entries(&dir), ["out.safetensors"]);
+        assert_eq!(std::fs::read(target.join("keep")).unwrap(), b"old");
+        // A parent that is a file: nothing can be created, nothing is left.
+        let blocked = dir.join("file");
+        std::fs::write(&blocked, b"x").unwrap();
+        assert!(write_file_atomically(&blocked.join("out.png"), b"png").is_err());
+        assert_eq!(entries(&dir), ["file", "out.safetensors"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

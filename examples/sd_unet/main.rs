@@ -307,10 +307,7 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     let png_path = out.with_extension("png");
     let values = latents.to_vec::<f32>()?;
     let (gw, gh, img) = png::latent_grid(&values[..channels * lh * lw], channels, lh, lw);
-    png::write_gray(&png_path, gw, gh, &img).map_err(|source| xpu::Error::Io {
-        context: format!("writing {}", png_path.display()),
-        source,
-    })?;
+    io::write_file_atomically(&png_path, &png::encode_gray(gw, gh, &img))?;
     println!("wrote {} and {}", out.display(), png_path.display());
     Ok(())
 }

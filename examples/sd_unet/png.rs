@@ -2,8 +2,6 @@
 //! latent preview without another dependency. Invariant: every chunk carries its CRC-32 and the
 //! zlib stream its Adler-32, so any PNG reader accepts the file.
 
-use std::io::Write;
-
 fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = 0xffff_ffffu32;
     for &b in bytes {
@@ -37,13 +35,8 @@ fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
     out.extend_from_slice(&crc.to_be_bytes());
 }
 
-/// Writes an 8-bit grayscale image of `width × height` pixels (row-major) to `path`.
-pub fn write_gray(
-    path: &std::path::Path,
-    width: usize,
-    height: usize,
-    pixels: &[u8],
-) -> std::io::Result<()> {
+/// Encodes an 8-bit grayscale image of `width × height` pixels (row-major) as a PNG file's bytes.
+pub fn encode_gray(width: usize, height: usize, pixels: &[u8]) -> Vec<u8> {
     let mut raw = Vec::with_capacity((width + 1) * height);
     for row in pixels.chunks(width.max(1)).take(height) {
         raw.push(0); // filter: none
@@ -67,7 +60,7 @@ pub fn write_gray(
     chunk(&mut png, b"IHDR", &header);
     chunk(&mut png, b"IDAT", &zlib);
     chunk(&mut png, b"IEND", &[]);
-    std::fs::File::create(path)?.write_all(&png)
+    png
 }
 
 /// Tiles the channels of one latent `[C, H, W]` (f32, row-major) into a 2-wide grid, each channel
