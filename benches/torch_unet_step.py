@@ -8,6 +8,9 @@ per dtype: median seconds per step over `--steps` timed forwards after one warm-
 
     python3 benches/torch_unet_step.py --latent 64 --steps 3
 
+`--save DIR` instead writes the seeded model (f32) as a diffusers `unet` folder and exits: the
+folder the peer benchmark (`benches/peers`) loads into both xpu and candle.
+
 torch and diffusers are installed by the user, not by CI.
 """
 
@@ -38,9 +41,14 @@ def main():
     parser.add_argument("--latent", type=int, default=64)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--dtypes", default="f32,bf16")
+    parser.add_argument("--save", help="write the seeded f32 model to this folder and exit")
     args = parser.parse_args()
     torch.manual_seed(0)
     unet = sd15_unet().eval()
+    if args.save:
+        unet.save_pretrained(args.save)
+        print(f"wrote {args.save}")
+        return
     for name in args.dtypes.split(","):
         dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[name]
         model = unet.to(dtype)
