@@ -1,4 +1,5 @@
-// elementwise.wgsl: copy/cast, unary and binary ops over strided inputs into a contiguous output.
+// elementwise.wgsl: copy/cast, unary and binary ops, comparisons and selection (where) over
+// strided inputs into a contiguous output.
 // Each invocation writes one output word (1, 2 or 4 elements, see common.wgsl). params[0] is the
 // number of output elements; VARIANT is the op code (UnaryOp::code / BinaryOp::code).
 
@@ -271,4 +272,98 @@ fn cat_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     if (touched) {
         dst[w] = word;
     }
+}
+
+// Comparisons (VARIANT = CmpOp::code: 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge) of two DT_IN operands
+// into u8 0/1 (DT_OUT = u8, four elements per output word). Integers (i32, u8) compare as
+// integers; floats as their exact f32 values, with NaN tested on the bits first (a NaN compares
+// false except under ne, whatever the driver assumes about NaN in `<`).
+fn cmp_f32(op: u32, a: f32, b: f32) -> bool {
+    if (is_nan(a) || is_nan(b)) {
+        return op == 1u;
+    }
+    switch op {
+        case 0u: { return a == b; }
+        case 1u: { return a != b; }
+        case 2u: { return a < b; }
+        case 3u: { return a <= b; }
+        case 4u: { return a > b; }
+        default: { return a >= b; }
+    }
+}
+
+fn cmp_i32(op: u32, a: i32, b: i32) -> bool {
+    switch op {
+        case 0u: { return a == b; }
+        case 1u: { return a != b; }
+        case 2u: { return a < b; }
+        case 3u: { return a <= b; }
+        case 4u: { return a > b; }
+        default: { return a >= b; }
+    }
+}
+
+fn load1_bits(i: u32) -> u32 {
+    let e = epw(DT_IN);
+    return lane_bits(src1[i / e], i % e, DT_IN);
+}
+
+@compute @workgroup_size(WG)
+fn compare(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let w = linear_id(wid, nwg, lid);
+    let e = epw(DT_OUT);
+    let n = p(0u);
+    if (w * e >= n) {
+        return;
+    }
+    var word = 0u;
+    for (var lane = 0u; lane < e; lane = lane + 1u) {
+        let i = w * e + lane;
+        if (i < n) {
+            let ia = strided(i, 12u) + p(28u);
+            let ib = strided(i, 20u) + p(29u);
+            var r: bool;
+            if (DT_IN == 3u) {
+                r = cmp_i32(VARIANT, bitcast<i32>(src0[ia]), bitcast<i32>(src1[ib]));
+            } else if (DT_IN == 4u) {
+                r = cmp_i32(VARIANT, i32(load0_bits(ia)), i32(load1_bits(ib)));
+            } else {
+                r = cmp_f32(VARIANT, load0(ia), load1(ib));
+            }
+            word = word | place(select(0u, 1u, r), lane, DT_OUT);
+        }
+    }
+    dst[w] = word;
+}
+
+// where_cond: dst = mask ? src0 : src1, copied as bits (DT_IN == DT_OUT, any dtype). The u8
+// mask (nonzero picks src0) is bound at 4, its strides at params[32..40) and offset at [40].
+@group(0) @binding(4) var<storage, read> select_mask: array<u32>;
+
+@compute @workgroup_size(WG)
+fn select_where(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let w = linear_id(wid, nwg, lid);
+    let e = epw(DT_OUT);
+    let n = p(0u);
+    if (w * e >= n) {
+        return;
+    }
+    var word = 0u;
+    for (var lane = 0u; lane < e; lane = lane + 1u) {
+        let i = w * e + lane;
+        if (i < n) {
+            let im = strided(i, 32u) + p(40u);
+            let keep = lane_bits(select_mask[im / 4u], im % 4u, 4u) != 0u;
+            var bits: u32;
+            if (keep) {
+                bits = load0_bits(strided(i, 12u) + p(28u));
+            } else {
+                bits = load1_bits(strided(i, 20u) + p(29u));
+            }
+            word = word | place(bits, lane, DT_OUT);
+        }
+    }
+    dst[w] = word;
 }

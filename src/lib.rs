@@ -46,7 +46,7 @@ pub use error::{Error, Result};
 pub use layout::Layout;
 pub use ops::conv::{Conv2dBuilder, Conv2dParams};
 pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
-pub use ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
+pub use ops::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 pub use tensor::{MemoryFormat, Tensor};
 pub use xpu::{AdapterSummary, KernelTime, MemoryStats, XpuFeatures};
 

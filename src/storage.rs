@@ -6,7 +6,7 @@
 
 use crate::cpu::CpuStorage;
 use crate::layout::Layout;
-use crate::ops::kinds::{BinaryOp, ReduceOp, UnaryOp};
+use crate::ops::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
@@ -146,6 +146,40 @@ impl Storage {
             }
             (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.binary(l, b, r, op)?),
             _ => return Err(mismatch(op.name(), self, rhs)),
+        })
+    }
+
+    pub(crate) fn cmp(&self, l: &Layout, rhs: &Storage, r: &Layout, op: CmpOp) -> Result<Storage> {
+        Ok(match (self, rhs) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => {
+                host_output(op.name(), l.numel(), DType::U8)?;
+                Storage::Cpu(a.cmp(l, b, r, op)?)
+            }
+            (Storage::Xpu(a), Storage::Xpu(b)) => Storage::Xpu(a.cmp(l, b, r, op)?),
+            _ => return Err(mismatch(op.name(), self, rhs)),
+        })
+    }
+
+    /// `self ? a : b` for a u8 mask `self`; all three layouts have one shape.
+    pub(crate) fn select(
+        &self,
+        ml: &Layout,
+        (a, al): (&Storage, &Layout),
+        (b, bl): (&Storage, &Layout),
+    ) -> Result<Storage> {
+        let op = "where_cond";
+        Ok(match (self, a, b) {
+            (Storage::Cpu(m), Storage::Cpu(x), Storage::Cpu(y)) => {
+                host_output(op, ml.numel(), x.dtype())?;
+                Storage::Cpu(m.select(ml, (x, al), (y, bl))?)
+            }
+            (Storage::Xpu(m), Storage::Xpu(x), Storage::Xpu(y)) => {
+                Storage::Xpu(m.select(ml, (x, al), (y, bl))?)
+            }
+            (Storage::Xpu(_), Storage::Cpu(_), _) | (Storage::Cpu(_), Storage::Xpu(_), _) => {
+                return Err(mismatch(op, self, a))
+            }
+            _ => return Err(mismatch(op, self, b)),
         })
     }
 

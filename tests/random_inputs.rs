@@ -69,7 +69,7 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         dilation: (u2, 1),
         groups: u0,
     };
-    let out = match d.below(36) {
+    let out = match d.below(39) {
         0 => a.add(&b),
         1 => a.mul(&b),
         2 => a.div(&b),
@@ -107,6 +107,9 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
             .and_then(|v| Tensor::from_vec(v, &s2, device)),
         33 => a.matmul_fused(&b).bias(&a).residual(&b).run(),
         34 => a.powf(0.5),
+        35 => a.cmp(&b, xpu::CmpOp::ALL[u0]),
+        36 => a.gt(&b).and_then(|m| m.where_cond(&a, &b)),
+        37 => b.to_dtype(DType::U8).and_then(|m| a.masked_fill(&m, 1.5)),
         _ => a.min(d0, false),
     };
     if let Ok(t) = out {

@@ -1,4 +1,5 @@
-//! Elementwise operations: [`CpuStorage::unary`] and [`CpuStorage::binary`].
+//! Elementwise operations: [`CpuStorage::unary`] and [`CpuStorage::binary`] (and the joint-row
+//! walk, `drive`, that `select.rs` reuses for comparisons).
 //!
 //! Invariants: outputs are contiguous with the input's (broadcast) shape; float dtypes run the
 //! SIMD kernels (16-bit through `f32` blocks, one rounding), `i32` runs scalar integer
@@ -167,7 +168,7 @@ impl CpuStorage {
 }
 
 /// One row piece of an operand: a slice, a broadcast element, or a gathered copy.
-enum Arg<'a, T> {
+pub(super) enum Arg<'a, T> {
     Slice(&'a [T]),
     Scalar(T),
 }
@@ -193,21 +194,28 @@ fn arg<'a, T: Copy>(
     }
 }
 
-/// Walks the joint rows of two checked layouts, calling `piece(lhs, rhs, dst)` per row piece.
-fn drive<T, F>(a: &[T], al: &Layout, b: &[T], bl: &Layout, op: BinaryOp, piece: F) -> Result<Vec<T>>
+/// Walks the joint rows of two checked layouts, calling `piece(lhs, rhs, dst)` per row piece;
+/// `cost` is the relative work of one element (for the threading decision).
+pub(super) fn drive<T, O, F>(
+    name: &'static str,
+    (a, al): (&[T], &Layout),
+    (b, bl): (&[T], &Layout),
+    cost: usize,
+    piece: F,
+) -> Result<Vec<O>>
 where
-    T: Copy + Send + Sync + super::pool::Recycle,
-    F: Fn(Arg<'_, T>, Arg<'_, T>, &mut [T]) + Sync,
+    T: Copy + Send + Sync,
+    O: Copy + Send + Sync + super::pool::Recycle,
+    F: Fn(Arg<'_, T>, Arg<'_, T>, &mut [O]) + Sync,
 {
-    let n = check_layout(op.name(), al, a.len())?;
-    check_layout(op.name(), bl, b.len())?;
+    let n = check_layout(name, al, a.len())?;
+    check_layout(name, bl, b.len())?;
     // Every element is written below, so a recycled buffer is fine.
-    let mut out = super::pool::take::<T>(n);
+    let mut out = super::pool::take::<O>(n);
     if n == 0 {
         return Ok(out);
     }
     let rows = JointRows::new(al, bl);
-    let cost = if op == BinaryOp::Pow { 512 } else { 64 };
     parallel::for_each_chunk(&mut out, 64, cost, |start, chunk| {
         let (mut sa, mut sb) = (Vec::new(), Vec::new());
         rows.for_each_piece(start, chunk.len(), |o, ba, bb, len| {
@@ -221,6 +229,15 @@ where
     Ok(out)
 }
 
+/// Relative cost of one element of a binary op.
+fn binary_cost(op: BinaryOp) -> usize {
+    if op == BinaryOp::Pow {
+        512
+    } else {
+        64
+    }
+}
+
 fn binary_float<T: FloatElem>(
     k: Kernels,
     op: BinaryOp,
@@ -229,7 +246,7 @@ fn binary_float<T: FloatElem>(
     b: &[T],
     bl: &Layout,
 ) -> Result<Vec<T>> {
-    drive(a, al, b, bl, op, |x, y, dst| {
+    drive(op.name(), (a, al), (b, bl), binary_cost(op), |x, y, dst| {
         T::binary(k, op, widen(x), widen(y), dst)
     })
 }
@@ -242,22 +259,34 @@ fn widen<T: FloatElem>(x: Arg<'_, T>) -> Operand<'_, T> {
 }
 
 fn binary_i32(op: BinaryOp, a: &[i32], al: &Layout, b: &[i32], bl: &Layout) -> Result<Vec<i32>> {
-    drive(a, al, b, bl, op, |x, y, dst| match (x, y) {
+    drive(op.name(), (a, al), (b, bl), binary_cost(op), |x, y, dst| {
+        zip_piece(x, y, dst, |p, q| op.apply_i32(p, q))
+    })
+}
+
+/// `dst[i] = f(x[i], y[i])` over one row piece of two operands (slices or broadcast scalars).
+pub(super) fn zip_piece<T: Copy, O: Copy>(
+    x: Arg<'_, T>,
+    y: Arg<'_, T>,
+    dst: &mut [O],
+    f: impl Fn(T, T) -> O,
+) {
+    match (x, y) {
         (Arg::Slice(x), Arg::Slice(y)) => {
             for (d, (&p, &q)) in dst.iter_mut().zip(x.iter().zip(y)) {
-                *d = op.apply_i32(p, q);
+                *d = f(p, q);
             }
         }
         (Arg::Slice(x), Arg::Scalar(q)) => {
             for (d, &p) in dst.iter_mut().zip(x) {
-                *d = op.apply_i32(p, q);
+                *d = f(p, q);
             }
         }
         (Arg::Scalar(p), Arg::Slice(y)) => {
             for (d, &q) in dst.iter_mut().zip(y) {
-                *d = op.apply_i32(p, q);
+                *d = f(p, q);
             }
         }
-        (Arg::Scalar(p), Arg::Scalar(q)) => dst.fill(op.apply_i32(p, q)),
-    })
+        (Arg::Scalar(p), Arg::Scalar(q)) => dst.fill(f(p, q)),
+    }
 }

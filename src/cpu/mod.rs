@@ -24,6 +24,7 @@ mod parallel;
 pub(crate) mod pool;
 pub(crate) mod prepack;
 mod reduce;
+mod select;
 pub mod simd;
 mod softmax;
 mod storage;

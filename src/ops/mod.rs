@@ -15,3 +15,4 @@ mod matmul;
 mod norm;
 mod reduce;
 mod resize;
+mod select;

@@ -1,4 +1,5 @@
-//! Copy/cast, unary, binary and concatenation on Xpu (`shaders/elementwise.wgsl`).
+//! Copy/cast, unary, binary and concatenation on Xpu (`shaders/elementwise.wgsl`; comparisons and
+//! selection, in the same shader, are launched by `select.rs`).
 //!
 //! Every launcher reads strided inputs (any view) and writes a fresh contiguous output, one
 //! 32-bit word per invocation. Unary ops run on float dtypes; binary ops on floats and I32;
@@ -12,12 +13,12 @@ use crate::xpu::pipelines::ShaderId;
 use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
-fn words(len: usize, dtype: DType) -> usize {
+pub(super) fn words(len: usize, dtype: DType) -> usize {
     let per_word = 4 / dtype.size_in_bytes();
     len.div_ceil(per_word)
 }
 
-fn workgroups(out: &XpuStorage) -> [u32; 3] {
+pub(super) fn workgroups(out: &XpuStorage) -> [u32; 3] {
     grid(
         words(out.len, out.dtype).div_ceil(256),
         out.ctx.limits.max_compute_workgroups_per_dimension,

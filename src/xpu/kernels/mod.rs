@@ -13,6 +13,7 @@ pub(crate) mod matmul_select;
 pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod reduce;
+pub(crate) mod select;
 pub(crate) mod winograd;
 
 use super::pipelines::{PipelineKey, ShaderId};

@@ -74,7 +74,8 @@ impl Params {
         Ok(p)
     }
 
-    /// Writes a shape with one stride vector per operand (src0 at STRIDES0, src1 at STRIDES1).
+    /// Writes a shape with one stride vector per operand (src0 at STRIDES0, src1 at STRIDES1,
+    /// a third operand at EXTRA; more are refused).
     pub(crate) fn shape(
         &mut self,
         op: &'static str,
@@ -93,7 +94,12 @@ impl Params {
             self.0[SHAPE + d] = u32_arg(op, s)?;
         }
         for (k, st) in strides.iter().enumerate() {
-            let base = if k == 0 { STRIDES0 } else { STRIDES1 };
+            let Some(&base) = [STRIDES0, STRIDES1, EXTRA].get(k) else {
+                return Err(Error::invalid(
+                    op,
+                    "at most three strided operands per kernel",
+                ));
+            };
             for (d, &s) in st.iter().enumerate() {
                 self.0[base + d] = u32_arg(op, s)?;
             }

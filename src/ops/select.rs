@@ -1,0 +1,112 @@
+//! Comparisons and selection: [`Tensor::cmp`] (and `eq`, `ne`, `lt`, `le`, `gt`, `ge`,
+//! [`Tensor::cmp_scalar`]), [`Tensor::where_cond`] and [`Tensor::masked_fill`].
+//!
+//! Semantics follow PyTorch with `u8` standing for `bool` (as candle does): a comparison gives
+//! a `u8` tensor of 0/1 in the operands' broadcast shape; `mask.where_cond(a, b)` is
+//! `torch.where(mask, a, b)` for a `u8` mask (nonzero picks `a`) broadcast with both values;
+//! `x.masked_fill(mask, v)` is `torch.Tensor.masked_fill` (the mask broadcasts to `x`'s shape).
+//!
+//! Invariants: every op here is exact on both devices (values are compared or copied bit for
+//! bit, never computed: `-0.0`, infinities and NaN payloads come through unchanged); operands
+//! share one device; compared operands and selected values share one dtype (any dtype; floats
+//! compare by IEEE rules: NaN is unordered, `-0 == +0`); outputs are contiguous; broadcast
+//! operands are read through zero strides, never materialised on the Xpu.
+
+use crate::layout::{broadcast_shapes, Layout};
+use crate::ops::kinds::CmpOp;
+use crate::{DType, Error, Result, Tensor};
+
+macro_rules! cmp_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:expr),* $(,)?) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
+                    self.cmp(rhs, $op)
+                }
+            )*
+        }
+    };
+}
+
+cmp_methods! {
+    /// `self == rhs` elementwise as `u8` 0/1 (broadcasting).
+    eq => CmpOp::Eq,
+    /// `self != rhs` elementwise as `u8` 0/1 (broadcasting; NaN != anything).
+    ne => CmpOp::Ne,
+    /// `self < rhs` elementwise as `u8` 0/1 (broadcasting).
+    lt => CmpOp::Lt,
+    /// `self <= rhs` elementwise as `u8` 0/1 (broadcasting).
+    le => CmpOp::Le,
+    /// `self > rhs` elementwise as `u8` 0/1 (broadcasting).
+    gt => CmpOp::Gt,
+    /// `self >= rhs` elementwise as `u8` 0/1 (broadcasting).
+    ge => CmpOp::Ge,
+}
+
+impl Tensor {
+    /// `op(self, rhs)` elementwise with NumPy broadcasting, as a `u8` tensor of 0/1 (PyTorch's
+    /// bool). Operands share device and dtype (any dtype).
+    pub fn cmp(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
+        self.same_device(rhs, op.name())?;
+        self.same_dtype(rhs, op.name())?;
+        let shape = broadcast_shapes(op.name(), self.shape(), rhs.shape())?;
+        let l = self.layout().broadcast_to(&shape)?;
+        let r = rhs.layout().broadcast_to(&shape)?;
+        let s = self.storage().cmp(&l, rhs.storage(), &r, op)?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
+    }
+
+    /// `op(self, value)` elementwise as `u8` 0/1; `value` is first converted to `self`'s dtype
+    /// (as PyTorch does for a Python scalar), so `x.cmp_scalar(CmpOp::Lt, 0.1)` on f16 data
+    /// compares with f16's 0.1.
+    pub fn cmp_scalar(&self, op: CmpOp, value: f64) -> Result<Tensor> {
+        let v = Tensor::full(value, &[], self.dtype(), self.device())?;
+        self.cmp(&v, op)
+    }
+
+    /// `self ? on_true : on_false` elementwise for a `u8` mask `self` (nonzero picks
+    /// `on_true`), all three broadcast together (`torch.where(mask, on_true, on_false)`). The
+    /// values share one dtype (any) and the output has it; values are copied bit for bit.
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let op = "where_cond";
+        self.same_device(on_true, op)?;
+        self.same_device(on_false, op)?;
+        if self.dtype() != DType::U8 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the mask must be u8 (0 picks on_false, nonzero on_true; comparisons such \
+                     as `gt` make one), got {}",
+                    self.dtype()
+                ),
+            ));
+        }
+        on_true.same_dtype(on_false, op)?;
+        let shape = broadcast_shapes(op, self.shape(), on_true.shape())?;
+        let shape = broadcast_shapes(op, &shape, on_false.shape())?;
+        let ml = self.layout().broadcast_to(&shape)?;
+        let al = on_true.layout().broadcast_to(&shape)?;
+        let bl = on_false.layout().broadcast_to(&shape)?;
+        let s = self
+            .storage()
+            .select(&ml, (on_true.storage(), &al), (on_false.storage(), &bl))?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
+    }
+
+    /// `self` with `value` (converted to `self`'s dtype) wherever the `u8` `mask` is nonzero;
+    /// the mask broadcasts to `self`'s shape (`torch.Tensor.masked_fill`).
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        let op = "masked_fill";
+        let shape = broadcast_shapes(op, self.shape(), mask.shape())?;
+        if shape != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: format!("a mask that broadcasts to {:?}", self.shape()),
+                got: format!("{:?}", mask.shape()),
+            });
+        }
+        let fill = Tensor::full(value, &[], self.dtype(), self.device())?;
+        mask.where_cond(&fill, self)
+    }
+}
