@@ -367,3 +367,30 @@ fn select_where(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     }
     dst[w] = word;
 }
+
+// index_select: the output (shape and src0 strides at params[4..20), the indexed dim's stride
+// zeroed) takes, at position k along the indexed dim, the source slice at index
+// src1[k * params[35] + params[36]] (i32 words, checked in range on the host); params[32] is
+// the product of the output dims after the indexed one, [33] the number of indices, [34] the
+// source stride of the indexed dim, [28] the source offset. Values are copied as bits.
+@compute @workgroup_size(WG)
+fn index_select(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let w = linear_id(wid, nwg, lid);
+    let e = epw(DT_OUT);
+    let n = p(0u);
+    if (w * e >= n) {
+        return;
+    }
+    var word = 0u;
+    for (var lane = 0u; lane < e; lane = lane + 1u) {
+        let i = w * e + lane;
+        if (i < n) {
+            let k = (i / p(32u)) % p(33u);
+            let index = u32(bitcast<i32>(src1[k * p(35u) + p(36u)]));
+            let at = strided(i, 12u) + p(28u) + index * p(34u);
+            word = word | place(load0_bits(at), lane, DT_OUT);
+        }
+    }
+    dst[w] = word;
+}

@@ -160,6 +160,27 @@ impl Storage {
         })
     }
 
+    /// The slices of `self` along `dim` at the (checked) `i32` indices `(ix, il)`.
+    pub(crate) fn index_select(
+        &self,
+        l: &Layout,
+        dim: usize,
+        (ix, il): (&Storage, &Layout),
+    ) -> Result<Storage> {
+        let op = "index_select";
+        Ok(match (self, ix) {
+            (Storage::Cpu(s), Storage::Cpu(i)) => {
+                let rest: usize = l.shape().iter().skip(dim + 1).product();
+                let outer: usize = l.shape().iter().take(dim).product();
+                let numel = outer.saturating_mul(il.numel()).saturating_mul(rest);
+                host_output(op, numel, s.dtype())?;
+                Storage::Cpu(s.index_select(l, dim, (i, il))?)
+            }
+            (Storage::Xpu(s), Storage::Xpu(i)) => Storage::Xpu(s.index_select(l, dim, (i, il))?),
+            _ => return Err(mismatch(op, self, ix)),
+        })
+    }
+
     /// `self ? a : b` for a u8 mask `self`; all three layouts have one shape.
     pub(crate) fn select(
         &self,

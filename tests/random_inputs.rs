@@ -69,7 +69,7 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         dilation: (u2, 1),
         groups: u0,
     };
-    let out = match d.below(39) {
+    let out = match d.below(41) {
         0 => a.add(&b),
         1 => a.mul(&b),
         2 => a.div(&b),
@@ -110,6 +110,11 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         35 => a.cmp(&b, xpu::CmpOp::ALL[u0]),
         36 => a.gt(&b).and_then(|m| m.where_cond(&a, &b)),
         37 => b.to_dtype(DType::U8).and_then(|m| a.masked_fill(&m, 1.5)),
+        38 => b
+            .flatten_all()
+            .and_then(|i| i.to_dtype(DType::I32))
+            .and_then(|i| a.index_select(d0, &i)),
+        39 => Tensor::stack(&[&a, &b], d0),
         _ => a.min(d0, false),
     };
     if let Ok(t) = out {

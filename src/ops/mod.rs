@@ -11,6 +11,7 @@ pub mod conv_xpu;
 mod elementwise;
 mod ffn;
 pub mod fused;
+mod index;
 mod matmul;
 mod norm;
 mod reduce;

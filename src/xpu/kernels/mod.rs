@@ -8,6 +8,7 @@ pub(crate) mod conv;
 pub(crate) mod conv_coop;
 pub(crate) mod coop_check;
 pub(crate) mod elementwise;
+pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod matmul_select;
 pub(crate) mod norm;

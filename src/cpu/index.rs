@@ -1,0 +1,67 @@
+//! [`CpuStorage::index_select`]: rows of a (possibly strided) source picked by indices.
+//!
+//! Invariants: the indices are checked here too (each in `0..size of dim`), so a storage-level
+//! call can never read out of bounds; values are copied bit for bit; the output is contiguous.
+
+use super::storage::CpuStorage;
+use super::strided::{check_layout, contiguous_cow};
+use crate::layout::Layout;
+use crate::{Error, Result};
+
+/// `[outer, size, inner]` -> `[outer, indices, inner]` over a contiguous copy of the source.
+fn pick<T>(src: &[T], l: &Layout, dim: usize, idx: &[usize]) -> Result<Vec<T>>
+where
+    T: Copy + Send + Sync + bytemuck::Zeroable + super::pool::Recycle,
+    [T]: ToOwned<Owned = Vec<T>>,
+{
+    check_layout("index_select", l, src.len())?;
+    let x = contiguous_cow(src, l);
+    let shape = l.shape();
+    let outer: usize = shape[..dim].iter().product();
+    let size = shape[dim];
+    let inner: usize = shape[dim + 1..].iter().product();
+    // Every element is written below, so a recycled buffer is fine.
+    let mut out = super::pool::take::<T>(outer * idx.len() * inner);
+    if inner == 0 {
+        return Ok(out);
+    }
+    for (row, dst) in out.chunks_exact_mut(inner).enumerate() {
+        let (o, k) = (row / idx.len(), row % idx.len());
+        let start = (o * size + idx[k]) * inner;
+        match x.get(start..start + inner) {
+            Some(s) => dst.copy_from_slice(s),
+            None => return Err(Error::invalid("index_select", "source row out of range")),
+        }
+    }
+    Ok(out)
+}
+
+impl CpuStorage {
+    /// The slices of `self` (layout `l`) along `dim` at the `i32` indices `(ix, il)`.
+    pub fn index_select(
+        &self,
+        l: &Layout,
+        dim: usize,
+        (ix, il): (&CpuStorage, &Layout),
+    ) -> Result<CpuStorage> {
+        let size = l.shape().get(dim).copied().ok_or_else(|| {
+            Error::invalid(
+                "index_select",
+                format!("dim {dim} of a rank-{} tensor", l.rank()),
+            )
+        })?;
+        let idx = ix
+            .to_vec::<i32>(il)?
+            .into_iter()
+            .map(|i| usize::try_from(i).ok().filter(|&i| i < size))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| Error::invalid("index_select", format!("an index outside 0..{size}")))?;
+        Ok(match self {
+            CpuStorage::F32(v) => CpuStorage::F32(pick(v, l, dim, &idx)?),
+            CpuStorage::F16(v) => CpuStorage::F16(pick(v, l, dim, &idx)?),
+            CpuStorage::BF16(v) => CpuStorage::BF16(pick(v, l, dim, &idx)?),
+            CpuStorage::I32(v) => CpuStorage::I32(pick(v, l, dim, &idx)?),
+            CpuStorage::U8(v) => CpuStorage::U8(pick(v, l, dim, &idx)?),
+        })
+    }
+}

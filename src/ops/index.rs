@@ -1,0 +1,78 @@
+//! Indexing: [`Tensor::index_select`] (PyTorch's `index_select`, the lookup behind
+//! `nn.Embedding`) and [`Tensor::stack`].
+//!
+//! Invariants: `index_select` takes a 1-D `i32` index tensor on the source's device (any
+//! strides); every index is checked against the indexed dim before anything is computed (an
+//! index out of `0..size` is an error naming it, never a read out of bounds: the indices are
+//! read back to the host for the check, which on the Xpu waits for the work queued before;
+//! index tensors are small in practice, a token sequence or a list of rows); the output is
+//! contiguous, `self`'s shape with the indexed dim replaced by the number of indices, values
+//! copied bit for bit (any dtype), the source read in place through its strides.
+
+use crate::layout::{resolve_dim, Layout};
+use crate::{DType, Device, Error, Result, Tensor};
+
+impl Tensor {
+    /// The slices of `self` along `dim` at `indices` (1-D `i32`, each in `0..size of dim`,
+    /// repeats allowed), in order: `torch.index_select(self, dim, indices)`. An embedding
+    /// lookup is `weight.index_select(0, &token_ids)`.
+    pub fn index_select(&self, dim: isize, indices: &Tensor) -> Result<Tensor> {
+        let op = "index_select";
+        self.same_device(indices, op)?;
+        if indices.dtype() != DType::I32 || indices.rank() != 1 {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: "1-D i32 indices".into(),
+                got: format!("{} indices of shape {:?}", indices.dtype(), indices.shape()),
+            });
+        }
+        let d = resolve_dim(op, dim, self.rank())?;
+        let size = self.shape()[d];
+        let idx = indices.to(Device::Cpu)?.to_vec::<i32>()?;
+        if let Some((pos, &bad)) = idx
+            .iter()
+            .enumerate()
+            .find(|(_, &i)| usize::try_from(i).map_or(true, |i| i >= size))
+        {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "index {bad} (position {pos}) is out of range for dim {d} of size {size} \
+                     (shape {:?})",
+                    self.shape()
+                ),
+            ));
+        }
+        let mut shape = self.shape().to_vec();
+        shape[d] = idx.len();
+        let s =
+            self.storage()
+                .index_select(self.layout(), d, (indices.storage(), indices.layout()))?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
+    }
+
+    /// Joins tensors of one shape along a new dim `dim` (`torch.stack`): the result has rank
+    /// one more than the inputs, `dim` counted in it (negative from the end).
+    pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let op = "stack";
+        let Some(first) = tensors.first() else {
+            return Err(Error::invalid(op, "expected at least one tensor, got none"));
+        };
+        for t in tensors {
+            if t.shape() != first.shape() {
+                return Err(Error::ShapeMismatch {
+                    op,
+                    expected: format!("every tensor of shape {:?}", first.shape()),
+                    got: format!("{:?}", t.shape()),
+                });
+            }
+        }
+        let d = resolve_dim(op, dim, first.rank() + 1)?;
+        let parts = tensors
+            .iter()
+            .map(|t| t.unsqueeze(d as isize))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Tensor::cat(&refs, d as isize)
+    }
+}
