@@ -191,6 +191,7 @@ pub(super) fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {
     })
 }
 
+#[cfg(target_arch = "x86_64")]
 /// Writes the finished bf16 rows of a task: row `r` of `out` (`row.len()` = Dv values each,
 /// rows in tiles of `MR`) is the running output `o` (`[tiles][MR][dvp]` f32) divided by the
 /// row's sum of weights (`l`, split over 16 lanes), rounded once; a row whose keys were all

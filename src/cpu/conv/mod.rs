@@ -314,13 +314,19 @@ impl ConvElem for bf16 {
         ldc: usize,
         e: &Epilogue,
     ) -> Result<bool> {
-        if b.is_amx() {
-            return gemm::gemm_gather_amx(path, src, m, b, c, ldc, e);
-        }
         #[cfg(target_arch = "x86_64")]
-        return gemm::gemm_gather_dot(path, src, m, b, c, ldc, e);
+        {
+            if b.is_amx() {
+                return gemm::gemm_gather_amx(path, src, m, b, c, ldc, e);
+            }
+            gemm::gemm_gather_dot(path, src, m, b, c, ldc, e)
+        }
+        // No bf16 dot-product or AMX kernels elsewhere: the widening gather runs instead.
         #[cfg(not(target_arch = "x86_64"))]
-        Ok(false)
+        {
+            let _ = (path, src, m, b, c, ldc, e);
+            Ok(false)
+        }
     }
 }
 

@@ -23,6 +23,7 @@ use rayon::prelude::*;
 /// K pairs per AMX step (rows of a B tile; an A tile row holds 16 pairs = 32 bf16).
 pub(crate) const STEP: usize = 16;
 /// Rows per AMX A micro-panel (two A tiles).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const MR: usize = 32;
 /// Target pairs per K block: a 32-row A micro-panel of 32 KiB stays in L1 while 32 KiB B panels
 /// stream from L2.
@@ -187,6 +188,7 @@ fn simd_pack() -> bool {
 
 /// Packs rows `row0..row0 + rows` (`rows <= 32`) and pairs `u0..u1` (a multiple of [`STEP`]) of A
 /// into one AMX micro-panel `dst` (`32 * (u1 - u0)` values). `a` must be validated.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn pack_a_amx(
     a: &MatRef<bf16>,
     row0: usize,

@@ -72,6 +72,8 @@ fn pack_gathered<R: RowSource, const MR: usize>(
             0
         };
         let out = &mut dst[(k - u0) * MR..(k - u0 + len) * MR];
+        // Only the x86 kernels below advance `done`.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut done = 0;
         #[cfg(target_arch = "x86_64")]
         if simd && MR == super::avx512::MR && len >= 16 {

@@ -54,7 +54,9 @@ mod runner;
 pub(crate) mod tests;
 mod types;
 
+#[cfg(target_arch = "x86_64")]
 pub(crate) use amx::{load_config as amx_load_config, release as amx_release};
+#[cfg(target_arch = "x86_64")]
 pub(crate) use amx_gather::gemm_gather_amx;
 pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 #[cfg(target_arch = "x86_64")]
@@ -72,6 +74,8 @@ pub(crate) use pack::{SrcKind, ToF32};
 pub(crate) use peak::bf16_kind;
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Activation, Epilogue, MatRef};
+// `Half` is named by the x86 epilogues and by tests on every target.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
 pub(crate) use types::{Half, Out16, Residual};
 
 use crate::{DType, Error, Result};
