@@ -34,10 +34,15 @@ pub(crate) const MR: usize = 32;
 /// K pairs consumed per step (rows of a B tile).
 pub(crate) const STEP: usize = 16;
 
-/// Linux `arch_prctl` codes and the tile data state component.
+/// Linux `arch_prctl` codes and the tile data state component (other systems have no AMX
+/// permission call here, so AMX stays off there).
+#[cfg(target_os = "linux")]
 const SYS_ARCH_PRCTL: i64 = 158;
+#[cfg(target_os = "linux")]
 const ARCH_GET_XCOMP_PERM: u64 = 0x1022;
+#[cfg(target_os = "linux")]
 const ARCH_REQ_XCOMP_PERM: u64 = 0x1023;
+#[cfg(target_os = "linux")]
 const XFEATURE_XTILEDATA: u64 = 18;
 
 static STATE: OnceLock<Result<(), String>> = OnceLock::new();
