@@ -12,6 +12,7 @@ mod elementwise;
 mod ffn;
 pub mod fused;
 mod index;
+mod logsumexp;
 mod matmul;
 mod norm;
 mod reduce;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use xpu::{Device, Tensor};
 
 /// All tensors of a fixture file under tests/fixtures/, on Cpu in their stored dtype
-/// (F32, F16, BF16, U8; I64 is narrowed to I32).
+/// (F32, F16, BF16, U8, I32; I64 is narrowed to I32).
 pub fn load(name: &str) -> HashMap<String, Tensor> {
     let path = super::repo_root().join("tests").join("fixtures").join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -34,6 +34,11 @@ pub fn load(name: &str) -> HashMap<String, Tensor> {
                 Device::Cpu,
             ),
             D::U8 | D::BOOL => Tensor::from_vec(data.to_vec(), &shape, Device::Cpu),
+            D::I32 => Tensor::from_vec(
+                words::<4, i32>(data, i32::from_le_bytes),
+                &shape,
+                Device::Cpu,
+            ),
             D::I64 => Tensor::from_vec(
                 words::<8, i32>(data, |b| i64::from_le_bytes(b) as i32),
                 &shape,
