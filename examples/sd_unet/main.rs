@@ -53,10 +53,15 @@ enum Preset {
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// A diffusers UNet folder (config.json + diffusion_pytorch_model.safetensors); without it
-    /// the SD 1.5 architecture is built with seeded random weights.
+    /// A diffusers UNet folder (config.json + diffusion_pytorch_model.safetensors) or a
+    /// pipeline folder holding unet/; without it the SD 1.5 architecture is built with seeded
+    /// random weights.
     #[arg(long)]
     unet: Option<PathBuf>,
+    /// Weights variant to read from --unet (e.g. fp16: diffusion_pytorch_model.fp16.safetensors;
+    /// default: the plain file, else the variant the folder has).
+    #[arg(long, requires = "unet")]
+    variant: Option<String>,
     /// Device (default: xpu when a hardware adapter exists, else cpu; a software Vulkan driver
     /// such as lavapipe is used only when asked for).
     #[arg(long, value_enum)]
@@ -128,7 +133,12 @@ fn run(args: Args) -> xpu::Result<()> {
     };
     let t = Instant::now();
     let unet = match &args.unet {
-        Some(dir) => UNet2DConditionModel::from_pretrained(dir, dtype, device)?,
+        Some(dir) => UNet2DConditionModel::from_pretrained_variant(
+            dir,
+            args.variant.as_deref(),
+            dtype,
+            device,
+        )?,
         None => UNet2DConditionModel::random(&UNetConfig::sd15(), dtype, device, args.seed)?,
     };
     eprintln!(

@@ -17,6 +17,7 @@
 
 mod blocks;
 mod embeddings;
+mod folder;
 
 use std::path::Path;
 
@@ -94,17 +95,27 @@ impl UNet2DConditionModel {
         Self::build(config, &mut src, dtype, device)
     }
 
-    /// Loads a diffusers model folder (`config.json` and `diffusion_pytorch_model.safetensors`,
-    /// e.g. a pipeline's `unet/`).
+    /// Loads a diffusers model folder: a pipeline's `unet/` (`config.json` and
+    /// `diffusion_pytorch_model.safetensors`) or the pipeline's root holding it. Where only a
+    /// variant was downloaded (`diffusion_pytorch_model.fp16.safetensors`, ...) that file is
+    /// read; PyTorch pickles (`.bin`) and sharded checkpoints are refused with an error that
+    /// says so.
     pub fn from_pretrained(dir: impl AsRef<Path>, dtype: DType, device: Device) -> Result<Self> {
-        let dir = dir.as_ref();
+        Self::from_pretrained_variant(dir, None, dtype, device)
+    }
+
+    /// [`Self::from_pretrained`] reading the weights of `variant` (diffusers' `variant=`:
+    /// `Some("fp16")` reads `diffusion_pytorch_model.fp16.safetensors`, an error if missing).
+    pub fn from_pretrained_variant(
+        dir: impl AsRef<Path>,
+        variant: Option<&str>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Self> {
+        let dir = folder::model_dir(dir.as_ref())?;
         let config = UNetConfig::from_file(dir.join("config.json"))?;
-        Self::from_safetensors(
-            &config,
-            dir.join("diffusion_pytorch_model.safetensors"),
-            dtype,
-            device,
-        )
+        let weights = folder::weights_file(&dir, variant)?;
+        Self::from_safetensors(&config, weights, dtype, device)
     }
 
     /// Every parameter of the architecture as `(diffusers name, shape)`, in construction order.
