@@ -357,3 +357,49 @@ fn views_with_storage_offsets_are_read_in_place() {
         }
     }
 }
+
+#[test]
+fn integer_data_compares_with_the_scalar_itself() {
+    // PyTorch promotes an integer tensor compared with a Python float: `x < 0.5` is `x <= 0`,
+    // and values outside the dtype's range are not wrapped or saturated first.
+    let scalars = [
+        -1e10,
+        -2.5,
+        -1.0,
+        -0.5,
+        0.0,
+        0.5,
+        1.0,
+        2.5,
+        254.5,
+        255.0,
+        255.5,
+        300.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    let i32s: Vec<i32> = vec![i32::MIN, -3, -1, 0, 1, 2, 3, 254, 255, 256, i32::MAX];
+    let u8s: Vec<u8> = vec![0, 1, 2, 3, 128, 254, 255];
+    for device in devices() {
+        let cases = [
+            (
+                Tensor::from_vec(i32s.clone(), &[i32s.len()], device).unwrap(),
+                i32s.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+            ),
+            (
+                Tensor::from_vec(u8s.clone(), &[u8s.len()], device).unwrap(),
+                u8s.iter().map(|&v| f64::from(v)).collect(),
+            ),
+        ];
+        for (x, xs) in &cases {
+            for &v in &scalars {
+                for op in CmpOp::ALL {
+                    let got = x.cmp_scalar(op, v).unwrap().to_vec::<u8>().unwrap();
+                    let want: Vec<u8> = xs.iter().map(|&p| u8::from(op.apply(p, v))).collect();
+                    assert_eq!(got, want, "{device:?} {} {} {v}", x.dtype(), op.name());
+                }
+            }
+        }
+    }
+}

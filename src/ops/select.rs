@@ -57,12 +57,28 @@ impl Tensor {
         Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
     }
 
-    /// `op(self, value)` elementwise as `u8` 0/1; `value` is first converted to `self`'s dtype
-    /// (as PyTorch does for a Python scalar), so `x.cmp_scalar(CmpOp::Lt, 0.1)` on f16 data
-    /// compares with f16's 0.1.
+    /// `op(self, value)` elementwise as `u8` 0/1, with PyTorch's promotion of a Python scalar:
+    /// a float tensor compares with `value` rounded to its dtype (`x.cmp_scalar(CmpOp::Lt, 0.1)`
+    /// on f16 data compares with f16's 0.1); an integer tensor compares with `value` itself
+    /// (`i32` data `< 0.5` is `<= 0`; `u8` data `< 300` is all true), exactly.
     pub fn cmp_scalar(&self, op: CmpOp, value: f64) -> Result<Tensor> {
-        let v = Tensor::full(value, &[], self.dtype(), self.device())?;
-        self.cmp(&v, op)
+        let value = match self.dtype() {
+            DType::I32 => integer_threshold(op, value, f64::from(i32::MIN), f64::from(i32::MAX)),
+            DType::U8 => integer_threshold(op, value, 0.0, 255.0),
+            _ => Threshold::Compare(op, value),
+        };
+        match value {
+            Threshold::Compare(op, v) => {
+                let v = Tensor::full(v, &[], self.dtype(), self.device())?;
+                self.cmp(&v, op)
+            }
+            Threshold::All(b) => Tensor::full(
+                f64::from(u8::from(b)),
+                self.shape(),
+                DType::U8,
+                self.device(),
+            ),
+        }
     }
 
     /// `self ? on_true : on_false` elementwise for a `u8` mask `self` (nonzero picks
@@ -108,5 +124,37 @@ impl Tensor {
         }
         let fill = Tensor::full(value, &[], self.dtype(), self.device())?;
         mask.where_cond(&fill, self)
+    }
+}
+
+/// A scalar comparison restated for integer data.
+enum Threshold {
+    /// Compare with this value (representable in the dtype).
+    Compare(CmpOp, f64),
+    /// The answer for every element.
+    All(bool),
+}
+
+/// `x op value` for integers `x` in `lo..=hi`, as a comparison with an integer in range or a
+/// constant answer: `x < 2.5` is `x < 3`, `x == 2.5` is never true, `x < 1e10` always is.
+fn integer_threshold(op: CmpOp, value: f64, lo: f64, hi: f64) -> Threshold {
+    if value.is_nan() {
+        return Threshold::All(op == CmpOp::Ne);
+    }
+    let (up, down) = (value.ceil(), value.floor());
+    match op {
+        // x < v  <=>  x < ceil(v);   x >= v  <=>  x >= ceil(v)
+        CmpOp::Lt | CmpOp::Ge if up > hi => Threshold::All(op == CmpOp::Lt),
+        CmpOp::Lt | CmpOp::Ge if up <= lo => Threshold::All(op == CmpOp::Ge),
+        CmpOp::Lt | CmpOp::Ge => Threshold::Compare(op, up),
+        // x <= v  <=>  x <= floor(v); x > v  <=>  x > floor(v)
+        CmpOp::Le | CmpOp::Gt if down >= hi => Threshold::All(op == CmpOp::Le),
+        CmpOp::Le | CmpOp::Gt if down < lo => Threshold::All(op == CmpOp::Gt),
+        CmpOp::Le | CmpOp::Gt => Threshold::Compare(op, down),
+        // Equality needs an integer in range.
+        CmpOp::Eq | CmpOp::Ne if value != down || value < lo || value > hi => {
+            Threshold::All(op == CmpOp::Ne)
+        }
+        CmpOp::Eq | CmpOp::Ne => Threshold::Compare(op, value),
     }
 }
