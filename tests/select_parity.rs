@@ -403,3 +403,43 @@ fn integer_data_compares_with_the_scalar_itself() {
         }
     }
 }
+
+#[test]
+fn tril_and_triu_keep_their_triangle_on_every_device_and_dtype() {
+    let shapes: [&[usize]; 4] = [&[1, 1], &[7, 5], &[3, 65, 63], &[2, 0, 4]];
+    for device in devices() {
+        for dtype in ALL_DTYPES {
+            for (case, &shape) in shapes.iter().enumerate() {
+                let view = case == 2;
+                let seed = 70 + case as u64;
+                let x = make(shape, dtype, seed, view, device);
+                let xb = bits(&make(shape, dtype, seed, view, Device::Cpu), shape);
+                let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+                for diagonal in [-70i64, -2, 0, 1, 3, 70] {
+                    let what = format!("{device:?} {dtype} {shape:?} diagonal {diagonal}");
+                    let lower = bits(&x.tril(diagonal).unwrap(), shape);
+                    let upper = bits(&x.triu(diagonal).unwrap(), shape);
+                    for (k, &v) in xb.iter().enumerate() {
+                        let (i, j) = ((k / cols) % rows.max(1), k % cols);
+                        let d = j as i64 - i as i64;
+                        assert_eq!(
+                            lower[k],
+                            if d <= diagonal { v } else { 0 },
+                            "tril {what} [{i}, {j}]"
+                        );
+                        assert_eq!(
+                            upper[k],
+                            if d >= diagonal { v } else { 0 },
+                            "triu {what} [{i}, {j}]"
+                        );
+                    }
+                }
+            }
+            let vector = make(&[5], dtype, 1, false, device);
+            assert!(
+                vector.tril(0).is_err() && vector.triu(0).is_err(),
+                "{device:?} {dtype}"
+            );
+        }
+    }
+}

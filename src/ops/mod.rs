@@ -18,3 +18,4 @@ mod norm;
 mod reduce;
 mod resize;
 mod select;
+mod triangle;
