@@ -323,3 +323,36 @@ fn logsumexp_comparisons_where_and_index_select_match_torch() {
         );
     }
 }
+
+#[test]
+fn pooling_and_triangles_match_torch() {
+    let fx = fixtures();
+    for device in devices() {
+        let on = |name: &str| get(&fx, "pool", name).to(device).unwrap();
+        let want = |name: &str| get(&fx, "pool", name);
+        let x = on("x");
+        for (what, input) in [("nchw", x.clone()), ("channels-last", channels_last(&x))] {
+            let max = input.max_pool2d((3, 3), (2, 2), (1, 1)).unwrap();
+            check(&format!("max_pool2d {what} {device:?}"), &max, want("max"));
+            let avg = input.avg_pool2d((3, 3), (2, 2), (1, 1), true).unwrap();
+            check(&format!("avg_pool2d {what} {device:?}"), &avg, want("avg"));
+            let avg = input.avg_pool2d((3, 3), (2, 2), (1, 1), false).unwrap();
+            check(
+                &format!("avg_pool2d exclude {what} {device:?}"),
+                &avg,
+                want("avg_exclude"),
+            );
+        }
+        let m = on("m");
+        check(
+            &format!("tril {device:?}"),
+            &m.tril(-1).unwrap(),
+            want("tril"),
+        );
+        check(
+            &format!("triu {device:?}"),
+            &m.triu(2).unwrap(),
+            want("triu"),
+        );
+    }
+}

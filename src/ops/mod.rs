@@ -15,6 +15,7 @@ mod index;
 mod logsumexp;
 mod matmul;
 mod norm;
+mod pool;
 mod reduce;
 mod resize;
 mod select;
