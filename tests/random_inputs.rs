@@ -69,7 +69,7 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         dilation: (u2, 1),
         groups: u0,
     };
-    let out = match d.below(41) {
+    let out = match d.below(45) {
         0 => a.add(&b),
         1 => a.mul(&b),
         2 => a.div(&b),
@@ -115,6 +115,10 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
             .and_then(|i| i.to_dtype(DType::I32))
             .and_then(|i| a.index_select(d0, &i)),
         39 => Tensor::stack(&[&a, &b], d0),
+        40 => a.tril(d0 as i64).and_then(|t| t.triu(d1 as i64)),
+        41 => a.max_pool2d((u0, u1), (u1, u2), (u2, u0)),
+        42 => a.avg_pool2d((u0, u1), (u1, u2), (u2, u0), u0 % 2 == 0),
+        43 => a.logsumexp(d0, u0 % 2 == 0).and(a.log_softmax(d1)),
         _ => a.min(d0, false),
     };
     if let Ok(t) = out {
