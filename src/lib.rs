@@ -45,6 +45,7 @@ pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::Layout;
 pub use ops::conv::{Conv2dBuilder, Conv2dParams};
+pub use ops::conv_transpose::ConvTranspose2dParams;
 pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
 pub use ops::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 pub use tensor::{MemoryFormat, Tensor};

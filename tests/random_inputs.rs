@@ -69,7 +69,7 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         dilation: (u2, 1),
         groups: u0,
     };
-    let out = match d.below(45) {
+    let out = match d.below(46) {
         0 => a.add(&b),
         1 => a.mul(&b),
         2 => a.div(&b),
@@ -119,6 +119,17 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         41 => a.max_pool2d((u0, u1), (u1, u2), (u2, u0)),
         42 => a.avg_pool2d((u0, u1), (u1, u2), (u2, u0), u0 % 2 == 0),
         43 => a.logsumexp(d0, u0 % 2 == 0).and(a.log_softmax(d1)),
+        44 => a.conv_transpose2d(
+            &b,
+            None,
+            xpu::ConvTranspose2dParams {
+                stride: (u0, u1),
+                padding: (u1, u2),
+                output_padding: (u2, u0),
+                dilation: (u2, 1),
+                groups: u0,
+            },
+        ),
         _ => a.min(d0, false),
     };
     if let Ok(t) = out {

@@ -7,7 +7,7 @@ mod common;
 use common::fixtures::{get, load};
 use common::{assert_close, devices, values};
 use std::collections::HashMap;
-use xpu::{Conv2dParams, DType, Tensor};
+use xpu::{Conv2dParams, ConvTranspose2dParams, DType, Tensor};
 
 type Fixtures = HashMap<String, Tensor>;
 
@@ -354,5 +354,35 @@ fn pooling_and_triangles_match_torch() {
             &m.triu(2).unwrap(),
             want("triu"),
         );
+    }
+}
+
+#[test]
+fn conv_transpose2d_matches_torch() {
+    let fx = fixtures();
+    // (case, stride, padding, output_padding, groups, dilation) as in make_op_fixtures.py.
+    let cases = [
+        ("convt_up2", (2, 2), (1, 1), (1, 1), 1, (1, 1)),
+        ("convt_g2_d2", (3, 3), (2, 0), (1, 2), 2, (1, 2)),
+    ];
+    for device in devices() {
+        for (c, stride, padding, output_padding, groups, dilation) in cases {
+            let on = |name: &str| get(&fx, c, name).to(device).unwrap();
+            let p = ConvTranspose2dParams {
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                groups,
+            };
+            let (w, b) = (on("weight"), on("bias"));
+            for (what, x) in [
+                ("nchw", on("x")),
+                ("channels-last", channels_last(&on("x"))),
+            ] {
+                let y = x.conv_transpose2d(&w, Some(&b), p).unwrap();
+                check(&format!("{c} {what} {device:?}"), &y, get(&fx, c, "out"));
+            }
+        }
     }
 }

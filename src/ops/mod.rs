@@ -5,6 +5,7 @@ pub mod kinds;
 
 pub(crate) mod attention;
 pub mod conv;
+pub mod conv_transpose;
 #[doc(hidden)]
 mod conv_winograd_xpu;
 pub mod conv_xpu;

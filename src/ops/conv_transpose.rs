@@ -1,0 +1,195 @@
+//! [`Tensor::conv_transpose2d`]: PyTorch's `F.conv_transpose2d` (the gradient of `conv2d`
+//! with respect to its input), built on [`Tensor::conv2d`] so both devices and every layout
+//! run it with the convolution engines.
+//!
+//! How: a transposed convolution with stride `s`, padding `p`, dilation `d` and kernel `k` is
+//! a stride-1 convolution of the input with `s - 1` zeros inserted between its elements,
+//! padded by `d·(k-1) - p` on each side (cropped where that is negative) plus `output_padding`
+//! at the end, with the kernel flipped and its in/out channels swapped per group. The zero
+//! insertion wastes `s²` of the multiply-adds of a strided layer; the results are those of
+//! PyTorch's definition (checked against a scatter reference and PyTorch's values).
+//!
+//! Invariants: input `[N, Cin, H, W]`; weight `[Cin, Cout/groups, kh, kw]` (PyTorch's layout)
+//! of the input's dtype and device; `output_padding` smaller than the stride or the dilation
+//! (PyTorch's rule); output `[N, Cout, (H-1)·s - 2p + d·(k-1) + output_padding + 1, ...]`, at
+//! least 1 each way; a channels-last input gives a channels-last output.
+
+use crate::{Conv2dParams, Error, MemoryFormat, Result, Tensor};
+
+/// Stride, padding, output padding, dilation and groups of a transposed convolution,
+/// `(height, width)` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTranspose2dParams {
+    /// Step between input positions in the output (the upsampling factor).
+    pub stride: (usize, usize),
+    /// Rows/columns removed from both sides of the full output.
+    pub padding: (usize, usize),
+    /// Rows/columns added at the end (bottom/right) to pick one of the output sizes a strided
+    /// `conv2d` maps to the same input size.
+    pub output_padding: (usize, usize),
+    /// Step between kernel taps.
+    pub dilation: (usize, usize),
+    /// Channel groups (`Cin` and `Cout` divisible by it).
+    pub groups: usize,
+}
+
+impl Default for ConvTranspose2dParams {
+    fn default() -> Self {
+        ConvTranspose2dParams {
+            stride: (1, 1),
+            padding: (0, 0),
+            output_padding: (0, 0),
+            dilation: (1, 1),
+            groups: 1,
+        }
+    }
+}
+
+/// Pads (positive) or crops (negative) `x` along `dim` by `before` and `after`.
+fn extend(x: &Tensor, dim: usize, before: isize, after: isize) -> Result<Tensor> {
+    let len = x.shape()[dim] as isize;
+    let (cut_front, cut_back) = ((-before).max(0), (-after).max(0));
+    let x = if cut_front > 0 || cut_back > 0 {
+        x.narrow(
+            dim as isize,
+            cut_front as usize,
+            (len - cut_front - cut_back).max(0) as usize,
+        )?
+    } else {
+        x.clone()
+    };
+    let (add_front, add_back) = (before.max(0) as usize, after.max(0) as usize);
+    if add_front == 0 && add_back == 0 {
+        return Ok(x);
+    }
+    // F.pad order: (last_left, last_right, second_last_left, ...), covering dims dim..rank.
+    let mut pads = vec![0; 2 * (x.rank() - dim)];
+    let at = 2 * (x.rank() - 1 - dim);
+    pads[at] = add_front;
+    pads[at + 1] = add_back;
+    x.pad(&pads, 0.0)
+}
+
+/// `x` with `s - 1` zeros between neighbours along dims 2 and 3 (`[N, C, (H-1)·s+1, ...]`).
+fn insert_zeros(x: &Tensor, (sh, sw): (usize, usize)) -> Result<Tensor> {
+    if sh == 1 && sw == 1 {
+        return Ok(x.clone());
+    }
+    let [n, c, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    // [N, C, H, 1, W, 1] -> zeros after each element -> [N, C, H·sh, W·sw] -> trim the tail.
+    let spread = x
+        .reshape(&[n, c, h, 1, w, 1])?
+        .pad(&[0, sw - 1, 0, 0, 0, sh - 1], 0.0)?
+        .reshape(&[n, c, h * sh, w * sw])?;
+    spread
+        .narrow(2, 0, (h - 1) * sh + 1)?
+        .narrow(3, 0, (w - 1) * sw + 1)
+}
+
+impl Tensor {
+    /// The transposed convolution of `self` (`[N, Cin, H, W]`) with `weight`
+    /// (`[Cin, Cout/groups, kh, kw]`) plus an optional `[Cout]` bias: PyTorch's
+    /// `F.conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)`.
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        p: ConvTranspose2dParams,
+    ) -> Result<Tensor> {
+        let op = "conv_transpose2d";
+        self.same_device(weight, op)?;
+        self.same_dtype(weight, op)?;
+        let (&[n, cin, h, w], &[wc, cog, kh, kw]) = (self.shape(), weight.shape()) else {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: "input [N, Cin, H, W] and weight [Cin, Cout/groups, kh, kw]".into(),
+                got: format!("{:?} and {:?}", self.shape(), weight.shape()),
+            });
+        };
+        let g = p.groups;
+        let positive = [
+            p.stride.0,
+            p.stride.1,
+            p.dilation.0,
+            p.dilation.1,
+            g,
+            kh,
+            kw,
+        ];
+        if positive.contains(&0) || wc != cin || !cin.is_multiple_of(g) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "need positive stride, dilation, groups and kernel, and a weight of {cin} \
+                     input channels divisible by groups; got input {:?}, weight {:?}, {p:?}",
+                    self.shape(),
+                    weight.shape()
+                ),
+            ));
+        }
+        let (op_h, op_w) = p.output_padding;
+        if (op_h >= p.stride.0 && op_h >= p.dilation.0)
+            || (op_w >= p.stride.1 && op_w >= p.dilation.1)
+        {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "output_padding {:?} must be smaller than the stride {:?} or the dilation {:?}",
+                    p.output_padding, p.stride, p.dilation
+                ),
+            ));
+        }
+        if n == 0 || h == 0 || w == 0 {
+            return Err(Error::shape(
+                op,
+                "a non-empty input [N, Cin, H, W]",
+                self.shape(),
+            ));
+        }
+        // Sides of the stride-1 convolution: d·(k-1) - p before, plus output_padding after.
+        let side = |d: usize, k: usize, pad: usize| (d * (k - 1)) as isize - pad as isize;
+        let (top, left) = (
+            side(p.dilation.0, kh, p.padding.0),
+            side(p.dilation.1, kw, p.padding.1),
+        );
+        let out = |len: usize, s: usize, d: usize, k: usize, edge: isize, extra: usize| {
+            ((len - 1) * s + 1) as isize + 2 * edge + extra as isize - (d * (k - 1)) as isize
+        };
+        let out_h = out(h, p.stride.0, p.dilation.0, kh, top, op_h);
+        let out_w = out(w, p.stride.1, p.dilation.1, kw, left, op_w);
+        if out_h < 1 || out_w < 1 {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: "an output of at least 1x1".into(),
+                got: format!("input {:?} gives {out_h}x{out_w} with {p:?}", self.shape()),
+            });
+        }
+        let x = insert_zeros(self, p.stride)?;
+        let x = extend(&x, 2, top, top + op_h as isize)?;
+        let x = extend(&x, 3, left, left + op_w as isize)?;
+        // [Cin, Cout/g, kh, kw] -> per group [Cout/g, Cin/g], flipped in space.
+        let w = weight
+            .reshape(&[g, cin / g, cog, kh, kw])?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape(&[g * cog, cin / g, kh, kw])?;
+        let rev = |k: usize| {
+            let idx: Vec<i32> = (0..k as i32).rev().collect();
+            Tensor::from_vec(idx, &[k], self.device())
+        };
+        let w = w.index_select(2, &rev(kh)?)?.index_select(3, &rev(kw)?)?;
+        let conv = Conv2dParams {
+            stride: (1, 1),
+            padding: (0, 0),
+            dilation: p.dilation,
+            groups: g,
+        };
+        let y = x.conv2d(&w, bias, conv)?;
+        // Zero insertion may have gathered a channels-last input into NCHW: keep the format.
+        if self.memory_format() == MemoryFormat::ChannelsLast {
+            y.to_memory_format(MemoryFormat::ChannelsLast)
+        } else {
+            Ok(y)
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! `conv_transpose2d` against a scatter reference in f64 (PyTorch's definition: every input
+//! element adds its weighted kernel into the output at `y·s - p + ky·d`), on every device and
+//! float dtype, NCHW and channels-last, with strides, paddings that crop, output padding,
+//! dilation, groups and bias; and its errors. PyTorch's values: tests/torch_parity.rs.
+
+mod common;
+
+use common::{assert_close, devices, eps, values, FLOATS};
+use xpu::{ConvTranspose2dParams, DType, Device, MemoryFormat, Tensor};
+
+/// (N, Cin, H, W, Cout, kernel, params).
+type Case = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    (usize, usize),
+    ConvTranspose2dParams,
+);
+
+fn params(
+    stride: (usize, usize),
+    padding: (usize, usize),
+    output_padding: (usize, usize),
+    dilation: (usize, usize),
+    groups: usize,
+) -> ConvTranspose2dParams {
+    ConvTranspose2dParams {
+        stride,
+        padding,
+        output_padding,
+        dilation,
+        groups,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        (
+            1,
+            1,
+            1,
+            1,
+            1,
+            (1, 1),
+            params((1, 1), (0, 0), (0, 0), (1, 1), 1),
+        ),
+        (
+            2,
+            3,
+            5,
+            4,
+            4,
+            (3, 3),
+            params((2, 2), (1, 1), (1, 1), (1, 1), 1),
+        ),
+        (
+            1,
+            4,
+            3,
+            5,
+            6,
+            (3, 2),
+            params((3, 1), (2, 0), (2, 0), (1, 1), 2),
+        ),
+        (
+            1,
+            2,
+            8,
+            7,
+            3,
+            (3, 3),
+            params((1, 1), (5, 5), (0, 0), (2, 2), 1),
+        ),
+        (
+            2,
+            5,
+            7,
+            3,
+            7,
+            (4, 4),
+            params((2, 3), (1, 2), (1, 2), (1, 1), 1),
+        ),
+    ]
+}
+
+/// The f64 scatter reference over contiguous values.
+fn reference(x: &[f64], w: &[f64], b: &[f64], case: &Case) -> (Vec<f64>, [usize; 4]) {
+    let &(n, cin, h, wd, cout, (kh, kw), p) = case;
+    let out_h =
+        (h - 1) * p.stride.0 + p.dilation.0 * (kh - 1) + p.output_padding.0 + 1 - 2 * p.padding.0;
+    let out_w =
+        (wd - 1) * p.stride.1 + p.dilation.1 * (kw - 1) + p.output_padding.1 + 1 - 2 * p.padding.1;
+    let (cin_g, cout_g) = (cin / p.groups, cout / p.groups);
+    let mut out = vec![0.0; n * cout * out_h * out_w];
+    for b_ in 0..n {
+        for o in 0..cout {
+            for i in 0..out_h * out_w {
+                out[(b_ * cout + o) * out_h * out_w + i] = b[o];
+            }
+        }
+        for c in 0..cin {
+            let g = c / cin_g;
+            for y in 0..h {
+                for x_ in 0..wd {
+                    let v = x[((b_ * cin + c) * h + y) * wd + x_];
+                    for o in 0..cout_g {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let oy = (y * p.stride.0 + ky * p.dilation.0) as isize
+                                    - p.padding.0 as isize;
+                                let ox = (x_ * p.stride.1 + kx * p.dilation.1) as isize
+                                    - p.padding.1 as isize;
+                                if oy < 0 || ox < 0 || oy >= out_h as isize || ox >= out_w as isize
+                                {
+                                    continue;
+                                }
+                                let wv = w[((c * cout_g + o) * kh + ky) * kw + kx];
+                                let oc = g * cout_g + o;
+                                out[((b_ * cout + oc) * out_h + oy as usize) * out_w
+                                    + ox as usize] += v * wv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (out, [n, cout, out_h, out_w])
+}
+
+#[test]
+fn conv_transpose2d_matches_a_scatter_reference() {
+    for device in devices() {
+        for dtype in FLOATS {
+            for (i, case) in cases().iter().enumerate() {
+                let &(n, cin, h, w, cout, (kh, kw), p) = case;
+                let make = |shape: &[usize], seed: u64| {
+                    Tensor::randn(shape, DType::F32, Device::Cpu, seed)
+                        .and_then(|t| t.to_dtype(dtype))
+                        .unwrap()
+                };
+                let x = make(&[n, cin, h, w], 10 + i as u64);
+                let wt = make(&[cin, cout / p.groups, kh, kw], 20 + i as u64);
+                let b = make(&[cout], 30 + i as u64);
+                let (want, shape) = reference(&values(&x), &values(&wt), &values(&b), case);
+                let (xd, wd, bd) = (
+                    x.to(device).unwrap(),
+                    wt.to(device).unwrap(),
+                    b.to(device).unwrap(),
+                );
+                let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                let taps = (cin / p.groups * kh * kw) as f64;
+                let tol = 4.0 * eps(dtype) * scale * taps.sqrt();
+                for format in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
+                    let what = format!("{device:?} {dtype} {format:?} case {i}");
+                    let input = xd.to_memory_format(format).unwrap();
+                    let got = input.conv_transpose2d(&wd, Some(&bd), p).unwrap();
+                    assert_eq!(got.shape(), shape, "{what}");
+                    // (A 1-channel or 1-pixel tensor is both formats at once.)
+                    if shape[1] > 1 && shape[2] * shape[3] > 1 {
+                        assert_eq!(got.memory_format(), format, "{what}");
+                    }
+                    assert_close(&what, &values(&got), &want, tol, 0.0);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_transposed_convolutions_are_errors() {
+    for device in devices() {
+        let x = Tensor::zeros(&[1, 4, 3, 3], DType::F32, device).unwrap();
+        let w = Tensor::zeros(&[4, 2, 3, 3], DType::F32, device).unwrap();
+        let text = |p: ConvTranspose2dParams, w: &Tensor| {
+            x.conv_transpose2d(w, None, p)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = text(params((2, 2), (0, 0), (2, 0), (1, 1), 1), &w);
+        assert!(e.contains("output_padding"), "{device:?}: {e}");
+        let e = text(params((0, 1), (0, 0), (0, 0), (1, 1), 1), &w);
+        assert!(e.contains("positive"), "{device:?}: {e}");
+        assert!(
+            !text(params((1, 1), (0, 0), (0, 0), (1, 1), 3), &w).is_empty(),
+            "{device:?} groups"
+        );
+        let w5 = Tensor::zeros(&[5, 2, 3, 3], DType::F32, device).unwrap();
+        assert!(
+            !text(ConvTranspose2dParams::default(), &w5).is_empty(),
+            "{device:?} Cin"
+        );
+        let e = text(params((1, 1), (3, 3), (0, 0), (1, 1), 1), &w);
+        assert!(e.contains("at least 1x1"), "{device:?}: {e}");
+        let empty = Tensor::zeros(&[1, 4, 0, 3], DType::F32, device).unwrap();
+        let e = empty.conv_transpose2d(&w, None, ConvTranspose2dParams::default());
+        assert!(e.is_err(), "{device:?} empty input");
+        let flat = Tensor::zeros(&[4, 3, 3], DType::F32, device).unwrap();
+        assert!(flat
+            .conv_transpose2d(&w, None, ConvTranspose2dParams::default())
+            .is_err());
+    }
+}
