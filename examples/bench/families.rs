@@ -20,7 +20,11 @@ pub(super) fn elementwise(
         let y = Tensor::randn(&[n], dtype, device, 2)?;
         let bias = Tensor::randn(&[1024], dtype, device, 3)?;
         let x2 = x.reshape(&[n / 1024, 1024])?;
+        let mask = x.gt(&y)?;
+        let ids = Tensor::arange(0.0, (n / 1024) as f64, 1.0, DType::I32, device)?;
         let b = dtype.size_in_bytes() as f64 * n as f64;
+        // u8 results and masks: one byte per element.
+        let m = n as f64;
         let cases: Vec<(&str, f64, Op)> = vec![
             ("exp", 2.0 * b, Box::new(|| x.exp())),
             ("gelu", 2.0 * b, Box::new(|| x.gelu())),
@@ -28,6 +32,17 @@ pub(super) fn elementwise(
             ("add_bias_broadcast", 2.0 * b, Box::new(|| x2.add(&bias))),
             ("affine", 2.0 * b, Box::new(|| x.affine(2.0, 1.0))),
             ("transpose_copy", 2.0 * b, Box::new(|| x2.t()?.contiguous())),
+            ("gt", 2.0 * b + m, Box::new(|| x.gt(&y))),
+            (
+                "where_cond",
+                3.0 * b + m,
+                Box::new(|| mask.where_cond(&x, &y)),
+            ),
+            (
+                "index_select_rows",
+                2.0 * b,
+                Box::new(|| x2.index_select(0, &ids)),
+            ),
         ];
         for (name, bytes, f) in cases {
             let ms = time(device, o.quick, f)?;

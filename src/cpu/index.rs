@@ -3,6 +3,7 @@
 //! Invariants: the indices are checked here too (each in `0..size of dim`), so a storage-level
 //! call can never read out of bounds; values are copied bit for bit; the output is contiguous.
 
+use super::parallel;
 use super::storage::CpuStorage;
 use super::strided::{check_layout, contiguous_cow};
 use crate::layout::Layout;
@@ -25,14 +26,23 @@ where
     if inner == 0 {
         return Ok(out);
     }
-    for (row, dst) in out.chunks_exact_mut(inner).enumerate() {
-        let (o, k) = (row / idx.len(), row % idx.len());
-        let start = (o * size + idx[k]) * inner;
-        match x.get(start..start + inner) {
-            Some(s) => dst.copy_from_slice(s),
-            None => return Err(Error::invalid("index_select", "source row out of range")),
-        }
+    if x.len() != outer * size * inner || idx.iter().any(|&i| i >= size) {
+        return Err(Error::invalid(
+            "index_select",
+            "an index outside the source",
+        ));
     }
+    // Chunks of whole rows, split over threads for large outputs.
+    parallel::for_each_chunk(&mut out, inner, inner, |start, chunk| {
+        for (j, dst) in chunk.chunks_exact_mut(inner).enumerate() {
+            let row = start / inner + j;
+            let (o, k) = (row / idx.len(), row % idx.len());
+            let from = (o * size + idx[k]) * inner;
+            if let Some(s) = x.get(from..from + inner) {
+                dst.copy_from_slice(s);
+            }
+        }
+    });
     Ok(out)
 }
 
