@@ -211,3 +211,16 @@ fn stack_joins_along_a_new_dim() {
         assert!(Tensor::stack(&[], 0).is_err());
     }
 }
+
+#[test]
+fn large_selections_split_over_threads_pick_the_right_rows() {
+    // 3000 rows of 64: above the Cpu's threading threshold, so rows are copied in chunks.
+    for device in devices() {
+        let src = source(&[2, 500, 64], DType::F32, device);
+        let idx: Vec<i32> = (0..1500).map(|i| i * 7 % 500).collect();
+        let ix = Tensor::from_vec(idx.clone(), &[idx.len()], device).unwrap();
+        let got = src.index_select(1, &ix).unwrap();
+        let want = reference(&values(&src), &[2, 500, 64], 1, &idx);
+        assert_eq!(values(&got), want, "{device:?}");
+    }
+}

@@ -443,3 +443,33 @@ fn tril_and_triu_keep_their_triangle_on_every_device_and_dtype() {
         }
     }
 }
+
+#[test]
+fn large_selections_split_over_threads_stay_aligned() {
+    // 300 x 301 elements: above the Cpu's threading threshold, so chunks start mid-tensor.
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16, DType::U8] {
+            let shape = [300, 301];
+            let (m, t, f) = (
+                make(&shape, DType::U8, 81, false, device),
+                make(&shape, dtype, 82, false, device),
+                make(&shape, dtype, 83, true, device),
+            );
+            let got = m.where_cond(&t, &f).unwrap();
+            let mb = bits(&make(&shape, DType::U8, 81, false, Device::Cpu), &shape);
+            let tb = bits(&make(&shape, dtype, 82, false, Device::Cpu), &shape);
+            let fb = bits(&make(&shape, dtype, 83, true, Device::Cpu), &shape);
+            let want: Vec<u32> = (0..mb.len())
+                .map(|i| if mb[i] != 0 { tb[i] } else { fb[i] })
+                .collect();
+            assert_eq!(bits(&got, &shape), want, "{device:?} {dtype}");
+            let lt = t.lt(&f).unwrap();
+            let (x, y) = (
+                wide(&t.to(Device::Cpu).unwrap(), &shape),
+                wide(&f.to(Device::Cpu).unwrap(), &shape),
+            );
+            let want: Vec<u32> = x.iter().zip(&y).map(|(p, q)| u32::from(p < q)).collect();
+            assert_eq!(bits(&lt, &shape), want, "{device:?} {dtype} lt");
+        }
+    }
+}
