@@ -21,6 +21,7 @@ pub(super) fn elementwise(
         let bias = Tensor::randn(&[1024], dtype, device, 3)?;
         let x2 = x.reshape(&[n / 1024, 1024])?;
         let mask = x.gt(&y)?;
+        let planes = x.reshape(&[1, n / 4096, 64, 64])?;
         let ids = Tensor::arange(0.0, (n / 1024) as f64, 1.0, DType::I32, device)?;
         let b = dtype.size_in_bytes() as f64 * n as f64;
         // u8 results and masks: one byte per element.
@@ -42,6 +43,17 @@ pub(super) fn elementwise(
                 "index_select_rows",
                 2.0 * b,
                 Box::new(|| x2.index_select(0, &ids)),
+            ),
+            // 3x3 windows, stride 2: every element read, a quarter written.
+            (
+                "max_pool2d_3x3_s2",
+                1.25 * b,
+                Box::new(|| planes.max_pool2d((3, 3), (2, 2), (1, 1))),
+            ),
+            (
+                "avg_pool2d_2x2_s2",
+                1.25 * b,
+                Box::new(|| planes.avg_pool2d((2, 2), (2, 2), (0, 0), true)),
             ),
         ];
         for (name, bytes, f) in cases {

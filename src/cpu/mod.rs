@@ -23,6 +23,7 @@ pub mod matmul;
 mod norm;
 mod parallel;
 pub(crate) mod pool;
+pub(crate) mod pool2d;
 pub(crate) mod prepack;
 mod reduce;
 mod select;

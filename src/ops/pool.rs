@@ -1,10 +1,11 @@
 //! 2-D pooling: [`Tensor::max_pool2d`] and [`Tensor::avg_pool2d`] (PyTorch's `F.max_pool2d` /
 //! `F.avg_pool2d` without `ceil_mode` and dilation).
 //!
-//! How: the (padded) input is viewed as windows `[N, C, OH, OW, kh, kw]` through strides (no
-//! copy: overlapping windows share elements) and reduced over the two window dims, so both
-//! devices run it with their reduction kernels and any input layout (NCHW, channels-last,
-//! views) is read in place.
+//! How: on the Xpu the (padded) input is viewed as windows `[N, C, OH, OW, kh, kw]` through
+//! strides (no copy: overlapping windows share elements) and reduced over the two window dims
+//! by the reduction kernels, any input layout read in place. On the Cpu that view reduced rows
+//! of 2–3 elements at ~1% of the memory bandwidth, so a direct kernel (`cpu::pool2d`) pools
+//! NCHW f32 planes instead (contiguous f32 input read in place, anything else gathered once).
 //!
 //! Invariants: inputs are `[N, C, H, W]` or `[C, H, W]` of a float dtype; kernel and stride are
 //! positive, padding at most half the kernel (PyTorch's rule), and at least one window fits:
@@ -13,8 +14,11 @@
 //! `kh·kw` (`count_include_pad`) or by the window's count of real elements, rounding once to
 //! the input's dtype. A channels-last input gives a channels-last output, as in PyTorch.
 
+use crate::cpu::pool2d::{pool2d, PoolGeom, PoolKind};
+use crate::cpu::CpuStorage;
 use crate::layout::Layout;
-use crate::{DType, Error, MemoryFormat, Result, Tensor};
+use crate::storage::Storage;
+use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
 
 /// Window geometry of one pooling call.
 struct Windows {
@@ -91,6 +95,32 @@ impl Windows {
         x.with_layout(Layout::from_parts(shape, strides, l.offset()))
     }
 
+    /// The pooled `[N, C, OH, OW]` of a Cpu `x` in its dtype, by the direct kernel.
+    fn on_cpu(&self, x: &Tensor, kind: PoolKind) -> Result<Tensor> {
+        let s = x.shape();
+        // Contiguous f32 is read in place; anything else is gathered to that once.
+        let dense = if x.dtype() == DType::F32 && x.is_contiguous() {
+            x.clone()
+        } else {
+            x.to_dtype(DType::F32)?.contiguous()?
+        };
+        let (off, n) = (dense.layout().offset(), dense.numel());
+        let values = match dense.storage() {
+            Storage::Cpu(CpuStorage::F32(v)) => v.get(off..off + n),
+            _ => None,
+        }
+        .ok_or_else(|| Error::invalid("pool2d", "expected contiguous f32 data on the Cpu"))?;
+        let geom = PoolGeom {
+            kernel: self.kernel,
+            stride: self.stride,
+            padding: self.padding,
+            out: self.out,
+        };
+        let out = pool2d(values, (s[2], s[3]), geom, kind);
+        Tensor::from_vec(out, &[s[0], s[1], self.out.0, self.out.1], Device::Cpu)?
+            .to_dtype(x.dtype())
+    }
+
     /// `x` padded on H and W with `value` (unchanged without padding).
     fn pad(&self, x: &Tensor, value: f64) -> Result<Tensor> {
         let (ph, pw) = self.padding;
@@ -144,6 +174,9 @@ impl Tensor {
         let op = "max_pool2d";
         let x = batched(op, self)?;
         let w = Windows::new(op, x.shape(), kernel, stride, padding)?;
+        if x.device() == Device::Cpu {
+            return finish(self, w.on_cpu(&x, PoolKind::Max)?);
+        }
         let windows = w.view(&w.pad(&x, f64::NEG_INFINITY)?);
         finish(self, windows.max(-1, false)?.max(-1, false)?)
     }
@@ -161,6 +194,9 @@ impl Tensor {
         let op = "avg_pool2d";
         let x = batched(op, self)?;
         let w = Windows::new(op, x.shape(), kernel, stride, padding)?;
+        if x.device() == Device::Cpu {
+            return finish(self, w.on_cpu(&x, PoolKind::Avg(count_include_pad))?);
+        }
         let wide = x.to_dtype(DType::F32)?;
         let sums = w.view(&w.pad(&wide, 0.0)?).sum(-1, false)?.sum(-1, false)?;
         let mean = if count_include_pad || padding == (0, 0) {
