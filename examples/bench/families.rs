@@ -236,6 +236,26 @@ pub(super) fn conv(
                 peak_flops,
             ));
         }
+        // A 2x upsampling transposed convolution (kernel 4, stride 2, padding 1) of the same
+        // input: counted as its useful multiply-adds, 2·N·C·O·16·H·W (the zero-spread input
+        // makes the engine do 4x that).
+        let wt = Tensor::randn(&[c, c, 4, 4], dtype, device, 5)?.mul_scalar(0.02)?;
+        let pt = xpu::ConvTranspose2dParams {
+            stride: (2, 2),
+            padding: (1, 1),
+            ..Default::default()
+        };
+        let ms = time(device, o.quick, || xcl.conv_transpose2d(&wt, None, pt))?;
+        rows.push(Row::flops(
+            "conv_transpose2d_4x4_s2",
+            "channels_last",
+            device,
+            dtype,
+            vec![2, c, hw, hw],
+            ms,
+            2.0 * (2 * c * c * 16 * hw * hw) as f64,
+            peak_flops,
+        ));
     }
     Ok(())
 }
