@@ -43,11 +43,22 @@ impl Tensor {
                 ),
             ));
         }
+        self.index_select_in_range(d, indices)
+    }
+
+    /// [`Tensor::index_select`] along the resolved `dim` with 1-D `i32` `indices` on `self`'s
+    /// device that the caller built in range (e.g. a flip): no read-back to check them, so no
+    /// wait on the Xpu. The Cpu kernel still refuses an index out of range.
+    pub(crate) fn index_select_in_range(&self, dim: usize, indices: &Tensor) -> Result<Tensor> {
         let mut shape = self.shape().to_vec();
-        shape[d] = idx.len();
-        let s =
-            self.storage()
-                .index_select(self.layout(), d, (indices.storage(), indices.layout()))?;
+        if let Some(s) = shape.get_mut(dim) {
+            *s = indices.numel();
+        }
+        let s = self.storage().index_select(
+            self.layout(),
+            dim,
+            (indices.storage(), indices.layout()),
+        )?;
         Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
     }
 
