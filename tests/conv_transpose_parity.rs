@@ -195,6 +195,11 @@ fn bad_transposed_convolutions_are_errors() {
         );
         let e = text(params((1, 1), (3, 3), (0, 0), (1, 1), 1), &w);
         assert!(e.contains("at least 1x1"), "{device:?}: {e}");
+        let huge = usize::MAX / 3;
+        let e = text(params((huge, 1), (0, 0), (0, 0), (1, 1), 1), &w);
+        assert!(e.contains("out of range"), "{device:?}: {e}");
+        let e = text(params((1, 1), (huge, 0), (0, 0), (huge, 1), 1), &w);
+        assert!(!e.is_empty(), "{device:?}: {e}");
         let empty = Tensor::zeros(&[1, 4, 0, 3], DType::F32, device).unwrap();
         let e = empty.conv_transpose2d(&w, None, ConvTranspose2dParams::default());
         assert!(e.is_err(), "{device:?} empty input");

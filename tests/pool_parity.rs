@@ -159,6 +159,15 @@ fn bad_pooling_arguments_are_errors() {
             x.max_pool2d((7, 1), (1, 1), (0, 0)).is_err(),
             "{device:?} window larger than input"
         );
+        let huge = usize::MAX / 2;
+        assert!(
+            x.max_pool2d((usize::MAX, 2), (1, 1), (huge, 0)).is_err(),
+            "{device:?}"
+        );
+        assert!(
+            x.avg_pool2d((2, 2), (usize::MAX, 1), (1, 1), true).is_ok(),
+            "{device:?}"
+        );
         let flat = Tensor::zeros(&[5, 5], DType::F32, device).unwrap();
         assert!(
             flat.max_pool2d((2, 2), (2, 2), (0, 0)).is_err(),

@@ -146,17 +146,33 @@ impl Tensor {
                 self.shape(),
             ));
         }
-        // Sides of the stride-1 convolution: d·(k-1) - p before, plus output_padding after.
-        let side = |d: usize, k: usize, pad: usize| (d * (k - 1)) as isize - pad as isize;
+        // Sizes in i128 (no overflow for any usize arguments), then checked back into isize:
+        // sides of the stride-1 convolution are d·(k-1) - p before, plus output_padding after;
+        // the zero-spread input is (len-1)·s + 1 long.
+        let wide = |v: usize| v as i128;
+        let side = |d: usize, k: usize, pad: usize| wide(d) * (wide(k) - 1) - wide(pad);
+        let spread = |len: usize, s: usize| (wide(len) - 1) * wide(s) + 1;
         let (top, left) = (
             side(p.dilation.0, kh, p.padding.0),
             side(p.dilation.1, kw, p.padding.1),
         );
-        let out = |len: usize, s: usize, d: usize, k: usize, edge: isize, extra: usize| {
-            ((len - 1) * s + 1) as isize + 2 * edge + extra as isize - (d * (k - 1)) as isize
-        };
-        let out_h = out(h, p.stride.0, p.dilation.0, kh, top, op_h);
-        let out_w = out(w, p.stride.1, p.dilation.1, kw, left, op_w);
+        let out_h = spread(h, p.stride.0) + 2 * top + wide(op_h) - (top + wide(p.padding.0));
+        let out_w = spread(w, p.stride.1) + 2 * left + wide(op_w) - (left + wide(p.padding.1));
+        let fits = |v: i128| isize::try_from(v).is_ok() && v.unsigned_abs() < (1u128 << 40);
+        let sizes = [
+            top,
+            left,
+            spread(h, p.stride.0),
+            spread(w, p.stride.1),
+            out_h,
+            out_w,
+        ];
+        if !sizes.into_iter().all(fits) {
+            return Err(Error::invalid(
+                op,
+                format!("sizes out of range for input {:?} with {p:?}", self.shape()),
+            ));
+        }
         if out_h < 1 || out_w < 1 {
             return Err(Error::ShapeMismatch {
                 op,
@@ -164,6 +180,7 @@ impl Tensor {
                 got: format!("input {:?} gives {out_h}x{out_w} with {p:?}", self.shape()),
             });
         }
+        let (top, left) = (top as isize, left as isize);
         let x = insert_zeros(self, p.stride)?;
         let x = extend(&x, 2, top, top + op_h as isize)?;
         let x = extend(&x, 3, left, left + op_w as isize)?;

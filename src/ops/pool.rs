@@ -45,13 +45,20 @@ impl Windows {
                 ),
             ));
         }
-        if 2 * padding.0 > kernel.0 || 2 * padding.1 > kernel.1 {
+        if padding.0 > kernel.0 / 2 || padding.1 > kernel.1 / 2 {
             return Err(Error::invalid(
                 op,
                 format!("padding {padding:?} exceeds half the kernel {kernel:?}"),
             ));
         }
-        let (ph, pw) = (h + 2 * padding.0, w + 2 * padding.1);
+        // padding <= kernel / 2, so these overflow only for kernels near usize::MAX.
+        let grow = |len: usize, pad: usize| len.checked_add(pad).and_then(|v| v.checked_add(pad));
+        let (Some(ph), Some(pw)) = (grow(h, padding.0), grow(w, padding.1)) else {
+            return Err(Error::invalid(
+                op,
+                format!("padding {padding:?} is out of range"),
+            ));
+        };
         if ph < kernel.0 || pw < kernel.1 {
             return Err(Error::ShapeMismatch {
                 op,
@@ -87,8 +94,10 @@ impl Windows {
         let strides = vec![
             s[0],
             s[1],
-            s[2] * self.stride.0,
-            s[3] * self.stride.1,
+            // Saturating: a stride that overflows here only occurs with one window per axis,
+            // whose index (0) never multiplies it.
+            s[2].saturating_mul(self.stride.0),
+            s[3].saturating_mul(self.stride.1),
             s[2],
             s[3],
         ];
