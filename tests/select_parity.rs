@@ -121,6 +121,15 @@ fn bits(t: &Tensor, shape: &[usize]) -> Vec<u32> {
     }
 }
 
+/// The reference of `where_cond`: `on_true` bits where the mask bits are nonzero, else
+/// `on_false` bits.
+fn picked(mask: &[u32], on_true: &[u32], on_false: &[u32]) -> Vec<u32> {
+    mask.iter()
+        .zip(on_true.iter().zip(on_false))
+        .map(|(&m, (&t, &f))| if m != 0 { t } else { f })
+        .collect()
+}
+
 /// Values as f64 after materialising `shape`'s broadcast (exact for every dtype).
 fn wide(t: &Tensor, shape: &[usize]) -> Vec<f64> {
     common::values(&t.broadcast_to(shape).unwrap().contiguous().unwrap())
@@ -254,9 +263,7 @@ fn where_cond_copies_the_picked_bits_on_every_device_and_dtype() {
                 );
                 let tb = bits(&make(st, dtype, seed + 2, view == 1, Device::Cpu), &shape);
                 let fb = bits(&make(sf, dtype, seed + 3, view == 2, Device::Cpu), &shape);
-                let want: Vec<u32> = (0..mb.len())
-                    .map(|i| if mb[i] != 0 { tb[i] } else { fb[i] })
-                    .collect();
+                let want = picked(&mb, &tb, &fb);
                 assert_eq!(bits(&got, &shape), want, "{what}");
             }
         }
@@ -350,9 +357,7 @@ fn views_with_storage_offsets_are_read_in_place() {
             assert_eq!(bits(&got, &shape), want, "{what} le");
             let got = dm.where_cond(da, db).unwrap();
             let (mb, ab, bb) = (bits(&m, &shape), bits(&a, &shape), bits(&b, &shape));
-            let want: Vec<u32> = (0..mb.len())
-                .map(|i| if mb[i] != 0 { ab[i] } else { bb[i] })
-                .collect();
+            let want = picked(&mb, &ab, &bb);
             assert_eq!(bits(&got, &shape), want, "{what} where_cond");
         }
     }
@@ -459,9 +464,7 @@ fn large_selections_split_over_threads_stay_aligned() {
             let mb = bits(&make(&shape, DType::U8, 81, false, Device::Cpu), &shape);
             let tb = bits(&make(&shape, dtype, 82, false, Device::Cpu), &shape);
             let fb = bits(&make(&shape, dtype, 83, true, Device::Cpu), &shape);
-            let want: Vec<u32> = (0..mb.len())
-                .map(|i| if mb[i] != 0 { tb[i] } else { fb[i] })
-                .collect();
+            let want = picked(&mb, &tb, &fb);
             assert_eq!(bits(&got, &shape), want, "{device:?} {dtype}");
             let lt = t.lt(&f).unwrap();
             let (x, y) = (
