@@ -103,14 +103,58 @@ impl Rows {
         }
     }
 
-    /// Storage offset of the first element of row `row`.
-    pub fn base(&self, mut row: usize) -> usize {
-        let mut off = self.offset;
-        for (&d, &s) in self.outer_shape.iter().zip(&self.outer_strides).rev() {
-            off += (row % d) * s;
+    /// A cursor at row `row` whose [`RowCursor::advance`] steps to the next row with additions
+    /// only (the divisions of locating a row are paid once per cursor, not once per row: a
+    /// permute with short rows spent most of its copy time dividing).
+    pub fn cursor(&self, mut row: usize) -> RowCursor<'_> {
+        let mut index = vec![0; self.outer_shape.len()];
+        let mut base = self.offset;
+        for ((&d, &s), i) in self
+            .outer_shape
+            .iter()
+            .zip(&self.outer_strides)
+            .zip(index.iter_mut())
+            .rev()
+        {
+            *i = row % d;
+            base += *i * s;
             row /= d;
         }
-        off
+        RowCursor {
+            rows: self,
+            index,
+            base,
+        }
+    }
+}
+
+/// A position among the rows of a [`Rows`]: the outer multi-index and its storage offset.
+pub(crate) struct RowCursor<'a> {
+    rows: &'a Rows,
+    index: Vec<usize>,
+    /// Storage offset of the current row's first element.
+    pub base: usize,
+}
+
+impl RowCursor<'_> {
+    /// Moves to the next row (odometer order; past the last row it wraps to the first).
+    pub fn advance(&mut self) {
+        let rows = self.rows;
+        for ((i, &d), &s) in self
+            .index
+            .iter_mut()
+            .zip(&rows.outer_shape)
+            .zip(&rows.outer_strides)
+            .rev()
+        {
+            *i += 1;
+            self.base += s;
+            if *i < d {
+                return;
+            }
+            *i = 0;
+            self.base -= d * s;
+        }
     }
 }
 
@@ -167,8 +211,10 @@ fn gather_into<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mut [T])
         return;
     }
     parallel::for_each_chunk(dst, len, len, |start, chunk| {
-        for (r, out) in chunk.chunks_mut(len).enumerate() {
-            let base = rows.base(start / len + r);
+        let mut cursor = rows.cursor(start / len);
+        for out in chunk.chunks_mut(len) {
+            let base = cursor.base;
+            cursor.advance();
             if rows.stride == 1 {
                 if let Some(s) = src.get(base..base + out.len()) {
                     out.copy_from_slice(s);
