@@ -82,6 +82,36 @@ fn cases() -> Vec<Case> {
             (4, 4),
             params((2, 3), (1, 2), (1, 2), (1, 1), 1),
         ),
+        // Kernel smaller than the stride (phases without taps: bias only), and a padding that
+        // crops more than a stride.
+        (
+            1,
+            3,
+            4,
+            3,
+            2,
+            (1, 2),
+            params((3, 3), (0, 1), (2, 0), (1, 1), 1),
+        ),
+        (
+            1,
+            2,
+            6,
+            5,
+            4,
+            (5, 4),
+            params((2, 2), (3, 2), (1, 0), (1, 1), 2),
+        ),
+        // Dilation with a stride (the zero-spread form).
+        (
+            1,
+            2,
+            3,
+            4,
+            2,
+            (2, 3),
+            params((2, 2), (1, 0), (1, 0), (2, 1), 1),
+        ),
     ]
 }
 
@@ -153,14 +183,25 @@ fn conv_transpose2d_matches_a_scatter_reference() {
                 let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
                 let taps = (cin / p.groups * kh * kw) as f64;
                 let tol = 4.0 * eps(dtype) * scale * taps.sqrt();
-                for format in [MemoryFormat::Contiguous, MemoryFormat::ChannelsLast] {
-                    let what = format!("{device:?} {dtype} {format:?} case {i}");
-                    let input = xd.to_memory_format(format).unwrap();
+                // NCHW, channels-last, and a view with H and W swapped in memory (contiguous
+                // output, like PyTorch for a non-dense input).
+                let swapped = xd.transpose(2, 3).unwrap().contiguous().unwrap();
+                let inputs = [
+                    (xd.clone(), MemoryFormat::Contiguous),
+                    (
+                        xd.to_memory_format(MemoryFormat::ChannelsLast).unwrap(),
+                        MemoryFormat::ChannelsLast,
+                    ),
+                    (swapped.transpose(2, 3).unwrap(), MemoryFormat::Contiguous),
+                ];
+                for (k, (input, format)) in inputs.iter().enumerate() {
+                    let what = format!("{device:?} {dtype} input {k} case {i}");
                     let got = input.conv_transpose2d(&wd, Some(&bd), p).unwrap();
                     assert_eq!(got.shape(), shape, "{what}");
                     // (A 1-channel or 1-pixel tensor is both formats at once.)
                     if shape[1] > 1 && shape[2] * shape[3] > 1 {
-                        assert_eq!(got.memory_format(), format, "{what}");
+                        assert_eq!(got.memory_format(), *format, "{what}");
+                        assert!(got.is_contiguous_for(*format), "{what}");
                     }
                     assert_close(&what, &values(&got), &want, tol, 0.0);
                 }
@@ -203,6 +244,14 @@ fn bad_transposed_convolutions_are_errors() {
         let empty = Tensor::zeros(&[1, 4, 0, 3], DType::F32, device).unwrap();
         let e = empty.conv_transpose2d(&w, None, ConvTranspose2dParams::default());
         assert!(e.is_err(), "{device:?} empty input");
+        let x2 = Tensor::zeros(&[1, 4, 3, 3], DType::F32, device).unwrap();
+        let b = Tensor::zeros(&[3], DType::F32, device).unwrap();
+        let e = x2
+            .conv_transpose2d(&w, Some(&b), params((2, 2), (0, 0), (0, 0), (1, 1), 1))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("bias of shape [2]"), "{device:?}: {e}");
         let flat = Tensor::zeros(&[4, 3, 3], DType::F32, device).unwrap();
         assert!(flat
             .conv_transpose2d(&w, None, ConvTranspose2dParams::default())

@@ -2,18 +2,31 @@
 //! with respect to its input), built on [`Tensor::conv2d`] so both devices and every layout
 //! run it with the convolution engines.
 //!
-//! How: a transposed convolution with stride `s`, padding `p`, dilation `d` and kernel `k` is
-//! a stride-1 convolution of the input with `s - 1` zeros inserted between its elements,
-//! padded by `d·(k-1) - p` on each side (cropped where that is negative) plus `output_padding`
-//! at the end, with the kernel flipped and its in/out channels swapped per group. The zero
-//! insertion wastes `s²` of the multiply-adds of a strided layer; the results are those of
-//! PyTorch's definition (checked against a scatter reference and PyTorch's values).
+//! How, with dilation 1 (the common case: upsampling layers): a sub-pixel split. Output row
+//! `y` receives input row `x` through tap `j` where `y + p = x·s + j`; writing `y + p = q·s + r`
+//! (phase `r < s`), only taps `j = r + t·s` reach it, from rows `x = q - t`. So each phase is a
+//! stride-1 convolution of the input with the sub-kernel `w[r + t·s]` (flipped in `t`, padded
+//! with zero taps to `T = ceil(k/s)`), and all `s_h·s_w` phases are one convolution whose
+//! output channels are `[group, phase_h, phase_w, Cout/groups]`; interleaving them (`y + p`
+//! is row `q·s + r`) and cropping `p` gives the output. The engines do the useful
+//! multiply-adds only (plus the zero taps when `s` does not divide `k`, and `ceil(p/s)` rows
+//! computed then cropped). The phases are computed channels-last whatever the input's format,
+//! so the interleave copies runs of `Cout/groups` contiguous values (an NCHW interleave moves
+//! single elements); the output is then laid out in the input's format.
+//!
+//! With dilation > 1 the phases mix (`j·d` modulo `s`), and the general form is used: a
+//! stride-1 convolution of the input with `s - 1` zeros inserted between its elements, padded
+//! by `d·(k-1) - p` on each side (cropped where that is negative) plus `output_padding` at
+//! the end, with the kernel flipped and its in/out channels swapped per group; the zero
+//! insertion wastes `s²` of the multiply-adds. Both give PyTorch's definition (checked against
+//! a scatter reference and PyTorch's values).
 //!
 //! Invariants: input `[N, Cin, H, W]`; weight `[Cin, Cout/groups, kh, kw]` (PyTorch's layout)
 //! of the input's dtype and device; `output_padding` smaller than the stride or the dilation
 //! (PyTorch's rule); output `[N, Cout, (H-1)·s - 2p + d·(k-1) + output_padding + 1, ...]`, at
 //! least 1 each way; a channels-last input gives a channels-last output.
 
+use crate::tensor::{NCHW_FROM_NHWC, NHWC};
 use crate::{Conv2dParams, Error, MemoryFormat, Result, Tensor};
 
 /// Stride, padding, output padding, dilation and groups of a transposed convolution,
@@ -127,6 +140,17 @@ impl Tensor {
                 ),
             ));
         }
+        if let Some(b) = bias {
+            self.same_device(b, op)?;
+            self.same_dtype(b, op)?;
+            if b.shape() != [g * cog] {
+                return Err(Error::shape(
+                    op,
+                    format!("a bias of shape [{}]", g * cog),
+                    b.shape(),
+                ));
+            }
+        }
         let (op_h, op_w) = p.output_padding;
         if (op_h >= p.stride.0 && op_h >= p.dilation.0)
             || (op_w >= p.stride.1 && op_w >= p.dilation.1)
@@ -180,37 +204,125 @@ impl Tensor {
                 got: format!("input {:?} gives {out_h}x{out_w} with {p:?}", self.shape()),
             });
         }
-        let (top, left) = (top as isize, left as isize);
-        let x = insert_zeros(self, p.stride)?;
-        let x = extend(&x, 2, top, top + op_h as isize)?;
-        let x = extend(&x, 3, left, left + op_w as isize)?;
-        // [Cin, Cout/g, kh, kw] -> per group [Cout/g, Cin/g], flipped in space.
-        let w = weight
-            .reshape(&[g, cin / g, cog, kh, kw])?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape(&[g * cog, cin / g, kh, kw])?;
-        let rev = |k: usize| {
-            let idx: Vec<i32> = (0..k as i32).rev().collect();
-            Tensor::from_vec(idx, &[k], self.device())
-        };
-        // The reversed indices are in range by construction: no read-back (an Xpu wait) to
-        // check them.
-        let w = w
-            .index_select_in_range(2, &rev(kh)?)?
-            .index_select_in_range(3, &rev(kw)?)?;
-        let conv = Conv2dParams {
-            stride: (1, 1),
-            padding: (0, 0),
-            dilation: p.dilation,
-            groups: g,
-        };
-        let y = x.conv2d(&w, bias, conv)?;
-        // Zero insertion may have gathered a channels-last input into NCHW: keep the format.
-        if self.memory_format() == MemoryFormat::ChannelsLast {
-            y.to_memory_format(MemoryFormat::ChannelsLast)
+        let y = if p.dilation == (1, 1) {
+            sub_pixel(self, weight, bias, p, (out_h as usize, out_w as usize))?
         } else {
-            Ok(y)
-        }
+            zero_spread(self, weight, bias, p, (top as isize, left as isize))?
+        };
+        // The interleaving (or the zero insertion) may have gathered a channels-last input
+        // into NCHW: keep the input's format.
+        y.to_memory_format(self.memory_format())
     }
+}
+
+/// The sub-pixel form (dilation 1; module docs): one stride-1 convolution computing every
+/// output phase, then the phases interleaved and `padding` cropped into `[N, Cout, out_h,
+/// out_w]` (a strided view; the caller lays it out).
+fn sub_pixel(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    p: ConvTranspose2dParams,
+    (out_h, out_w): (usize, usize),
+) -> Result<Tensor> {
+    let (n, cin, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
+    let (cog, kh, kw) = (weight.shape()[1], weight.shape()[2], weight.shape()[3]);
+    let (g, (sh, sw)) = (p.groups, p.stride);
+    // Taps per phase, and output rows per phase: q covers y + p in [0, Q·s).
+    let (th, tw) = (kh.div_ceil(sh), kw.div_ceil(sw));
+    let (qh, qw) = (
+        (p.padding.0 + out_h).div_ceil(sh),
+        (p.padding.1 + out_w).div_ceil(sw),
+    );
+    // [Cin, Cout/g, kh, kw] padded to T·s taps (tap j = t·s + r) ->
+    // [g, sh, sw, Cout/g, Cin/g, Th, Tw], flipped in t.
+    let sub = weight
+        .pad(&[0, tw * sw - kw, 0, th * sh - kh], 0.0)?
+        .reshape(&[g, cin / g, cog, th, sh, tw, sw])?
+        .permute(&[0, 4, 6, 2, 1, 3, 5])?
+        .contiguous()?
+        .reshape(&[g * sh * sw * cog, cin / g, th, tw])?;
+    let sub = flip_spatial(&sub)?;
+    let phases = sh * sw;
+    let bias = match bias {
+        Some(b) if phases > 1 => Some(
+            b.reshape(&[g, 1, cog])?
+                .broadcast_to(&[g, phases, cog])?
+                .contiguous()?
+                .reshape(&[g * phases * cog])?,
+        ),
+        other => other.cloned(),
+    };
+    // Output q reads input rows q - (T-1) ..= q: T-1 rows before, Q - H after (a crop when
+    // negative; Q >= 1 keeps at least one row).
+    let as_i = |v: usize| v as isize;
+    let xp = extend(x, 2, as_i(th) - 1, as_i(qh) - as_i(h))?;
+    let xp = extend(&xp, 3, as_i(tw) - 1, as_i(qw) - as_i(w))?;
+    let conv = Conv2dParams {
+        stride: (1, 1),
+        padding: (0, 0),
+        dilation: (1, 1),
+        groups: g,
+    };
+    // Channels-last phases interleave with runs of Cout/g contiguous channels (NCHW ones
+    // would move single elements); the caller lays the result out in the input's format.
+    let phased =
+        xp.to_memory_format(MemoryFormat::ChannelsLast)?
+            .conv2d(&sub, bias.as_ref(), conv)?;
+    // NHWC [N, Qh, Qw, g, sh, sw, Cout/g] -> [N, Qh, sh, Qw, sw, g, Cout/g]: rows q·s + r = y + p.
+    phased
+        .permute(&NHWC)?
+        .reshape(&[n, qh, qw, g, sh, sw, cog])?
+        .permute(&[0, 1, 4, 2, 5, 3, 6])?
+        .reshape(&[n, qh * sh, qw * sw, g * cog])?
+        .narrow(1, p.padding.0, out_h)?
+        .narrow(2, p.padding.1, out_w)?
+        .permute(&NCHW_FROM_NHWC)
+}
+
+/// The zero-spread form (any dilation; module docs), `(top, left)` the sides `d·(k-1) - p`.
+fn zero_spread(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    p: ConvTranspose2dParams,
+    (top, left): (isize, isize),
+) -> Result<Tensor> {
+    let (cin, cog, kh, kw) = (
+        weight.shape()[0],
+        weight.shape()[1],
+        weight.shape()[2],
+        weight.shape()[3],
+    );
+    let g = p.groups;
+    let (op_h, op_w) = p.output_padding;
+    let x = insert_zeros(x, p.stride)?;
+    let x = extend(&x, 2, top, top + op_h as isize)?;
+    let x = extend(&x, 3, left, left + op_w as isize)?;
+    // [Cin, Cout/g, kh, kw] -> per group [Cout/g, Cin/g], flipped in space.
+    let w = weight
+        .reshape(&[g, cin / g, cog, kh, kw])?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape(&[g * cog, cin / g, kh, kw])?;
+    let conv = Conv2dParams {
+        stride: (1, 1),
+        padding: (0, 0),
+        dilation: p.dilation,
+        groups: g,
+    };
+    x.conv2d(&flip_spatial(&w)?, bias, conv)
+}
+
+/// `w` (`[A, B, kh, kw]`) reversed along both spatial dims: one gather over the flattened
+/// `kh·kw` taps (reversing them reverses both).
+fn flip_spatial(w: &Tensor) -> Result<Tensor> {
+    let shape = w.shape().to_vec();
+    let taps = shape[2] * shape[3];
+    let idx: Vec<i32> = (0..taps as i32).rev().collect();
+    let idx = Tensor::from_vec(idx, &[taps], w.device())?;
+    // The reversed indices are in range by construction: no read-back (an Xpu wait) to check.
+    w.reshape(&[shape[0], shape[1], taps])?
+        .index_select_in_range(2, &idx)?
+        .reshape(&shape)
 }

@@ -9,13 +9,8 @@
 //! does): they run on its dense `[N, H, W, C]` view, so the copy they make is NHWC-ordered and
 //! the channels of a pixel stay one contiguous run; other inputs give contiguous outputs.
 
+use crate::tensor::{NCHW_FROM_NHWC, NHWC};
 use crate::{DType, Error, MemoryFormat, Result, Tensor};
-
-/// NCHW dims in channels-last memory order (N, H, W, C).
-const NHWC: [usize; 4] = [0, 2, 3, 1];
-/// The inverse permutation: an NHWC view back to `[N, C, H, W]`; also, entry `d` is the NHWC
-/// position of NCHW dim `d`.
-const NCHW_FROM_NHWC: [usize; 4] = [0, 3, 1, 2];
 
 impl Tensor {
     /// Repeats every element `factor` times along `dim` (a broadcast view, then one copy).

@@ -27,9 +27,10 @@ pub enum MemoryFormat {
 }
 
 /// NCHW dims in channels-last memory order (N, H, W, C).
-const NHWC: [usize; 4] = [0, 2, 3, 1];
-/// The inverse permutation: an NHWC view back to `[N, C, H, W]`.
-const NCHW_FROM_NHWC: [usize; 4] = [0, 3, 1, 2];
+pub(crate) const NHWC: [usize; 4] = [0, 2, 3, 1];
+/// The inverse permutation: an NHWC view back to `[N, C, H, W]`; also, entry `d` is the NHWC
+/// position of NCHW dim `d`.
+pub(crate) const NCHW_FROM_NHWC: [usize; 4] = [0, 3, 1, 2];
 
 /// PyTorch's `is_channels_last_strides_2d_s4`: strides ordered C < W < H < N (size-1 dims
 /// may take any stride), with the ambiguous cases resolved to NCHW.

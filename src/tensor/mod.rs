@@ -11,6 +11,7 @@ mod random;
 mod views;
 
 pub use format::MemoryFormat;
+pub(crate) use format::{NCHW_FROM_NHWC, NHWC};
 
 use std::sync::Arc;
 
