@@ -237,8 +237,8 @@ pub(super) fn conv(
             ));
         }
         // A 2x upsampling transposed convolution (kernel 4, stride 2, padding 1) of the same
-        // input: counted as its useful multiply-adds, 2·N·C·O·16·H·W (the zero-spread input
-        // makes the engine do 4x that).
+        // input: counted as its useful multiply-adds, 2·N·C·O·16·H·W (the sub-pixel split
+        // does those plus ~3% of rows cropped afterwards).
         let wt = Tensor::randn(&[c, c, 4, 4], dtype, device, 5)?.mul_scalar(0.02)?;
         let pt = xpu::ConvTranspose2dParams {
             stride: (2, 2),
