@@ -299,7 +299,7 @@ fn unsupported_config_values_name_their_key() {
     let cases = [
         ("dual_cross_attention", json!(true)),
         ("class_embed_type", json!("timestep")),
-        ("addition_embed_type", json!("text_time")),
+        ("addition_embed_type", json!("text_image")),
         ("num_class_embeds", json!(10)),
         ("encoder_hid_dim", json!(768)),
         ("encoder_hid_dim_type", json!("text_proj")),
@@ -390,6 +390,45 @@ fn diffusers_sd_configs_parse_to_the_presets() {
         "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
         "use_linear_projection": true, "upcast_attention": true}"#;
     assert_eq!(UNetConfig::from_json_str(sd21).unwrap(), UNetConfig::sd21());
+    // stabilityai/stable-diffusion-xl-base-1.0 unet/config.json (`upcast_attention: null`).
+    let sdxl = r#"{"_class_name": "UNet2DConditionModel", "_diffusers_version": "0.19.0.dev0",
+        "act_fn": "silu", "addition_embed_type": "text_time", "addition_embed_type_num_heads": 64,
+        "addition_time_embed_dim": 256, "attention_head_dim": [5, 10, 20],
+        "block_out_channels": [320, 640, 1280], "center_input_sample": false,
+        "class_embed_type": null, "class_embeddings_concat": false, "conv_in_kernel": 3,
+        "conv_out_kernel": 3, "cross_attention_dim": 2048, "cross_attention_norm": null,
+        "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+        "downsample_padding": 1, "dual_cross_attention": false, "encoder_hid_dim": null,
+        "encoder_hid_dim_type": null, "flip_sin_to_cos": true, "freq_shift": 0, "in_channels": 4,
+        "layers_per_block": 2, "mid_block_only_cross_attention": null, "mid_block_scale_factor": 1,
+        "mid_block_type": "UNetMidBlock2DCrossAttn", "norm_eps": 1e-05, "norm_num_groups": 32,
+        "num_attention_heads": null, "num_class_embeds": null, "only_cross_attention": false,
+        "out_channels": 4, "projection_class_embeddings_input_dim": 2816,
+        "resnet_out_scale_factor": 1.0, "resnet_skip_time_act": false,
+        "resnet_time_scale_shift": "default", "sample_size": 128, "time_cond_proj_dim": null,
+        "time_embedding_act_fn": null, "time_embedding_dim": null,
+        "time_embedding_type": "positional", "timestep_post_act": null,
+        "transformer_layers_per_block": [1, 2, 10],
+        "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+        "upcast_attention": null, "use_linear_projection": true}"#;
+    assert_eq!(UNetConfig::from_json_str(sdxl).unwrap(), UNetConfig::sdxl());
+    // text_time without its sizes, and other added-embedding kinds: errors naming the key.
+    let text_time_only = r#"{"addition_embed_type": "text_time", "addition_time_embed_dim": 8}"#;
+    let e = UNetConfig::from_json_str(text_time_only)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("projection_class_embeddings_input_dim"), "{e}");
+    let e = UNetConfig::from_json_str(r#"{"addition_embed_type": "text_image"}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("addition_embed_type") && e.contains("text_time"),
+        "{e}"
+    );
+    let tiny_ids = r#"{"addition_embed_type": "text_time", "addition_time_embed_dim": 1,
+        "projection_class_embeddings_input_dim": 8}"#;
+    let e = UNetConfig::from_json_str(tiny_ids).unwrap_err().to_string();
+    assert!(e.contains("addition_time_embed_dim"), "{e}");
     // The fixtures' configs (every key diffusers 0.42 writes).
     let c = config();
     assert_eq!(c.heads(0), 8);

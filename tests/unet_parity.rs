@@ -1,5 +1,5 @@
 //! UNet2DConditionModel against diffusers: whole-model and block-level outputs recorded by
-//! tests/fixtures/make_unet_fixtures.py for an SD 1.x-shaped and an SD 2.x-shaped tiny config,
+//! tests/fixtures/make_unet_fixtures.py for SD 1.x-, SD 2.x- and SDXL-shaped tiny configs,
 //! on Cpu and Xpu, in f32 (max abs error <= 1e-3 of the output's largest magnitude) and
 //! f16/bf16 (<= 3e-2); plus device/dtype moves, seeded random models and flat Xpu memory.
 
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use common::{devices, values, xpu};
-use xpu::nn::{UNet2DConditionModel, UNetConfig, WeightStore};
+use xpu::nn::{AddedCond, UNet2DConditionModel, UNetConfig, WeightStore};
 use xpu::{DType, Device, Tensor};
 
 /// Serialises the tests of this file: the memory test reads the process-wide Xpu allocator.
@@ -81,17 +81,28 @@ fn load(name: &str, dtype: DType, device: Device) -> UNet2DConditionModel {
     UNet2DConditionModel::from_pretrained(fixture_dir(name), dtype, device).unwrap()
 }
 
+/// The fixture's SDXL added conditions (`text_embeds`, `time_ids`), if it has them.
+fn added(io: &Io, dtype: DType, device: Device) -> Option<AddedCond> {
+    io.has("text_embeds").then(|| AddedCond {
+        text_embeds: io.get("text_embeds", dtype, device),
+        time_ids: io.get("time_ids", DType::F32, device),
+    })
+}
+
 /// The whole model on `device` in `dtype` against diffusers' f32 output.
 fn check_model(name: &str, device: Device, dtype: DType) {
     let io = Io::open(name);
     let unet = load(name, dtype, device);
-    let y = unet
-        .forward(
-            &io.get("sample", dtype, device),
-            &io.get("timestep", dtype, device),
-            &io.get("encoder_hidden_states", dtype, device),
-        )
-        .unwrap();
+    let (sample, t, ehs) = (
+        io.get("sample", dtype, device),
+        io.get("timestep", dtype, device),
+        io.get("encoder_hidden_states", dtype, device),
+    );
+    let y = match added(&io, dtype, device) {
+        Some(a) => unet.forward_with_added_cond(&sample, &t, &ehs, &a),
+        None => unet.forward(&sample, &t, &ehs),
+    }
+    .unwrap();
     assert_eq!(y.dtype(), dtype);
     assert_eq!(y.device(), device);
     let what = format!("{name} {device} {dtype}");
@@ -173,6 +184,10 @@ fn check_blocks(name: &str, device: Device) {
         &io.f32("time_embedding.out"),
         tol,
     );
+    let full = unet
+        .embed(&get("timestep"), b, added(&io, dt, device).as_ref())
+        .unwrap();
+    assert_rel(&tag("emb"), &full, &io.f32("temb"), tol);
     let temb = get("temb");
 
     let mut checked = 0;
@@ -267,6 +282,77 @@ fn sd2_blocks_match_diffusers() {
 }
 
 #[test]
+fn sdxl_model_matches_diffusers() {
+    let _g = lock();
+    for device in devices() {
+        for dtype in dtypes(device, DType::F16) {
+            check_model("sdxl", device, dtype);
+        }
+    }
+}
+
+#[test]
+fn sdxl_blocks_match_diffusers() {
+    let _g = lock();
+    for device in devices() {
+        check_blocks("sdxl", device);
+    }
+}
+
+/// A `text_time` model refuses to run without its added conditions or with mis-sized ones, and
+/// a plain model refuses them: errors that say what was expected.
+#[test]
+fn added_conditions_are_checked() {
+    let _g = lock();
+    let (dt, cpu) = (DType::F32, Device::Cpu);
+    let io = Io::open("sdxl");
+    let xl = load("sdxl", dt, cpu);
+    let (sample, t, ehs) = (
+        io.f32("sample"),
+        io.get("timestep", dt, cpu),
+        io.f32("encoder_hidden_states"),
+    );
+    let err = |r: xpu::Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let e = err(xl.forward(&sample, &t, &ehs));
+    assert!(e.contains("text_embeds") && e.contains("text_time"), "{e}");
+    let good = added(&io, dt, cpu).unwrap();
+    let zeros = |shape: &[usize]| Tensor::zeros(shape, dt, cpu).unwrap();
+    let bad_sizes = [
+        // text width 11 + 6 ids × 8 != 60
+        (zeros(&[2, 11]), good.time_ids.clone()),
+        // five ids
+        (good.text_embeds.clone(), zeros(&[2, 5])),
+        // batch 1
+        (zeros(&[1, 12]), good.time_ids.clone()),
+        // flat ids
+        (good.text_embeds.clone(), zeros(&[12])),
+    ];
+    for (text_embeds, time_ids) in bad_sizes {
+        let a = AddedCond {
+            text_embeds,
+            time_ids,
+        };
+        let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &a));
+        assert!(e.contains("text_embeds [2, D]"), "{e}");
+    }
+    let f16_text = AddedCond {
+        text_embeds: good.text_embeds.to_dtype(DType::F16).unwrap(),
+        time_ids: good.time_ids.clone(),
+    };
+    let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &f16_text));
+    assert!(e.contains("text_embeds"), "{e}");
+    let sd1 = load("sd1", dt, cpu);
+    let io1 = Io::open("sd1");
+    let e = err(sd1.forward_with_added_cond(
+        &io1.f32("sample"),
+        &io1.get("timestep", dt, cpu),
+        &io1.f32("encoder_hidden_states"),
+        &good,
+    ));
+    assert!(e.contains("addition_embed_type is null"), "{e}");
+}
+
+#[test]
 fn to_device_and_to_dtype_keep_the_model() {
     let _g = lock();
     if !xpu() {
@@ -342,6 +428,23 @@ fn sd15_architecture_has_diffusers_parameters() {
         let names: std::collections::HashSet<_> = shapes.iter().map(|(n, _)| n).collect();
         assert_eq!(names.len(), shapes.len(), "duplicate parameter names");
     }
+    // SDXL base: per-level transformer depths and the text_time add_embedding.
+    let shapes = UNet2DConditionModel::parameter_shapes(&UNetConfig::sdxl()).unwrap();
+    assert_eq!(shapes.len(), 1680);
+    let total: usize = shapes
+        .iter()
+        .map(|(_, s)| s.iter().product::<usize>())
+        .sum();
+    assert_eq!(total, 2_567_463_684);
+    let find = |n: &str| shapes.iter().find(|(k, _)| k == n).map(|(_, s)| s.clone());
+    assert_eq!(
+        find("add_embedding.linear_1.weight"),
+        Some(vec![1280, 2816])
+    );
+    assert_eq!(
+        find("down_blocks.2.attentions.1.transformer_blocks.9.attn2.to_k.weight"),
+        Some(vec![1280, 2048])
+    );
     let shapes = UNet2DConditionModel::parameter_shapes(&UNetConfig::sd15()).unwrap();
     let find = |n: &str| shapes.iter().find(|(k, _)| k == n).map(|(_, s)| s.clone());
     assert_eq!(

@@ -1,7 +1,8 @@
 //! Stable Diffusion UNet on `xpu`: a diffusers `UNet2DConditionModel` on the Xpu or the Cpu.
 //!
 //! Parity mode (`--inputs FILE --output FILE`): one forward on `sample`, `timestep` and
-//! `encoder_hidden_states` from a safetensors file, `out_sample` written to `--output`.
+//! `encoder_hidden_states` (and, for SDXL-style `text_time` models, `text_embeds` and
+//! `time_ids`) from a safetensors file, `out_sample` written to `--output`.
 //! Run mode (no `--inputs`): a denoising loop (DDIM or Euler discrete, classifier-free guidance
 //! with batch 2) from seeded noise and seeded stand-in text embeddings; prints seconds per step,
 //! the median, the device and peak memory, and writes the final latents (safetensors) plus a
@@ -18,7 +19,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use xpu::nn::{UNet2DConditionModel, UNetConfig};
+use xpu::nn::{AddedCond, TextTimeEmbed, UNet2DConditionModel, UNetConfig};
 use xpu::schedulers::{DdimScheduler, EulerDiscreteScheduler, Scheduler, SchedulerConfig};
 use xpu::{DType, Device, Tensor};
 
@@ -69,7 +70,8 @@ struct Args {
     /// Compute dtype of weights and activations.
     #[arg(long, value_enum, default_value = "f32")]
     dtype: DTypeArg,
-    /// Parity mode: safetensors with `sample`, `timestep`, `encoder_hidden_states`.
+    /// Parity mode: safetensors with `sample`, `timestep`, `encoder_hidden_states` (plus
+    /// `text_embeds` and `time_ids` for SDXL-style models).
     #[arg(long)]
     inputs: Option<PathBuf>,
     /// Where to write `out_sample` (parity mode) or the final `latents` (run mode; a PNG preview
@@ -230,10 +232,20 @@ fn parity(
     let sample = get("sample")?.to_dtype(dtype)?.to(device)?;
     let timestep = get("timestep")?.to_dtype(DType::F32)?.to(device)?;
     let context = get("encoder_hidden_states")?.to_dtype(dtype)?.to(device)?;
+    // SDXL-style models (`text_time`) also take `text_embeds` and `time_ids`.
+    let added = match unet.config().addition_embed {
+        Some(_) => Some(AddedCond {
+            text_embeds: get("text_embeds")?.to_dtype(dtype)?.to(device)?,
+            time_ids: get("time_ids")?.to_dtype(DType::F32)?.to(device)?,
+        }),
+        None => None,
+    };
     let t = Instant::now();
-    let out = unet
-        .forward(&sample, &timestep, &context)?
-        .to_dtype(DType::F32)?;
+    let out = match &added {
+        Some(a) => unet.forward_with_added_cond(&sample, &timestep, &context, a)?,
+        None => unet.forward(&sample, &timestep, &context)?,
+    }
+    .to_dtype(DType::F32)?;
     let out = out.to(Device::Cpu)?;
     eprintln!(
         "forward {:?} in {:.2} s",
@@ -241,6 +253,42 @@ fn parity(
         t.elapsed().as_secs_f64()
     );
     io::write_tensors(output, &[("out_sample", &out)])
+}
+
+/// Stand-ins for SDXL's added conditions of a `height`×`width` image, batch 2: seeded pooled
+/// text embeddings and the pipeline's six time ids (original size, crop origin (0, 0),
+/// target size), the layout of SDXL base (`projection_class_embeddings_input_dim` =
+/// text width + 6 × `addition_time_embed_dim`).
+fn sdxl_conditions(
+    a: TextTimeEmbed,
+    height: usize,
+    width: usize,
+    dtype: DType,
+    device: Device,
+    seed: u64,
+) -> xpu::Result<AddedCond> {
+    let text_dim = a
+        .input_dim
+        .checked_sub(6 * a.time_embed_dim)
+        .filter(|&d| d > 0)
+        .ok_or_else(|| {
+            xpu::Error::invalid(
+                "sd_unet",
+                format!(
+                    "run mode builds SDXL's six time ids, but projection_class_embeddings_input_dim \
+                     {} leaves no room for a text embedding beside 6 × {}: use --inputs with \
+                     text_embeds and time_ids",
+                    a.input_dim, a.time_embed_dim
+                ),
+            )
+        })?;
+    let (h, w) = (height as f32, width as f32);
+    let ids = [h, w, 0.0, 0.0, h, w];
+    let time_ids = Tensor::from_vec([ids, ids].concat(), &[2, 6], device)?;
+    Ok(AddedCond {
+        text_embeds: Tensor::randn(&[2, text_dim], dtype, device, seed ^ 0x5d1)?,
+        time_ids,
+    })
 }
 
 fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<()> {
@@ -256,6 +304,10 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     let context_dim = config.cross_attention_dim.first().copied().unwrap_or(768);
     // Stand-ins for CLIP's [uncond, cond] text embeddings (77 tokens).
     let context = Tensor::randn(&[2, 77, context_dim], dtype, device, args.seed ^ 0x7e47)?;
+    let added = match config.addition_embed {
+        Some(a) => Some(sdxl_conditions(a, height, width, dtype, device, args.seed)?),
+        None => None,
+    };
     let mut latents = Tensor::randn(&[1, channels, lh, lw], DType::F32, device, args.seed)?
         .mul_scalar(scheduler.init_noise_sigma())?;
     eprintln!(
@@ -276,9 +328,11 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
         let scaled = scheduler.scale_model_input(&latents, i)?;
         let input = Tensor::cat(&[&scaled, &scaled], 0)?.to_dtype(dtype)?;
         let timestep = Tensor::full(t, &[2], DType::F32, device)?;
-        let noise = unet
-            .forward(&input, &timestep, &context)?
-            .to_dtype(DType::F32)?;
+        let noise = match &added {
+            Some(a) => unet.forward_with_added_cond(&input, &timestep, &context, a)?,
+            None => unet.forward(&input, &timestep, &context)?,
+        }
+        .to_dtype(DType::F32)?;
         let halves = noise.chunk(2, 0)?;
         let guided = halves[0].add(&halves[1].sub(&halves[0])?.mul_scalar(args.guidance)?)?;
         latents = scheduler.step(&guided, i, &latents)?;
@@ -371,5 +425,33 @@ fn peak_memory(device: Device) -> String {
             .map_or("unknown".into(), |kb| {
                 format!("{} (process peak RSS)", mib(kb * 1024))
             }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdxl_conditions_follow_the_base_layout() {
+        let a = TextTimeEmbed {
+            time_embed_dim: 256,
+            input_dim: 2816,
+        };
+        let c = sdxl_conditions(a, 1024, 768, DType::F32, Device::Cpu, 1).unwrap();
+        assert_eq!(c.text_embeds.shape(), [2, 1280]);
+        let ids: Vec<f32> = c.time_ids.to_vec().unwrap();
+        assert_eq!(&ids[..6], [1024.0, 768.0, 0.0, 0.0, 1024.0, 768.0]);
+        assert_eq!(ids[..6], ids[6..]);
+        // No room for a text embedding beside six ids: an error that says what to do.
+        let small = TextTimeEmbed {
+            time_embed_dim: 8,
+            input_dim: 48,
+        };
+        let e = sdxl_conditions(small, 64, 64, DType::F32, Device::Cpu, 1)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("--inputs"), "{e}");
     }
 }

@@ -44,7 +44,20 @@ pub enum ActFn {
     Relu,
 }
 
-/// The architecture of a diffusers `UNet2DConditionModel` (SD 1.x / 2.x family). Per-level lists
+/// SDXL's `addition_embed_type: "text_time"`: pooled text embeddings and "time ids" (image
+/// sizes and crop offsets), each id projected sinusoidally, concatenated and embedded by
+/// `add_embedding` (a `TimestepEmbedding` with SiLU), added to the time embedding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextTimeEmbed {
+    /// `addition_time_embed_dim`: the sinusoid width of each time id.
+    pub time_embed_dim: usize,
+    /// `projection_class_embeddings_input_dim`: `add_embedding`'s input width, the text
+    /// embedding's width plus `time_embed_dim` per time id.
+    pub input_dim: usize,
+}
+
+/// The architecture of a diffusers `UNet2DConditionModel` (SD 1.x / 2.x family and SDXL's
+/// layout). Per-level lists
 /// are already expanded to one entry per down block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UNetConfig {
@@ -100,6 +113,8 @@ pub struct UNetConfig {
     pub conv_out_kernel: usize,
     /// `sample_size` (informational: the latent size the model was trained at).
     pub sample_size: Option<usize>,
+    /// `addition_embed_type: "text_time"` (SDXL) with its sizes; `None` for SD 1.x/2.x.
+    pub addition_embed: Option<TextTimeEmbed>,
 }
 
 /// Most levels (down blocks) a config may have.
@@ -158,6 +173,7 @@ impl UNetConfig {
             conv_in_kernel: 3,
             conv_out_kernel: 3,
             sample_size: Some(64),
+            addition_embed: None,
         }
     }
 
@@ -170,6 +186,32 @@ impl UNetConfig {
             use_linear_projection: true,
             upcast_attention: true,
             sample_size: Some(96),
+            ..UNetConfig::sd15()
+        }
+    }
+
+    /// diffusers' Stable Diffusion XL base UNet (`stabilityai/stable-diffusion-xl-base-1.0/unet`):
+    /// three levels (the first without attention), transformer depths `[1, 2, 10]`, heads
+    /// `[5, 10, 20]`, a 2048-wide text encoder, and the `text_time` added embedding (a 1280-wide
+    /// pooled text embedding and six time ids of 256 each).
+    pub fn sdxl() -> UNetConfig {
+        use DownBlockType::*;
+        use UpBlockType::*;
+        UNetConfig {
+            down_block_types: vec![DownBlock2D, CrossAttnDownBlock2D, CrossAttnDownBlock2D],
+            up_block_types: vec![CrossAttnUpBlock2D, CrossAttnUpBlock2D, UpBlock2D],
+            only_cross_attention: vec![false; 3],
+            block_out_channels: vec![320, 640, 1280],
+            layers_per_block: vec![2; 3],
+            cross_attention_dim: vec![2048; 3],
+            transformer_layers_per_block: vec![1, 2, 10],
+            attention_head_dim: vec![5, 10, 20],
+            use_linear_projection: true,
+            sample_size: Some(128),
+            addition_embed: Some(TextTimeEmbed {
+                time_embed_dim: 256,
+                input_dim: 2816,
+            }),
             ..UNetConfig::sd15()
         }
     }
@@ -303,6 +345,18 @@ impl UNetConfig {
         ] {
             if k > MAX_KERNEL {
                 return Err(cfg_err(key, format!("{k} is larger than {MAX_KERNEL}")));
+            }
+        }
+        if let Some(a) = self.addition_embed {
+            if a.time_embed_dim < 2 || a.input_dim == 0 {
+                return Err(cfg_err(
+                    "addition_time_embed_dim",
+                    format!(
+                        "text_time needs addition_time_embed_dim >= 2 and \
+                         projection_class_embeddings_input_dim > 0, got {} and {}",
+                        a.time_embed_dim, a.input_dim
+                    ),
+                ));
             }
         }
         if self.time_embedding_dim == Some(0) {

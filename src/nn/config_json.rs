@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::nn::config::{cfg_err, ActFn, DownBlockType, UNetConfig, UpBlockType};
+use crate::nn::config::{cfg_err, ActFn, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType};
 use crate::{Error, Result};
 
 fn as_usize(key: &str, v: &Value) -> Result<usize> {
@@ -110,6 +110,7 @@ impl UNetConfig {
         let mut lists: Vec<(&str, Vec<usize>, bool)> = Vec::new();
         let mut only_cross: (Vec<bool>, bool) = (vec![false], true);
         let mut mid_only_cross: Option<bool> = None;
+        let (mut text_time, mut time_dim, mut input_dim) = (false, None, None);
         for (key, v) in map {
             let k = key.as_str();
             match k {
@@ -193,7 +194,31 @@ impl UNetConfig {
                 }
                 "norm_eps" => c.norm_eps = as_f64(k, v)?,
                 "use_linear_projection" => c.use_linear_projection = as_bool(k, v)?,
-                "upcast_attention" => c.upcast_attention = as_bool(k, v)?,
+                // diffusers tests it for truth: SDXL's config writes null.
+                "upcast_attention" => c.upcast_attention = !v.is_null() && as_bool(k, v)?,
+                "addition_embed_type" => {
+                    text_time = match v {
+                        Value::Null => false,
+                        Value::String(s) if s == "text_time" => true,
+                        _ => {
+                            return Err(cfg_err(
+                                k,
+                                format!("value {v} is not supported; supported: \"text_time\" (SDXL) or null"),
+                            ))
+                        }
+                    }
+                }
+                "addition_time_embed_dim" | "projection_class_embeddings_input_dim" => {
+                    let dim = match v {
+                        Value::Null => None,
+                        _ => Some(as_usize(k, v)?),
+                    };
+                    if k == "addition_time_embed_dim" {
+                        time_dim = dim;
+                    } else {
+                        input_dim = dim;
+                    }
+                }
                 "dual_cross_attention" => require(k, v, v == &Value::Bool(false), "false")?,
                 "time_embedding_dim" => {
                     c.time_embedding_dim = match v {
@@ -211,7 +236,7 @@ impl UNetConfig {
                     as_f64(k, v)?;
                 }
                 "addition_embed_type_num_heads" => {
-                    // used only by addition_embed_type "text", which must be null here.
+                    // used only by addition_embed_type "text", which is refused.
                     as_usize(k, v)?;
                 }
                 "resnet_time_scale_shift" => require(k, v, v == "default", "\"default\"")?,
@@ -223,13 +248,10 @@ impl UNetConfig {
                 "encoder_hid_dim"
                 | "encoder_hid_dim_type"
                 | "class_embed_type"
-                | "addition_embed_type"
-                | "addition_time_embed_dim"
                 | "num_class_embeds"
                 | "time_embedding_act_fn"
                 | "timestep_post_act"
                 | "time_cond_proj_dim"
-                | "projection_class_embeddings_input_dim"
                 | "cross_attention_norm"
                 | "reverse_transformer_layers_per_block" => require(k, v, v.is_null(), "null")?,
                 _ => {
@@ -239,6 +261,18 @@ impl UNetConfig {
                     ))
                 }
             }
+        }
+        // The two sizes only matter with "text_time" (diffusers ignores them otherwise).
+        if text_time {
+            let need = |key: &str, dim: Option<usize>| {
+                dim.ok_or_else(|| {
+                    cfg_err(key, "must be set when addition_embed_type is \"text_time\"")
+                })
+            };
+            c.addition_embed = Some(TextTimeEmbed {
+                time_embed_dim: need("addition_time_embed_dim", time_dim)?,
+                input_dim: need("projection_class_embeddings_input_dim", input_dim)?,
+            });
         }
         let n = c.down_block_types.len();
         c.only_cross_attention = per_level("only_cross_attention", only_cross.0, only_cross.1, n)?;

@@ -20,10 +20,10 @@ pub use linear::Linear;
 pub use qkv::FusedQkv;
 
 pub use attention::Attention;
-pub use config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
+pub use config::{ActFn, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType};
 pub use feedforward::FeedForward;
 pub use layers::{GroupNorm, LayerNorm};
 pub use resnet::{Downsample2D, ResnetBlock2D, Upsample2D};
 pub use transformer::{BasicTransformerBlock, Transformer2DModel};
-pub use unet::{DownBlock, MidBlock, TimestepEmbedding, UNet2DConditionModel, UpBlock};
+pub use unet::{AddedCond, DownBlock, MidBlock, TimestepEmbedding, UNet2DConditionModel, UpBlock};
 pub use weights::WeightStore;

@@ -12,6 +12,18 @@ use crate::nn::weights::ParamSource;
 use crate::nn::Linear;
 use crate::{DType, Error, Result, Tensor};
 
+/// SDXL's added conditions (diffusers' `added_cond_kwargs` for `addition_embed_type:
+/// "text_time"`).
+#[derive(Clone, Debug)]
+pub struct AddedCond {
+    /// Pooled text embeddings `[B, D]` (the model's dtype and device).
+    pub text_embeds: Tensor,
+    /// Time ids `[B, K]` (f32, f16, bf16 or i32; moved to the model's device): SDXL base's six
+    /// are the original height and width, the crop's top and left, and the target height and
+    /// width. `D + K * addition_time_embed_dim` must equal `projection_class_embeddings_input_dim`.
+    pub time_ids: Tensor,
+}
+
 /// diffusers' `TimestepEmbedding` with its `Timesteps` projection.
 #[derive(Clone, Debug)]
 pub struct TimestepEmbedding {
@@ -102,6 +114,52 @@ impl TimestepEmbedding {
             });
         }
         t.timestep_embedding(self.channels, self.flip_sin_to_cos, self.freq_shift, dtype)
+    }
+
+    /// The input of SDXL's `add_embedding` (this embedding, with `channels` its
+    /// `projection_class_embeddings_input_dim` and the sinusoid options of the time ids):
+    /// `[text_embeds, add_time_proj(time_ids).reshape(B, -1)]` in `dtype`, `[batch, channels]`.
+    /// `text` must already be checked against the model's dtype and device, `ids` be on it.
+    pub(crate) fn project_text_time(
+        &self,
+        (text, ids): (&Tensor, &Tensor),
+        batch: usize,
+        time_dim: usize,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let op = "UNet2DConditionModel added conditions";
+        let (&[tb, td], &[ib, k]) = (text.shape(), ids.shape()) else {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: format!("text_embeds [{batch}, D] and time_ids [{batch}, K]"),
+                got: format!("{:?} and {:?}", text.shape(), ids.shape()),
+            });
+        };
+        let width = k.checked_mul(time_dim).and_then(|w| w.checked_add(td));
+        if tb != batch || ib != batch || width != Some(self.channels) {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: format!(
+                    "text_embeds [{batch}, D] and time_ids [{batch}, K] with D + K * {time_dim} = {} \
+                     (projection_class_embeddings_input_dim)",
+                    self.channels
+                ),
+                got: format!("{:?} and {:?}", text.shape(), ids.shape()),
+            });
+        }
+        if !(ids.dtype().is_float() || ids.dtype() == DType::I32) {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: ids.dtype(),
+                device: ids.device(),
+                hint: "; time_ids must be f32, f16, bf16 or i32".into(),
+            });
+        }
+        let time = ids
+            .reshape(&[batch * k])?
+            .timestep_embedding(time_dim, self.flip_sin_to_cos, self.freq_shift, dtype)?
+            .reshape(&[batch, k * time_dim])?;
+        Tensor::cat(&[text, &time], 1)
     }
 
     /// `linear_2(act(linear_1(t_emb)))` for a projected `t_emb` `[B, channels]`.

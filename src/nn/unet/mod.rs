@@ -1,4 +1,5 @@
-//! [`UNet2DConditionModel`]: diffusers' conditional UNet (SD 1.x / 2.x family), configured by a
+//! [`UNet2DConditionModel`]: diffusers' conditional UNet (SD 1.x / 2.x family, and SDXL's
+//! layout with its `text_time` added embedding), configured by a
 //! [`UNetConfig`] and loaded from `diffusion_pytorch_model.safetensors` by diffusers' own
 //! parameter names, or built with seeded random weights.
 //!
@@ -18,18 +19,19 @@
 mod blocks;
 mod embeddings;
 mod folder;
+mod forward;
 
 use std::path::Path;
 
 pub use blocks::{DownBlock, MidBlock, UpBlock};
-pub use embeddings::TimestepEmbedding;
+pub use embeddings::{AddedCond, TimestepEmbedding};
 
-use crate::nn::config::{DownBlockType, UNetConfig, UpBlockType};
+use crate::nn::config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
 use crate::nn::layers::{Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;
 use crate::nn::transformer::TransformerDims;
 use crate::nn::weights::{ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
-use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
+use crate::{DType, Device, Error, Result};
 use blocks::{LevelDims, UpChannels};
 use embeddings::TimeDims;
 
@@ -41,6 +43,8 @@ pub struct UNet2DConditionModel {
     device: Device,
     conv_in: Conv,
     time_embedding: TimestepEmbedding,
+    /// SDXL's `add_embedding` and its `addition_time_embed_dim` (`text_time` configs).
+    add_embedding: Option<(TimestepEmbedding, usize)>,
     down_blocks: Vec<DownBlock>,
     mid_block: Option<MidBlock>,
     up_blocks: Vec<UpBlock>,
@@ -175,6 +179,25 @@ impl UNet2DConditionModel {
                 freq_shift: c.freq_shift,
             },
         )?;
+        // diffusers: `TimestepEmbedding(projection_class_embeddings_input_dim, time_embed_dim)`
+        // (default SiLU, whatever act_fn says) after `Timesteps(addition_time_embed_dim, ...)`.
+        let add_embedding = match c.addition_embed {
+            Some(a) => Some((
+                TimestepEmbedding::load(
+                    src,
+                    "add_embedding",
+                    TimeDims {
+                        channels: a.input_dim,
+                        embed_dim: temb,
+                        act: ActFn::Silu,
+                        flip_sin_to_cos: c.flip_sin_to_cos,
+                        freq_shift: c.freq_shift,
+                    },
+                )?,
+                a.time_embed_dim,
+            )),
+            None => None,
+        };
         let mut down_blocks = Vec::with_capacity(n);
         let mut out_ch = ch[0];
         for (i, kind) in c.down_block_types.iter().enumerate() {
@@ -243,6 +266,7 @@ impl UNet2DConditionModel {
             device,
             conv_in,
             time_embedding,
+            add_embedding,
             down_blocks,
             mid_block,
             up_blocks,
@@ -258,6 +282,10 @@ impl UNet2DConditionModel {
             device,
             conv_in: self.conv_in.map(f)?,
             time_embedding: self.time_embedding.map(f)?,
+            add_embedding: match &self.add_embedding {
+                Some((e, d)) => Some((e.map(f)?, *d)),
+                None => None,
+            },
             down_blocks: self
                 .down_blocks
                 .iter()
@@ -324,153 +352,5 @@ impl UNet2DConditionModel {
     /// The up levels.
     pub fn up_blocks(&self) -> &[UpBlock] {
         &self.up_blocks
-    }
-
-    fn check_input(&self, what: &'static str, t: &Tensor) -> Result<()> {
-        if t.device() != self.device {
-            return Err(Error::DeviceMismatch {
-                op: what,
-                lhs: t.device(),
-                rhs: self.device,
-            });
-        }
-        if t.dtype() != self.dtype {
-            return Err(Error::DTypeMismatch {
-                op: what,
-                expected: self.dtype,
-                got: t.dtype(),
-            });
-        }
-        Ok(())
-    }
-
-    /// The embedding `temb` `[B, time_embed_dim]` of `timestep` (scalar, `[1]` or `[B]`; f32,
-    /// f16, bf16 or i32; moved to the model's device as diffusers does) for a batch of `batch`.
-    pub fn time_embed(&self, timestep: &Tensor, batch: usize) -> Result<Tensor> {
-        let t = timestep.to(self.device)?;
-        let e = &self.time_embedding;
-        e.forward(&e.project(&t, batch, self.dtype)?)
-    }
-
-    /// Predicts the noise (or v) for `sample` `[B, in_channels, H, W]` at `timestep` (scalar,
-    /// `[1]` or `[B]`) given `encoder_hidden_states` `[B, L, cross_attention_dim]`. `sample` and
-    /// `encoder_hidden_states` must have the model's dtype and device. The output has the
-    /// sample's memory format. Activations are kept in [`Self::activation_format`].
-    pub fn forward(
-        &self,
-        sample: &Tensor,
-        timestep: &Tensor,
-        encoder_hidden_states: &Tensor,
-    ) -> Result<Tensor> {
-        let fmt = self.activation_format();
-        self.forward_in_format(sample, timestep, encoder_hidden_states, fmt)
-    }
-
-    /// The memory format [`Self::forward`] keeps activations in: channels-last on the Cpu
-    /// (its convolution engine works on NHWC, so no conv transposes its input or output and the
-    /// transformers' tokens are views) and for f16 on an Xpu whose convolutions run on tensor
-    /// cores (they gather channels-last inputs); NCHW on other Xpus. `XPU_UNET_CHANNELS_LAST=0`
-    /// or `1` overrides the Xpu choice (for comparisons).
-    pub fn activation_format(&self) -> MemoryFormat {
-        match self.device {
-            Device::Cpu => MemoryFormat::ChannelsLast,
-            Device::Xpu => {
-                let forced = std::env::var("XPU_UNET_CHANNELS_LAST").ok();
-                let channels_last = match forced.as_deref() {
-                    Some("1") => true,
-                    Some("0") => false,
-                    _ => self.dtype == DType::F16 && crate::xpu::conv_coop_active(),
-                };
-                if channels_last {
-                    MemoryFormat::ChannelsLast
-                } else {
-                    MemoryFormat::Contiguous
-                }
-            }
-        }
-    }
-
-    /// [`Self::forward`] with activations kept in `activations` from `conv_in` to `conv_out`:
-    /// the sample is converted once at the start and the output once at the end, back to the
-    /// sample's format. Both formats compute the same values (up to rounding order).
-    pub fn forward_in_format(
-        &self,
-        sample: &Tensor,
-        timestep: &Tensor,
-        encoder_hidden_states: &Tensor,
-        activations: MemoryFormat,
-    ) -> Result<Tensor> {
-        let op = "UNet2DConditionModel::forward";
-        let c = &self.config;
-        self.check_input("UNet2DConditionModel sample", sample)?;
-        self.check_input(
-            "UNet2DConditionModel encoder_hidden_states",
-            encoder_hidden_states,
-        )?;
-        if sample.rank() != 4 || sample.shape()[1] != c.in_channels {
-            return Err(Error::shape(
-                op,
-                format!("sample [B, {}, H, W]", c.in_channels),
-                sample.shape(),
-            ));
-        }
-        let b = sample.shape()[0];
-        let ehs = encoder_hidden_states;
-        if ehs.rank() != 3 || ehs.shape()[0] != b || ehs.shape()[2] != c.cross_attention_dim[0] {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "encoder_hidden_states [{b}, L, {}]",
-                    c.cross_attention_dim[0]
-                ),
-                ehs.shape(),
-            ));
-        }
-        // diffusers forwards upsample sizes when H or W is not a multiple of 2^(levels - 1).
-        let factor = u32::try_from(c.levels() - 1)
-            .ok()
-            .and_then(|s| 1usize.checked_shl(s))
-            .unwrap_or(0);
-        let forward_size = sample.shape()[2..]
-            .iter()
-            .any(|&d| factor == 0 || !d.is_multiple_of(factor));
-
-        let temb = self.time_embed(timestep, b)?;
-        let x = if c.center_input_sample {
-            sample.affine(2.0, -1.0)?
-        } else {
-            sample.clone()
-        };
-        let x = x.to_memory_format(activations)?;
-        let mut h = self.conv_in.forward(&x)?;
-        let mut skips = vec![h.clone()];
-        for block in &self.down_blocks {
-            let (out, s) = block.forward(&h, &temb, Some(ehs))?;
-            h = out;
-            skips.extend(s);
-        }
-        if let Some(mid) = &self.mid_block {
-            h = mid.forward(&h, &temb, ehs)?;
-        }
-        let n_up = self.up_blocks.len();
-        for (i, block) in self.up_blocks.iter().enumerate() {
-            let take = block.resnets().len();
-            let Some(rest) = skips.len().checked_sub(take) else {
-                return Err(Error::invalid(
-                    op,
-                    "internal: fewer skip tensors than up-block ResNets",
-                ));
-            };
-            let res = skips.split_off(rest);
-            let size = match skips.last() {
-                Some(s) if forward_size && i + 1 < n_up => Some((s.shape()[2], s.shape()[3])),
-                _ => None,
-            };
-            h = block.forward(&h, &res, &temb, Some(ehs), size)?;
-        }
-        let h = self.conv_norm_out.forward_act(&h, c.act_fn)?;
-        self.conv_out
-            .forward(&h)?
-            .to_memory_format(sample.memory_format())
     }
 }

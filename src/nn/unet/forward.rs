@@ -1,0 +1,210 @@
+//! [`UNet2DConditionModel`]'s forward pass: input checks, the time (and SDXL's added)
+//! embedding, then `conv_in`, the down levels, the mid block, the up levels (with diffusers'
+//! forwarded upsample sizes), and the output head.
+//!
+//! Invariants: inputs are checked against the model's dtype, device and config before any
+//! work; an SDXL-style model (`text_time`) refuses to run without its added conditions and a
+//! plain one refuses them, instead of silently dropping or inventing a term of the embedding.
+
+use super::embeddings::AddedCond;
+use super::UNet2DConditionModel;
+use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
+
+impl UNet2DConditionModel {
+    fn check_input(&self, what: &'static str, t: &Tensor) -> Result<()> {
+        if t.device() != self.device {
+            return Err(Error::DeviceMismatch {
+                op: what,
+                lhs: t.device(),
+                rhs: self.device,
+            });
+        }
+        if t.dtype() != self.dtype {
+            return Err(Error::DTypeMismatch {
+                op: what,
+                expected: self.dtype,
+                got: t.dtype(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The embedding `temb` `[B, time_embed_dim]` of `timestep` (scalar, `[1]` or `[B]`; f32,
+    /// f16, bf16 or i32; moved to the model's device as diffusers does) for a batch of `batch`.
+    pub fn time_embed(&self, timestep: &Tensor, batch: usize) -> Result<Tensor> {
+        let t = timestep.to(self.device)?;
+        let e = &self.time_embedding;
+        e.forward(&e.project(&t, batch, self.dtype)?)
+    }
+
+    /// The embedding the blocks receive (diffusers' `emb`): [`Self::time_embed`] plus, for a
+    /// `text_time` (SDXL) model, `add_embedding` of the `added` conditions, which such a model
+    /// requires and any other refuses.
+    pub fn embed(
+        &self,
+        timestep: &Tensor,
+        batch: usize,
+        added: Option<&AddedCond>,
+    ) -> Result<Tensor> {
+        let op = "UNet2DConditionModel::forward";
+        match (&self.add_embedding, added) {
+            (Some((add, time_dim)), Some(a)) => {
+                self.check_input("UNet2DConditionModel text_embeds", &a.text_embeds)?;
+                let ids = a.time_ids.to(self.device)?;
+                let x =
+                    add.project_text_time((&a.text_embeds, &ids), batch, *time_dim, self.dtype)?;
+                self.time_embed(timestep, batch)?.add(&add.forward(&x)?)
+            }
+            (Some(_), None) => Err(Error::invalid(
+                op,
+                "this model (addition_embed_type \"text_time\", SDXL) needs text_embeds and \
+                 time_ids: call forward_with_added_cond",
+            )),
+            (None, Some(_)) => Err(Error::invalid(
+                op,
+                "added conditions (text_embeds, time_ids) were given but this model's \
+                 addition_embed_type is null",
+            )),
+            (None, None) => self.time_embed(timestep, batch),
+        }
+    }
+
+    /// Predicts the noise (or v) for `sample` `[B, in_channels, H, W]` at `timestep` (scalar,
+    /// `[1]` or `[B]`) given `encoder_hidden_states` `[B, L, cross_attention_dim]`. `sample` and
+    /// `encoder_hidden_states` must have the model's dtype and device. The output has the
+    /// sample's memory format. Activations are kept in [`Self::activation_format`].
+    /// An SDXL-style model (`addition_embed_type: "text_time"`) also needs its added conditions:
+    /// [`Self::forward_with_added_cond`] (this method then returns an error saying so).
+    pub fn forward(
+        &self,
+        sample: &Tensor,
+        timestep: &Tensor,
+        encoder_hidden_states: &Tensor,
+    ) -> Result<Tensor> {
+        let fmt = self.activation_format();
+        self.forward_in_format(sample, timestep, encoder_hidden_states, None, fmt)
+    }
+
+    /// [`Self::forward`] for a model with `addition_embed_type: "text_time"` (SDXL), given the
+    /// pooled text embeddings and time ids diffusers takes as `added_cond_kwargs`.
+    pub fn forward_with_added_cond(
+        &self,
+        sample: &Tensor,
+        timestep: &Tensor,
+        encoder_hidden_states: &Tensor,
+        added: &AddedCond,
+    ) -> Result<Tensor> {
+        let fmt = self.activation_format();
+        self.forward_in_format(sample, timestep, encoder_hidden_states, Some(added), fmt)
+    }
+
+    /// The memory format [`Self::forward`] keeps activations in: channels-last on the Cpu
+    /// (its convolution engine works on NHWC, so no conv transposes its input or output and the
+    /// transformers' tokens are views) and for f16 on an Xpu whose convolutions run on tensor
+    /// cores (they gather channels-last inputs); NCHW on other Xpus. `XPU_UNET_CHANNELS_LAST=0`
+    /// or `1` overrides the Xpu choice (for comparisons).
+    pub fn activation_format(&self) -> MemoryFormat {
+        match self.device {
+            Device::Cpu => MemoryFormat::ChannelsLast,
+            Device::Xpu => {
+                let forced = std::env::var("XPU_UNET_CHANNELS_LAST").ok();
+                let channels_last = match forced.as_deref() {
+                    Some("1") => true,
+                    Some("0") => false,
+                    _ => self.dtype == DType::F16 && crate::xpu::conv_coop_active(),
+                };
+                if channels_last {
+                    MemoryFormat::ChannelsLast
+                } else {
+                    MemoryFormat::Contiguous
+                }
+            }
+        }
+    }
+
+    /// [`Self::forward`] (with `added` conditions where the model takes them) with activations
+    /// kept in `activations` from `conv_in` to `conv_out`: the sample is converted once at the
+    /// start and the output once at the end, back to the sample's format. Both formats compute
+    /// the same values (up to rounding order).
+    pub fn forward_in_format(
+        &self,
+        sample: &Tensor,
+        timestep: &Tensor,
+        encoder_hidden_states: &Tensor,
+        added: Option<&AddedCond>,
+        activations: MemoryFormat,
+    ) -> Result<Tensor> {
+        let op = "UNet2DConditionModel::forward";
+        let c = &self.config;
+        self.check_input("UNet2DConditionModel sample", sample)?;
+        self.check_input(
+            "UNet2DConditionModel encoder_hidden_states",
+            encoder_hidden_states,
+        )?;
+        if sample.rank() != 4 || sample.shape()[1] != c.in_channels {
+            return Err(Error::shape(
+                op,
+                format!("sample [B, {}, H, W]", c.in_channels),
+                sample.shape(),
+            ));
+        }
+        let b = sample.shape()[0];
+        let ehs = encoder_hidden_states;
+        if ehs.rank() != 3 || ehs.shape()[0] != b || ehs.shape()[2] != c.cross_attention_dim[0] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "encoder_hidden_states [{b}, L, {}]",
+                    c.cross_attention_dim[0]
+                ),
+                ehs.shape(),
+            ));
+        }
+        // diffusers forwards upsample sizes when H or W is not a multiple of 2^(levels - 1).
+        let factor = u32::try_from(c.levels() - 1)
+            .ok()
+            .and_then(|s| 1usize.checked_shl(s))
+            .unwrap_or(0);
+        let forward_size = sample.shape()[2..]
+            .iter()
+            .any(|&d| factor == 0 || !d.is_multiple_of(factor));
+
+        let temb = self.embed(timestep, b, added)?;
+        let x = if c.center_input_sample {
+            sample.affine(2.0, -1.0)?
+        } else {
+            sample.clone()
+        };
+        let x = x.to_memory_format(activations)?;
+        let mut h = self.conv_in.forward(&x)?;
+        let mut skips = vec![h.clone()];
+        for block in &self.down_blocks {
+            let (out, s) = block.forward(&h, &temb, Some(ehs))?;
+            h = out;
+            skips.extend(s);
+        }
+        if let Some(mid) = &self.mid_block {
+            h = mid.forward(&h, &temb, ehs)?;
+        }
+        let n_up = self.up_blocks.len();
+        for (i, block) in self.up_blocks.iter().enumerate() {
+            let take = block.resnets().len();
+            let Some(rest) = skips.len().checked_sub(take) else {
+                return Err(Error::invalid(
+                    op,
+                    "internal: fewer skip tensors than up-block ResNets",
+                ));
+            };
+            let res = skips.split_off(rest);
+            let size = match skips.last() {
+                Some(s) if forward_size && i + 1 < n_up => Some((s.shape()[2], s.shape()[3])),
+                _ => None,
+            };
+            h = block.forward(&h, &res, &temb, Some(ehs), size)?;
+        }
+        let h = self.conv_norm_out.forward_act(&h, c.act_fn)?;
+        self.conv_out
+            .forward(&h)?
+            .to_memory_format(sample.memory_format())
+    }
+}
