@@ -14,6 +14,7 @@ mod resnet;
 mod transformer;
 mod unet;
 mod weights;
+mod weights_index;
 
 pub use conv::Conv2d;
 pub use linear::Linear;

@@ -1,8 +1,9 @@
-//! Weight loading: [`WeightStore`] (a memory-mapped safetensors file) and the parameter sources
-//! the model constructors read from.
+//! Weight loading: [`WeightStore`] (a memory-mapped safetensors file, or the shards of a
+//! sharded checkpoint read as one) and the parameter sources the model constructors read from.
 //!
 //! Invariants:
-//! - The file is memory-mapped and its header parsed by the `safetensors` crate, which checks
+//! - Each file (the one file, or every shard an index lists: `weights_index.rs`) is
+//!   memory-mapped and its header parsed by the `safetensors` crate, which checks
 //!   that the header length fits in the file, that every tensor's byte range is in bounds,
 //!   contiguous and matches `shape × dtype`, and that the ranges cover the data exactly. Nothing
 //!   is allocated from a size in the header before that check, so a truncated or corrupt file
@@ -15,7 +16,7 @@
 //!   placeholder's shape back, so the recording pass and the real one build the same tree;
 //!   the few that check shapes across parameters ask [`ParamSource::placeholders`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype as StDtype, Metadata, SafeTensors};
@@ -123,21 +124,32 @@ impl ParamSource for StoreSource<'_> {
     }
 }
 
-/// A safetensors file, memory-mapped, with its header parsed and validated.
-pub struct WeightStore {
+/// One memory-mapped safetensors file with its header parsed and validated.
+struct Shard {
     path: PathBuf,
     mmap: memmap2::Mmap,
     header_len: usize,
     metadata: Metadata,
 }
 
+/// A safetensors checkpoint, memory-mapped, with its header(s) parsed and validated: one file,
+/// or the shards a `*.safetensors.index.json` lists (read as one set of tensors).
+pub struct WeightStore {
+    /// The file, or the index of a sharded checkpoint.
+    path: PathBuf,
+    shards: Vec<Shard>,
+    /// Which shard holds each tensor.
+    locate: HashMap<String, usize>,
+}
+
 impl std::fmt::Debug for WeightStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "WeightStore({}, {} tensors)",
+            "WeightStore({}, {} tensors in {} file(s))",
             self.path.display(),
-            self.metadata.tensors().len()
+            self.locate.len(),
+            self.shards.len()
         )
     }
 }
@@ -179,10 +191,10 @@ fn dtype_of(d: StDtype) -> Option<DType> {
     }
 }
 
-impl WeightStore {
+impl Shard {
     /// Opens and memory-maps `path` and validates its header (see the module docs).
-    pub fn open(path: impl AsRef<Path>) -> Result<WeightStore> {
-        let path = path.as_ref().to_path_buf();
+    fn open(path: &Path) -> Result<Shard> {
+        let path = path.to_path_buf();
         let file = std::fs::File::open(&path).map_err(|source| Error::Io {
             context: format!("opening weights {}", path.display()),
             source,
@@ -211,47 +223,122 @@ impl WeightStore {
         })?;
         let (header_len, metadata) =
             SafeTensors::read_metadata(&mmap).map_err(|e| invalid(describe(e, mmap.len())))?;
-        Ok(WeightStore {
+        Ok(Shard {
             path,
             mmap,
             header_len,
             metadata,
         })
     }
+}
 
-    /// The file's path.
+impl WeightStore {
+    /// Opens a safetensors file, or a sharded checkpoint by its `*.safetensors.index.json`
+    /// (diffusers' and transformers' `weight_map`; shards are named relative to the index and
+    /// must sit beside it). Every file is memory-mapped and its header validated (see the module
+    /// docs); a sharded checkpoint must also agree with its index: each listed tensor in its
+    /// listed shard, no tensor in two shards.
+    pub fn open(path: impl AsRef<Path>) -> Result<WeightStore> {
+        let path = path.as_ref().to_path_buf();
+        let is_index = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".json"));
+        if !is_index {
+            let shard = Shard::open(&path)?;
+            let locate = shard
+                .metadata
+                .tensors()
+                .into_keys()
+                .map(|n| (n, 0))
+                .collect();
+            return Ok(WeightStore {
+                path,
+                shards: vec![shard],
+                locate,
+            });
+        }
+        let listed = super::weights_index::read_index(&path)?;
+        let mut shards = Vec::with_capacity(listed.len());
+        let mut locate = HashMap::new();
+        for (i, (shard_path, names)) in listed.into_iter().enumerate() {
+            let shard = Shard::open(&shard_path)?;
+            let absent: Vec<&String> = names
+                .iter()
+                .filter(|n| shard.metadata.info(n).is_none())
+                .collect();
+            if let Some(first) = absent.first() {
+                return Err(Error::InvalidFile {
+                    file: path.display().to_string(),
+                    msg: format!(
+                        "the index places {} tensor(s) in {} that it does not hold (first: {first})",
+                        absent.len(),
+                        shard_path.display()
+                    ),
+                });
+            }
+            for name in shard.metadata.tensors().into_keys() {
+                if let Some(&j) = locate.get(&name) {
+                    let other: &Shard = &shards[j];
+                    return Err(Error::InvalidFile {
+                        file: path.display().to_string(),
+                        msg: format!(
+                            "tensor {name} is in two shards: {} and {}",
+                            other.path.display(),
+                            shard_path.display()
+                        ),
+                    });
+                }
+                locate.insert(name, i);
+            }
+            shards.push(shard);
+        }
+        Ok(WeightStore {
+            path,
+            shards,
+            locate,
+        })
+    }
+
+    /// The shard holding `name` and its header entry.
+    fn find(&self, name: &str) -> Option<(&Shard, &safetensors::tensor::TensorInfo)> {
+        let shard = self.shards.get(*self.locate.get(name)?)?;
+        Some((shard, shard.metadata.info(name)?))
+    }
+
+    /// The file's path (a sharded checkpoint's index).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// Every tensor name, sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.metadata.tensors().into_keys().collect();
+        let mut names: Vec<String> = self.locate.keys().cloned().collect();
         names.sort();
         names
     }
 
-    /// The shape of tensor `name`, if the file has it.
+    /// The shape of tensor `name`, if the checkpoint has it.
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
-        self.metadata.info(name).map(|i| i.shape.as_slice())
+        self.find(name).map(|(_, i)| i.shape.as_slice())
     }
 
-    /// The dtype tensor `name` is stored in, if the file has it and `xpu` can read it
+    /// The dtype tensor `name` is stored in, if the checkpoint has it and `xpu` can read it
     /// (f32, f16, bf16, i32).
     pub fn dtype(&self, name: &str) -> Option<DType> {
-        self.metadata.info(name).and_then(|i| dtype_of(i.dtype))
+        self.find(name).and_then(|(_, i)| dtype_of(i.dtype))
     }
 
     /// Tensor `name` converted to `dtype` on `device`. The file may store f32, f16, bf16 (or
     /// i32, e.g. timesteps).
     pub fn tensor(&self, name: &str, dtype: DType, device: Device) -> Result<Tensor> {
-        let file = self.path.display().to_string();
-        let info = self.metadata.info(name).ok_or_else(|| Error::Weights {
-            file: file.clone(),
+        let (shard, info) = self.find(name).ok_or_else(|| Error::Weights {
+            file: self.path.display().to_string(),
             missing: vec![name.to_string()],
             unexpected: vec![],
             mismatched: vec![],
         })?;
+        let file = shard.path.display().to_string();
         let on_disk = dtype_of(info.dtype).ok_or_else(|| Error::InvalidFile {
             file: file.clone(),
             msg: format!(
@@ -259,9 +346,9 @@ impl WeightStore {
                 info.dtype
             ),
         })?;
-        let start = 8 + self.header_len;
+        let start = 8 + shard.header_len;
         let (s, e) = info.data_offsets;
-        let bytes = self
+        let bytes = shard
             .mmap
             .get(start + s..start + e)
             .ok_or_else(|| Error::InvalidFile {

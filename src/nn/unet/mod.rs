@@ -79,8 +79,9 @@ impl UNet2DConditionModel {
         Self::build(config, &mut src, dtype, device)
     }
 
-    /// Loads the weights of `config` from a diffusers `diffusion_pytorch_model.safetensors`
-    /// (f32, f16 or bf16 on disk), converted to `dtype` on `device`.
+    /// Loads the weights of `config` from a diffusers `diffusion_pytorch_model.safetensors`, or
+    /// from a sharded checkpoint given by its `*.safetensors.index.json` (f32, f16 or bf16 on
+    /// disk), converted to `dtype` on `device`.
     pub fn from_safetensors(
         config: &UNetConfig,
         path: impl AsRef<Path>,
@@ -102,8 +103,9 @@ impl UNet2DConditionModel {
     /// Loads a diffusers model folder: a pipeline's `unet/` (`config.json` and
     /// `diffusion_pytorch_model.safetensors`) or the pipeline's root holding it. Where only a
     /// variant was downloaded (`diffusion_pytorch_model.fp16.safetensors`, ...) that file is
-    /// read; PyTorch pickles (`.bin`) and sharded checkpoints are refused with an error that
-    /// says so.
+    /// read; a sharded checkpoint (`diffusion_pytorch_model.safetensors.index.json` and its
+    /// shards, as `save_pretrained` writes models past `max_shard_size`) is read as one file;
+    /// PyTorch pickles (`.bin`) are refused with an error that says how to convert them.
     pub fn from_pretrained(dir: impl AsRef<Path>, dtype: DType, device: Device) -> Result<Self> {
         Self::from_pretrained_variant(dir, None, dtype, device)
     }
