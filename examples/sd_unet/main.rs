@@ -6,11 +6,13 @@
 //! Run mode (no `--inputs`): a denoising loop (DDIM or Euler discrete, classifier-free guidance
 //! with batch 2) from seeded noise and seeded stand-in text embeddings; prints seconds per step,
 //! the median, the device and peak memory, and writes the final latents (safetensors) plus a
-//! PNG preview of the latent channels. Without `--unet` the SD 1.5 architecture is built with
-//! seeded random weights, so it runs on a fresh machine with no download.
+//! PNG preview of the latent channels. Without `--unet` the SD 1.5 architecture (SDXL base's
+//! with `--preset sdxl`) is built with seeded random weights, so it runs on a fresh machine with
+//! no download.
 //!
 //! `cargo run --release --example sd_unet -- --help`
 
+mod conditions;
 mod io;
 mod png;
 
@@ -19,7 +21,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use xpu::nn::{AddedCond, TextTimeEmbed, UNet2DConditionModel, UNetConfig};
+use xpu::nn::{AddedCond, UNet2DConditionModel, UNetConfig};
 use xpu::schedulers::{DdimScheduler, EulerDiscreteScheduler, Scheduler, SchedulerConfig};
 use xpu::{DType, Device, Tensor};
 
@@ -48,6 +50,9 @@ enum Preset {
     Quick,
     /// SD 1.5 at its real size: 512×512 images (64×64 latents), 20 steps.
     Sd15,
+    /// The SDXL base architecture (2.6 B parameters; seeded random weights unless --unet) at
+    /// its real size: 1024×1024 images (128×128 latents), 20 steps.
+    Sdxl,
 }
 
 /// Stable Diffusion UNet denoising on xpu (diffusers-compatible).
@@ -55,8 +60,8 @@ enum Preset {
 #[command(version)]
 struct Args {
     /// A diffusers UNet folder (config.json + diffusion_pytorch_model.safetensors) or a
-    /// pipeline folder holding unet/; without it the SD 1.5 architecture is built with seeded
-    /// random weights.
+    /// pipeline folder holding unet/; without it the SD 1.5 architecture (SDXL base's with
+    /// --preset sdxl) is built with seeded random weights.
     #[arg(long)]
     unet: Option<PathBuf>,
     /// Weights variant to read from --unet (e.g. fp16: diffusion_pytorch_model.fp16.safetensors;
@@ -141,15 +146,26 @@ fn run(args: Args) -> xpu::Result<()> {
             dtype,
             device,
         )?,
-        None => UNet2DConditionModel::random(&UNetConfig::sd15(), dtype, device, args.seed)?,
+        None => {
+            let config = match args.preset {
+                Preset::Sdxl => UNetConfig::sdxl(),
+                _ => UNetConfig::sd15(),
+            };
+            UNet2DConditionModel::random(&config, dtype, device, args.seed)?
+        }
     };
     eprintln!(
         "UNet {} on {device:?} in {dtype:?}: loaded in {:.1} s",
-        args.unet
-            .as_ref()
-            .map_or("SD 1.5 architecture, seeded random weights".into(), |d| d
-                .display()
-                .to_string()),
+        args.unet.as_ref().map_or(
+            format!(
+                "{} architecture, seeded random weights",
+                match args.preset {
+                    Preset::Sdxl => "SDXL base",
+                    _ => "SD 1.5",
+                }
+            ),
+            |d| d.display().to_string()
+        ),
         t.elapsed().as_secs_f64()
     );
     match mode {
@@ -179,6 +195,7 @@ impl Plan {
         let (steps, size) = match args.preset {
             Preset::Quick => (4, 192),
             Preset::Sd15 => (20, 512),
+            Preset::Sdxl => (20, 1024),
         };
         let steps = args.steps.unwrap_or(steps);
         let (height, width) = (args.height.unwrap_or(size), args.width.unwrap_or(size));
@@ -255,42 +272,6 @@ fn parity(
     io::write_tensors(output, &[("out_sample", &out)])
 }
 
-/// Stand-ins for SDXL's added conditions of a `height`×`width` image, batch 2: seeded pooled
-/// text embeddings and the pipeline's six time ids (original size, crop origin (0, 0),
-/// target size), the layout of SDXL base (`projection_class_embeddings_input_dim` =
-/// text width + 6 × `addition_time_embed_dim`).
-fn sdxl_conditions(
-    a: TextTimeEmbed,
-    height: usize,
-    width: usize,
-    dtype: DType,
-    device: Device,
-    seed: u64,
-) -> xpu::Result<AddedCond> {
-    let text_dim = a
-        .input_dim
-        .checked_sub(6 * a.time_embed_dim)
-        .filter(|&d| d > 0)
-        .ok_or_else(|| {
-            xpu::Error::invalid(
-                "sd_unet",
-                format!(
-                    "run mode builds SDXL's six time ids, but projection_class_embeddings_input_dim \
-                     {} leaves no room for a text embedding beside 6 × {}: use --inputs with \
-                     text_embeds and time_ids",
-                    a.input_dim, a.time_embed_dim
-                ),
-            )
-        })?;
-    let (h, w) = (height as f32, width as f32);
-    let ids = [h, w, 0.0, 0.0, h, w];
-    let time_ids = Tensor::from_vec([ids, ids].concat(), &[2, 6], device)?;
-    Ok(AddedCond {
-        text_embeds: Tensor::randn(&[2, text_dim], dtype, device, seed ^ 0x5d1)?,
-        time_ids,
-    })
-}
-
 fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<()> {
     let (device, dtype) = (unet.device(), unet.dtype());
     let Plan {
@@ -305,7 +286,9 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     // Stand-ins for CLIP's [uncond, cond] text embeddings (77 tokens).
     let context = Tensor::randn(&[2, 77, context_dim], dtype, device, args.seed ^ 0x7e47)?;
     let added = match config.addition_embed {
-        Some(a) => Some(sdxl_conditions(a, height, width, dtype, device, args.seed)?),
+        Some(a) => Some(conditions::sdxl(
+            a, height, width, dtype, device, args.seed,
+        )?),
         None => None,
     };
     let mut latents = Tensor::randn(&[1, channels, lh, lw], DType::F32, device, args.seed)?
@@ -425,33 +408,5 @@ fn peak_memory(device: Device) -> String {
             .map_or("unknown".into(), |kb| {
                 format!("{} (process peak RSS)", mib(kb * 1024))
             }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sdxl_conditions_follow_the_base_layout() {
-        let a = TextTimeEmbed {
-            time_embed_dim: 256,
-            input_dim: 2816,
-        };
-        let c = sdxl_conditions(a, 1024, 768, DType::F32, Device::Cpu, 1).unwrap();
-        assert_eq!(c.text_embeds.shape(), [2, 1280]);
-        let ids: Vec<f32> = c.time_ids.to_vec().unwrap();
-        assert_eq!(&ids[..6], [1024.0, 768.0, 0.0, 0.0, 1024.0, 768.0]);
-        assert_eq!(ids[..6], ids[6..]);
-        // No room for a text embedding beside six ids: an error that says what to do.
-        let small = TextTimeEmbed {
-            time_embed_dim: 8,
-            input_dim: 48,
-        };
-        let e = sdxl_conditions(small, 64, 64, DType::F32, Device::Cpu, 1)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(e.contains("--inputs"), "{e}");
     }
 }
