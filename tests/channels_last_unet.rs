@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::values;
-use xpu::nn::{UNet2DConditionModel, WeightStore};
+use xpu::nn::{AddedCond, UNet2DConditionModel, WeightStore};
 use xpu::{DType, Device, MemoryFormat, Tensor};
 
 fn fixture_dir() -> PathBuf {
@@ -55,7 +55,13 @@ fn channels_last_unet_equals_nchw_path() {
             io("encoder_hidden_states", dtype),
         );
         let nchw = unet
-            .forward_in_format(&x, &t, &ehs, None, MemoryFormat::Contiguous)
+            .forward_in_format(
+                &x,
+                &t,
+                &ehs,
+                &AddedCond::default(),
+                MemoryFormat::Contiguous,
+            )
             .unwrap();
         let y = unet.forward(&x, &t, &ehs).unwrap();
         assert!(
@@ -86,7 +92,13 @@ fn channels_last_unet_odd_sizes() {
     let t = Tensor::from_vec(vec![10f32, 900.0], &[2], Device::Cpu).unwrap();
     let y = unet.forward(&x, &t, &ehs).unwrap();
     let nchw = unet
-        .forward_in_format(&x, &t, &ehs, None, MemoryFormat::Contiguous)
+        .forward_in_format(
+            &x,
+            &t,
+            &ehs,
+            &AddedCond::default(),
+            MemoryFormat::Contiguous,
+        )
         .unwrap();
     assert_rel("9x7 channels-last vs NCHW", &y, &nchw, 1e-5);
 }

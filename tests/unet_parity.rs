@@ -1,5 +1,6 @@
 //! UNet2DConditionModel against diffusers: whole-model and block-level outputs recorded by
-//! tests/fixtures/make_unet_fixtures.py for SD 1.x-, SD 2.x- and SDXL-shaped tiny configs,
+//! tests/fixtures/make_unet_fixtures.py for SD 1.x-, SD 2.x-, SDXL- and x4-upscaler-shaped tiny
+//! configs,
 //! on Cpu and Xpu, in f32 (max abs error <= 1e-3 of the output's largest magnitude) and
 //! f16/bf16 (<= 3e-2); plus device/dtype moves, seeded random models and flat Xpu memory.
 
@@ -81,12 +82,15 @@ fn load(name: &str, dtype: DType, device: Device) -> UNet2DConditionModel {
     UNet2DConditionModel::from_pretrained(fixture_dir(name), dtype, device).unwrap()
 }
 
-/// The fixture's SDXL added conditions (`text_embeds`, `time_ids`), if it has them.
-fn added(io: &Io, dtype: DType, device: Device) -> Option<AddedCond> {
-    io.has("text_embeds").then(|| AddedCond {
-        text_embeds: io.get("text_embeds", dtype, device),
-        time_ids: io.get("time_ids", DType::F32, device),
-    })
+/// The fixture's extra conditions: SDXL's `text_embeds` and `time_ids`, and `class_labels`,
+/// where it has them.
+fn added(io: &Io, dtype: DType, device: Device) -> AddedCond {
+    let get = |k: &str, dt: DType| io.has(k).then(|| io.get(k, dt, device));
+    AddedCond {
+        text_embeds: get("text_embeds", dtype),
+        time_ids: get("time_ids", DType::F32),
+        class_labels: get("class_labels", DType::I32),
+    }
 }
 
 /// The whole model on `device` in `dtype` against diffusers' f32 output.
@@ -98,11 +102,9 @@ fn check_model(name: &str, device: Device, dtype: DType) {
         io.get("timestep", dtype, device),
         io.get("encoder_hidden_states", dtype, device),
     );
-    let y = match added(&io, dtype, device) {
-        Some(a) => unet.forward_with_added_cond(&sample, &t, &ehs, &a),
-        None => unet.forward(&sample, &t, &ehs),
-    }
-    .unwrap();
+    let y = unet
+        .forward_with_added_cond(&sample, &t, &ehs, &added(&io, dtype, device))
+        .unwrap();
     assert_eq!(y.dtype(), dtype);
     assert_eq!(y.device(), device);
     let what = format!("{name} {device} {dtype}");
@@ -185,7 +187,7 @@ fn check_blocks(name: &str, device: Device) {
         tol,
     );
     let full = unet
-        .embed(&get("timestep"), b, added(&io, dt, device).as_ref())
+        .embed(&get("timestep"), b, &added(&io, dt, device))
         .unwrap();
     assert_rel(&tag("emb"), &full, &io.f32("temb"), tol);
     let temb = get("temb");
@@ -315,8 +317,8 @@ fn added_conditions_are_checked() {
     let err = |r: xpu::Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
     let e = err(xl.forward(&sample, &t, &ehs));
     assert!(e.contains("text_embeds") && e.contains("text_time"), "{e}");
-    let good = added(&io, dt, cpu).unwrap();
-    let zeros = |shape: &[usize]| Tensor::zeros(shape, dt, cpu).unwrap();
+    let good = added(&io, dt, cpu);
+    let zeros = |shape: &[usize]| Some(Tensor::zeros(shape, dt, cpu).unwrap());
     let bad_sizes = [
         // text width 11 + 6 ids × 8 != 60
         (zeros(&[2, 11]), good.time_ids.clone()),
@@ -331,16 +333,29 @@ fn added_conditions_are_checked() {
         let a = AddedCond {
             text_embeds,
             time_ids,
+            class_labels: None,
         };
         let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &a));
         assert!(e.contains("text_embeds [2, D]"), "{e}");
     }
+    let only_text = AddedCond {
+        time_ids: None,
+        ..good.clone()
+    };
+    let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &only_text));
+    assert!(e.contains("time_ids"), "{e}");
     let f16_text = AddedCond {
-        text_embeds: good.text_embeds.to_dtype(DType::F16).unwrap(),
-        time_ids: good.time_ids.clone(),
+        text_embeds: zeros(&[2, 12]).map(|z| z.to_dtype(DType::F16).unwrap()),
+        ..good.clone()
     };
     let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &f16_text));
     assert!(e.contains("text_embeds"), "{e}");
+    let with_class = AddedCond {
+        class_labels: Some(Tensor::from_vec(vec![1i32, 2], &[2], cpu).unwrap()),
+        ..good.clone()
+    };
+    let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &with_class));
+    assert!(e.contains("num_class_embeds is null"), "{e}");
     let sd1 = load("sd1", dt, cpu);
     let io1 = Io::open("sd1");
     let e = err(sd1.forward_with_added_cond(
@@ -350,6 +365,65 @@ fn added_conditions_are_checked() {
         &good,
     ));
     assert!(e.contains("addition_embed_type is null"), "{e}");
+}
+
+#[test]
+fn x4_model_matches_diffusers() {
+    let _g = lock();
+    for device in devices() {
+        for dtype in dtypes(device, DType::BF16) {
+            check_model("x4", device, dtype);
+        }
+    }
+}
+
+#[test]
+fn x4_blocks_match_diffusers() {
+    let _g = lock();
+    check_blocks("x4", Device::Cpu);
+}
+
+/// A class-conditioned model needs i32 labels below its class count, one per sample or one
+/// for all; one label for the batch gives the batch's per-sample result.
+#[test]
+fn class_labels_are_checked() {
+    let _g = lock();
+    let (dt, cpu) = (DType::F32, Device::Cpu);
+    let io = Io::open("x4");
+    let x4 = load("x4", dt, cpu);
+    let (sample, t, ehs) = (
+        io.f32("sample"),
+        io.get("timestep", dt, cpu),
+        io.f32("encoder_hidden_states"),
+    );
+    let err = |r: xpu::Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let e = err(x4.forward(&sample, &t, &ehs));
+    assert!(
+        e.contains("class_labels") && e.contains("num_class_embeds 10"),
+        "{e}"
+    );
+    let labels = |v: Vec<i32>, shape: &[usize]| AddedCond {
+        class_labels: Some(Tensor::from_vec(v, shape, cpu).unwrap()),
+        ..AddedCond::default()
+    };
+    let e = err(x4.forward_with_added_cond(&sample, &t, &ehs, &labels(vec![3, 10], &[2])));
+    assert!(e.contains("out of range") || e.contains("10"), "{e}");
+    let e = err(x4.forward_with_added_cond(&sample, &t, &ehs, &labels(vec![1, 2, 3], &[3])));
+    assert!(e.contains("class labels"), "{e}");
+    let floats = AddedCond {
+        class_labels: Some(Tensor::from_vec(vec![3f32, 7.0], &[2], cpu).unwrap()),
+        ..AddedCond::default()
+    };
+    let e = err(x4.forward_with_added_cond(&sample, &t, &ehs, &floats));
+    assert!(e.contains("i32"), "{e}");
+    // One label for the batch: each sample as if labelled alone.
+    let one = x4
+        .forward_with_added_cond(&sample, &t, &ehs, &labels(vec![7], &[]))
+        .unwrap();
+    let both = x4
+        .forward_with_added_cond(&sample, &t, &ehs, &labels(vec![7, 7], &[2]))
+        .unwrap();
+    assert_eq!(values(&one), values(&both));
 }
 
 #[test]

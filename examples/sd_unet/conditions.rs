@@ -1,5 +1,7 @@
-//! Run mode's stand-ins for SDXL's added conditions (`text_time` models): seeded pooled text
-//! embeddings and the time ids the diffusers pipelines build for a `height`×`width` image.
+//! Run mode's stand-ins for the conditions some UNets take besides the text states: SDXL's
+//! (`text_time` models) seeded pooled text embeddings and the time ids the diffusers pipelines
+//! build for a `height`×`width` image, and a class label for models with `num_class_embeds`
+//! (the x4 upscaler pipeline's default `noise_level`, 20, below the class count).
 //!
 //! Which layout: SDXL base (`projection_class_embeddings_input_dim` = 1280 + 6 × time width:
 //! original size, crop origin (0, 0), target size) or the SDXL refiner (1280 + 5 × time width:
@@ -7,7 +9,7 @@
 //! 1280-wide pooled embedding of OpenCLIP ViT-bigG; any other model gets the base's six ids
 //! and whatever text width remains.
 
-use xpu::nn::{AddedCond, TextTimeEmbed};
+use xpu::nn::{AddedCond, TextTimeEmbed, UNetConfig};
 use xpu::{DType, Device, Tensor};
 
 /// OpenCLIP ViT-bigG's pooled text embedding width (SDXL base and refiner).
@@ -15,8 +17,30 @@ const POOLED_WIDTH: usize = 1280;
 /// The refiner pipeline's default `aesthetic_score`.
 const AESTHETIC_SCORE: f32 = 6.0;
 
-/// Batch-2 stand-in conditions for `a`'s model at `height`×`width` (see the module docs).
-pub fn sdxl(
+/// The upscaler pipeline's default `noise_level` (its class label).
+const NOISE_LEVEL: i32 = 20;
+
+/// Batch-2 stand-in conditions for a model of `config` at `height`×`width` (module docs).
+pub fn for_model(
+    config: &UNetConfig,
+    (height, width): (usize, usize),
+    dtype: DType,
+    device: Device,
+    seed: u64,
+) -> xpu::Result<AddedCond> {
+    let mut added = match config.addition_embed {
+        Some(a) => sdxl(a, height, width, dtype, device, seed)?,
+        None => AddedCond::default(),
+    };
+    if let Some(n) = config.num_class_embeds {
+        let label = NOISE_LEVEL.min(i32::try_from(n - 1).unwrap_or(i32::MAX));
+        added.class_labels = Some(Tensor::from_vec(vec![label; 2], &[2], device)?);
+    }
+    Ok(added)
+}
+
+/// Batch-2 stand-in SDXL conditions for `a` at `height`×`width` (see the module docs).
+fn sdxl(
     a: TextTimeEmbed,
     height: usize,
     width: usize,
@@ -49,8 +73,9 @@ pub fn sdxl(
     let k = ids.len();
     let time_ids = Tensor::from_vec([ids.clone(), ids].concat(), &[2, k], device)?;
     Ok(AddedCond {
-        text_embeds: Tensor::randn(&[2, text_dim], dtype, device, seed ^ 0x5d1)?,
-        time_ids,
+        text_embeds: Some(Tensor::randn(&[2, text_dim], dtype, device, seed ^ 0x5d1)?),
+        time_ids: Some(time_ids),
+        class_labels: None,
     })
 }
 
@@ -59,7 +84,14 @@ mod tests {
     use super::*;
 
     fn ids(c: &AddedCond) -> Vec<f32> {
-        c.time_ids.to_vec().unwrap()
+        c.time_ids.as_ref().unwrap().to_vec().unwrap()
+    }
+
+    fn shapes(c: &AddedCond) -> (&[usize], &[usize]) {
+        (
+            c.text_embeds.as_ref().unwrap().shape(),
+            c.time_ids.as_ref().unwrap().shape(),
+        )
     }
 
     #[test]
@@ -69,8 +101,7 @@ mod tests {
             input_dim: 2816,
         };
         let c = sdxl(base, 1024, 768, DType::F32, Device::Cpu, 1).unwrap();
-        assert_eq!(c.text_embeds.shape(), [2, 1280]);
-        assert_eq!(c.time_ids.shape(), [2, 6]);
+        assert_eq!(shapes(&c), (&[2, 1280][..], &[2, 6][..]));
         assert_eq!(ids(&c)[..6], [1024.0, 768.0, 0.0, 0.0, 1024.0, 768.0]);
         assert_eq!(ids(&c)[..6], ids(&c)[6..]);
         let refiner = TextTimeEmbed {
@@ -78,7 +109,7 @@ mod tests {
             input_dim: 2560,
         };
         let c = sdxl(refiner, 1024, 1024, DType::F32, Device::Cpu, 1).unwrap();
-        assert_eq!(c.text_embeds.shape(), [2, 1280]);
+        assert_eq!(shapes(&c), (&[2, 1280][..], &[2, 5][..]));
         assert_eq!(ids(&c)[..5], [1024.0, 1024.0, 0.0, 0.0, 6.0]);
         // Other widths: six ids and the rest for the text.
         let tiny = TextTimeEmbed {
@@ -86,10 +117,21 @@ mod tests {
             input_dim: 60,
         };
         let c = sdxl(tiny, 64, 64, DType::F32, Device::Cpu, 1).unwrap();
-        assert_eq!(
-            (c.text_embeds.shape(), c.time_ids.shape()),
-            (&[2, 12][..], &[2, 6][..])
-        );
+        assert_eq!(shapes(&c), (&[2, 12][..], &[2, 6][..]));
+    }
+
+    #[test]
+    fn class_labels_stay_below_the_class_count() {
+        for (n, want) in [(1000, 20), (5, 4)] {
+            let config = UNetConfig {
+                num_class_embeds: Some(n),
+                ..UNetConfig::tiny()
+            };
+            let c = for_model(&config, (64, 64), DType::F32, Device::Cpu, 1).unwrap();
+            let labels: Vec<i32> = c.class_labels.unwrap().to_vec().unwrap();
+            assert_eq!(labels, [want, want]);
+            assert!(c.text_embeds.is_none() && c.time_ids.is_none());
+        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Stable Diffusion UNet on `xpu`: a diffusers `UNet2DConditionModel` on the Xpu or the Cpu.
 //!
 //! Parity mode (`--inputs FILE --output FILE`): one forward on `sample`, `timestep` and
-//! `encoder_hidden_states` (and, for SDXL-style `text_time` models, `text_embeds` and
-//! `time_ids`) from a safetensors file, `out_sample` written to `--output`.
+//! `encoder_hidden_states` (and `text_embeds` and `time_ids` for SDXL-style `text_time` models,
+//! `class_labels` for models with `num_class_embeds`) from a safetensors file, `out_sample`
+//! written to `--output`.
 //! Run mode (no `--inputs`): a denoising loop (DDIM or Euler discrete, classifier-free guidance
 //! with batch 2) from seeded noise and seeded stand-in text embeddings; prints seconds per step,
 //! the median, the device and peak memory, and writes the final latents (safetensors) plus a
@@ -76,7 +77,8 @@ struct Args {
     #[arg(long, value_enum, default_value = "f32")]
     dtype: DTypeArg,
     /// Parity mode: safetensors with `sample`, `timestep`, `encoder_hidden_states` (plus
-    /// `text_embeds` and `time_ids` for SDXL-style models).
+    /// `text_embeds` and `time_ids` for SDXL-style models, `class_labels` for class-conditioned
+    /// ones such as the x4 upscaler).
     #[arg(long)]
     inputs: Option<PathBuf>,
     /// Where to write `out_sample` (parity mode) or the final `latents` (run mode; a PNG preview
@@ -249,20 +251,21 @@ fn parity(
     let sample = get("sample")?.to_dtype(dtype)?.to(device)?;
     let timestep = get("timestep")?.to_dtype(DType::F32)?.to(device)?;
     let context = get("encoder_hidden_states")?.to_dtype(dtype)?.to(device)?;
-    // SDXL-style models (`text_time`) also take `text_embeds` and `time_ids`.
-    let added = match unet.config().addition_embed {
-        Some(_) => Some(AddedCond {
-            text_embeds: get("text_embeds")?.to_dtype(dtype)?.to(device)?,
-            time_ids: get("time_ids")?.to_dtype(DType::F32)?.to(device)?,
-        }),
-        None => None,
-    };
-    let t = Instant::now();
-    let out = match &added {
-        Some(a) => unet.forward_with_added_cond(&sample, &timestep, &context, a)?,
-        None => unet.forward(&sample, &timestep, &context)?,
+    // SDXL-style models (`text_time`) also take `text_embeds` and `time_ids`, models with
+    // `num_class_embeds` (the x4 upscaler) `class_labels`.
+    let config = unet.config();
+    let mut added = AddedCond::default();
+    if config.addition_embed.is_some() {
+        added.text_embeds = Some(get("text_embeds")?.to_dtype(dtype)?.to(device)?);
+        added.time_ids = Some(get("time_ids")?.to_dtype(DType::F32)?.to(device)?);
     }
-    .to_dtype(DType::F32)?;
+    if config.num_class_embeds.is_some() {
+        added.class_labels = Some(get("class_labels")?.to_dtype(DType::I32)?.to(device)?);
+    }
+    let t = Instant::now();
+    let out = unet
+        .forward_with_added_cond(&sample, &timestep, &context, &added)?
+        .to_dtype(DType::F32)?;
     let out = out.to(Device::Cpu)?;
     eprintln!(
         "forward {:?} in {:.2} s",
@@ -285,12 +288,7 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     let context_dim = config.cross_attention_dim.first().copied().unwrap_or(768);
     // Stand-ins for CLIP's [uncond, cond] text embeddings (77 tokens).
     let context = Tensor::randn(&[2, 77, context_dim], dtype, device, args.seed ^ 0x7e47)?;
-    let added = match config.addition_embed {
-        Some(a) => Some(conditions::sdxl(
-            a, height, width, dtype, device, args.seed,
-        )?),
-        None => None,
-    };
+    let added = conditions::for_model(config, (height, width), dtype, device, args.seed)?;
     let mut latents = Tensor::randn(&[1, channels, lh, lw], DType::F32, device, args.seed)?
         .mul_scalar(scheduler.init_noise_sigma())?;
     eprintln!(
@@ -311,11 +309,9 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
         let scaled = scheduler.scale_model_input(&latents, i)?;
         let input = Tensor::cat(&[&scaled, &scaled], 0)?.to_dtype(dtype)?;
         let timestep = Tensor::full(t, &[2], DType::F32, device)?;
-        let noise = match &added {
-            Some(a) => unet.forward_with_added_cond(&input, &timestep, &context, a)?,
-            None => unet.forward(&input, &timestep, &context)?,
-        }
-        .to_dtype(DType::F32)?;
+        let noise = unet
+            .forward_with_added_cond(&input, &timestep, &context, &added)?
+            .to_dtype(DType::F32)?;
         let halves = noise.chunk(2, 0)?;
         let guided = halves[0].add(&halves[1].sub(&halves[0])?.mul_scalar(args.guidance)?)?;
         latents = scheduler.step(&guided, i, &latents)?;

@@ -115,6 +115,9 @@ pub struct UNetConfig {
     pub sample_size: Option<usize>,
     /// `addition_embed_type: "text_time"` (SDXL) with its sizes; `None` for SD 1.x/2.x.
     pub addition_embed: Option<TextTimeEmbed>,
+    /// `num_class_embeds` (with `class_embed_type` null): a learned embedding of integer class
+    /// labels added to the time embedding (the SD 2 x4 upscaler's noise level).
+    pub num_class_embeds: Option<usize>,
 }
 
 /// Most levels (down blocks) a config may have.
@@ -174,6 +177,7 @@ impl UNetConfig {
             conv_out_kernel: 3,
             sample_size: Some(64),
             addition_embed: None,
+            num_class_embeds: None,
         }
     }
 
@@ -358,6 +362,9 @@ impl UNetConfig {
                     ),
                 ));
             }
+        }
+        if self.num_class_embeds == Some(0) {
+            return Err(cfg_err("num_class_embeds", "must be > 0 (or null)"));
         }
         if self.time_embedding_dim == Some(0) {
             return Err(cfg_err("time_embedding_dim", "must be > 0"));

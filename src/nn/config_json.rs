@@ -208,6 +208,12 @@ impl UNetConfig {
                         }
                     }
                 }
+                "num_class_embeds" => {
+                    c.num_class_embeds = match v {
+                        Value::Null => None,
+                        _ => Some(as_usize(k, v)?),
+                    }
+                }
                 "addition_time_embed_dim" | "projection_class_embeddings_input_dim" => {
                     let dim = match v {
                         Value::Null => None,
@@ -248,7 +254,6 @@ impl UNetConfig {
                 "encoder_hid_dim"
                 | "encoder_hid_dim_type"
                 | "class_embed_type"
-                | "num_class_embeds"
                 | "time_embedding_act_fn"
                 | "timestep_post_act"
                 | "time_cond_proj_dim"

@@ -12,16 +12,22 @@ use crate::nn::weights::ParamSource;
 use crate::nn::Linear;
 use crate::{DType, Error, Result, Tensor};
 
-/// SDXL's added conditions (diffusers' `added_cond_kwargs` for `addition_embed_type:
-/// "text_time"`).
-#[derive(Clone, Debug)]
+/// Conditions some UNets take besides the sample, timestep and text states, as diffusers'
+/// `forward` takes them: SDXL's `added_cond_kwargs` (`text_embeds` and `time_ids`, for
+/// `addition_embed_type: "text_time"`) and `class_labels` (for `num_class_embeds`, e.g. the
+/// x4 upscaler's noise level). A model requires exactly the ones its config names and refuses
+/// the others; `AddedCond::default()` gives none.
+#[derive(Clone, Debug, Default)]
 pub struct AddedCond {
     /// Pooled text embeddings `[B, D]` (the model's dtype and device).
-    pub text_embeds: Tensor,
+    pub text_embeds: Option<Tensor>,
     /// Time ids `[B, K]` (f32, f16, bf16 or i32; moved to the model's device): SDXL base's six
     /// are the original height and width, the crop's top and left, and the target height and
     /// width. `D + K * addition_time_embed_dim` must equal `projection_class_embeddings_input_dim`.
-    pub time_ids: Tensor,
+    pub time_ids: Option<Tensor>,
+    /// Class labels `[B]` (i32, each below `num_class_embeds`; moved to the model's device),
+    /// or one label (`[]` or `[1]`) for the whole batch.
+    pub class_labels: Option<Tensor>,
 }
 
 /// diffusers' `TimestepEmbedding` with its `Timesteps` projection.

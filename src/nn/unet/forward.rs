@@ -1,10 +1,12 @@
-//! [`UNet2DConditionModel`]'s forward pass: input checks, the time (and SDXL's added)
-//! embedding, then `conv_in`, the down levels, the mid block, the up levels (with diffusers'
-//! forwarded upsample sizes), and the output head.
+//! [`UNet2DConditionModel`]'s forward pass: input checks, the embedding (time, plus class
+//! labels and SDXL's added conditions where the model takes them), then `conv_in`, the down
+//! levels, the mid block, the up levels (with diffusers' forwarded upsample sizes), and the
+//! output head.
 //!
 //! Invariants: inputs are checked against the model's dtype, device and config before any
-//! work; an SDXL-style model (`text_time`) refuses to run without its added conditions and a
-//! plain one refuses them, instead of silently dropping or inventing a term of the embedding.
+//! work; a model requires exactly the extra conditions its config names (`text_time`,
+//! `num_class_embeds`) and refuses the others, instead of silently dropping or inventing a
+//! term of the embedding.
 
 use super::embeddings::AddedCond;
 use super::UNet2DConditionModel;
@@ -37,43 +39,71 @@ impl UNet2DConditionModel {
         e.forward(&e.project(&t, batch, self.dtype)?)
     }
 
-    /// The embedding the blocks receive (diffusers' `emb`): [`Self::time_embed`] plus, for a
-    /// `text_time` (SDXL) model, `add_embedding` of the `added` conditions, which such a model
-    /// requires and any other refuses.
-    pub fn embed(
-        &self,
-        timestep: &Tensor,
-        batch: usize,
-        added: Option<&AddedCond>,
-    ) -> Result<Tensor> {
+    /// The embedding the blocks receive (diffusers' `emb`): [`Self::time_embed`], plus the
+    /// class embedding of `added.class_labels` for a model with `num_class_embeds`, plus
+    /// `add_embedding` of `added.text_embeds` and `added.time_ids` for a `text_time` (SDXL)
+    /// model, in diffusers' order. A model requires the conditions its config names and
+    /// refuses the others (checked before anything is computed).
+    pub fn embed(&self, timestep: &Tensor, batch: usize, added: &AddedCond) -> Result<Tensor> {
         let op = "UNet2DConditionModel::forward";
-        match (&self.add_embedding, added) {
-            (Some((add, time_dim)), Some(a)) => {
-                self.check_input("UNet2DConditionModel text_embeds", &a.text_embeds)?;
-                let ids = a.time_ids.to(self.device)?;
-                let x =
-                    add.project_text_time((&a.text_embeds, &ids), batch, *time_dim, self.dtype)?;
-                self.time_embed(timestep, batch)?.add(&add.forward(&x)?)
+        let text_time =
+            match (&self.add_embedding, &added.text_embeds, &added.time_ids) {
+                (Some(e), Some(text), Some(ids)) => Some((e, text, ids)),
+                (Some(_), _, _) => return Err(Error::invalid(
+                    op,
+                    "this model (addition_embed_type \"text_time\", SDXL) needs text_embeds and \
+                     time_ids in its AddedCond (forward_with_added_cond)",
+                )),
+                (None, None, None) => None,
+                (None, _, _) => {
+                    return Err(Error::invalid(
+                        op,
+                        "text_embeds or time_ids were given but this model's addition_embed_type \
+                     is null",
+                    ))
+                }
+            };
+        let class = match (&self.class_embedding, &added.class_labels) {
+            (Some(table), Some(labels)) => Some((table, labels)),
+            (Some(table), None) => {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "this model (num_class_embeds {}) needs class_labels in its AddedCond \
+                         (forward_with_added_cond)",
+                        table.shape()[0]
+                    ),
+                ))
             }
-            (Some(_), None) => Err(Error::invalid(
-                op,
-                "this model (addition_embed_type \"text_time\", SDXL) needs text_embeds and \
-                 time_ids: call forward_with_added_cond",
-            )),
-            (None, Some(_)) => Err(Error::invalid(
-                op,
-                "added conditions (text_embeds, time_ids) were given but this model's \
-                 addition_embed_type is null",
-            )),
-            (None, None) => self.time_embed(timestep, batch),
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    op,
+                    "class_labels were given but this model has no class embedding \
+                     (num_class_embeds is null)",
+                ))
+            }
+            (None, None) => None,
+        };
+        if let Some((_, text, _)) = text_time {
+            self.check_input("UNet2DConditionModel text_embeds", text)?;
         }
+        let mut emb = self.time_embed(timestep, batch)?;
+        if let Some((table, labels)) = class {
+            emb = emb.add(&class_embedding(table, &labels.to(self.device)?, batch)?)?;
+        }
+        if let Some(((add, time_dim), text, ids)) = text_time {
+            let ids = ids.to(self.device)?;
+            let x = add.project_text_time((text, &ids), batch, *time_dim, self.dtype)?;
+            emb = emb.add(&add.forward(&x)?)?;
+        }
+        Ok(emb)
     }
 
     /// Predicts the noise (or v) for `sample` `[B, in_channels, H, W]` at `timestep` (scalar,
     /// `[1]` or `[B]`) given `encoder_hidden_states` `[B, L, cross_attention_dim]`. `sample` and
     /// `encoder_hidden_states` must have the model's dtype and device. The output has the
     /// sample's memory format. Activations are kept in [`Self::activation_format`].
-    /// An SDXL-style model (`addition_embed_type: "text_time"`) also needs its added conditions:
+    /// A model that takes more conditions (SDXL's `text_time`, class labels) needs
     /// [`Self::forward_with_added_cond`] (this method then returns an error saying so).
     pub fn forward(
         &self,
@@ -82,11 +112,12 @@ impl UNet2DConditionModel {
         encoder_hidden_states: &Tensor,
     ) -> Result<Tensor> {
         let fmt = self.activation_format();
-        self.forward_in_format(sample, timestep, encoder_hidden_states, None, fmt)
+        let none = AddedCond::default();
+        self.forward_in_format(sample, timestep, encoder_hidden_states, &none, fmt)
     }
 
-    /// [`Self::forward`] for a model with `addition_embed_type: "text_time"` (SDXL), given the
-    /// pooled text embeddings and time ids diffusers takes as `added_cond_kwargs`.
+    /// [`Self::forward`] with the conditions diffusers takes as `added_cond_kwargs` (SDXL's
+    /// pooled text embeddings and time ids) and `class_labels` (see [`AddedCond`]).
     pub fn forward_with_added_cond(
         &self,
         sample: &Tensor,
@@ -95,7 +126,7 @@ impl UNet2DConditionModel {
         added: &AddedCond,
     ) -> Result<Tensor> {
         let fmt = self.activation_format();
-        self.forward_in_format(sample, timestep, encoder_hidden_states, Some(added), fmt)
+        self.forward_in_format(sample, timestep, encoder_hidden_states, added, fmt)
     }
 
     /// The memory format [`Self::forward`] keeps activations in: channels-last on the Cpu
@@ -131,7 +162,7 @@ impl UNet2DConditionModel {
         sample: &Tensor,
         timestep: &Tensor,
         encoder_hidden_states: &Tensor,
-        added: Option<&AddedCond>,
+        added: &AddedCond,
         activations: MemoryFormat,
     ) -> Result<Tensor> {
         let op = "UNet2DConditionModel::forward";
@@ -206,5 +237,36 @@ impl UNet2DConditionModel {
         self.conv_out
             .forward(&h)?
             .to_memory_format(sample.memory_format())
+    }
+}
+
+/// Rows of the class-embedding `table` (`[num_class_embeds, D]`) for `labels` (i32, `[]`, `[1]`
+/// or `[batch]`), as `[batch, D]`.
+fn class_embedding(table: &Tensor, labels: &Tensor, batch: usize) -> Result<Tensor> {
+    let op = "UNet2DConditionModel class_labels";
+    if labels.dtype() != DType::I32 {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: labels.dtype(),
+            device: labels.device(),
+            hint: "; class labels must be i32".into(),
+        });
+    }
+    let flat = match labels.shape() {
+        [] => labels.reshape(&[1])?,
+        [n] if *n == 1 || *n == batch => labels.clone(),
+        _ => {
+            return Err(Error::shape(
+                op,
+                format!("a scalar, [1] or [{batch}] of class labels"),
+                labels.shape(),
+            ))
+        }
+    };
+    let rows = table.index_select(0, &flat)?;
+    if rows.shape()[0] == batch {
+        Ok(rows)
+    } else {
+        rows.broadcast_to(&[batch, table.shape()[1]])
     }
 }

@@ -1,5 +1,6 @@
-//! [`UNet2DConditionModel`]: diffusers' conditional UNet (SD 1.x / 2.x family, and SDXL's
-//! layout with its `text_time` added embedding), configured by a
+//! [`UNet2DConditionModel`]: diffusers' conditional UNet (SD 1.x / 2.x family, the x4
+//! upscaler's class labels, and SDXL's layout with its `text_time` added embedding), configured
+//! by a
 //! [`UNetConfig`] and loaded from `diffusion_pytorch_model.safetensors` by diffusers' own
 //! parameter names, or built with seeded random weights.
 //!
@@ -30,8 +31,8 @@ use crate::nn::config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
 use crate::nn::layers::{Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;
 use crate::nn::transformer::TransformerDims;
-use crate::nn::weights::{ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
-use crate::{DType, Device, Error, Result};
+use crate::nn::weights::{Init, ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
+use crate::{DType, Device, Error, Result, Tensor};
 use blocks::{LevelDims, UpChannels};
 use embeddings::TimeDims;
 
@@ -45,6 +46,8 @@ pub struct UNet2DConditionModel {
     time_embedding: TimestepEmbedding,
     /// SDXL's `add_embedding` and its `addition_time_embed_dim` (`text_time` configs).
     add_embedding: Option<(TimestepEmbedding, usize)>,
+    /// `class_embedding.weight` `[num_class_embeds, time_embed_dim]` (`num_class_embeds` configs).
+    class_embedding: Option<Tensor>,
     down_blocks: Vec<DownBlock>,
     mid_block: Option<MidBlock>,
     up_blocks: Vec<UpBlock>,
@@ -181,6 +184,11 @@ impl UNet2DConditionModel {
                 freq_shift: c.freq_shift,
             },
         )?;
+        let class_embedding = match c.num_class_embeds {
+            // nn.Embedding: PyTorch initialises it N(0, 1); random models draw uniform in ±1.
+            Some(n) => Some(src.get("class_embedding.weight", &[n, temb], Init::FanIn(1))?),
+            None => None,
+        };
         // diffusers: `TimestepEmbedding(projection_class_embeddings_input_dim, time_embed_dim)`
         // (default SiLU, whatever act_fn says) after `Timesteps(addition_time_embed_dim, ...)`.
         let add_embedding = match c.addition_embed {
@@ -269,6 +277,7 @@ impl UNet2DConditionModel {
             conv_in,
             time_embedding,
             add_embedding,
+            class_embedding,
             down_blocks,
             mid_block,
             up_blocks,
@@ -288,6 +297,7 @@ impl UNet2DConditionModel {
                 Some((e, d)) => Some((e.map(f)?, *d)),
                 None => None,
             },
+            class_embedding: self.class_embedding.as_ref().map(&mut *f).transpose()?,
             down_blocks: self
                 .down_blocks
                 .iter()
