@@ -406,8 +406,10 @@ fn class_labels_are_checked() {
         class_labels: Some(Tensor::from_vec(v, shape, cpu).unwrap()),
         ..AddedCond::default()
     };
-    let e = err(x4.forward_with_added_cond(&sample, &t, &ehs, &labels(vec![3, 10], &[2])));
-    assert!(e.contains("out of range") || e.contains("10"), "{e}");
+    for bad in [vec![3, 10], vec![-1, 2]] {
+        let e = err(x4.forward_with_added_cond(&sample, &t, &ehs, &labels(bad, &[2])));
+        assert!(e.contains("out of range"), "{e}");
+    }
     let e = err(x4.forward_with_added_cond(&sample, &t, &ehs, &labels(vec![1, 2, 3], &[3])));
     assert!(e.contains("class labels"), "{e}");
     let floats = AddedCond {
@@ -424,6 +426,29 @@ fn class_labels_are_checked() {
         .forward_with_added_cond(&sample, &t, &ehs, &labels(vec![7, 7], &[2]))
         .unwrap();
     assert_eq!(values(&one), values(&both));
+    // On the Xpu, labels given on the Cpu (checked there) or on the Xpu give the same result.
+    if xpu() {
+        let gpu = x4.to(Device::Xpu).unwrap();
+        let dev = |t: &Tensor| t.to(Device::Xpu).unwrap();
+        let run = |a: &AddedCond| {
+            gpu.forward_with_added_cond(&dev(&sample), &dev(&t), &dev(&ehs), a)
+                .map(|y| values(&y))
+        };
+        let on_cpu = labels(vec![3, 7], &[2]);
+        let on_xpu = AddedCond {
+            class_labels: on_cpu.class_labels.as_ref().map(dev),
+            ..AddedCond::default()
+        };
+        assert_eq!(run(&on_cpu).unwrap(), run(&on_xpu).unwrap());
+        let e = run(&AddedCond {
+            class_labels: Some(dev(&Tensor::from_vec(vec![3, 12], &[2], cpu).unwrap())),
+            ..AddedCond::default()
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(e.contains("out of range"), "{e}");
+    }
 }
 
 #[test]

@@ -89,7 +89,7 @@ impl UNet2DConditionModel {
         }
         let mut emb = self.time_embed(timestep, batch)?;
         if let Some((table, labels)) = class {
-            emb = emb.add(&class_embedding(table, &labels.to(self.device)?, batch)?)?;
+            emb = emb.add(&class_embedding(table, labels, batch)?)?;
         }
         if let Some(((add, time_dim), text, ids)) = text_time {
             let ids = ids.to(self.device)?;
@@ -241,7 +241,8 @@ impl UNet2DConditionModel {
 }
 
 /// Rows of the class-embedding `table` (`[num_class_embeds, D]`) for `labels` (i32, `[]`, `[1]`
-/// or `[batch]`), as `[batch, D]`.
+/// or `[batch]`, on any device), as `[batch, D]` on the table's device. Labels given on the Cpu
+/// (the usual case) are range-checked there, so an Xpu model does not wait to read them back.
 fn class_embedding(table: &Tensor, labels: &Tensor, batch: usize) -> Result<Tensor> {
     let op = "UNet2DConditionModel class_labels";
     if labels.dtype() != DType::I32 {
@@ -263,7 +264,22 @@ fn class_embedding(table: &Tensor, labels: &Tensor, batch: usize) -> Result<Tens
             ))
         }
     };
-    let rows = table.index_select(0, &flat)?;
+    let rows = if flat.device() == Device::Cpu {
+        let n = table.shape()[0];
+        let values: Vec<i32> = flat.to_vec()?;
+        if let Some(bad) = values
+            .iter()
+            .find(|&&v| usize::try_from(v).map_or(true, |v| v >= n))
+        {
+            return Err(Error::invalid(
+                op,
+                format!("class label {bad} is out of range for num_class_embeds {n}"),
+            ));
+        }
+        table.index_select_in_range(0, &flat.to(table.device())?)?
+    } else {
+        table.index_select(0, &flat.to(table.device())?)?
+    };
     if rows.shape()[0] == batch {
         Ok(rows)
     } else {
