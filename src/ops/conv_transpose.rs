@@ -10,9 +10,10 @@
 //! output channels are `[group, phase_h, phase_w, Cout/groups]`; interleaving them (`y + p`
 //! is row `q·s + r`) and cropping `p` gives the output. The engines do the useful
 //! multiply-adds only (plus the zero taps when `s` does not divide `k`, and `ceil(p/s)` rows
-//! computed then cropped). The phases are computed channels-last whatever the input's format,
-//! so the interleave copies runs of `Cout/groups` contiguous values (an NCHW interleave moves
-//! single elements); the output is then laid out in the input's format.
+//! computed then cropped). On the Cpu the phases are computed channels-last whatever the
+//! input's format, so the interleave copies runs of `Cout/groups` contiguous values (an NCHW
+//! interleave moves single elements); the Xpu keeps the input's format. The output is then
+//! laid out in the input's format.
 //!
 //! With dilation > 1 the phases mix (`j·d` modulo `s`), and the general form is used: a
 //! stride-1 convolution of the input with `s - 1` zeros inserted between its elements, padded
@@ -27,7 +28,7 @@
 //! least 1 each way; a channels-last input gives a channels-last output.
 
 use crate::tensor::{NCHW_FROM_NHWC, NHWC};
-use crate::{Conv2dParams, Error, MemoryFormat, Result, Tensor};
+use crate::{Conv2dParams, Device, Error, MemoryFormat, Result, Tensor};
 
 /// Stride, padding, output padding, dilation and groups of a transposed convolution,
 /// `(height, width)` each.
@@ -264,20 +265,35 @@ fn sub_pixel(
         dilation: (1, 1),
         groups: g,
     };
-    // Channels-last phases interleave with runs of Cout/g contiguous channels (NCHW ones
-    // would move single elements); the caller lays the result out in the input's format.
-    let phased =
-        xp.to_memory_format(MemoryFormat::ChannelsLast)?
-            .conv2d(&sub, bias.as_ref(), conv)?;
-    // NHWC [N, Qh, Qw, g, sh, sw, Cout/g] -> [N, Qh, sh, Qw, sw, g, Cout/g]: rows q·s + r = y + p.
-    phased
-        .permute(&NHWC)?
-        .reshape(&[n, qh, qw, g, sh, sw, cog])?
-        .permute(&[0, 1, 4, 2, 5, 3, 6])?
-        .reshape(&[n, qh * sh, qw * sw, g * cog])?
-        .narrow(1, p.padding.0, out_h)?
-        .narrow(2, p.padding.1, out_w)?
-        .permute(&NCHW_FROM_NHWC)
+    // On the Cpu the phases are computed channels-last: they interleave with runs of Cout/g
+    // contiguous channels (an NCHW interleave moves single elements, TLB-bound on a CPU). The
+    // Xpu keeps the input's format (its strided copy kernel does not care; no conversion).
+    let xp = match x.device() {
+        Device::Cpu => xp.to_memory_format(MemoryFormat::ChannelsLast)?,
+        Device::Xpu => xp,
+    };
+    let phased = xp.conv2d(&sub, bias.as_ref(), conv)?;
+    // Either way: rows q·s + r = y + p, columns likewise, then the crop; the caller lays the
+    // result out in the input's format.
+    if phased.memory_format() == MemoryFormat::ChannelsLast {
+        // NHWC [N, Qh, Qw, g, sh, sw, Cout/g] -> [N, Qh, sh, Qw, sw, g, Cout/g].
+        phased
+            .permute(&NHWC)?
+            .reshape(&[n, qh, qw, g, sh, sw, cog])?
+            .permute(&[0, 1, 4, 2, 5, 3, 6])?
+            .reshape(&[n, qh * sh, qw * sw, g * cog])?
+            .narrow(1, p.padding.0, out_h)?
+            .narrow(2, p.padding.1, out_w)?
+            .permute(&NCHW_FROM_NHWC)
+    } else {
+        // NCHW [N, g, sh, sw, Cout/g, Qh, Qw] -> [N, g, Cout/g, Qh, sh, Qw, sw].
+        phased
+            .reshape(&[n, g, sh, sw, cog, qh, qw])?
+            .permute(&[0, 1, 4, 5, 2, 6, 3])?
+            .reshape(&[n, g * cog, qh * sh, qw * sw])?
+            .narrow(2, p.padding.0, out_h)?
+            .narrow(3, p.padding.1, out_w)
+    }
 }
 
 /// The zero-spread form (any dilation; module docs), `(top, left)` the sides `d·(k-1) - p`.
