@@ -307,7 +307,7 @@ fn unsupported_config_values_name_their_key() {
         ("resnet_time_scale_shift", json!("scale_shift")),
         ("time_embedding_type", json!("fourier")),
         ("attention_type", json!("gated")),
-        ("time_cond_proj_dim", json!(256)),
+        ("time_cond_proj_dim", json!(0)),
         ("timestep_post_act", json!("silu")),
         ("time_embedding_act_fn", json!("silu")),
         ("cross_attention_norm", json!("group_norm")),

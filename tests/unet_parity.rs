@@ -1,6 +1,6 @@
 //! UNet2DConditionModel against diffusers: whole-model and block-level outputs recorded by
-//! tests/fixtures/make_unet_fixtures.py for SD 1.x-, SD 2.x-, SDXL- and x4-upscaler-shaped tiny
-//! configs,
+//! tests/fixtures/make_unet_fixtures.py for SD 1.x-, SD 2.x-, SDXL-, x4-upscaler- and LCM-shaped
+//! tiny configs,
 //! on Cpu and Xpu, in f32 (max abs error <= 1e-3 of the output's largest magnitude) and
 //! f16/bf16 (<= 3e-2); plus device/dtype moves, seeded random models and flat Xpu memory.
 
@@ -90,6 +90,7 @@ fn added(io: &Io, dtype: DType, device: Device) -> AddedCond {
         text_embeds: get("text_embeds", dtype),
         time_ids: get("time_ids", DType::F32),
         class_labels: get("class_labels", DType::I32),
+        timestep_cond: get("timestep_cond", dtype),
     }
 }
 
@@ -333,7 +334,7 @@ fn added_conditions_are_checked() {
         let a = AddedCond {
             text_embeds,
             time_ids,
-            class_labels: None,
+            ..AddedCond::default()
         };
         let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &a));
         assert!(e.contains("text_embeds [2, D]"), "{e}");
@@ -365,6 +366,58 @@ fn added_conditions_are_checked() {
         &good,
     ));
     assert!(e.contains("addition_embed_type is null"), "{e}");
+}
+
+#[test]
+fn lcm_model_matches_diffusers() {
+    let _g = lock();
+    for device in devices() {
+        for dtype in dtypes(device, DType::F16) {
+            check_model("lcm", device, dtype);
+        }
+    }
+}
+
+/// `timestep_cond` is optional for a model with `time_cond_proj_dim` (as in diffusers), must
+/// have its width, and is refused by a model without one.
+#[test]
+fn timestep_cond_is_checked() {
+    let _g = lock();
+    let (dt, cpu) = (DType::F32, Device::Cpu);
+    let io = Io::open("lcm");
+    let lcm = load("lcm", dt, cpu);
+    let (sample, t, ehs) = (
+        io.f32("sample"),
+        io.get("timestep", dt, cpu),
+        io.f32("encoder_hidden_states"),
+    );
+    let err = |r: xpu::Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let with = lcm
+        .forward_with_added_cond(&sample, &t, &ehs, &added(&io, dt, cpu))
+        .unwrap();
+    let without = lcm.forward(&sample, &t, &ehs).unwrap();
+    assert_ne!(
+        values(&with),
+        values(&without),
+        "the condition changes the output"
+    );
+    let narrow = AddedCond {
+        timestep_cond: Some(Tensor::zeros(&[2, 7], dt, cpu).unwrap()),
+        ..AddedCond::default()
+    };
+    let e = err(lcm.forward_with_added_cond(&sample, &t, &ehs, &narrow));
+    assert!(e.contains("time_cond_proj_dim"), "{e}");
+    let io1 = Io::open("sd1");
+    let e = err(load("sd1", dt, cpu).forward_with_added_cond(
+        &io1.f32("sample"),
+        &io1.get("timestep", dt, cpu),
+        &io1.f32("encoder_hidden_states"),
+        &AddedCond {
+            timestep_cond: Some(Tensor::zeros(&[1, 8], dt, cpu).unwrap()),
+            ..AddedCond::default()
+        },
+    ));
+    assert!(e.contains("cond_proj"), "{e}");
 }
 
 #[test]

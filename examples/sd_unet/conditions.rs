@@ -1,7 +1,8 @@
 //! Run mode's stand-ins for the conditions some UNets take besides the text states: SDXL's
 //! (`text_time` models) seeded pooled text embeddings and the time ids the diffusers pipelines
-//! build for a `height`×`width` image, and a class label for models with `num_class_embeds`
-//! (the x4 upscaler pipeline's default `noise_level`, 20, below the class count).
+//! build for a `height`×`width` image, a class label for models with `num_class_embeds`
+//! (the x4 upscaler pipeline's default `noise_level`, 20, below the class count), and LCM's
+//! guidance-scale embedding for models with `time_cond_proj_dim`.
 //!
 //! Which layout: SDXL base (`projection_class_embeddings_input_dim` = 1280 + 6 × time width:
 //! original size, crop origin (0, 0), target size) or the SDXL refiner (1280 + 5 × time width:
@@ -20,10 +21,12 @@ const AESTHETIC_SCORE: f32 = 6.0;
 /// The upscaler pipeline's default `noise_level` (its class label).
 const NOISE_LEVEL: i32 = 20;
 
-/// Batch-2 stand-in conditions for a model of `config` at `height`×`width` (module docs).
+/// Batch-2 stand-in conditions for a model of `config` at `height`×`width` (module docs),
+/// with `guidance` for a model that embeds it (`time_cond_proj_dim`).
 pub fn for_model(
     config: &UNetConfig,
     (height, width): (usize, usize),
+    guidance: f64,
     dtype: DType,
     device: Device,
     seed: u64,
@@ -32,11 +35,28 @@ pub fn for_model(
         Some(a) => sdxl(a, height, width, dtype, device, seed)?,
         None => AddedCond::default(),
     };
+    if let Some(d) = config.time_cond_proj_dim {
+        added.timestep_cond = Some(guidance_embedding(guidance, d, dtype, device)?);
+    }
     if let Some(n) = config.num_class_embeds {
         let label = NOISE_LEVEL.min(i32::try_from(n - 1).unwrap_or(i32::MAX));
         added.class_labels = Some(Tensor::from_vec(vec![label; 2], &[2], device)?);
     }
     Ok(added)
+}
+
+/// LCM's guidance-scale embedding (`LatentConsistencyModelPipeline.get_guidance_scale_embedding`
+/// of `guidance - 1`): the sinusoid of `1000 * (guidance - 1)`, sines first, frequencies
+/// `10000^(-k / (dim/2 - 1))`, for a batch of 2 — [`Tensor::timestep_embedding`] with
+/// `flip_sin_to_cos` false and `downscale_freq_shift` 1.
+fn guidance_embedding(
+    guidance: f64,
+    dim: usize,
+    dtype: DType,
+    device: Device,
+) -> xpu::Result<Tensor> {
+    let w = ((guidance - 1.0) * 1000.0) as f32;
+    Tensor::from_vec(vec![w; 2], &[2], device)?.timestep_embedding(dim, false, 1.0, dtype)
 }
 
 /// Batch-2 stand-in SDXL conditions for `a` at `height`×`width` (see the module docs).
@@ -75,7 +95,7 @@ fn sdxl(
     Ok(AddedCond {
         text_embeds: Some(Tensor::randn(&[2, text_dim], dtype, device, seed ^ 0x5d1)?),
         time_ids: Some(time_ids),
-        class_labels: None,
+        ..AddedCond::default()
     })
 }
 
@@ -127,11 +147,31 @@ mod tests {
                 num_class_embeds: Some(n),
                 ..UNetConfig::tiny()
             };
-            let c = for_model(&config, (64, 64), DType::F32, Device::Cpu, 1).unwrap();
+            let c = for_model(&config, (64, 64), 7.5, DType::F32, Device::Cpu, 1).unwrap();
             let labels: Vec<i32> = c.class_labels.unwrap().to_vec().unwrap();
             assert_eq!(labels, [want, want]);
             assert!(c.text_embeds.is_none() && c.time_ids.is_none());
         }
+    }
+
+    #[test]
+    fn guidance_embedding_is_lcms() {
+        let config = UNetConfig {
+            time_cond_proj_dim: Some(8),
+            ..UNetConfig::tiny()
+        };
+        let c = for_model(&config, (64, 64), 8.0, DType::F32, Device::Cpu, 1).unwrap();
+        let got: Vec<f32> = c.timestep_cond.unwrap().to_vec().unwrap();
+        // w = 7000; half = 4; frequencies 10000^(-k/3); [sin.., cos..] per sample.
+        let w = 7000f64;
+        let want: Vec<f64> = (0..4)
+            .map(|k| (w * 10000f64.powf(-(k as f64) / 3.0)).sin())
+            .chain((0..4).map(|k| (w * 10000f64.powf(-(k as f64) / 3.0)).cos()))
+            .collect();
+        for (i, (g, w)) in got[..8].iter().zip(&want).enumerate() {
+            assert!((*g as f64 - w).abs() < 2e-3, "{i}: {g} vs {w}");
+        }
+        assert_eq!(got[..8], got[8..]);
     }
 
     #[test]

@@ -78,7 +78,7 @@ struct Args {
     dtype: DTypeArg,
     /// Parity mode: safetensors with `sample`, `timestep`, `encoder_hidden_states` (plus
     /// `text_embeds` and `time_ids` for SDXL-style models, `class_labels` for class-conditioned
-    /// ones such as the x4 upscaler).
+    /// ones such as the x4 upscaler, optionally `timestep_cond` for LCM-style ones).
     #[arg(long)]
     inputs: Option<PathBuf>,
     /// Where to write `out_sample` (parity mode) or the final `latents` (run mode; a PNG preview
@@ -262,6 +262,10 @@ fn parity(
     if config.num_class_embeds.is_some() {
         added.class_labels = Some(get("class_labels")?.to_dtype(DType::I32)?.to(device)?);
     }
+    // Optional even where the model takes it (as in diffusers).
+    if let Some(cond) = file.get("timestep_cond") {
+        added.timestep_cond = Some(cond.to_dtype(dtype)?.to(device)?);
+    }
     let t = Instant::now();
     let out = unet
         .forward_with_added_cond(&sample, &timestep, &context, &added)?
@@ -288,7 +292,14 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     let context_dim = config.cross_attention_dim.first().copied().unwrap_or(768);
     // Stand-ins for CLIP's [uncond, cond] text embeddings (77 tokens).
     let context = Tensor::randn(&[2, 77, context_dim], dtype, device, args.seed ^ 0x7e47)?;
-    let added = conditions::for_model(config, (height, width), dtype, device, args.seed)?;
+    let added = conditions::for_model(
+        config,
+        (height, width),
+        args.guidance,
+        dtype,
+        device,
+        args.seed,
+    )?;
     let mut latents = Tensor::randn(&[1, channels, lh, lw], DType::F32, device, args.seed)?
         .mul_scalar(scheduler.init_noise_sigma())?;
     eprintln!(

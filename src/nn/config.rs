@@ -118,6 +118,9 @@ pub struct UNetConfig {
     /// `num_class_embeds` (with `class_embed_type` null): a learned embedding of integer class
     /// labels added to the time embedding (the SD 2 x4 upscaler's noise level).
     pub num_class_embeds: Option<usize>,
+    /// `time_cond_proj_dim`: the width of an extra condition (`timestep_cond`, e.g. LCM's
+    /// guidance-scale embedding) projected into the time embedding's input.
+    pub time_cond_proj_dim: Option<usize>,
 }
 
 /// Most levels (down blocks) a config may have.
@@ -178,6 +181,7 @@ impl UNetConfig {
             sample_size: Some(64),
             addition_embed: None,
             num_class_embeds: None,
+            time_cond_proj_dim: None,
         }
     }
 
@@ -362,6 +366,9 @@ impl UNetConfig {
                     ),
                 ));
             }
+        }
+        if self.time_cond_proj_dim == Some(0) {
+            return Err(cfg_err("time_cond_proj_dim", "must be > 0 (or null)"));
         }
         if self.num_class_embeds == Some(0) {
             return Err(cfg_err("num_class_embeds", "must be > 0 (or null)"));

@@ -208,6 +208,12 @@ impl UNetConfig {
                         }
                     }
                 }
+                "time_cond_proj_dim" => {
+                    c.time_cond_proj_dim = match v {
+                        Value::Null => None,
+                        _ => Some(as_usize(k, v)?),
+                    }
+                }
                 "num_class_embeds" => {
                     c.num_class_embeds = match v {
                         Value::Null => None,
@@ -256,7 +262,6 @@ impl UNetConfig {
                 | "class_embed_type"
                 | "time_embedding_act_fn"
                 | "timestep_post_act"
-                | "time_cond_proj_dim"
                 | "cross_attention_norm"
                 | "reverse_transformer_layers_per_block" => require(k, v, v.is_null(), "null")?,
                 _ => {

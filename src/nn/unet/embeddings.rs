@@ -28,11 +28,18 @@ pub struct AddedCond {
     /// Class labels `[B]` (i32, each below `num_class_embeds`; moved to the model's device),
     /// or one label (`[]` or `[1]`) for the whole batch.
     pub class_labels: Option<Tensor>,
+    /// diffusers' `timestep_cond` `[B, time_cond_proj_dim]` (the model's dtype and device): a
+    /// condition projected by `time_embedding.cond_proj` and added to the sinusoid, e.g. LCM's
+    /// guidance-scale embedding. Optional even for a model with `time_cond_proj_dim`, as in
+    /// diffusers; refused by one without.
+    pub timestep_cond: Option<Tensor>,
 }
 
 /// diffusers' `TimestepEmbedding` with its `Timesteps` projection.
 #[derive(Clone, Debug)]
 pub struct TimestepEmbedding {
+    /// `cond_proj` (`time_cond_proj_dim` -> `channels`, no bias), where the config has one.
+    cond_proj: Option<Linear>,
     linear_1: Linear,
     linear_2: Linear,
     act: ActFn,
@@ -43,6 +50,8 @@ pub struct TimestepEmbedding {
 
 /// Shapes and options of the time embedding.
 pub(crate) struct TimeDims {
+    /// `time_cond_proj_dim`: the width of the condition `cond_proj` takes, if any.
+    pub cond_dim: Option<usize>,
     pub channels: usize,
     pub embed_dim: usize,
     pub act: ActFn,
@@ -56,7 +65,18 @@ impl TimestepEmbedding {
         prefix: &str,
         d: TimeDims,
     ) -> Result<TimestepEmbedding> {
+        let cond_proj = match d.cond_dim {
+            Some(c) => Some(load_linear(
+                src,
+                &join(prefix, "cond_proj"),
+                c,
+                d.channels,
+                false,
+            )?),
+            None => None,
+        };
         Ok(TimestepEmbedding {
+            cond_proj,
             linear_1: load_linear(
                 src,
                 &join(prefix, "linear_1"),
@@ -80,6 +100,10 @@ impl TimestepEmbedding {
 
     pub(crate) fn map(&self, f: &mut MapFn) -> Result<TimestepEmbedding> {
         Ok(TimestepEmbedding {
+            cond_proj: match &self.cond_proj {
+                Some(l) => Some(map_linear(l, f)?),
+                None => None,
+            },
             linear_1: map_linear(&self.linear_1, f)?,
             linear_2: map_linear(&self.linear_2, f)?,
             ..self.clone()
@@ -172,5 +196,18 @@ impl TimestepEmbedding {
     pub fn forward(&self, t_emb: &Tensor) -> Result<Tensor> {
         let h = self.linear_1.forward_act(t_emb, epilogue(self.act))?;
         self.linear_2.forward(&h)
+    }
+
+    /// [`Self::forward`] of `t_emb + cond_proj(condition)` (diffusers' `TimestepEmbedding`
+    /// with a `condition`): `condition` `[B, time_cond_proj_dim]` needs a `cond_proj`.
+    pub fn forward_cond(&self, t_emb: &Tensor, condition: &Tensor) -> Result<Tensor> {
+        let Some(proj) = &self.cond_proj else {
+            return Err(Error::invalid(
+                "UNet2DConditionModel timestep_cond",
+                "a timestep_cond was given but this model has no time_embedding.cond_proj \
+                 (time_cond_proj_dim is null)",
+            ));
+        };
+        self.forward(&t_emb.add(&proj.forward(condition)?)?)
     }
 }

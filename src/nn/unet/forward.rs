@@ -39,7 +39,8 @@ impl UNet2DConditionModel {
         e.forward(&e.project(&t, batch, self.dtype)?)
     }
 
-    /// The embedding the blocks receive (diffusers' `emb`): [`Self::time_embed`], plus the
+    /// The embedding the blocks receive (diffusers' `emb`): [`Self::time_embed`] (of the
+    /// sinusoid plus `cond_proj(added.timestep_cond)` where given), plus the
     /// class embedding of `added.class_labels` for a model with `num_class_embeds`, plus
     /// `add_embedding` of `added.text_embeds` and `added.time_ids` for a `text_time` (SDXL)
     /// model, in diffusers' order. A model requires the conditions its config names and
@@ -87,7 +88,24 @@ impl UNet2DConditionModel {
         if let Some((_, text, _)) = text_time {
             self.check_input("UNet2DConditionModel text_embeds", text)?;
         }
-        let mut emb = self.time_embed(timestep, batch)?;
+        let mut emb = match &added.timestep_cond {
+            Some(cond) => {
+                self.check_input("UNet2DConditionModel timestep_cond", cond)?;
+                if let Some(d) = self.config.time_cond_proj_dim {
+                    if cond.shape() != [batch, d] {
+                        return Err(Error::shape(
+                            "UNet2DConditionModel timestep_cond",
+                            format!("[{batch}, {d}] (time_cond_proj_dim)"),
+                            cond.shape(),
+                        ));
+                    }
+                }
+                let e = &self.time_embedding;
+                let t = e.project(&timestep.to(self.device)?, batch, self.dtype)?;
+                e.forward_cond(&t, cond)?
+            }
+            None => self.time_embed(timestep, batch)?,
+        };
         if let Some((table, labels)) = class {
             emb = emb.add(&class_embedding(table, labels, batch)?)?;
         }

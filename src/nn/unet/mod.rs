@@ -1,6 +1,6 @@
 //! [`UNet2DConditionModel`]: diffusers' conditional UNet (SD 1.x / 2.x family, the x4
-//! upscaler's class labels, and SDXL's layout with its `text_time` added embedding), configured
-//! by a
+//! upscaler's class labels, LCM's `timestep_cond`, and SDXL's layout with its `text_time` added
+//! embedding), configured by a
 //! [`UNetConfig`] and loaded from `diffusion_pytorch_model.safetensors` by diffusers' own
 //! parameter names, or built with seeded random weights.
 //!
@@ -177,6 +177,7 @@ impl UNet2DConditionModel {
             src,
             "time_embedding",
             TimeDims {
+                cond_dim: c.time_cond_proj_dim,
                 channels: ch[0],
                 embed_dim: temb,
                 act: c.act_fn,
@@ -197,6 +198,7 @@ impl UNet2DConditionModel {
                     src,
                     "add_embedding",
                     TimeDims {
+                        cond_dim: None,
                         channels: a.input_dim,
                         embed_dim: temb,
                         act: ActFn::Silu,
