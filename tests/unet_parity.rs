@@ -302,20 +302,46 @@ fn sdxl_blocks_match_diffusers() {
     }
 }
 
+/// A fixture's model on the Cpu in f32 with its recorded inputs (for the error tests).
+struct Case {
+    io: Io,
+    model: UNet2DConditionModel,
+    sample: Tensor,
+    t: Tensor,
+    ehs: Tensor,
+}
+
+impl Case {
+    fn cpu_f32(name: &str) -> Case {
+        let io = Io::open(name);
+        Case {
+            model: load(name, DType::F32, Device::Cpu),
+            sample: io.f32("sample"),
+            t: io.get("timestep", DType::F32, Device::Cpu),
+            ehs: io.f32("encoder_hidden_states"),
+            io,
+        }
+    }
+}
+
+/// The error message of `r` ("" when it succeeded, so an `assert!(contains)` fails).
+fn err(r: xpu::Result<Tensor>) -> String {
+    r.err().map(|e| e.to_string()).unwrap_or_default()
+}
+
 /// A `text_time` model refuses to run without its added conditions or with mis-sized ones, and
 /// a plain model refuses them: errors that say what was expected.
 #[test]
 fn added_conditions_are_checked() {
     let _g = lock();
     let (dt, cpu) = (DType::F32, Device::Cpu);
-    let io = Io::open("sdxl");
-    let xl = load("sdxl", dt, cpu);
-    let (sample, t, ehs) = (
-        io.f32("sample"),
-        io.get("timestep", dt, cpu),
-        io.f32("encoder_hidden_states"),
-    );
-    let err = |r: xpu::Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let Case {
+        io,
+        model: xl,
+        sample,
+        t,
+        ehs,
+    } = Case::cpu_f32("sdxl");
     let e = err(xl.forward(&sample, &t, &ehs));
     assert!(e.contains("text_embeds") && e.contains("text_time"), "{e}");
     let good = added(&io, dt, cpu);
@@ -384,14 +410,13 @@ fn lcm_model_matches_diffusers() {
 fn timestep_cond_is_checked() {
     let _g = lock();
     let (dt, cpu) = (DType::F32, Device::Cpu);
-    let io = Io::open("lcm");
-    let lcm = load("lcm", dt, cpu);
-    let (sample, t, ehs) = (
-        io.f32("sample"),
-        io.get("timestep", dt, cpu),
-        io.f32("encoder_hidden_states"),
-    );
-    let err = |r: xpu::Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let Case {
+        io,
+        model: lcm,
+        sample,
+        t,
+        ehs,
+    } = Case::cpu_f32("lcm");
     let with = lcm
         .forward_with_added_cond(&sample, &t, &ehs, &added(&io, dt, cpu))
         .unwrap();
@@ -441,15 +466,14 @@ fn x4_blocks_match_diffusers() {
 #[test]
 fn class_labels_are_checked() {
     let _g = lock();
-    let (dt, cpu) = (DType::F32, Device::Cpu);
-    let io = Io::open("x4");
-    let x4 = load("x4", dt, cpu);
-    let (sample, t, ehs) = (
-        io.f32("sample"),
-        io.get("timestep", dt, cpu),
-        io.f32("encoder_hidden_states"),
-    );
-    let err = |r: xpu::Result<Tensor>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let cpu = Device::Cpu;
+    let Case {
+        model: x4,
+        sample,
+        t,
+        ehs,
+        ..
+    } = Case::cpu_f32("x4");
     let e = err(x4.forward(&sample, &t, &ehs));
     assert!(
         e.contains("class_labels") && e.contains("num_class_embeds 10"),
