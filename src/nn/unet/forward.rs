@@ -12,6 +12,18 @@ use super::embeddings::AddedCond;
 use super::UNet2DConditionModel;
 use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
 
+/// Errors for extra conditions a model needs or refuses ([`UNet2DConditionModel::embed`]).
+const NEEDS_TEXT_TIME: &str = "this model (addition_embed_type \"text_time\", SDXL) needs \
+     text_embeds and time_ids in its AddedCond (forward_with_added_cond)";
+const REFUSES_TEXT_TIME: &str =
+    "text_embeds or time_ids were given but this model's addition_embed_type is null";
+const NEEDS_CLASS: &str =
+    "this model needs class_labels in its AddedCond (forward_with_added_cond)";
+const REFUSES_CLASS: &str =
+    "class_labels were given but this model has no class embedding (num_class_embeds is null)";
+const REFUSES_TIMESTEP_COND: &str = "a timestep_cond was given but this model has no \
+     time_embedding.cond_proj (time_cond_proj_dim is null)";
+
 impl UNet2DConditionModel {
     fn check_input(&self, what: &'static str, t: &Tensor) -> Result<()> {
         if t.device() != self.device {
@@ -47,44 +59,27 @@ impl UNet2DConditionModel {
     /// refuses the others (checked before anything is computed).
     pub fn embed(&self, timestep: &Tensor, batch: usize, added: &AddedCond) -> Result<Tensor> {
         let op = "UNet2DConditionModel::forward";
-        let text_time =
-            match (&self.add_embedding, &added.text_embeds, &added.time_ids) {
-                (Some(e), Some(text), Some(ids)) => Some((e, text, ids)),
-                (Some(_), _, _) => return Err(Error::invalid(
-                    op,
-                    "this model (addition_embed_type \"text_time\", SDXL) needs text_embeds and \
-                     time_ids in its AddedCond (forward_with_added_cond)",
-                )),
-                (None, None, None) => None,
-                (None, _, _) => {
-                    return Err(Error::invalid(
-                        op,
-                        "text_embeds or time_ids were given but this model's addition_embed_type \
-                     is null",
-                    ))
-                }
-            };
+        let text_time = match (&self.add_embedding, &added.text_embeds, &added.time_ids) {
+            (Some(e), Some(text), Some(ids)) => Some((e, text, ids)),
+            (Some(_), _, _) => return Err(Error::invalid(op, NEEDS_TEXT_TIME)),
+            (None, None, None) => None,
+            (None, _, _) => return Err(Error::invalid(op, REFUSES_TEXT_TIME)),
+        };
         let class = match (&self.class_embedding, &added.class_labels) {
             (Some(table), Some(labels)) => Some((table, labels)),
             (Some(table), None) => {
+                let n = table.shape()[0];
                 return Err(Error::invalid(
                     op,
-                    format!(
-                        "this model (num_class_embeds {}) needs class_labels in its AddedCond \
-                         (forward_with_added_cond)",
-                        table.shape()[0]
-                    ),
-                ))
+                    format!("{NEEDS_CLASS} (num_class_embeds {n})"),
+                ));
             }
-            (None, Some(_)) => {
-                return Err(Error::invalid(
-                    op,
-                    "class_labels were given but this model has no class embedding \
-                     (num_class_embeds is null)",
-                ))
-            }
+            (None, Some(_)) => return Err(Error::invalid(op, REFUSES_CLASS)),
             (None, None) => None,
         };
+        if added.timestep_cond.is_some() && self.config.time_cond_proj_dim.is_none() {
+            return Err(Error::invalid(op, REFUSES_TIMESTEP_COND));
+        }
         if let Some((_, text, _)) = text_time {
             self.check_input("UNet2DConditionModel text_embeds", text)?;
         }
