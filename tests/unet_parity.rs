@@ -6,11 +6,11 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
+use common::unet_fixture::{added, assert_rel, check_blocks, check_model, dtypes, load, Io};
 use common::{devices, values, xpu};
-use xpu::nn::{AddedCond, UNet2DConditionModel, UNetConfig, WeightStore};
+use xpu::nn::{AddedCond, UNet2DConditionModel, UNetConfig};
 use xpu::{DType, Device, Tensor};
 
 /// Serialises the tests of this file: the memory test reads the process-wide Xpu allocator.
@@ -18,107 +18,6 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 fn lock() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn fixture_dir(name: &str) -> PathBuf {
-    common::repo_root()
-        .join("tests/fixtures")
-        .join(format!("unet_{name}"))
-}
-
-/// A fixture's recorded inputs and outputs.
-struct Io(WeightStore);
-
-impl Io {
-    fn open(name: &str) -> Io {
-        Io(WeightStore::open(fixture_dir(name).join("io.safetensors")).unwrap())
-    }
-
-    fn has(&self, key: &str) -> bool {
-        self.0.shape(key).is_some()
-    }
-
-    fn get(&self, key: &str, dtype: DType, device: Device) -> Tensor {
-        let stored = self
-            .0
-            .dtype(key)
-            .unwrap_or_else(|| panic!("fixture has no {key}"));
-        let dtype = if stored == DType::I32 { stored } else { dtype };
-        self.0.tensor(key, dtype, device).unwrap()
-    }
-
-    fn f32(&self, key: &str) -> Tensor {
-        self.get(key, DType::F32, Device::Cpu)
-    }
-}
-
-fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-3,
-        _ => 3e-2,
-    }
-}
-
-/// Asserts `max |got - want| <= tol * max |want|`.
-fn assert_rel(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
-    assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let (g, w) = (values(got), values(want));
-    let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
-    let err = g
-        .iter()
-        .zip(&w)
-        .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
-    eprintln!(
-        "{what}: max abs error {err:.2e} = {:.2e} of max |y| {scale:.3}",
-        err / scale
-    );
-    assert!(
-        err <= tol * scale,
-        "{what}: max abs error {err:.3e} > {tol:e} * max |y| {scale:.3e}"
-    );
-}
-
-fn load(name: &str, dtype: DType, device: Device) -> UNet2DConditionModel {
-    UNet2DConditionModel::from_pretrained(fixture_dir(name), dtype, device).unwrap()
-}
-
-/// The fixture's extra conditions: SDXL's `text_embeds` and `time_ids`, and `class_labels`,
-/// where it has them.
-fn added(io: &Io, dtype: DType, device: Device) -> AddedCond {
-    let get = |k: &str, dt: DType| io.has(k).then(|| io.get(k, dt, device));
-    AddedCond {
-        text_embeds: get("text_embeds", dtype),
-        time_ids: get("time_ids", DType::F32),
-        class_labels: get("class_labels", DType::I32),
-        timestep_cond: get("timestep_cond", dtype),
-    }
-}
-
-/// The whole model on `device` in `dtype` against diffusers' f32 output.
-fn check_model(name: &str, device: Device, dtype: DType) {
-    let io = Io::open(name);
-    let unet = load(name, dtype, device);
-    let (sample, t, ehs) = (
-        io.get("sample", dtype, device),
-        io.get("timestep", dtype, device),
-        io.get("encoder_hidden_states", dtype, device),
-    );
-    let y = unet
-        .forward_with_added_cond(&sample, &t, &ehs, &added(&io, dtype, device))
-        .unwrap();
-    assert_eq!(y.dtype(), dtype);
-    assert_eq!(y.device(), device);
-    let what = format!("{name} {device} {dtype}");
-    assert_rel(&what, &y, &io.f32("out"), tolerance(dtype));
-}
-
-/// Every float dtype on Cpu; on Xpu (lavapipe in CI is slow) f32 and one 16-bit dtype per
-/// fixture, so both 16-bit paths run on each device.
-fn dtypes(device: Device, half: DType) -> Vec<DType> {
-    match device {
-        Device::Cpu => vec![DType::F32, DType::F16, DType::BF16],
-        Device::Xpu => vec![DType::F32, half],
-    }
 }
 
 #[test]
@@ -165,104 +64,6 @@ fn sd2_model_matches_diffusers() {
 
 /// Every recorded block: time embedding, first ResNet and transformer of each level, each
 /// down/mid/up block with its skip tensors and upsample size.
-fn check_blocks(name: &str, device: Device) {
-    let io = Io::open(name);
-    let unet = load(name, DType::F32, device);
-    let dt = DType::F32;
-    let get = |k: &str| io.get(k, dt, device);
-    let tol = tolerance(dt);
-    let ehs = get("encoder_hidden_states");
-    let b = ehs.shape()[0];
-    let tag = |k: &str| format!("{name} {device} {k}");
-
-    let t_emb = unet
-        .time_embedding()
-        .project(&get("timestep"), b, dt)
-        .unwrap();
-    assert_rel(&tag("time_proj"), &t_emb, &io.f32("time_embedding.in"), tol);
-    let temb = unet.time_embed(&get("timestep"), b).unwrap();
-    assert_rel(
-        &tag("time_embedding"),
-        &temb,
-        &io.f32("time_embedding.out"),
-        tol,
-    );
-    let full = unet
-        .embed(&get("timestep"), b, &added(&io, dt, device))
-        .unwrap();
-    assert_rel(&tag("emb"), &full, &io.f32("temb"), tol);
-    let temb = get("temb");
-
-    let mut checked = 0;
-    for (i, block) in unet.down_blocks().iter().enumerate() {
-        let p = format!("down_blocks.{i}");
-        let r = format!("{p}.resnets.0");
-        let y = block.resnets()[0]
-            .forward(&get(&format!("{r}.in")), &temb)
-            .unwrap();
-        assert_rel(&tag(&r), &y, &io.f32(&format!("{r}.out")), tol);
-        if let Some(attn) = block.attentions().first() {
-            let a = format!("{p}.attentions.0");
-            let y = attn.forward(&get(&format!("{a}.in")), &ehs).unwrap();
-            assert_rel(&tag(&a), &y, &io.f32(&format!("{a}.out")), tol);
-            checked += 1;
-        }
-        let (y, skips) = block
-            .forward(&get(&format!("{p}.in")), &temb, Some(&ehs))
-            .unwrap();
-        assert_rel(&tag(&p), &y, &io.f32(&format!("{p}.out")), tol);
-        for (j, s) in skips.iter().enumerate() {
-            let k = format!("{p}.res.{j}");
-            assert_rel(&tag(&k), s, &io.f32(&k), tol);
-        }
-        assert!(
-            !io.has(&format!("{p}.res.{}", skips.len())),
-            "{p}: skip count"
-        );
-        checked += 1;
-    }
-    let mid = unet.mid_block().unwrap();
-    let r = "mid_block.resnets.0";
-    let y = mid.resnets()[0]
-        .forward(&get(&format!("{r}.in")), &temb)
-        .unwrap();
-    assert_rel(&tag(r), &y, &io.f32(&format!("{r}.out")), tol);
-    let a = "mid_block.attentions.0";
-    let y = mid.attentions()[0]
-        .forward(&get(&format!("{a}.in")), &ehs)
-        .unwrap();
-    assert_rel(&tag(a), &y, &io.f32(&format!("{a}.out")), tol);
-    let y = mid.forward(&get("mid_block.in"), &temb, &ehs).unwrap();
-    assert_rel(&tag("mid_block"), &y, &io.f32("mid_block.out"), tol);
-    for (i, block) in unet.up_blocks().iter().enumerate() {
-        let p = format!("up_blocks.{i}");
-        let r = format!("{p}.resnets.0");
-        let y = block.resnets()[0]
-            .forward(&get(&format!("{r}.in")), &temb)
-            .unwrap();
-        assert_rel(&tag(&r), &y, &io.f32(&format!("{r}.out")), tol);
-        if let Some(attn) = block.attentions().first() {
-            let a = format!("{p}.attentions.0");
-            let y = attn.forward(&get(&format!("{a}.in")), &ehs).unwrap();
-            assert_rel(&tag(&a), &y, &io.f32(&format!("{a}.out")), tol);
-        }
-        let skips: Vec<Tensor> = (0..block.resnets().len())
-            .map(|j| get(&format!("{p}.res.{j}")))
-            .collect();
-        let size_key = format!("{p}.upsample_size");
-        let size = io.has(&size_key).then(|| {
-            let s = values(&io.get(&size_key, DType::I32, Device::Cpu));
-            (s[0] as usize, s[1] as usize)
-        });
-        let y = block
-            .forward(&get(&format!("{p}.in")), &skips, &temb, Some(&ehs), size)
-            .unwrap();
-        assert_rel(&tag(&p), &y, &io.f32(&format!("{p}.out")), tol);
-        checked += 1;
-    }
-    assert!(checked >= 4, "{name}: too few blocks checked");
-}
-
 #[test]
 fn sd1_blocks_match_diffusers() {
     let _g = lock();
@@ -382,7 +183,7 @@ fn added_conditions_are_checked() {
         ..good.clone()
     };
     let e = err(xl.forward_with_added_cond(&sample, &t, &ehs, &with_class));
-    assert!(e.contains("num_class_embeds is null"), "{e}");
+    assert!(e.contains("num_class_embeds are null"), "{e}");
     let sd1 = load("sd1", dt, cpu);
     let io1 = Io::open("sd1");
     let e = err(sd1.forward_with_added_cond(

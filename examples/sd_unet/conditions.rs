@@ -1,7 +1,9 @@
 //! Run mode's stand-ins for the conditions some UNets take besides the text states: SDXL's
 //! (`text_time` models) seeded pooled text embeddings and the time ids the diffusers pipelines
 //! build for a `height`×`width` image, a class label for models with `num_class_embeds`
-//! (the x4 upscaler pipeline's default `noise_level`, 20, below the class count), and LCM's
+//! (the x4 upscaler pipeline's default `noise_level`, 20, below the class count; the same
+//! noise level as a timestep for `class_embed_type: "timestep"`; seeded vectors for the
+//! projections and `"identity"`, standing in for stable unCLIP's image embedding), and LCM's
 //! guidance-scale embedding for models with `time_cond_proj_dim`.
 //!
 //! Which layout: SDXL base (`projection_class_embeddings_input_dim` = 1280 + 6 × time width:
@@ -10,7 +12,7 @@
 //! 1280-wide pooled embedding of OpenCLIP ViT-bigG; any other model gets the base's six ids
 //! and whatever text width remains.
 
-use xpu::nn::{AddedCond, TextTimeEmbed, UNetConfig};
+use xpu::nn::{AddedCond, ClassEmbedType, TextTimeEmbed, UNetConfig};
 use xpu::{DType, Device, Tensor};
 
 /// OpenCLIP ViT-bigG's pooled text embedding width (SDXL base and refiner).
@@ -38,10 +40,25 @@ pub fn for_model(
     if let Some(d) = config.time_cond_proj_dim {
         added.timestep_cond = Some(guidance_embedding(guidance, d, dtype, device)?);
     }
-    if let Some(n) = config.num_class_embeds {
-        let label = NOISE_LEVEL.min(i32::try_from(n - 1).unwrap_or(i32::MAX));
-        added.class_labels = Some(Tensor::from_vec(vec![label; 2], &[2], device)?);
-    }
+    added.class_labels = match (config.class_embed_type, config.num_class_embeds) {
+        (None, None) => None,
+        (None, Some(n)) => {
+            let label = NOISE_LEVEL.min(i32::try_from(n - 1).unwrap_or(i32::MAX));
+            Some(Tensor::from_vec(vec![label; 2], &[2], device)?)
+        }
+        (Some(ClassEmbedType::Timestep), _) => {
+            Some(Tensor::from_vec(vec![NOISE_LEVEL as f32; 2], &[2], device)?)
+        }
+        // Seeded vectors stand in for an image embedding (stable unCLIP) or a ready embedding.
+        (Some(kind), _) => {
+            let width = match kind {
+                ClassEmbedType::Projection { input_dim }
+                | ClassEmbedType::SimpleProjection { input_dim } => input_dim,
+                _ => config.time_embed_dim(),
+            };
+            Some(Tensor::randn(&[2, width], dtype, device, seed ^ 0xc1a5)?)
+        }
+    };
     Ok(added)
 }
 
@@ -151,6 +168,27 @@ mod tests {
             let labels: Vec<i32> = c.class_labels.unwrap().to_vec().unwrap();
             assert_eq!(labels, [want, want]);
             assert!(c.text_embeds.is_none() && c.time_ids.is_none());
+        }
+    }
+
+    #[test]
+    fn every_class_embed_type_gets_labels_of_its_shape() {
+        let cases = [
+            (ClassEmbedType::Timestep, vec![2]),
+            (ClassEmbedType::Identity, vec![2, 128]),
+            (ClassEmbedType::Projection { input_dim: 24 }, vec![2, 24]),
+            (
+                ClassEmbedType::SimpleProjection { input_dim: 5 },
+                vec![2, 5],
+            ),
+        ];
+        for (kind, shape) in cases {
+            let config = UNetConfig {
+                class_embed_type: Some(kind),
+                ..UNetConfig::tiny()
+            };
+            let c = for_model(&config, (64, 64), 7.5, DType::F32, Device::Cpu, 1).unwrap();
+            assert_eq!(c.class_labels.unwrap().shape(), shape, "{kind:?}");
         }
     }
 

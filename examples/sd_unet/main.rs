@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use xpu::nn::{AddedCond, UNet2DConditionModel, UNetConfig};
+use xpu::nn::{AddedCond, ClassEmbedType, UNet2DConditionModel, UNetConfig};
 use xpu::schedulers::{DdimScheduler, EulerDiscreteScheduler, Scheduler, SchedulerConfig};
 use xpu::{DType, Device, Tensor};
 
@@ -252,15 +252,21 @@ fn parity(
     let timestep = get("timestep")?.to_dtype(DType::F32)?.to(device)?;
     let context = get("encoder_hidden_states")?.to_dtype(dtype)?.to(device)?;
     // SDXL-style models (`text_time`) also take `text_embeds` and `time_ids`, models with
-    // `num_class_embeds` (the x4 upscaler) `class_labels`.
+    // a class embedding `class_labels`: i32 for `num_class_embeds` (the x4 upscaler), f32
+    // timesteps for `"timestep"`, vectors in the model's dtype otherwise (stable unCLIP).
     let config = unet.config();
     let mut added = AddedCond::default();
     if config.addition_embed.is_some() {
         added.text_embeds = Some(get("text_embeds")?.to_dtype(dtype)?.to(device)?);
         added.time_ids = Some(get("time_ids")?.to_dtype(DType::F32)?.to(device)?);
     }
-    if config.num_class_embeds.is_some() {
-        added.class_labels = Some(get("class_labels")?.to_dtype(DType::I32)?.to(device)?);
+    if config.takes_class_labels() {
+        let label_dtype = match config.class_embed_type {
+            None => DType::I32,
+            Some(ClassEmbedType::Timestep) => DType::F32,
+            Some(_) => dtype,
+        };
+        added.class_labels = Some(get("class_labels")?.to_dtype(label_dtype)?.to(device)?);
     }
     // Optional even where the model takes it (as in diffusers).
     if let Some(cond) = file.get("timestep_cond") {
@@ -289,7 +295,7 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     } = plan;
     let config = unet.config();
     let (lh, lw, channels) = (height / 8, width / 8, config.in_channels);
-    let context_dim = config.cross_attention_dim.first().copied().unwrap_or(768);
+    let context_dim = config.encoder_states_dim();
     // Stand-ins for CLIP's [uncond, cond] text embeddings (77 tokens).
     let context = Tensor::randn(&[2, 77, context_dim], dtype, device, args.seed ^ 0x7e47)?;
     let added = conditions::for_model(

@@ -13,7 +13,7 @@
 //!   `attention_head_dim`, so SD 1.x's `attention_head_dim: 8` means 8 heads per transformer;
 //!   the head size is `channels / heads` of the level.
 
-use crate::{Error, Result};
+use crate::Error;
 
 /// The down block kinds of SD 1.x/2.x UNets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +54,28 @@ pub struct TextTimeEmbed {
     /// `projection_class_embeddings_input_dim`: `add_embedding`'s input width, the text
     /// embedding's width plus `time_embed_dim` per time id.
     pub input_dim: usize,
+}
+
+/// `class_embed_type`: how `class_labels` enter the time embedding when it is set (diffusers
+/// then ignores `num_class_embeds`; with it null, `num_class_embeds` selects a lookup table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClassEmbedType {
+    /// `"timestep"`: the labels are timesteps, projected by the model's own sinusoid and
+    /// embedded by a `TimestepEmbedding` with `act_fn`.
+    Timestep,
+    /// `"identity"`: the labels are already embeddings `[B, time_embed_dim]`.
+    Identity,
+    /// `"projection"`: float vectors `[B, input_dim]` embedded by a `TimestepEmbedding` with
+    /// SiLU (stable unCLIP's image embedding with its noise-level embedding).
+    Projection {
+        /// `projection_class_embeddings_input_dim`.
+        input_dim: usize,
+    },
+    /// `"simple_projection"`: float vectors `[B, input_dim]` through one Linear.
+    SimpleProjection {
+        /// `projection_class_embeddings_input_dim`.
+        input_dim: usize,
+    },
 }
 
 /// The architecture of a diffusers `UNet2DConditionModel` (SD 1.x / 2.x family and SDXL's
@@ -121,14 +143,24 @@ pub struct UNetConfig {
     /// `time_cond_proj_dim`: the width of an extra condition (`timestep_cond`, e.g. LCM's
     /// guidance-scale embedding) projected into the time embedding's input.
     pub time_cond_proj_dim: Option<usize>,
+    /// `class_embed_type` (see [`ClassEmbedType`]); `None` for the table of `num_class_embeds`.
+    pub class_embed_type: Option<ClassEmbedType>,
+    /// `class_embeddings_concat`: the class embedding is concatenated to the time embedding
+    /// instead of added, so the blocks' ResNets take twice `time_embed_dim`.
+    pub class_embeddings_concat: bool,
+    /// `timestep_post_act`: an activation after the time embedding's `linear_2`.
+    pub timestep_post_act: Option<ActFn>,
+    /// `time_embedding_act_fn`: an activation of the whole embedding (time, class and added
+    /// terms) before the blocks receive it.
+    pub time_embedding_act_fn: Option<ActFn>,
+    /// `resnet_time_scale_shift: "scale_shift"`: every ResNet's `time_emb_proj` gives a scale and
+    /// a shift applied after `norm2` (`h * (1 + scale) + shift`), instead of a term added
+    /// before it (`"default"`, false).
+    pub resnet_scale_shift: bool,
+    /// `encoder_hid_dim` (with `encoder_hid_dim_type` `"text_proj"`): the text states are this
+    /// wide and `encoder_hid_proj` (a Linear) maps them to `cross_attention_dim` first.
+    pub encoder_hid_dim: Option<usize>,
 }
-
-/// Most levels (down blocks) a config may have.
-const MAX_LEVELS: usize = 16;
-/// Most ResNets or transformer blocks per level.
-const MAX_LAYERS: usize = 64;
-/// Largest `conv_in_kernel` / `conv_out_kernel`.
-const MAX_KERNEL: usize = 31;
 
 pub(crate) fn cfg_err(key: &str, msg: impl Into<String>) -> Error {
     Error::Config {
@@ -182,6 +214,12 @@ impl UNetConfig {
             addition_embed: None,
             num_class_embeds: None,
             time_cond_proj_dim: None,
+            class_embed_type: None,
+            class_embeddings_concat: false,
+            timestep_post_act: None,
+            time_embedding_act_fn: None,
+            resnet_scale_shift: false,
+            encoder_hid_dim: None,
         }
     }
 
@@ -244,177 +282,6 @@ impl UNetConfig {
         }
     }
 
-    /// Checks the invariants in the module docs; every constructor runs it.
-    pub fn validate(&self) -> Result<()> {
-        let n = self.down_block_types.len();
-        if n == 0 {
-            return Err(cfg_err("down_block_types", "needs at least one block"));
-        }
-        if self.up_block_types.len() != n {
-            return Err(cfg_err(
-                "up_block_types",
-                format!(
-                    "has {} entries, down_block_types has {n}",
-                    self.up_block_types.len()
-                ),
-            ));
-        }
-        let lens = [
-            ("block_out_channels", self.block_out_channels.len()),
-            ("only_cross_attention", self.only_cross_attention.len()),
-            ("layers_per_block", self.layers_per_block.len()),
-            ("cross_attention_dim", self.cross_attention_dim.len()),
-            (
-                "transformer_layers_per_block",
-                self.transformer_layers_per_block.len(),
-            ),
-            ("attention_head_dim", self.attention_head_dim.len()),
-            (
-                "num_attention_heads",
-                self.num_attention_heads.as_ref().map_or(n, Vec::len),
-            ),
-        ];
-        for (key, len) in lens {
-            if len != n {
-                return Err(cfg_err(
-                    key,
-                    format!("has {len} entries but there are {n} down blocks"),
-                ));
-            }
-        }
-        let g = self.norm_num_groups;
-        if g == 0 {
-            return Err(cfg_err("norm_num_groups", "must be > 0"));
-        }
-        for &ch in &self.block_out_channels {
-            if ch == 0 || !ch.is_multiple_of(g) {
-                return Err(cfg_err(
-                    "norm_num_groups",
-                    format!("{g} groups do not divide the {ch} channels of a level (block_out_channels)"),
-                ));
-            }
-        }
-        for (key, v) in [
-            ("in_channels", self.in_channels),
-            ("out_channels", self.out_channels),
-        ] {
-            if v == 0 {
-                return Err(cfg_err(key, "must be > 0"));
-            }
-        }
-        for (key, k) in [
-            ("conv_in_kernel", self.conv_in_kernel),
-            ("conv_out_kernel", self.conv_out_kernel),
-        ] {
-            if k.is_multiple_of(2) {
-                return Err(cfg_err(key, format!("must be odd, got {k}")));
-            }
-        }
-        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
-            return Err(cfg_err("norm_eps", "must be finite and >= 0"));
-        }
-        if self.mid_block_scale_factor == 0.0 || !self.mid_block_scale_factor.is_finite() {
-            return Err(cfg_err(
-                "mid_block_scale_factor",
-                "must be finite and non-zero",
-            ));
-        }
-        if self.downsample_padding > 1 {
-            return Err(cfg_err(
-                "downsample_padding",
-                format!("{} is not supported (0 or 1)", self.downsample_padding),
-            ));
-        }
-        // Bounds far above any published UNet keep a corrupt config from building (or
-        // recording) millions of layers.
-        if n > MAX_LEVELS {
-            return Err(cfg_err(
-                "down_block_types",
-                format!("{n} levels; at most {MAX_LEVELS} are supported"),
-            ));
-        }
-        for (key, list) in [
-            ("layers_per_block", &self.layers_per_block),
-            (
-                "transformer_layers_per_block",
-                &self.transformer_layers_per_block,
-            ),
-        ] {
-            if list.iter().any(|&l| l == 0 || l > MAX_LAYERS) {
-                return Err(cfg_err(
-                    key,
-                    format!("{list:?}: each entry must be in 1..={MAX_LAYERS}"),
-                ));
-            }
-        }
-        for (key, k) in [
-            ("conv_in_kernel", self.conv_in_kernel),
-            ("conv_out_kernel", self.conv_out_kernel),
-        ] {
-            if k > MAX_KERNEL {
-                return Err(cfg_err(key, format!("{k} is larger than {MAX_KERNEL}")));
-            }
-        }
-        if let Some(a) = self.addition_embed {
-            if a.time_embed_dim < 2 || a.input_dim == 0 {
-                return Err(cfg_err(
-                    "addition_time_embed_dim",
-                    format!(
-                        "text_time needs addition_time_embed_dim >= 2 and \
-                         projection_class_embeddings_input_dim > 0, got {} and {}",
-                        a.time_embed_dim, a.input_dim
-                    ),
-                ));
-            }
-        }
-        if self.time_cond_proj_dim == Some(0) {
-            return Err(cfg_err("time_cond_proj_dim", "must be > 0 (or null)"));
-        }
-        if self.num_class_embeds == Some(0) {
-            return Err(cfg_err("num_class_embeds", "must be > 0 (or null)"));
-        }
-        if self.time_embedding_dim == Some(0) {
-            return Err(cfg_err("time_embedding_dim", "must be > 0"));
-        }
-        if self.block_out_channels[0] < 2 {
-            return Err(cfg_err(
-                "block_out_channels",
-                "the first level needs >= 2 channels (sinusoidal embedding size)",
-            ));
-        }
-        let half = (self.block_out_channels[0] / 2) as f64;
-        if half == self.freq_shift {
-            return Err(cfg_err(
-                "freq_shift",
-                "equals half the embedding size (division by zero)",
-            ));
-        }
-        let attn_levels = (0..n).filter(|&i| {
-            self.down_block_types[i] == DownBlockType::CrossAttnDownBlock2D
-                || self.up_block_types[n - 1 - i] == UpBlockType::CrossAttnUpBlock2D
-                || (self.mid_block && i == n - 1)
-        });
-        for i in attn_levels {
-            let heads = self.heads(i);
-            let ch = self.block_out_channels[i];
-            let key = if self.num_attention_heads.is_some() {
-                "num_attention_heads"
-            } else {
-                "attention_head_dim"
-            };
-            if heads == 0 || !ch.is_multiple_of(heads) {
-                return Err(cfg_err(
-                    key,
-                    format!("level {i}: {ch} channels do not split into {heads} heads (diffusers reads this key as the number of heads)"),
-                ));
-            }
-            if self.cross_attention_dim[i] == 0 {
-                return Err(cfg_err("cross_attention_dim", "must be > 0"));
-            }
-        }
-        Ok(())
-    }
-
     /// Number of levels (down blocks).
     pub fn levels(&self) -> usize {
         self.down_block_types.len()
@@ -434,5 +301,27 @@ impl UNetConfig {
     pub fn time_embed_dim(&self) -> usize {
         self.time_embedding_dim
             .unwrap_or(4 * self.block_out_channels.first().copied().unwrap_or(0))
+    }
+
+    /// Width of the embedding the blocks receive: [`Self::time_embed_dim`], twice that with
+    /// `class_embeddings_concat` (diffusers' `blocks_time_embed_dim`).
+    pub fn blocks_time_embed_dim(&self) -> usize {
+        if self.class_embeddings_concat {
+            2 * self.time_embed_dim()
+        } else {
+            self.time_embed_dim()
+        }
+    }
+
+    /// Whether the model takes `class_labels` (a `class_embed_type` or `num_class_embeds`).
+    pub fn takes_class_labels(&self) -> bool {
+        self.class_embed_type.is_some() || self.num_class_embeds.is_some()
+    }
+
+    /// The width of the text states the model takes: `encoder_hid_dim` where it projects
+    /// them, else `cross_attention_dim` of the first level.
+    pub fn encoder_states_dim(&self) -> usize {
+        self.encoder_hid_dim
+            .unwrap_or(self.cross_attention_dim.first().copied().unwrap_or(0))
     }
 }

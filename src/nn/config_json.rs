@@ -8,7 +8,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::nn::config::{cfg_err, ActFn, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType};
+use crate::nn::config::{
+    cfg_err, ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType,
+};
 use crate::{Error, Result};
 
 fn as_usize(key: &str, v: &Value) -> Result<usize> {
@@ -111,6 +113,7 @@ impl UNetConfig {
         let mut only_cross: (Vec<bool>, bool) = (vec![false], true);
         let mut mid_only_cross: Option<bool> = None;
         let (mut text_time, mut time_dim, mut input_dim) = (false, None, None);
+        let (mut class_type, mut hid_type): (Option<String>, Option<()>) = (None, None);
         for (key, v) in map {
             let k = key.as_str();
             match k {
@@ -180,12 +183,51 @@ impl UNetConfig {
                 }
                 "downsample_padding" => c.downsample_padding = as_usize(k, v)?,
                 "mid_block_scale_factor" => c.mid_block_scale_factor = as_f64(k, v)?,
-                "act_fn" => {
-                    c.act_fn = match as_str(k, v)? {
-                        "silu" | "swish" => ActFn::Silu,
-                        "gelu" => ActFn::Gelu,
-                        "relu" => ActFn::Relu,
-                        _ => return Err(cfg_err(k, format!("value {v} is not supported; supported: \"silu\", \"swish\", \"gelu\", \"relu\""))),
+                "act_fn" => c.act_fn = parse_act(k, v)?,
+                "timestep_post_act" => {
+                    c.timestep_post_act = (!v.is_null()).then(|| parse_act(k, v)).transpose()?
+                }
+                "time_embedding_act_fn" => {
+                    c.time_embedding_act_fn = (!v.is_null()).then(|| parse_act(k, v)).transpose()?
+                }
+                "class_embed_type" => {
+                    class_type = match v {
+                        Value::Null => None,
+                        Value::String(s) if CLASS_TYPES.contains(&s.as_str()) => Some(s.clone()),
+                        _ => {
+                            return Err(cfg_err(
+                                k,
+                                format!("value {v} is not supported; supported: null, {}", CLASS_TYPES.map(|t| format!("\"{t}\"")).join(", ")),
+                            ))
+                        }
+                    }
+                }
+                "class_embeddings_concat" => c.class_embeddings_concat = as_bool(k, v)?,
+                "resnet_time_scale_shift" => {
+                    c.resnet_scale_shift = match v.as_str() {
+                        Some("default") => false,
+                        Some("scale_shift") => true,
+                        _ => {
+                            return Err(cfg_err(
+                                k,
+                                format!("value {v} is not supported; supported: \"default\", \"scale_shift\""),
+                            ))
+                        }
+                    }
+                }
+                "encoder_hid_dim" => {
+                    c.encoder_hid_dim = (!v.is_null()).then(|| as_usize(k, v)).transpose()?
+                }
+                "encoder_hid_dim_type" => {
+                    hid_type = match v {
+                        Value::Null => None,
+                        Value::String(s) if s == "text_proj" => Some(()),
+                        _ => {
+                            return Err(cfg_err(
+                                k,
+                                format!("value {v} is not supported; supported: \"text_proj\" or null"),
+                            ))
+                        }
                     }
                 }
                 "norm_num_groups" => {
@@ -251,19 +293,16 @@ impl UNetConfig {
                     // used only by addition_embed_type "text", which is refused.
                     as_usize(k, v)?;
                 }
-                "resnet_time_scale_shift" => require(k, v, v == "default", "\"default\"")?,
                 "time_embedding_type" => require(k, v, v == "positional", "\"positional\"")?,
                 "attention_type" => require(k, v, v == "default", "\"default\"")?,
-                "resnet_skip_time_act" | "class_embeddings_concat" => {
-                    require(k, v, v == &Value::Bool(false), "false")?
+                "resnet_skip_time_act" => {
+                    // diffusers passes it only to block types we do not support (ours always
+                    // apply the activation before time_emb_proj).
+                    as_bool(k, v)?;
                 }
-                "encoder_hid_dim"
-                | "encoder_hid_dim_type"
-                | "class_embed_type"
-                | "time_embedding_act_fn"
-                | "timestep_post_act"
-                | "cross_attention_norm"
-                | "reverse_transformer_layers_per_block" => require(k, v, v.is_null(), "null")?,
+                "cross_attention_norm" | "reverse_transformer_layers_per_block" => {
+                    require(k, v, v.is_null(), "null")?
+                }
                 _ => {
                     return Err(cfg_err(
                         k,
@@ -272,7 +311,8 @@ impl UNetConfig {
                 }
             }
         }
-        // The two sizes only matter with "text_time" (diffusers ignores them otherwise).
+        // The two sizes only matter with "text_time" (diffusers ignores them otherwise;
+        // projection_class_embeddings_input_dim also sizes a projection class embedding).
         if text_time {
             let need = |key: &str, dim: Option<usize>| {
                 dim.ok_or_else(|| {
@@ -283,6 +323,31 @@ impl UNetConfig {
                 time_embed_dim: need("addition_time_embed_dim", time_dim)?,
                 input_dim: need("projection_class_embeddings_input_dim", input_dim)?,
             });
+        }
+        c.class_embed_type = match class_type.as_deref() {
+            None => None,
+            Some("timestep") => Some(ClassEmbedType::Timestep),
+            Some("identity") => Some(ClassEmbedType::Identity),
+            Some(kind) => {
+                let input_dim = input_dim.ok_or_else(|| {
+                    cfg_err(
+                        "projection_class_embeddings_input_dim",
+                        format!("must be set when class_embed_type is \"{kind}\""),
+                    )
+                })?;
+                Some(if kind == "projection" {
+                    ClassEmbedType::Projection { input_dim }
+                } else {
+                    ClassEmbedType::SimpleProjection { input_dim }
+                })
+            }
+        };
+        // diffusers: encoder_hid_dim alone means "text_proj"; the type alone is an error.
+        if hid_type.is_some() && c.encoder_hid_dim.is_none() {
+            return Err(cfg_err(
+                "encoder_hid_dim",
+                "must be set when encoder_hid_dim_type is \"text_proj\"",
+            ));
         }
         let n = c.down_block_types.len();
         c.only_cross_attention = per_level("only_cross_attention", only_cross.0, only_cross.1, n)?;
@@ -323,6 +388,24 @@ impl UNetConfig {
         }
         c.validate()?;
         Ok(c)
+    }
+}
+
+/// The `class_embed_type` values diffusers' `UNet2DConditionModel` accepts (all supported).
+const CLASS_TYPES: [&str; 4] = ["timestep", "identity", "projection", "simple_projection"];
+
+/// An activation name as diffusers' `get_activation` reads it (`mish` is not supported).
+fn parse_act(key: &str, v: &Value) -> Result<ActFn> {
+    match as_str(key, v)? {
+        "silu" | "swish" => Ok(ActFn::Silu),
+        "gelu" => Ok(ActFn::Gelu),
+        "relu" => Ok(ActFn::Relu),
+        _ => Err(cfg_err(
+            key,
+            format!(
+                "value {v} is not supported; supported: \"silu\", \"swish\", \"gelu\", \"relu\""
+            ),
+        )),
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod attention;
 mod config;
+mod config_check;
 mod config_json;
 mod conv;
 mod feedforward;
@@ -21,7 +22,7 @@ pub use linear::Linear;
 pub use qkv::FusedQkv;
 
 pub use attention::Attention;
-pub use config::{ActFn, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType};
+pub use config::{ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType};
 pub use feedforward::FeedForward;
 pub use layers::{GroupNorm, LayerNorm};
 pub use resnet::{Downsample2D, ResnetBlock2D, Upsample2D};

@@ -1,4 +1,4 @@
-//! diffusers' `ResnetBlock2D` (`time_embedding_norm="default"`), `Downsample2D` (strided conv)
+//! diffusers' `ResnetBlock2D` (`time_embedding_norm` `"default"` or `"scale_shift"`), `Downsample2D` (strided conv)
 //! and `Upsample2D` (nearest x2 or to a given size, then a 3x3 conv).
 //!
 //! Invariants: the output has the input's memory format (NCHW or channels-last: convolutions,
@@ -20,6 +20,8 @@ pub(crate) struct ResnetDims {
     pub in_ch: usize,
     pub out_ch: usize,
     pub temb: usize,
+    /// `time_embedding_norm == "scale_shift"` (see [`ResnetBlock2D::forward`]).
+    pub scale_shift: bool,
     pub groups: usize,
     pub eps: f64,
     pub act: ActFn,
@@ -37,6 +39,7 @@ pub struct ResnetBlock2D {
     conv_shortcut: Option<Conv>,
     act: ActFn,
     output_scale_factor: f64,
+    scale_shift: bool,
 }
 
 impl ResnetBlock2D {
@@ -46,10 +49,15 @@ impl ResnetBlock2D {
         d: ResnetDims,
     ) -> Result<ResnetBlock2D> {
         let p = |n: &str| join(prefix, n);
+        let temb_out = if d.scale_shift {
+            2 * d.out_ch
+        } else {
+            d.out_ch
+        };
         Ok(ResnetBlock2D {
             norm1: GroupNorm::load(src, &p("norm1"), d.in_ch, d.groups, d.eps)?,
             conv1: Conv::load(src, &p("conv1"), d.in_ch, d.out_ch, 3, 1, 1)?,
-            time_emb_proj: load_linear(src, &p("time_emb_proj"), d.temb, d.out_ch, true)?,
+            time_emb_proj: load_linear(src, &p("time_emb_proj"), d.temb, temb_out, true)?,
             norm2: GroupNorm::load(src, &p("norm2"), d.out_ch, d.groups, d.eps)?,
             conv2: Conv::load(src, &p("conv2"), d.out_ch, d.out_ch, 3, 1, 1)?,
             conv_shortcut: (d.in_ch != d.out_ch)
@@ -57,6 +65,7 @@ impl ResnetBlock2D {
                 .transpose()?,
             act: d.act,
             output_scale_factor: d.output_scale_factor,
+            scale_shift: d.scale_shift,
         })
     }
 
@@ -70,6 +79,7 @@ impl ResnetBlock2D {
             conv_shortcut: self.conv_shortcut.as_ref().map(|c| c.map(f)).transpose()?,
             act: self.act,
             output_scale_factor: self.output_scale_factor,
+            scale_shift: self.scale_shift,
         })
     }
 
@@ -83,12 +93,24 @@ impl ResnetBlock2D {
             });
         }
         let h = self.norm1.forward_act(x, self.act)?;
-        // conv1's store adds the projected time embedding, broadcast over H and W.
         let t = self.time_emb_proj.forward(&act(temb, self.act)?)?;
-        let h = self
-            .conv1
-            .forward_residual(&h, &t.unsqueeze(2)?.unsqueeze(3)?)?;
-        let h = self.norm2.forward_act(&h, self.act)?;
+        let h = if self.scale_shift {
+            // norm2, then h * (1 + scale) + shift (the projection's two halves), then act.
+            let h = self.norm2.forward(&self.conv1.forward(&h)?)?;
+            let c = h.shape()[1];
+            let scale = t.narrow(1, 0, c)?.add_scalar(1.0)?;
+            let shift = t.narrow(1, c, c)?;
+            per_channel(&h, |h, shape| {
+                let y = h.mul(&scale.reshape(shape)?)?.add(&shift.reshape(shape)?)?;
+                act(&y, self.act)
+            })?
+        } else {
+            // conv1's store adds the projected time embedding, broadcast over H and W.
+            let h = self
+                .conv1
+                .forward_residual(&h, &t.unsqueeze(2)?.unsqueeze(3)?)?;
+            self.norm2.forward_act(&h, self.act)?
+        };
         let shortcut = match &self.conv_shortcut {
             Some(c) => c.forward(x)?,
             None => x.clone(),
@@ -96,14 +118,22 @@ impl ResnetBlock2D {
         let y = self.conv2.forward_residual(&h, &shortcut)?;
         if self.output_scale_factor == 1.0 {
             Ok(y)
-        } else if y.memory_format() == MemoryFormat::ChannelsLast {
-            // Elementwise ops give row-major outputs: scale the dense NHWC view instead.
-            y.permute(&[0, 2, 3, 1])?
-                .div_scalar(self.output_scale_factor)?
-                .permute(&[0, 3, 1, 2])
         } else {
-            y.div_scalar(self.output_scale_factor)
+            per_channel(&y, |y, _| y.div_scalar(self.output_scale_factor))
         }
+    }
+}
+
+/// `f(x, shape)` in `x`'s memory format, where `shape` is how a per-(sample, channel) tensor
+/// `[B, C]` broadcasts against the tensor `f` receives. Elementwise ops give row-major outputs,
+/// so a channels-last `x` is handed over as its dense NHWC view (`shape` `[B, 1, 1, C]`) and
+/// the result viewed back; an NCHW `x` as itself (`[B, C, 1, 1]`).
+fn per_channel(x: &Tensor, f: impl FnOnce(&Tensor, &[usize]) -> Result<Tensor>) -> Result<Tensor> {
+    let (b, c) = (x.shape()[0], x.shape()[1]);
+    if x.memory_format() == MemoryFormat::ChannelsLast {
+        f(&x.permute(&[0, 2, 3, 1])?, &[b, 1, 1, c])?.permute(&[0, 3, 1, 2])
+    } else {
+        f(x, &[b, c, 1, 1])
     }
 }
 

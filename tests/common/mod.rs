@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+pub mod unet_fixture;
 
 /// The repository root: where the tests were built, or the current directory when that path
 /// does not exist (test binaries carried to another machine run from the repository root).

@@ -15,8 +15,9 @@ use crate::{DType, Error, Result, Tensor};
 /// Conditions some UNets take besides the sample, timestep and text states, as diffusers'
 /// `forward` takes them: SDXL's `added_cond_kwargs` (`text_embeds` and `time_ids`, for
 /// `addition_embed_type: "text_time"`) and `class_labels` (for `num_class_embeds`, e.g. the
-/// x4 upscaler's noise level). A model requires exactly the ones its config names and refuses
-/// the others; `AddedCond::default()` gives none.
+/// x4 upscaler's noise level, or a `class_embed_type`, e.g. stable unCLIP's image embedding).
+/// A model requires exactly the ones its config names and refuses the others;
+/// `AddedCond::default()` gives none.
 #[derive(Clone, Debug, Default)]
 pub struct AddedCond {
     /// Pooled text embeddings `[B, D]` (the model's dtype and device).
@@ -25,8 +26,12 @@ pub struct AddedCond {
     /// are the original height and width, the crop's top and left, and the target height and
     /// width. `D + K * addition_time_embed_dim` must equal `projection_class_embeddings_input_dim`.
     pub time_ids: Option<Tensor>,
-    /// Class labels `[B]` (i32, each below `num_class_embeds`; moved to the model's device),
-    /// or one label (`[]` or `[1]`) for the whole batch.
+    /// Class labels, as the model's class embedding takes them: for `num_class_embeds`, i32
+    /// `[B]` (each below `num_class_embeds`; moved to the model's device) or one label (`[]` or
+    /// `[1]`) for the whole batch; for `class_embed_type: "timestep"`, timesteps like the
+    /// `timestep` argument; for `"identity"` and the projections, vectors `[B, width]` (or one
+    /// row for the batch) in the model's dtype on its device (see
+    /// [`crate::nn::ClassEmbedType`]).
     pub class_labels: Option<Tensor>,
     /// diffusers' `timestep_cond` `[B, time_cond_proj_dim]` (the model's dtype and device): a
     /// condition projected by `time_embedding.cond_proj` and added to the sinusoid, e.g. LCM's
@@ -43,6 +48,8 @@ pub struct TimestepEmbedding {
     linear_1: Linear,
     linear_2: Linear,
     act: ActFn,
+    /// `post_act` after `linear_2` (`timestep_post_act` of the model's time embedding).
+    post_act: Option<ActFn>,
     channels: usize,
     flip_sin_to_cos: bool,
     freq_shift: f64,
@@ -55,6 +62,7 @@ pub(crate) struct TimeDims {
     pub channels: usize,
     pub embed_dim: usize,
     pub act: ActFn,
+    pub post_act: Option<ActFn>,
     pub flip_sin_to_cos: bool,
     pub freq_shift: f64,
 }
@@ -92,6 +100,7 @@ impl TimestepEmbedding {
                 true,
             )?,
             act: d.act,
+            post_act: d.post_act,
             channels: d.channels,
             flip_sin_to_cos: d.flip_sin_to_cos,
             freq_shift: d.freq_shift,
@@ -192,10 +201,19 @@ impl TimestepEmbedding {
         Tensor::cat(&[text, &time], 1)
     }
 
-    /// `linear_2(act(linear_1(t_emb)))` for a projected `t_emb` `[B, channels]`.
+    /// The input width (`in_channels` of diffusers' `TimestepEmbedding`).
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+
+    /// `linear_2(act(linear_1(t_emb)))` (then `post_act`, where the config names one) for a
+    /// projected `t_emb` `[B, channels]`.
     pub fn forward(&self, t_emb: &Tensor) -> Result<Tensor> {
         let h = self.linear_1.forward_act(t_emb, epilogue(self.act))?;
-        self.linear_2.forward(&h)
+        match self.post_act {
+            None => self.linear_2.forward(&h),
+            Some(f) => self.linear_2.forward_act(&h, epilogue(f)),
+        }
     }
 
     /// [`Self::forward`] of `t_emb + cond_proj(condition)` (diffusers' `TimestepEmbedding`

@@ -4,12 +4,13 @@
 //! output head.
 //!
 //! Invariants: inputs are checked against the model's dtype, device and config before any
-//! work; a model requires exactly the extra conditions its config names (`text_time`,
-//! `num_class_embeds`) and refuses the others, instead of silently dropping or inventing a
-//! term of the embedding.
+//! work; a model requires exactly the extra conditions its config names (`text_time`, a class
+//! embedding) and refuses the others, instead of silently dropping or inventing a term of the
+//! embedding. With `encoder_hid_dim` the text states are projected once, before the blocks.
 
 use super::embeddings::AddedCond;
 use super::UNet2DConditionModel;
+use crate::nn::layers::act;
 use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
 
 /// Errors for extra conditions a model needs or refuses ([`UNet2DConditionModel::embed`]).
@@ -19,8 +20,8 @@ const REFUSES_TEXT_TIME: &str =
     "text_embeds or time_ids were given but this model's addition_embed_type is null";
 const NEEDS_CLASS: &str =
     "this model needs class_labels in its AddedCond (forward_with_added_cond)";
-const REFUSES_CLASS: &str =
-    "class_labels were given but this model has no class embedding (num_class_embeds is null)";
+const REFUSES_CLASS: &str = "class_labels were given but this model has no class embedding \
+     (class_embed_type and num_class_embeds are null)";
 const REFUSES_TIMESTEP_COND: &str = "a timestep_cond was given but this model has no \
      time_embedding.cond_proj (time_cond_proj_dim is null)";
 
@@ -52,11 +53,13 @@ impl UNet2DConditionModel {
     }
 
     /// The embedding the blocks receive (diffusers' `emb`): [`Self::time_embed`] (of the
-    /// sinusoid plus `cond_proj(added.timestep_cond)` where given), plus the
-    /// class embedding of `added.class_labels` for a model with `num_class_embeds`, plus
-    /// `add_embedding` of `added.text_embeds` and `added.time_ids` for a `text_time` (SDXL)
-    /// model, in diffusers' order. A model requires the conditions its config names and
-    /// refuses the others (checked before anything is computed).
+    /// sinusoid plus `cond_proj(added.timestep_cond)` where given), plus (or, with
+    /// `class_embeddings_concat`, concatenated with) the class embedding of
+    /// `added.class_labels` for a model with one, plus `add_embedding` of `added.text_embeds`
+    /// and `added.time_ids` for a `text_time` (SDXL) model, then `time_embedding_act_fn`, in
+    /// diffusers' order: `[batch, blocks_time_embed_dim]`. A model requires the conditions its
+    /// config names and refuses the others (which are present is checked before anything is
+    /// computed; their shapes as each is used).
     pub fn embed(&self, timestep: &Tensor, batch: usize, added: &AddedCond) -> Result<Tensor> {
         let op = "UNet2DConditionModel::forward";
         let text_time = match (&self.add_embedding, &added.text_embeds, &added.time_ids) {
@@ -66,12 +69,11 @@ impl UNet2DConditionModel {
             (None, _, _) => return Err(Error::invalid(op, REFUSES_TEXT_TIME)),
         };
         let class = match (&self.class_embedding, &added.class_labels) {
-            (Some(table), Some(labels)) => Some((table, labels)),
-            (Some(table), None) => {
-                let n = table.shape()[0];
+            (Some(e), Some(labels)) => Some((e, labels)),
+            (Some(e), None) => {
                 return Err(Error::invalid(
                     op,
-                    format!("{NEEDS_CLASS} (num_class_embeds {n})"),
+                    format!("{NEEDS_CLASS}: {}", e.expects()),
                 ));
             }
             (None, Some(_)) => return Err(Error::invalid(op, REFUSES_CLASS)),
@@ -101,15 +103,23 @@ impl UNet2DConditionModel {
             }
             None => self.time_embed(timestep, batch)?,
         };
-        if let Some((table, labels)) = class {
-            emb = emb.add(&class_embedding(table, labels, batch)?)?;
+        if let Some((e, labels)) = class {
+            let class_emb = e.forward(labels, batch, (self.dtype, self.device))?;
+            emb = if self.config.class_embeddings_concat {
+                Tensor::cat(&[&emb, &class_emb], 1)?
+            } else {
+                emb.add(&class_emb)?
+            };
         }
         if let Some(((add, time_dim), text, ids)) = text_time {
             let ids = ids.to(self.device)?;
             let x = add.project_text_time((text, &ids), batch, *time_dim, self.dtype)?;
             emb = emb.add(&add.forward(&x)?)?;
         }
-        Ok(emb)
+        match self.config.time_embedding_act_fn {
+            Some(f) => act(&emb, f),
+            None => Ok(emb),
+        }
     }
 
     /// Predicts the noise (or v) for `sample` `[B, in_channels, H, W]` at `timestep` (scalar,
@@ -194,13 +204,16 @@ impl UNet2DConditionModel {
         }
         let b = sample.shape()[0];
         let ehs = encoder_hidden_states;
-        if ehs.rank() != 3 || ehs.shape()[0] != b || ehs.shape()[2] != c.cross_attention_dim[0] {
+        let ehs_dim = c.encoder_states_dim();
+        if ehs.rank() != 3 || ehs.shape()[0] != b || ehs.shape()[2] != ehs_dim {
+            let what = if c.encoder_hid_dim.is_some() {
+                " (encoder_hid_dim)"
+            } else {
+                ""
+            };
             return Err(Error::shape(
                 op,
-                format!(
-                    "encoder_hidden_states [{b}, L, {}]",
-                    c.cross_attention_dim[0]
-                ),
+                format!("encoder_hidden_states [{b}, L, {ehs_dim}]{what}"),
                 ehs.shape(),
             ));
         }
@@ -214,6 +227,14 @@ impl UNet2DConditionModel {
             .any(|&d| factor == 0 || !d.is_multiple_of(factor));
 
         let temb = self.embed(timestep, b, added)?;
+        let projected;
+        let ehs = match &self.encoder_hid_proj {
+            Some(proj) => {
+                projected = proj.forward(ehs)?;
+                &projected
+            }
+            None => ehs,
+        };
         let x = if c.center_input_sample {
             sample.affine(2.0, -1.0)?
         } else {
@@ -250,52 +271,5 @@ impl UNet2DConditionModel {
         self.conv_out
             .forward(&h)?
             .to_memory_format(sample.memory_format())
-    }
-}
-
-/// Rows of the class-embedding `table` (`[num_class_embeds, D]`) for `labels` (i32, `[]`, `[1]`
-/// or `[batch]`, on any device), as `[batch, D]` on the table's device. Labels given on the Cpu
-/// (the usual case) are range-checked there, so an Xpu model does not wait to read them back.
-fn class_embedding(table: &Tensor, labels: &Tensor, batch: usize) -> Result<Tensor> {
-    let op = "UNet2DConditionModel class_labels";
-    if labels.dtype() != DType::I32 {
-        return Err(Error::UnsupportedDType {
-            op,
-            dtype: labels.dtype(),
-            device: labels.device(),
-            hint: "; class labels must be i32".into(),
-        });
-    }
-    let flat = match labels.shape() {
-        [] => labels.reshape(&[1])?,
-        [n] if *n == 1 || *n == batch => labels.clone(),
-        _ => {
-            return Err(Error::shape(
-                op,
-                format!("a scalar, [1] or [{batch}] of class labels"),
-                labels.shape(),
-            ))
-        }
-    };
-    let rows = if flat.device() == Device::Cpu {
-        let n = table.shape()[0];
-        let values: Vec<i32> = flat.to_vec()?;
-        if let Some(bad) = values
-            .iter()
-            .find(|&&v| usize::try_from(v).map_or(true, |v| v >= n))
-        {
-            return Err(Error::invalid(
-                op,
-                format!("class label {bad} is out of range for num_class_embeds {n}"),
-            ));
-        }
-        table.index_select_in_range(0, &flat.to(table.device())?)?
-    } else {
-        table.index_select(0, &flat.to(table.device())?)?
-    };
-    if rows.shape()[0] == batch {
-        Ok(rows)
-    } else {
-        rows.broadcast_to(&[batch, table.shape()[1]])
     }
 }

@@ -1,6 +1,7 @@
 //! [`UNet2DConditionModel`]: diffusers' conditional UNet (SD 1.x / 2.x family, the x4
-//! upscaler's class labels, LCM's `timestep_cond`, and SDXL's layout with its `text_time` added
-//! embedding), configured by a
+//! upscaler's class labels and every other `class_embed_type` (stable unCLIP's projection),
+//! LCM's `timestep_cond`, the other time-embedding options, `encoder_hid_proj`, and SDXL's
+//! layout with its `text_time` added embedding), configured by a
 //! [`UNetConfig`] and loaded from `diffusion_pytorch_model.safetensors` by diffusers' own
 //! parameter names, or built with seeded random weights.
 //!
@@ -18,6 +19,7 @@
 //!   sample's format at the start and once back at the end.
 
 mod blocks;
+mod class_embed;
 mod embeddings;
 mod folder;
 mod forward;
@@ -28,12 +30,14 @@ pub use blocks::{DownBlock, MidBlock, UpBlock};
 pub use embeddings::{AddedCond, TimestepEmbedding};
 
 use crate::nn::config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
-use crate::nn::layers::{Conv, GroupNorm, MapFn};
+use crate::nn::layers::{load_linear, map_linear, Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;
 use crate::nn::transformer::TransformerDims;
-use crate::nn::weights::{Init, ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::nn::weights::{ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
+use crate::nn::Linear;
+use crate::{DType, Device, Error, Result};
 use blocks::{LevelDims, UpChannels};
+use class_embed::ClassEmbedding;
 use embeddings::TimeDims;
 
 /// diffusers' `UNet2DConditionModel`; see the module docs.
@@ -46,8 +50,10 @@ pub struct UNet2DConditionModel {
     time_embedding: TimestepEmbedding,
     /// SDXL's `add_embedding` and its `addition_time_embed_dim` (`text_time` configs).
     add_embedding: Option<(TimestepEmbedding, usize)>,
-    /// `class_embedding.weight` `[num_class_embeds, time_embed_dim]` (`num_class_embeds` configs).
-    class_embedding: Option<Tensor>,
+    /// `class_embedding` (`class_embed_type` or `num_class_embeds` configs).
+    class_embedding: Option<ClassEmbedding>,
+    /// `encoder_hid_proj` (`encoder_hid_dim` configs): text states to `cross_attention_dim`.
+    encoder_hid_proj: Option<Linear>,
     down_blocks: Vec<DownBlock>,
     mid_block: Option<MidBlock>,
     up_blocks: Vec<UpBlock>,
@@ -149,7 +155,8 @@ impl UNet2DConditionModel {
         let resnet = |in_ch, out_ch| ResnetDims {
             in_ch,
             out_ch,
-            temb,
+            temb: c.blocks_time_embed_dim(),
+            scale_shift: c.resnet_scale_shift,
             groups: c.norm_num_groups,
             eps: c.norm_eps,
             act: c.act_fn,
@@ -181,15 +188,23 @@ impl UNet2DConditionModel {
                 channels: ch[0],
                 embed_dim: temb,
                 act: c.act_fn,
+                post_act: c.timestep_post_act,
                 flip_sin_to_cos: c.flip_sin_to_cos,
                 freq_shift: c.freq_shift,
             },
         )?;
-        let class_embedding = match c.num_class_embeds {
-            // nn.Embedding: PyTorch initialises it N(0, 1); random models draw uniform in ±1.
-            Some(n) => Some(src.get("class_embedding.weight", &[n, temb], Init::FanIn(1))?),
+        // diffusers' order: time_embedding, encoder_hid_proj, class_embedding, add_embedding.
+        let encoder_hid_proj = match c.encoder_hid_dim {
+            Some(d) => Some(load_linear(
+                src,
+                "encoder_hid_proj",
+                d,
+                c.cross_attention_dim[0],
+                true,
+            )?),
             None => None,
         };
+        let class_embedding = ClassEmbedding::load(src, c)?;
         // diffusers: `TimestepEmbedding(projection_class_embeddings_input_dim, time_embed_dim)`
         // (default SiLU, whatever act_fn says) after `Timesteps(addition_time_embed_dim, ...)`.
         let add_embedding = match c.addition_embed {
@@ -202,6 +217,7 @@ impl UNet2DConditionModel {
                         channels: a.input_dim,
                         embed_dim: temb,
                         act: ActFn::Silu,
+                        post_act: None,
                         flip_sin_to_cos: c.flip_sin_to_cos,
                         freq_shift: c.freq_shift,
                     },
@@ -280,6 +296,7 @@ impl UNet2DConditionModel {
             time_embedding,
             add_embedding,
             class_embedding,
+            encoder_hid_proj,
             down_blocks,
             mid_block,
             up_blocks,
@@ -299,7 +316,14 @@ impl UNet2DConditionModel {
                 Some((e, d)) => Some((e.map(f)?, *d)),
                 None => None,
             },
-            class_embedding: self.class_embedding.as_ref().map(&mut *f).transpose()?,
+            class_embedding: match &self.class_embedding {
+                Some(e) => Some(e.map(f)?),
+                None => None,
+            },
+            encoder_hid_proj: match &self.encoder_hid_proj {
+                Some(l) => Some(map_linear(l, f)?),
+                None => None,
+            },
             down_blocks: self
                 .down_blocks
                 .iter()
