@@ -57,10 +57,22 @@ fn fixture_configs_parse_to_their_options() {
     assert_eq!(c.encoder_hid_dim, Some(20));
     assert_eq!(c.blocks_time_embed_dim(), 2 * c.time_embed_dim());
     let sproj = load("sproj", DType::F32, Device::Cpu);
+    let c = sproj.config();
     assert_eq!(
-        sproj.config().class_embed_type,
+        c.class_embed_type,
         Some(ClassEmbedType::SimpleProjection { input_dim: 12 })
     );
+    // The asymmetrical depths: down [1, [2, 1]], up [[1, 3, 2], 1], mid from the last level.
+    assert_eq!(c.transformer_layers_per_block, vec![vec![1, 1], vec![2, 1]]);
+    assert_eq!(c.up_transformer_depths(0), vec![1, 3, 2]);
+    assert_eq!(c.up_transformer_depths(1), vec![1, 1, 1]);
+    assert_eq!(c.mid_transformer_depth(), 2);
+    let depths: Vec<usize> = sproj.up_blocks()[0]
+        .attentions()
+        .iter()
+        .map(|a| a.blocks().len())
+        .collect();
+    assert_eq!(depths, [1, 3, 2]);
 }
 
 fn err(r: xpu::Result<Tensor>) -> String {
@@ -225,6 +237,25 @@ fn embedding_options_that_disagree_are_config_errors() {
             "cross_attention_dim",
         ),
         (r#"{"class_embed_type": 3}"#, "class_embed_type"),
+        // Per-layer depths need the up blocks' list, and one depth per layer in each.
+        (
+            r#"{"layers_per_block": 2, "transformer_layers_per_block": [1, 1, 1, [2, 1]]}"#,
+            "reverse_transformer_layers_per_block",
+        ),
+        (
+            r#"{"layers_per_block": 2, "transformer_layers_per_block": [1, 1, 1, [2, 1, 1]],
+                "reverse_transformer_layers_per_block": 1}"#,
+            "transformer_layers_per_block",
+        ),
+        (
+            r#"{"layers_per_block": 2, "transformer_layers_per_block": [1, 1, 1, [2, 1]],
+                "reverse_transformer_layers_per_block": [[1, 2], 1, 1, 1]}"#,
+            "reverse_transformer_layers_per_block",
+        ),
+        (
+            r#"{"reverse_transformer_layers_per_block": [1, 1, 0, 1]}"#,
+            "reverse_transformer_layers_per_block",
+        ),
     ];
     for (json, key) in cases {
         let (k, msg) = config_err(json);

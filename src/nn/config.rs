@@ -117,8 +117,14 @@ pub struct UNetConfig {
     pub norm_eps: f64,
     /// `cross_attention_dim` per level (the text encoder's width).
     pub cross_attention_dim: Vec<usize>,
-    /// `transformer_layers_per_block` per level.
-    pub transformer_layers_per_block: Vec<usize>,
+    /// `transformer_layers_per_block`: per down level, the transformer depth of each layer (one
+    /// entry per ResNet; a config's int is repeated). The mid block takes the last level's
+    /// first entry, as diffusers does.
+    pub transformer_layers_per_block: Vec<Vec<usize>>,
+    /// `reverse_transformer_layers_per_block` (diffusers' "asymmetrical UNet"): per up block
+    /// (deepest level first), the depth of each of its `layers_per_block + 1` transformers;
+    /// `None` mirrors the (then uniform) down levels.
+    pub reverse_transformer_layers_per_block: Option<Vec<Vec<usize>>>,
     /// `attention_head_dim` per level as written in the config (see [`UNetConfig::heads`]).
     pub attention_head_dim: Vec<usize>,
     /// `num_attention_heads` per level, if the config sets it.
@@ -202,7 +208,8 @@ impl UNetConfig {
             norm_num_groups: 32,
             norm_eps: 1e-5,
             cross_attention_dim: vec![768; 4],
-            transformer_layers_per_block: vec![1; 4],
+            transformer_layers_per_block: vec![vec![1; 2]; 4],
+            reverse_transformer_layers_per_block: None,
             attention_head_dim: vec![8; 4],
             num_attention_heads: None,
             use_linear_projection: false,
@@ -250,7 +257,7 @@ impl UNetConfig {
             block_out_channels: vec![320, 640, 1280],
             layers_per_block: vec![2; 3],
             cross_attention_dim: vec![2048; 3],
-            transformer_layers_per_block: vec![1, 2, 10],
+            transformer_layers_per_block: vec![vec![1; 2], vec![2; 2], vec![10; 2]],
             attention_head_dim: vec![5, 10, 20],
             use_linear_projection: true,
             sample_size: Some(128),
@@ -275,7 +282,7 @@ impl UNetConfig {
             layers_per_block: vec![1; 2],
             norm_num_groups: 8,
             cross_attention_dim: vec![32; 2],
-            transformer_layers_per_block: vec![1; 2],
+            transformer_layers_per_block: vec![vec![1]; 2],
             attention_head_dim: vec![4; 2],
             sample_size: Some(16),
             ..UNetConfig::sd15()

@@ -7,7 +7,7 @@ use crate::Result;
 /// Most levels (down blocks) a config may have.
 const MAX_LEVELS: usize = 16;
 /// Most ResNets or transformer blocks per level.
-const MAX_LAYERS: usize = 64;
+pub(crate) const MAX_LAYERS: usize = 64;
 /// Largest `conv_in_kernel` / `conv_out_kernel`.
 const MAX_KERNEL: usize = 31;
 
@@ -101,19 +101,12 @@ impl UNetConfig {
                 format!("{n} levels; at most {MAX_LEVELS} are supported"),
             ));
         }
-        for (key, list) in [
-            ("layers_per_block", &self.layers_per_block),
-            (
-                "transformer_layers_per_block",
-                &self.transformer_layers_per_block,
-            ),
-        ] {
-            if list.iter().any(|&l| l == 0 || l > MAX_LAYERS) {
-                return Err(cfg_err(
-                    key,
-                    format!("{list:?}: each entry must be in 1..={MAX_LAYERS}"),
-                ));
-            }
+        let layers = &self.layers_per_block;
+        if layers.iter().any(|&l| l == 0 || l > MAX_LAYERS) {
+            return Err(cfg_err(
+                "layers_per_block",
+                format!("{layers:?}: each entry must be in 1..={MAX_LAYERS}"),
+            ));
         }
         for (key, k) in [
             ("conv_in_kernel", self.conv_in_kernel),
@@ -135,6 +128,7 @@ impl UNetConfig {
                 ));
             }
         }
+        self.validate_depths(MAX_LAYERS)?;
         self.validate_embeddings()?;
         if self.time_cond_proj_dim == Some(0) {
             return Err(cfg_err("time_cond_proj_dim", "must be > 0 (or null)"));

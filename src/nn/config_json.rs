@@ -6,6 +6,7 @@
 //! naming the key; an unknown key is an error. Missing keys take diffusers' constructor
 //! defaults. The result is validated ([`UNetConfig::validate`]) before it is returned.
 
+use crate::nn::config_depths::{self, Depths};
 use serde_json::{Map, Value};
 
 use crate::nn::config::{
@@ -114,6 +115,8 @@ impl UNetConfig {
         let mut mid_only_cross: Option<bool> = None;
         let (mut text_time, mut time_dim, mut input_dim) = (false, None, None);
         let (mut class_type, mut hid_type): (Option<String>, Option<()>) = (None, None);
+        let mut depths = (vec![Depths::Each(1)], true);
+        let mut reverse = None;
         for (key, v) in map {
             let k = key.as_str();
             match k {
@@ -165,10 +168,13 @@ impl UNetConfig {
                     };
                     c.block_out_channels = a.iter().map(|x| as_usize(k, x)).collect::<Result<_>>()?;
                 }
-                "layers_per_block"
-                | "cross_attention_dim"
-                | "transformer_layers_per_block"
-                | "attention_head_dim" => {
+                "transformer_layers_per_block" => depths = config_depths::parse(k, v)?,
+                "reverse_transformer_layers_per_block" => {
+                    reverse = (!v.is_null())
+                        .then(|| config_depths::parse(k, v))
+                        .transpose()?
+                }
+                "layers_per_block" | "cross_attention_dim" | "attention_head_dim" => {
                     if let Value::Array(a) = v {
                         if a.iter().any(Value::is_array) {
                             return Err(cfg_err(k, "nested per-layer lists are not supported"));
@@ -300,8 +306,11 @@ impl UNetConfig {
                     // apply the activation before time_emb_proj).
                     as_bool(k, v)?;
                 }
-                "cross_attention_norm" | "reverse_transformer_layers_per_block" => {
-                    require(k, v, v.is_null(), "null")?
+                "cross_attention_norm" => {
+                    // diffusers passes it only to block types we do not support.
+                    if !v.is_null() {
+                        as_str(k, v)?;
+                    }
                 }
                 _ => {
                     return Err(cfg_err(
@@ -361,30 +370,42 @@ impl UNetConfig {
             ));
         }
         c.layers_per_block = vec![2];
-        c.transformer_layers_per_block = vec![1];
         c.attention_head_dim = vec![8];
         for (key, values, scalar) in lists {
             let v = per_level(key, values, scalar, n)?;
             match key {
                 "layers_per_block" => c.layers_per_block = v,
                 "cross_attention_dim" => c.cross_attention_dim = v,
-                "transformer_layers_per_block" => c.transformer_layers_per_block = v,
                 "attention_head_dim" => c.attention_head_dim = v,
                 _ => c.num_attention_heads = Some(v),
             }
         }
         for (key, list) in [
             ("layers_per_block", &mut c.layers_per_block),
-            (
-                "transformer_layers_per_block",
-                &mut c.transformer_layers_per_block,
-            ),
             ("attention_head_dim", &mut c.attention_head_dim),
             ("cross_attention_dim", &mut c.cross_attention_dim),
         ] {
             if list.len() == 1 && n != 1 {
                 *list = per_level(key, list.clone(), true, n)?;
             }
+        }
+        let key = "transformer_layers_per_block";
+        let nested = depths.0.iter().any(|d| matches!(d, Depths::PerLayer(_)));
+        if nested && reverse.is_none() {
+            return Err(cfg_err(
+                "reverse_transformer_layers_per_block",
+                "must be given when transformer_layers_per_block lists per-layer depths \
+                 (an asymmetrical UNet), as diffusers requires",
+            ));
+        }
+        c.transformer_layers_per_block =
+            config_depths::expand(key, &depths.0, depths.1, &c.layers_per_block)?;
+        if let Some((entries, scalar)) = reverse {
+            // Up block i mirrors down level n-1-i and has one more layer.
+            let up_layers: Vec<usize> = c.layers_per_block.iter().rev().map(|l| l + 1).collect();
+            let key = "reverse_transformer_layers_per_block";
+            c.reverse_transformer_layers_per_block =
+                Some(config_depths::expand(key, &entries, scalar, &up_layers)?);
         }
         c.validate()?;
         Ok(c)

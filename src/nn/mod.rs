@@ -4,6 +4,7 @@
 mod attention;
 mod config;
 mod config_check;
+mod config_depths;
 mod config_json;
 mod conv;
 mod feedforward;

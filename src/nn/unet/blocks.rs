@@ -16,16 +16,22 @@ use crate::nn::transformer::{Transformer2DModel, TransformerDims};
 use crate::nn::weights::ParamSource;
 use crate::{Error, Result, Tensor};
 
-/// Loads `n` transformers `{prefix}.attentions.{i}` (none when `dims` is `None`).
+/// Loads one transformer `{prefix}.attentions.{i}` of depth `depths[i]` per entry (none when
+/// `dims` is `None`).
 fn load_attentions(
     src: &mut dyn ParamSource,
     prefix: &str,
-    n: usize,
+    depths: &[usize],
     dims: Option<TransformerDims>,
 ) -> Result<Vec<Transformer2DModel>> {
     let Some(d) = dims else { return Ok(Vec::new()) };
-    (0..n)
-        .map(|i| Transformer2DModel::load(src, &join(prefix, &format!("attentions.{i}")), d))
+    depths
+        .iter()
+        .enumerate()
+        .map(|(i, &layers)| {
+            let name = join(prefix, &format!("attentions.{i}"));
+            Transformer2DModel::load(src, &name, TransformerDims { layers, ..d })
+        })
         .collect()
 }
 
@@ -44,9 +50,11 @@ pub struct DownBlock {
 /// Shapes of one down or up level.
 pub(crate) struct LevelDims {
     pub resnet: ResnetDims,
-    /// Some for the cross-attention kinds.
+    /// Some for the cross-attention kinds (its depth comes from `depths`).
     pub transformer: Option<TransformerDims>,
     pub layers: usize,
+    /// The transformer depth of each layer (`layers` entries; unused without `transformer`).
+    pub depths: Vec<usize>,
     /// Down: downsample (with this padding); up: upsample.
     pub resample: Option<usize>,
 }
@@ -67,7 +75,7 @@ impl DownBlock {
                 rd,
             )?);
         }
-        let attentions = load_attentions(src, prefix, d.layers, d.transformer)?;
+        let attentions = load_attentions(src, prefix, &d.depths, d.transformer)?;
         let downsampler = d
             .resample
             .map(|pad| {
@@ -159,7 +167,7 @@ impl MidBlock {
         let resnets = (0..2)
             .map(|i| ResnetBlock2D::load(src, &join(prefix, &format!("resnets.{i}")), resnet))
             .collect::<Result<Vec<_>>>()?;
-        let attentions = load_attentions(src, prefix, 1, Some(transformer))?;
+        let attentions = load_attentions(src, prefix, &[transformer.layers], Some(transformer))?;
         Ok(MidBlock {
             resnets,
             attentions,
@@ -231,7 +239,7 @@ impl UpBlock {
                 rd,
             )?);
         }
-        let attentions = load_attentions(src, prefix, d.layers, d.transformer)?;
+        let attentions = load_attentions(src, prefix, &d.depths, d.transformer)?;
         let upsampler = d
             .resample
             .map(|_| Upsample2D::load(src, &join(prefix, "upsamplers.0"), out))

@@ -167,7 +167,7 @@ impl UNet2DConditionModel {
             heads: c.heads(level),
             cross_dim: c.cross_attention_dim[level],
             groups: c.norm_num_groups,
-            layers: c.transformer_layers_per_block[level],
+            layers: 1, // set per transformer from the config's depths
             linear_projection: c.use_linear_projection,
             only_cross_attention: only_cross,
         };
@@ -236,6 +236,7 @@ impl UNet2DConditionModel {
                 resnet: resnet(in_ch, out_ch),
                 transformer: attn.then(|| transformer(i, c.only_cross_attention[i])),
                 layers: c.layers_per_block[i],
+                depths: c.down_transformer_depths(i),
                 resample: (i + 1 < n).then_some(c.downsample_padding),
             };
             down_blocks.push(DownBlock::load(src, &format!("down_blocks.{i}"), d)?);
@@ -249,7 +250,10 @@ impl UNet2DConditionModel {
                 src,
                 "mid_block",
                 r,
-                transformer(n - 1, false),
+                TransformerDims {
+                    layers: c.mid_transformer_depth(),
+                    ..transformer(n - 1, false)
+                },
             )?)
         } else {
             None
@@ -266,6 +270,7 @@ impl UNet2DConditionModel {
                 resnet: resnet(0, out_ch),
                 transformer: attn.then(|| transformer(level, c.only_cross_attention[level])),
                 layers: c.layers_per_block[level] + 1,
+                depths: c.up_transformer_depths(i),
                 resample: (i + 1 < n).then_some(0),
             };
             let chans = UpChannels {
