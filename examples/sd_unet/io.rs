@@ -1,5 +1,6 @@
 //! Reading the parity inputs and writing outputs as safetensors. Inputs may store f32, f16,
-//! bf16, int64 or int32 (diffusers' timesteps are int64); outputs are written exactly as given.
+//! bf16, f64 (numpy's default), int64 or int32 (diffusers' timesteps are int64); outputs are
+//! written exactly as given.
 //!
 //! Invariant: an output file is either written whole or left as it was: bytes go to a hidden
 //! sibling file that is renamed over the target only once everything is on disk
@@ -28,7 +29,8 @@ fn words<const N: usize, T>(data: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
         .collect()
 }
 
-/// Every tensor of `path` on Cpu (integers become f32, which holds SD's timesteps exactly).
+/// Every tensor of `path` on Cpu (integers and f64 become f32, which holds SD's timesteps
+/// exactly).
 pub fn read_tensors(path: &Path) -> Result<HashMap<String, Tensor>> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         context: format!("reading {}", path.display()),
@@ -51,6 +53,11 @@ pub fn read_tensors(path: &Path) -> Result<HashMap<String, Tensor>> {
             )?,
             St::BF16 => Tensor::from_vec(
                 words::<2, half::bf16>(data, half::bf16::from_le_bytes),
+                &shape,
+                Device::Cpu,
+            )?,
+            St::F64 => Tensor::from_vec(
+                words::<8, f32>(data, |w| f64::from_le_bytes(w) as f32),
                 &shape,
                 Device::Cpu,
             )?,
@@ -154,6 +161,44 @@ mod tests {
         let back = read_tensors(&path).unwrap();
         assert_eq!(back["latents"].to_vec::<f32>().unwrap(), [1.5, -2.0, 3.25]);
         assert_eq!(entries(&dir.join("sub")), ["out.safetensors"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn inputs_of_every_stored_dtype_are_read() {
+        let dir = scratch("dtypes");
+        let path = dir.join("in.safetensors");
+        let f64s: Vec<u8> = [981.0f64, 0.5]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let i64s: Vec<u8> = [999i64, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let i32s: Vec<u8> = [7i32, -3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let f16s: Vec<u8> = [half::f16::from_f32(1.5), half::f16::from_f32(-2.0)]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        fn view(dtype: St, bytes: &[u8]) -> safetensors::tensor::TensorView<'_> {
+            safetensors::tensor::TensorView::new(dtype, vec![2], bytes).unwrap()
+        }
+        let views = vec![
+            ("a", view(St::F64, &f64s)),
+            ("b", view(St::I64, &i64s)),
+            ("c", view(St::I32, &i32s)),
+            ("d", view(St::F16, &f16s)),
+        ];
+        std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+        let t = read_tensors(&path).unwrap();
+        let f = |k: &str| t[k].to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(f("a"), [981.0, 0.5]);
+        assert_eq!(f("b"), [999.0, 1.0]);
+        assert_eq!(f("c"), [7.0, -3.0]);
+        assert_eq!(f("d"), [1.5, -2.0]);
+        // Other dtypes: a clear error naming the tensor.
+        let bools = vec![("flag", view(St::U8, &[1u8, 0]))];
+        std::fs::write(&path, safetensors::serialize(bools, None).unwrap()).unwrap();
+        let e = read_tensors(&path).unwrap_err().to_string();
+        assert!(e.contains("flag") && e.contains("U8"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
