@@ -4,39 +4,17 @@
 
 mod common;
 
-use std::path::PathBuf;
-
+use common::unet_fixture::{self, assert_rel, Io};
 use common::values;
-use xpu::nn::{AddedCond, UNet2DConditionModel, WeightStore};
+use xpu::nn::{AddedCond, UNet2DConditionModel};
 use xpu::{DType, Device, MemoryFormat, Tensor};
 
-fn fixture_dir() -> PathBuf {
-    common::repo_root().join("tests/fixtures/unet_sd1")
-}
-
 fn io(key: &str, dtype: DType) -> Tensor {
-    let store = WeightStore::open(fixture_dir().join("io.safetensors")).unwrap();
-    let dt = if store.dtype(key) == Some(DType::I32) {
-        DType::I32
-    } else {
-        dtype
-    };
-    store.tensor(key, dt, Device::Cpu).unwrap()
+    Io::open("sd1").get(key, dtype, Device::Cpu)
 }
 
-/// `max |got - want| <= tol * max |want|`.
-fn assert_rel(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
-    assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let (g, w) = (values(got), values(want));
-    let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
-    let err = g
-        .iter()
-        .zip(&w)
-        .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
-    assert!(
-        err <= tol * scale,
-        "{what}: max abs error {err:.3e} > {tol:e} * {scale:.3e}"
-    );
+fn fixture_dir() -> std::path::PathBuf {
+    unet_fixture::fixture_dir("sd1")
 }
 
 fn cl(x: &Tensor) -> Tensor {
