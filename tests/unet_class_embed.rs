@@ -2,7 +2,8 @@
 //! tests/fixtures/make_unet_fixtures.py: stable unCLIP's `class_embed_type: "projection"`
 //! (`unet_unclip`), `"simple_projection"` with its own `time_embedding_dim` (`unet_sproj`), and
 //! `unet_embeds` (`"timestep"` class labels concatenated to the time embedding,
-//! `timestep_post_act`, `time_embedding_act_fn`, scale-shift ResNets, `encoder_hid_proj`).
+//! `timestep_post_act`, `time_embedding_act_fn`, scale-shift ResNets, `encoder_hid_proj`);
+//! `unet_sproj` also has a `"fourier"` time projection and per-layer transformer depths.
 //! `"identity"` has no parameters: it is checked against the time embedding plus the labels.
 //! Every wrong class-label input is an error that says what was expected.
 
@@ -10,7 +11,7 @@ mod common;
 
 use common::unet_fixture::{added, check_blocks, check_model, dtypes, load, Io};
 use common::{devices, randn, values};
-use xpu::nn::{AddedCond, ClassEmbedType, UNet2DConditionModel, UNetConfig};
+use xpu::nn::{AddedCond, ClassEmbedType, TimeEmbeddingType, UNet2DConditionModel, UNetConfig};
 use xpu::{DType, Device, Tensor};
 
 #[test]
@@ -67,6 +68,8 @@ fn fixture_configs_parse_to_their_options() {
     assert_eq!(c.up_transformer_depths(0), vec![1, 3, 2]);
     assert_eq!(c.up_transformer_depths(1), vec![1, 1, 1]);
     assert_eq!(c.mid_transformer_depth(), 2);
+    assert_eq!(c.time_embedding_type, TimeEmbeddingType::Fourier);
+    assert_eq!((c.time_embed_dim(), c.timestep_input_dim()), (40, 40));
     let depths: Vec<usize> = sproj.up_blocks()[0]
         .attentions()
         .iter()
@@ -255,6 +258,11 @@ fn embedding_options_that_disagree_are_config_errors() {
         (
             r#"{"reverse_transformer_layers_per_block": [1, 1, 0, 1]}"#,
             "reverse_transformer_layers_per_block",
+        ),
+        // A Fourier projection splits its width into sin and cos halves.
+        (
+            r#"{"time_embedding_type": "fourier", "time_embedding_dim": 41}"#,
+            "time_embedding_dim",
         ),
     ];
     for (json, key) in cases {

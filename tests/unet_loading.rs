@@ -305,7 +305,7 @@ fn unsupported_config_values_name_their_key() {
         ("encoder_hid_dim", json!(0)),
         ("encoder_hid_dim_type", json!("image_proj")),
         ("resnet_time_scale_shift", json!("ada_group")),
-        ("time_embedding_type", json!("fourier")),
+        ("time_embedding_type", json!("learned")),
         ("attention_type", json!("gated")),
         ("time_cond_proj_dim", json!(0)),
         ("timestep_post_act", json!("mish")),

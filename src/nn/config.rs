@@ -56,6 +56,18 @@ pub struct TextTimeEmbed {
     pub input_dim: usize,
 }
 
+/// `time_embedding_type`: how timesteps become the time embedding's input (`time_proj`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeEmbeddingType {
+    /// `"positional"`: the sinusoid of `Timesteps(block_out_channels[0], flip_sin_to_cos,
+    /// freq_shift)`; the time embedding is `4 * block_out_channels[0]` wide by default.
+    Positional,
+    /// `"fourier"`: `GaussianFourierProjection` (a stored frequency vector `time_proj.weight`
+    /// of half the time embedding's width: `sin`/`cos` of `2π t w`); the time embedding is
+    /// `2 * block_out_channels[0]` wide by default and is also the projection's width.
+    Fourier,
+}
+
 /// `class_embed_type`: how `class_labels` enter the time embedding when it is set (diffusers
 /// then ignores `num_class_embeds`; with it null, `num_class_embeds` selects a lookup table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +145,9 @@ pub struct UNetConfig {
     pub use_linear_projection: bool,
     /// `upcast_attention`: softmax in f32 (always true of our kernels, which accumulate in f32).
     pub upcast_attention: bool,
-    /// `time_embedding_dim` (default `4 * block_out_channels[0]`).
+    /// `time_embedding_type`.
+    pub time_embedding_type: TimeEmbeddingType,
+    /// `time_embedding_dim` (default `4 * block_out_channels[0]`, `2 *` for `"fourier"`).
     pub time_embedding_dim: Option<usize>,
     /// `conv_in_kernel` (odd).
     pub conv_in_kernel: usize,
@@ -214,6 +228,7 @@ impl UNetConfig {
             num_attention_heads: None,
             use_linear_projection: false,
             upcast_attention: false,
+            time_embedding_type: TimeEmbeddingType::Positional,
             time_embedding_dim: None,
             conv_in_kernel: 3,
             conv_out_kernel: 3,
@@ -304,10 +319,24 @@ impl UNetConfig {
         list.get(level).copied().unwrap_or(0)
     }
 
-    /// Width of the time embedding: `time_embedding_dim` or `4 * block_out_channels[0]`.
+    /// Width of the time embedding: `time_embedding_dim`, else `4 * block_out_channels[0]`
+    /// (`2 *` for a `"fourier"` time embedding).
     pub fn time_embed_dim(&self) -> usize {
-        self.time_embedding_dim
-            .unwrap_or(4 * self.block_out_channels.first().copied().unwrap_or(0))
+        let ch0 = self.block_out_channels.first().copied().unwrap_or(0);
+        let factor = match self.time_embedding_type {
+            TimeEmbeddingType::Positional => 4,
+            TimeEmbeddingType::Fourier => 2,
+        };
+        self.time_embedding_dim.unwrap_or(factor * ch0)
+    }
+
+    /// Width of the time projection (`time_proj`'s output, the time embedding's input):
+    /// `block_out_channels[0]` (positional) or the time embedding's width (fourier).
+    pub fn timestep_input_dim(&self) -> usize {
+        match self.time_embedding_type {
+            TimeEmbeddingType::Positional => self.block_out_channels.first().copied().unwrap_or(0),
+            TimeEmbeddingType::Fourier => self.time_embed_dim(),
+        }
     }
 
     /// Width of the embedding the blocks receive: [`Self::time_embed_dim`], twice that with

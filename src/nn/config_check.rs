@@ -1,7 +1,9 @@
 //! [`UNetConfig::validate`]: the checks every constructor of a [`UNetConfig`] runs (see the
 //! invariants in `config.rs`), kept apart from the type so each file stays readable.
 
-use crate::nn::config::{cfg_err, ClassEmbedType, DownBlockType, UNetConfig, UpBlockType};
+use crate::nn::config::{
+    cfg_err, ClassEmbedType, DownBlockType, TimeEmbeddingType, UNetConfig, UpBlockType,
+};
 use crate::Result;
 
 /// Most levels (down blocks) a config may have.
@@ -129,6 +131,17 @@ impl UNetConfig {
             }
         }
         self.validate_depths(MAX_LAYERS)?;
+        if self.time_embedding_type == TimeEmbeddingType::Fourier
+            && !self.time_embed_dim().is_multiple_of(2)
+        {
+            return Err(cfg_err(
+                "time_embedding_dim",
+                format!(
+                    "{} must be even for a \"fourier\" time embedding (sin and cos halves)",
+                    self.time_embed_dim()
+                ),
+            ));
+        }
         self.validate_embeddings()?;
         if self.time_cond_proj_dim == Some(0) {
             return Err(cfg_err("time_cond_proj_dim", "must be > 0 (or null)"));
@@ -146,7 +159,7 @@ impl UNetConfig {
             ));
         }
         let half = (self.block_out_channels[0] / 2) as f64;
-        if half == self.freq_shift {
+        if half == self.freq_shift && self.time_embedding_type == TimeEmbeddingType::Positional {
             return Err(cfg_err(
                 "freq_shift",
                 "equals half the embedding size (division by zero)",

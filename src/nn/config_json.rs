@@ -10,7 +10,8 @@ use crate::nn::config_depths::{self, Depths};
 use serde_json::{Map, Value};
 
 use crate::nn::config::{
-    cfg_err, ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType,
+    cfg_err, ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, TimeEmbeddingType, UNetConfig,
+    UpBlockType,
 };
 use crate::{Error, Result};
 
@@ -299,7 +300,18 @@ impl UNetConfig {
                     // used only by addition_embed_type "text", which is refused.
                     as_usize(k, v)?;
                 }
-                "time_embedding_type" => require(k, v, v == "positional", "\"positional\"")?,
+                "time_embedding_type" => {
+                    c.time_embedding_type = match v.as_str() {
+                        Some("positional") => TimeEmbeddingType::Positional,
+                        Some("fourier") => TimeEmbeddingType::Fourier,
+                        _ => {
+                            return Err(cfg_err(
+                                k,
+                                format!("value {v} is not supported; supported: \"positional\", \"fourier\""),
+                            ))
+                        }
+                    }
+                }
                 "attention_type" => require(k, v, v == "default", "\"default\"")?,
                 "resnet_skip_time_act" => {
                     // diffusers passes it only to block types we do not support (ours always

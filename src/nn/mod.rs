@@ -23,7 +23,9 @@ pub use linear::Linear;
 pub use qkv::FusedQkv;
 
 pub use attention::Attention;
-pub use config::{ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, UNetConfig, UpBlockType};
+pub use config::{
+    ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, TimeEmbeddingType, UNetConfig, UpBlockType,
+};
 pub use feedforward::FeedForward;
 pub use layers::{GroupNorm, LayerNorm};
 pub use resnet::{Downsample2D, ResnetBlock2D, Upsample2D};

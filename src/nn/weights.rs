@@ -39,6 +39,11 @@ pub(crate) trait ParamSource {
     /// The parameter `name` with `shape`.
     fn get(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor>;
 
+    /// [`ParamSource::get`] in f32 whatever the model's dtype: for the few tiny parameters a
+    /// 16-bit copy would ruin (a Fourier time projection's frequencies, multiplied by
+    /// timesteps up to 1000 before a sine).
+    fn get_f32(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor>;
+
     /// True when [`ParamSource::get`] returns placeholders whose every dim is 1 (the
     /// [`Recorder`]); a constructor that checks shapes *across* parameters (e.g. divisibility
     /// by a head count) must then use sizes that fit them.
@@ -56,6 +61,10 @@ impl ParamSource for Recorder {
     fn get(&mut self, name: &str, shape: &[usize], _init: Init) -> Result<Tensor> {
         self.entries.push((name.to_string(), shape.to_vec()));
         Tensor::zeros(&vec![1; shape.len()], DType::F32, Device::Cpu)
+    }
+
+    fn get_f32(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor> {
+        self.get(name, shape, init)
     }
 
     fn placeholders(&self) -> bool {
@@ -97,6 +106,14 @@ impl ParamSource for RandomSource {
             }
         }
     }
+
+    fn get_f32(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor> {
+        let mut f32_source = RandomSource {
+            dtype: DType::F32,
+            ..*self
+        };
+        f32_source.get(name, shape, init)
+    }
 }
 
 /// Reads parameters from a [`WeightStore`], converting to `dtype` on `device`.
@@ -121,6 +138,14 @@ impl ParamSource for StoreSource<'_> {
             });
         }
         Ok(t)
+    }
+
+    fn get_f32(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor> {
+        let mut f32_source = StoreSource {
+            dtype: DType::F32,
+            ..*self
+        };
+        f32_source.get(name, shape, init)
     }
 }
 

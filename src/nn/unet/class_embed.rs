@@ -34,14 +34,21 @@ pub(crate) enum ClassEmbedding {
 
 impl ClassEmbedding {
     /// The class embedding `c` names, or `None` for a model without class labels.
-    pub(crate) fn load(src: &mut dyn ParamSource, c: &UNetConfig) -> Result<Option<Self>> {
+    /// `fourier` is the model's `time_proj.weight` for a `"fourier"` model (the `"timestep"`
+    /// kind projects its labels with the model's own `time_proj`).
+    pub(crate) fn load(
+        src: &mut dyn ParamSource,
+        c: &UNetConfig,
+        fourier: Option<&Tensor>,
+    ) -> Result<Option<Self>> {
         let temb = c.time_embed_dim();
-        let time_dims = |channels, act| TimeDims {
+        let time_dims = |channels, act, fourier: Option<&Tensor>| TimeDims {
             cond_dim: None,
             channels,
             embed_dim: temb,
             act,
             post_act: None,
+            fourier: fourier.cloned(),
             flip_sin_to_cos: c.flip_sin_to_cos,
             freq_shift: c.freq_shift,
         };
@@ -52,18 +59,15 @@ impl ClassEmbedding {
             (None, Some(n)) => {
                 Self::Table(src.get("class_embedding.weight", &[n, temb], Init::FanIn(1))?)
             }
-            (Some(ClassEmbedType::Timestep), _) => {
-                let ch0 = c.block_out_channels.first().copied().unwrap_or(0);
-                Self::Timestep(TimestepEmbedding::load(
-                    src,
-                    prefix,
-                    time_dims(ch0, c.act_fn),
-                )?)
-            }
+            (Some(ClassEmbedType::Timestep), _) => Self::Timestep(TimestepEmbedding::load(
+                src,
+                prefix,
+                time_dims(c.timestep_input_dim(), c.act_fn, fourier),
+            )?),
             (Some(ClassEmbedType::Identity), _) => Self::Identity { dim: temb },
             // diffusers builds it with TimestepEmbedding's default act_fn, whatever act_fn says.
             (Some(ClassEmbedType::Projection { input_dim }), _) => Self::Projection(
-                TimestepEmbedding::load(src, prefix, time_dims(input_dim, ActFn::Silu))?,
+                TimestepEmbedding::load(src, prefix, time_dims(input_dim, ActFn::Silu, None))?,
             ),
             (Some(ClassEmbedType::SimpleProjection { input_dim }), _) => {
                 Self::SimpleProjection(load_linear(src, prefix, input_dim, temb, true)?)

@@ -50,6 +50,8 @@ pub struct TimestepEmbedding {
     act: ActFn,
     /// `post_act` after `linear_2` (`timestep_post_act` of the model's time embedding).
     post_act: Option<ActFn>,
+    /// `time_proj.weight` `[channels / 2]` of a `"fourier"` time projection (else positional).
+    fourier: Option<Tensor>,
     channels: usize,
     flip_sin_to_cos: bool,
     freq_shift: f64,
@@ -63,6 +65,9 @@ pub(crate) struct TimeDims {
     pub embed_dim: usize,
     pub act: ActFn,
     pub post_act: Option<ActFn>,
+    /// The model's `time_proj.weight` where its time projection is `"fourier"`, in f32 in
+    /// every model dtype (a 16-bit copy would move `sin(2π t w)` by whole radians).
+    pub fourier: Option<Tensor>,
     pub flip_sin_to_cos: bool,
     pub freq_shift: f64,
 }
@@ -101,6 +106,7 @@ impl TimestepEmbedding {
             )?,
             act: d.act,
             post_act: d.post_act,
+            fourier: d.fourier,
             channels: d.channels,
             flip_sin_to_cos: d.flip_sin_to_cos,
             freq_shift: d.freq_shift,
@@ -115,12 +121,17 @@ impl TimestepEmbedding {
             },
             linear_1: map_linear(&self.linear_1, f)?,
             linear_2: map_linear(&self.linear_2, f)?,
+            // The frequencies stay f32 (see `TimeDims::fourier`): `f` only says where to.
+            fourier: match &self.fourier {
+                Some(w) => Some(w.to(f(w)?.device())?),
+                None => None,
+            },
             ..self.clone()
         })
     }
 
-    /// The sinusoidal projection (`time_proj`) of timesteps for a batch of `batch`, in `dtype`:
-    /// `[batch, channels]`.
+    /// The projection (`time_proj`: sinusoidal, or Gaussian Fourier for a `"fourier"` model)
+    /// of timesteps for a batch of `batch`, in `dtype`: `[batch, channels]`.
     pub fn project(&self, timestep: &Tensor, batch: usize, dtype: DType) -> Result<Tensor> {
         let t = match timestep.shape() {
             [] => timestep.reshape(&[1])?,
@@ -152,7 +163,12 @@ impl TimestepEmbedding {
                 hint: "; timesteps must be f32, f16, bf16 or i32".into(),
             });
         }
-        t.timestep_embedding(self.channels, self.flip_sin_to_cos, self.freq_shift, dtype)
+        match &self.fourier {
+            Some(w) => fourier_projection(&t, w, self.flip_sin_to_cos, dtype),
+            None => {
+                t.timestep_embedding(self.channels, self.flip_sin_to_cos, self.freq_shift, dtype)
+            }
+        }
     }
 
     /// The input of SDXL's `add_embedding` (this embedding, with `channels` its
@@ -228,4 +244,26 @@ impl TimestepEmbedding {
         };
         self.forward(&t_emb.add(&proj.forward(condition)?)?)
     }
+}
+
+/// diffusers' `GaussianFourierProjection(log=False)` of timesteps `t` `[B]` with frequencies
+/// `w` `[D/2]`: `[sin(2π t w), cos(2π t w)]` (`[cos, sin]` with `flip_sin_to_cos`), `[B, D]`,
+/// computed in f32 (diffusers computes it in the weight's dtype: f32 for the reference) and
+/// cast to `dtype`.
+fn fourier_projection(
+    t: &Tensor,
+    w: &Tensor,
+    flip_sin_to_cos: bool,
+    dtype: DType,
+) -> Result<Tensor> {
+    let t = t.to_dtype(DType::F32)?.unsqueeze(1)?;
+    let w = w.to_dtype(DType::F32)?.to(t.device())?.unsqueeze(0)?;
+    let x = t.mul(&w)?.mul_scalar(2.0 * std::f64::consts::PI)?;
+    let (sin, cos) = (x.sin()?, x.cos()?);
+    let halves = if flip_sin_to_cos {
+        [&cos, &sin]
+    } else {
+        [&sin, &cos]
+    };
+    Tensor::cat(&halves, 1)?.to_dtype(dtype)
 }

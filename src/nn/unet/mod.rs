@@ -29,11 +29,11 @@ use std::path::Path;
 pub use blocks::{DownBlock, MidBlock, UpBlock};
 pub use embeddings::{AddedCond, TimestepEmbedding};
 
-use crate::nn::config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
+use crate::nn::config::{ActFn, DownBlockType, TimeEmbeddingType, UNetConfig, UpBlockType};
 use crate::nn::layers::{load_linear, map_linear, Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;
 use crate::nn::transformer::TransformerDims;
-use crate::nn::weights::{ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
+use crate::nn::weights::{Init, ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
 use crate::nn::Linear;
 use crate::{DType, Device, Error, Result};
 use blocks::{LevelDims, UpChannels};
@@ -180,15 +180,25 @@ impl UNet2DConditionModel {
             1,
             c.conv_in_kernel / 2,
         )?;
+        // diffusers' `time_proj`: positional (no parameters) or Gaussian Fourier (its
+        // frequencies, kept in f32 in every model dtype: 2π·t·w of t up to 1000 needs them
+        // exact; PyTorch draws them N(0, 1), random models uniform in ±1).
+        let fourier = match c.time_embedding_type {
+            TimeEmbeddingType::Positional => None,
+            TimeEmbeddingType::Fourier => {
+                Some(src.get_f32("time_proj.weight", &[temb / 2], Init::FanIn(1))?)
+            }
+        };
         let time_embedding = TimestepEmbedding::load(
             src,
             "time_embedding",
             TimeDims {
                 cond_dim: c.time_cond_proj_dim,
-                channels: ch[0],
+                channels: c.timestep_input_dim(),
                 embed_dim: temb,
                 act: c.act_fn,
                 post_act: c.timestep_post_act,
+                fourier: fourier.clone(),
                 flip_sin_to_cos: c.flip_sin_to_cos,
                 freq_shift: c.freq_shift,
             },
@@ -204,7 +214,7 @@ impl UNet2DConditionModel {
             )?),
             None => None,
         };
-        let class_embedding = ClassEmbedding::load(src, c)?;
+        let class_embedding = ClassEmbedding::load(src, c, fourier.as_ref())?;
         // diffusers: `TimestepEmbedding(projection_class_embeddings_input_dim, time_embed_dim)`
         // (default SiLU, whatever act_fn says) after `Timesteps(addition_time_embed_dim, ...)`.
         let add_embedding = match c.addition_embed {
@@ -218,6 +228,7 @@ impl UNet2DConditionModel {
                         embed_dim: temb,
                         act: ActFn::Silu,
                         post_act: None,
+                        fourier: None,
                         flip_sin_to_cos: c.flip_sin_to_cos,
                         freq_shift: c.freq_shift,
                     },
