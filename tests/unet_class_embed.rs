@@ -2,7 +2,8 @@
 //! tests/fixtures/make_unet_fixtures.py: stable unCLIP's `class_embed_type: "projection"`
 //! (`unet_unclip`), `"simple_projection"` with its own `time_embedding_dim` (`unet_sproj`), and
 //! `unet_embeds` (`"timestep"` class labels concatenated to the time embedding,
-//! `timestep_post_act`, `time_embedding_act_fn`, scale-shift ResNets, `encoder_hid_proj`);
+//! `timestep_post_act`, `time_embedding_act_fn`, scale-shift ResNets, `encoder_hid_proj`, a
+//! `UNetMidBlock2D`);
 //! `unet_sproj` also has a `"fourier"` time projection and per-layer transformer depths.
 //! `"identity"` has no parameters: it is checked against the time embedding plus the labels.
 //! Every wrong class-label input is an error that says what was expected.
@@ -11,7 +12,9 @@ mod common;
 
 use common::unet_fixture::{added, check_blocks, check_model, dtypes, load, Io};
 use common::{devices, randn, values};
-use xpu::nn::{AddedCond, ClassEmbedType, TimeEmbeddingType, UNet2DConditionModel, UNetConfig};
+use xpu::nn::{
+    AddedCond, ClassEmbedType, MidBlockType, TimeEmbeddingType, UNet2DConditionModel, UNetConfig,
+};
 use xpu::{DType, Device, Tensor};
 
 #[test]
@@ -57,6 +60,10 @@ fn fixture_configs_parse_to_their_options() {
     assert!(c.class_embeddings_concat && c.resnet_scale_shift);
     assert_eq!(c.encoder_hid_dim, Some(20));
     assert_eq!(c.blocks_time_embed_dim(), 2 * c.time_embed_dim());
+    assert_eq!(c.mid_block_type, Some(MidBlockType::UNetMidBlock2D));
+    let mid = embeds.mid_block().unwrap();
+    assert_eq!((mid.resnets().len(), mid.attentions().len()), (1, 0));
+    assert_eq!(mid.kind(), MidBlockType::UNetMidBlock2D);
     let sproj = load("sproj", DType::F32, Device::Cpu);
     let c = sproj.config();
     assert_eq!(

@@ -314,7 +314,7 @@ fn unsupported_config_values_name_their_key() {
         ("resnet_skip_time_act", json!("yes")),
         ("class_embeddings_concat", json!(true)),
         ("mid_block_type", json!("UNetMidBlock2DSimpleCrossAttn")),
-        ("mid_block_only_cross_attention", json!(true)),
+        ("mid_block_only_cross_attention", json!("yes")),
         ("act_fn", json!("mish")),
         ("norm_num_groups", json!(null)),
         ("norm_num_groups", json!(5)),

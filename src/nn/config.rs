@@ -33,6 +33,16 @@ pub enum UpBlockType {
     UpBlock2D,
 }
 
+/// The mid block kinds (`mid_block_type`) of a `UNet2DConditionModel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MidBlockType {
+    /// `UNetMidBlock2DCrossAttn`: ResNet, transformer, ResNet.
+    UNetMidBlock2DCrossAttn,
+    /// `UNetMidBlock2D` as `UNet2DConditionModel` builds it (no layers, no attention): one
+    /// ResNet.
+    UNetMidBlock2D,
+}
+
 /// The activation named by `act_fn` (diffusers' `get_activation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActFn {
@@ -109,8 +119,8 @@ pub struct UNetConfig {
     pub down_block_types: Vec<DownBlockType>,
     /// `up_block_types`, one per level (deepest first).
     pub up_block_types: Vec<UpBlockType>,
-    /// Whether the `UNetMidBlock2DCrossAttn` exists (`mid_block_type` not null).
-    pub mid_block: bool,
+    /// `mid_block_type` (`None` for null: no mid block).
+    pub mid_block_type: Option<MidBlockType>,
     /// `only_cross_attention` per down level (up levels use the reversed list).
     pub only_cross_attention: Vec<bool>,
     /// `block_out_channels`, one per level.
@@ -212,7 +222,7 @@ impl UNetConfig {
                 CrossAttnUpBlock2D,
                 CrossAttnUpBlock2D,
             ],
-            mid_block: true,
+            mid_block_type: Some(MidBlockType::UNetMidBlock2DCrossAttn),
             only_cross_attention: vec![false; 4],
             block_out_channels: vec![320, 640, 1280, 1280],
             layers_per_block: vec![2; 4],

@@ -2,7 +2,8 @@
 //! invariants in `config.rs`), kept apart from the type so each file stays readable.
 
 use crate::nn::config::{
-    cfg_err, ClassEmbedType, DownBlockType, TimeEmbeddingType, UNetConfig, UpBlockType,
+    cfg_err, ClassEmbedType, DownBlockType, MidBlockType, TimeEmbeddingType, UNetConfig,
+    UpBlockType,
 };
 use crate::Result;
 
@@ -168,7 +169,8 @@ impl UNetConfig {
         let attn_levels = (0..n).filter(|&i| {
             self.down_block_types[i] == DownBlockType::CrossAttnDownBlock2D
                 || self.up_block_types[n - 1 - i] == UpBlockType::CrossAttnUpBlock2D
-                || (self.mid_block && i == n - 1)
+                || (self.mid_block_type == Some(MidBlockType::UNetMidBlock2DCrossAttn)
+                    && i == n - 1)
         });
         for i in attn_levels {
             let heads = self.heads(i);

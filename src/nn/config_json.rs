@@ -10,8 +10,8 @@ use crate::nn::config_depths::{self, Depths};
 use serde_json::{Map, Value};
 
 use crate::nn::config::{
-    cfg_err, ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, TimeEmbeddingType, UNetConfig,
-    UpBlockType,
+    cfg_err, ActFn, ClassEmbedType, DownBlockType, MidBlockType, TextTimeEmbed, TimeEmbeddingType,
+    UNetConfig, UpBlockType,
 };
 use crate::{Error, Result};
 
@@ -113,7 +113,6 @@ impl UNetConfig {
         c.sample_size = None;
         let mut lists: Vec<(&str, Vec<usize>, bool)> = Vec::new();
         let mut only_cross: (Vec<bool>, bool) = (vec![false], true);
-        let mut mid_only_cross: Option<bool> = None;
         let (mut text_time, mut time_dim, mut input_dim) = (false, None, None);
         let (mut class_type, mut hid_type): (Option<String>, Option<()>) = (None, None);
         let mut depths = (vec![Depths::Each(1)], true);
@@ -137,13 +136,14 @@ impl UNetConfig {
                 "down_block_types" => c.down_block_types = parse_down(k, v)?,
                 "up_block_types" => c.up_block_types = parse_up(k, v)?,
                 "mid_block_type" => {
-                    c.mid_block = match v {
-                        Value::Null => false,
-                        Value::String(s) if s == "UNetMidBlock2DCrossAttn" => true,
+                    c.mid_block_type = match v.as_str() {
+                        _ if v.is_null() => None,
+                        Some("UNetMidBlock2DCrossAttn") => Some(MidBlockType::UNetMidBlock2DCrossAttn),
+                        Some("UNetMidBlock2D") => Some(MidBlockType::UNetMidBlock2D),
                         _ => {
                             return Err(cfg_err(
                                 k,
-                                format!("value {v} is not supported; supported: \"UNetMidBlock2DCrossAttn\" or null"),
+                                format!("value {v} is not supported; supported: \"UNetMidBlock2DCrossAttn\", \"UNetMidBlock2D\" or null"),
                             ))
                         }
                     }
@@ -158,9 +158,10 @@ impl UNetConfig {
                     }
                 }
                 "mid_block_only_cross_attention" => {
-                    mid_only_cross = match v {
-                        Value::Null => None,
-                        _ => Some(as_bool(k, v)?),
+                    // Only UNetMidBlock2DSimpleCrossAttn (not supported) reads it; diffusers
+                    // also derives it from a bool only_cross_attention. Ours ignore it.
+                    if !v.is_null() {
+                        as_bool(k, v)?;
                     }
                 }
                 "block_out_channels" => {
@@ -372,15 +373,6 @@ impl UNetConfig {
         }
         let n = c.down_block_types.len();
         c.only_cross_attention = per_level("only_cross_attention", only_cross.0, only_cross.1, n)?;
-        // diffusers: a bool only_cross_attention also sets the mid block's unless given; the mid
-        // block (UNetMidBlock2DCrossAttn) does not use it, so only check it is false.
-        let mid_only = mid_only_cross.unwrap_or(false);
-        if mid_only {
-            return Err(cfg_err(
-                "mid_block_only_cross_attention",
-                "true is not supported (UNetMidBlock2DCrossAttn has no such option)",
-            ));
-        }
         c.layers_per_block = vec![2];
         c.attention_head_dim = vec![8];
         for (key, values, scalar) in lists {

@@ -24,7 +24,8 @@ pub use qkv::FusedQkv;
 
 pub use attention::Attention;
 pub use config::{
-    ActFn, ClassEmbedType, DownBlockType, TextTimeEmbed, TimeEmbeddingType, UNetConfig, UpBlockType,
+    ActFn, ClassEmbedType, DownBlockType, MidBlockType, TextTimeEmbed, TimeEmbeddingType,
+    UNetConfig, UpBlockType,
 };
 pub use feedforward::FeedForward;
 pub use layers::{GroupNorm, LayerNorm};

@@ -9,7 +9,7 @@
 //! format (NCHW or channels-last; the channel concatenation of channels-last tensors is
 //! channels-last), so a channels-last UNet never converts between blocks.
 
-use crate::nn::config::{DownBlockType, UpBlockType};
+use crate::nn::config::{DownBlockType, MidBlockType, UpBlockType};
 use crate::nn::layers::{join, MapFn};
 use crate::nn::resnet::{Downsample2D, ResnetBlock2D, ResnetDims, Upsample2D};
 use crate::nn::transformer::{Transformer2DModel, TransformerDims};
@@ -150,7 +150,8 @@ fn need_context(context: Option<&Tensor>) -> Result<&Tensor> {
     })
 }
 
-/// diffusers' `UNetMidBlock2DCrossAttn`: ResNet, then (transformer, ResNet) pairs.
+/// diffusers' `UNetMidBlock2DCrossAttn` (ResNet, then (transformer, ResNet) pairs), or its
+/// `UNetMidBlock2D` as `UNet2DConditionModel` builds it (one ResNet, no attention).
 #[derive(Clone, Debug)]
 pub struct MidBlock {
     resnets: Vec<ResnetBlock2D>,
@@ -162,12 +163,14 @@ impl MidBlock {
         src: &mut dyn ParamSource,
         prefix: &str,
         resnet: ResnetDims,
-        transformer: TransformerDims,
+        transformer: Option<TransformerDims>,
     ) -> Result<MidBlock> {
-        let resnets = (0..2)
+        let n = if transformer.is_some() { 2 } else { 1 };
+        let resnets = (0..n)
             .map(|i| ResnetBlock2D::load(src, &join(prefix, &format!("resnets.{i}")), resnet))
             .collect::<Result<Vec<_>>>()?;
-        let attentions = load_attentions(src, prefix, &[transformer.layers], Some(transformer))?;
+        let depth = transformer.map_or(0, |t| t.layers);
+        let attentions = load_attentions(src, prefix, &[depth], transformer)?;
         Ok(MidBlock {
             resnets,
             attentions,
@@ -186,12 +189,21 @@ impl MidBlock {
         &self.resnets
     }
 
-    /// The transformers.
+    /// Which diffusers block this is.
+    pub fn kind(&self) -> MidBlockType {
+        if self.attentions.is_empty() {
+            MidBlockType::UNetMidBlock2D
+        } else {
+            MidBlockType::UNetMidBlock2DCrossAttn
+        }
+    }
+
+    /// The transformers (none for a `UNetMidBlock2D`).
     pub fn attentions(&self) -> &[Transformer2DModel] {
         &self.attentions
     }
 
-    /// `[B, C, H, W]` -> `[B, C, H, W]`.
+    /// `[B, C, H, W]` -> `[B, C, H, W]` (`context` is unused by a `UNetMidBlock2D`).
     pub fn forward(&self, x: &Tensor, temb: &Tensor, context: &Tensor) -> Result<Tensor> {
         let mut h = self.resnets[0].forward(x, temb)?;
         for (attn, resnet) in self.attentions.iter().zip(&self.resnets[1..]) {

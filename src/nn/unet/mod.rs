@@ -29,7 +29,9 @@ use std::path::Path;
 pub use blocks::{DownBlock, MidBlock, UpBlock};
 pub use embeddings::{AddedCond, TimestepEmbedding};
 
-use crate::nn::config::{ActFn, DownBlockType, TimeEmbeddingType, UNetConfig, UpBlockType};
+use crate::nn::config::{
+    ActFn, DownBlockType, MidBlockType, TimeEmbeddingType, UNetConfig, UpBlockType,
+};
 use crate::nn::layers::{load_linear, map_linear, Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;
 use crate::nn::transformer::TransformerDims;
@@ -252,22 +254,20 @@ impl UNet2DConditionModel {
             };
             down_blocks.push(DownBlock::load(src, &format!("down_blocks.{i}"), d)?);
         }
-        let mid_block = if c.mid_block {
-            let r = ResnetDims {
-                output_scale_factor: c.mid_block_scale_factor,
-                ..resnet(ch[n - 1], ch[n - 1])
-            };
-            Some(MidBlock::load(
-                src,
-                "mid_block",
-                r,
-                TransformerDims {
-                    layers: c.mid_transformer_depth(),
-                    ..transformer(n - 1, false)
-                },
-            )?)
-        } else {
-            None
+        let mid_block = match c.mid_block_type {
+            Some(kind) => {
+                let r = ResnetDims {
+                    output_scale_factor: c.mid_block_scale_factor,
+                    ..resnet(ch[n - 1], ch[n - 1])
+                };
+                let attn =
+                    (kind == MidBlockType::UNetMidBlock2DCrossAttn).then(|| TransformerDims {
+                        layers: c.mid_transformer_depth(),
+                        ..transformer(n - 1, false)
+                    });
+                Some(MidBlock::load(src, "mid_block", r, attn)?)
+            }
+            None => None,
         };
         let mut up_blocks = Vec::with_capacity(n);
         let mut out_ch = ch[n - 1];
