@@ -1,6 +1,7 @@
 //! The UNet with channels-last activations (the Cpu default) against the NCHW path on the tiny
 //! SD 1.x fixture: same values, the output in the sample's format, and every block keeping the
-//! channels-last format of its input (so no convolution transposes).
+//! channels-last format of its input (so no convolution transposes), also with GELU and
+//! scale-shift ResNets (the `embeds` fixture).
 
 mod common;
 
@@ -81,18 +82,38 @@ fn channels_last_unet_odd_sizes() {
     assert_rel("9x7 channels-last vs NCHW", &y, &nchw, 1e-5);
 }
 
-#[test]
-fn blocks_keep_channels_last() {
-    let unet =
-        UNet2DConditionModel::from_pretrained(fixture_dir(), DType::F32, Device::Cpu).unwrap();
+/// Every block of fixture `name` keeps a channels-last input channels-last (SD 1.x's SiLU
+/// blocks; `embeds`' GELU and scale-shift ResNets and its single-ResNet mid block).
+fn check_blocks_keep_channels_last(name: &str) {
+    let unet = UNet2DConditionModel::from_pretrained(
+        unet_fixture::fixture_dir(name),
+        DType::F32,
+        Device::Cpu,
+    )
+    .unwrap();
     let is_cl = |what: &str, t: &Tensor| {
-        assert_eq!(t.memory_format(), MemoryFormat::ChannelsLast, "{what}");
-        assert!(t.is_contiguous_for(MemoryFormat::ChannelsLast), "{what}");
+        assert_eq!(
+            t.memory_format(),
+            MemoryFormat::ChannelsLast,
+            "{name} {what}"
+        );
+        assert!(
+            t.is_contiguous_for(MemoryFormat::ChannelsLast),
+            "{name} {what}"
+        );
     };
-    let ehs = io("encoder_hidden_states", DType::F32);
-    let temb = io("temb", DType::F32);
+    let fixture = Io::open(name);
+    let get = |k: &str| fixture.get(k, DType::F32, Device::Cpu);
+    // The blocks see the text states after encoder_hid_proj where the model has one.
+    let ehs = if fixture.has("encoder_hid_proj.out") {
+        get("encoder_hid_proj.out")
+    } else {
+        get("encoder_hidden_states")
+    };
+    let temb = get("temb");
     let b = ehs.shape()[0];
-    let mut h = cl(&Tensor::randn(&[b, 32, 8, 8], DType::F32, Device::Cpu, 3).unwrap());
+    let c0 = unet.config().block_out_channels[0];
+    let mut h = cl(&Tensor::randn(&[b, c0, 8, 8], DType::F32, Device::Cpu, 3).unwrap());
     let mut skips = vec![h.clone()];
     for (i, block) in unet.down_blocks().iter().enumerate() {
         if let Some(attn) = block.attentions().first() {
@@ -101,6 +122,12 @@ fn blocks_keep_channels_last() {
             is_cl(&format!("down {i} attention"), &y);
             assert_rel("attention", &y, &attn.forward(&nchw, &ehs).unwrap(), 1e-5);
         }
+        let r = block.resnets()[0].forward(&h, &temb).unwrap();
+        is_cl(&format!("down {i} resnet"), &r);
+        let want = block.resnets()[0]
+            .forward(&h.contiguous().unwrap(), &temb)
+            .unwrap();
+        assert_rel("resnet", &r, &want, 1e-5);
         let (out, s) = block.forward(&h, &temb, Some(&ehs)).unwrap();
         is_cl(&format!("down {i}"), &out);
         for (j, t) in s.iter().enumerate() {
@@ -118,4 +145,10 @@ fn blocks_keep_channels_last() {
         h = block.forward(&h, &res, &temb, Some(&ehs), None).unwrap();
         is_cl(&format!("up {i}"), &h);
     }
+}
+
+#[test]
+fn blocks_keep_channels_last() {
+    check_blocks_keep_channels_last("sd1");
+    check_blocks_keep_channels_last("embeds");
 }

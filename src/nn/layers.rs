@@ -10,7 +10,7 @@ use crate::cpu::gemm::Activation;
 use crate::nn::config::ActFn;
 use crate::nn::weights::{Init, ParamSource};
 use crate::nn::{Conv2d, Linear};
-use crate::{Conv2dParams, Result, Tensor};
+use crate::{Conv2dParams, MemoryFormat, Result, Tensor};
 
 /// A function applied to every parameter when a model is moved or converted.
 pub(crate) type MapFn<'a> = dyn FnMut(&Tensor) -> Result<Tensor> + 'a;
@@ -24,12 +24,19 @@ pub(crate) fn join(prefix: &str, name: &str) -> String {
     }
 }
 
-/// Applies an activation (unfused).
+/// Applies an activation (unfused), keeping a channels-last input channels-last.
 pub(crate) fn act(x: &Tensor, f: ActFn) -> Result<Tensor> {
-    match f {
+    let apply = |x: &Tensor| match f {
         ActFn::Silu => x.silu(),
         ActFn::Gelu => x.gelu(),
         ActFn::Relu => x.relu(),
+    };
+    // Elementwise ops write row-major outputs: a channels-last activation goes through its
+    // dense NHWC view, so the next convolution does not have to transpose it back.
+    if x.rank() == 4 && x.memory_format() == MemoryFormat::ChannelsLast {
+        apply(&x.permute(&[0, 2, 3, 1])?)?.permute(&[0, 3, 1, 2])
+    } else {
+        apply(x)
     }
 }
 
