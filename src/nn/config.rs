@@ -52,6 +52,8 @@ pub enum ActFn {
     Gelu,
     /// `relu`.
     Relu,
+    /// `mish`: `x * tanh(softplus(x))`.
+    Mish,
 }
 
 /// SDXL's `addition_embed_type: "text_time"`: pooled text embeddings and "time ids" (image

@@ -419,12 +419,13 @@ impl UNetConfig {
 /// The `class_embed_type` values diffusers' `UNet2DConditionModel` accepts (all supported).
 const CLASS_TYPES: [&str; 4] = ["timestep", "identity", "projection", "simple_projection"];
 
-/// An activation name as diffusers' `get_activation` reads it (`mish` is not supported).
+/// An activation name as diffusers' `get_activation` reads it.
 fn parse_act(key: &str, v: &Value) -> Result<ActFn> {
     match as_str(key, v)? {
         "silu" | "swish" => Ok(ActFn::Silu),
         "gelu" => Ok(ActFn::Gelu),
         "relu" => Ok(ActFn::Relu),
+        "mish" => Ok(ActFn::Mish),
         _ => Err(cfg_err(
             key,
             format!(

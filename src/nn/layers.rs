@@ -10,7 +10,7 @@ use crate::cpu::gemm::Activation;
 use crate::nn::config::ActFn;
 use crate::nn::weights::{Init, ParamSource};
 use crate::nn::{Conv2d, Linear};
-use crate::{Conv2dParams, MemoryFormat, Result, Tensor};
+use crate::{Conv2dParams, DType, MemoryFormat, Result, Tensor};
 
 /// A function applied to every parameter when a model is moved or converted.
 pub(crate) type MapFn<'a> = dyn FnMut(&Tensor) -> Result<Tensor> + 'a;
@@ -30,6 +30,7 @@ pub(crate) fn act(x: &Tensor, f: ActFn) -> Result<Tensor> {
         ActFn::Silu => x.silu(),
         ActFn::Gelu => x.gelu(),
         ActFn::Relu => x.relu(),
+        ActFn::Mish => mish(x),
     };
     // Elementwise ops write row-major outputs: a channels-last activation goes through its
     // dense NHWC view, so the next convolution does not have to transpose it back.
@@ -40,12 +41,30 @@ pub(crate) fn act(x: &Tensor, f: ActFn) -> Result<Tensor> {
     }
 }
 
-/// The matrix-engine epilogue for an activation.
-pub(crate) fn epilogue(f: ActFn) -> Activation {
+/// `x * tanh(softplus(x))` (PyTorch's `mish`), computed in f32 whatever `x`'s dtype (as
+/// PyTorch's kernel computes it) and returned in `x`'s dtype. `softplus` is `ln(1 + e^x)`; past
+/// f32's `exp` range it is infinite and `tanh` 1, so large inputs give `x` as they should.
+fn mish(x: &Tensor) -> Result<Tensor> {
+    let x32 = x.to_dtype(DType::F32)?;
+    let softplus = x32.exp()?.add_scalar(1.0)?.log()?;
+    x32.mul(&softplus.tanh()?)?.to_dtype(x.dtype())
+}
+
+/// The matrix-engine epilogue for an activation, where the engine has one (not Mish).
+pub(crate) fn epilogue(f: ActFn) -> Option<Activation> {
     match f {
-        ActFn::Silu => Activation::Silu,
-        ActFn::Gelu => Activation::Gelu,
-        ActFn::Relu => Activation::Relu,
+        ActFn::Silu => Some(Activation::Silu),
+        ActFn::Gelu => Some(Activation::Gelu),
+        ActFn::Relu => Some(Activation::Relu),
+        ActFn::Mish => None,
+    }
+}
+
+/// `f(x @ Wᵀ + b)`: `f` fused into the product's store where the engine has it.
+pub(crate) fn linear_act(l: &Linear, x: &Tensor, f: ActFn) -> Result<Tensor> {
+    match epilogue(f) {
+        Some(a) => l.forward_act(x, a),
+        None => act(&l.forward(x)?, f),
     }
 }
 

@@ -7,7 +7,7 @@
 //! sinusoid is computed in f32 and cast to the model dtype before `linear_1`, as diffusers does.
 
 use crate::nn::config::ActFn;
-use crate::nn::layers::{epilogue, join, load_linear, map_linear, MapFn};
+use crate::nn::layers::{join, linear_act, load_linear, map_linear, MapFn};
 use crate::nn::weights::ParamSource;
 use crate::nn::Linear;
 use crate::{DType, Error, Result, Tensor};
@@ -225,10 +225,10 @@ impl TimestepEmbedding {
     /// `linear_2(act(linear_1(t_emb)))` (then `post_act`, where the config names one) for a
     /// projected `t_emb` `[B, channels]`.
     pub fn forward(&self, t_emb: &Tensor) -> Result<Tensor> {
-        let h = self.linear_1.forward_act(t_emb, epilogue(self.act))?;
+        let h = linear_act(&self.linear_1, t_emb, self.act)?;
         match self.post_act {
             None => self.linear_2.forward(&h),
-            Some(f) => self.linear_2.forward_act(&h, epilogue(f)),
+            Some(f) => linear_act(&self.linear_2, &h, f),
         }
     }
 
