@@ -4,7 +4,8 @@
 //! `encoder_hidden_states` (and `text_embeds` and `time_ids` for SDXL-style `text_time` models,
 //! `class_labels` for models with `num_class_embeds`) from a safetensors file, `out_sample`
 //! written to `--output`.
-//! Run mode (no `--inputs`): a denoising loop (DDIM or Euler discrete, classifier-free guidance
+//! Run mode (no `--inputs`): a denoising loop (DDIM or Euler discrete on the pipeline's own
+//! noise schedule where its `scheduler/` config is at hand, classifier-free guidance
 //! with batch 2) from seeded noise and seeded stand-in text embeddings; prints seconds per step,
 //! the median, the device and peak memory, and writes the final latents (safetensors) plus a
 //! PNG preview of the latent channels. Without `--unet` the SD 1.5 architecture (SDXL base's
@@ -16,14 +17,16 @@
 mod conditions;
 mod io;
 mod png;
+mod schedule;
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use schedule::{PredictionArg, SchedulerArg};
 use xpu::nn::{AddedCond, ClassEmbedType, UNet2DConditionModel, UNetConfig};
-use xpu::schedulers::{DdimScheduler, EulerDiscreteScheduler, Scheduler, SchedulerConfig};
+use xpu::schedulers::Scheduler;
 use xpu::{DType, Device, Tensor};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -37,12 +40,6 @@ enum DTypeArg {
     F32,
     F16,
     Bf16,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum SchedulerArg {
-    Ddim,
-    Euler,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -100,6 +97,14 @@ struct Args {
     /// Scheduler.
     #[arg(long, value_enum, default_value = "euler")]
     scheduler: SchedulerArg,
+    /// A diffusers scheduler_config.json for the noise schedule (default: the pipeline's
+    /// scheduler/ folder beside --unet's unet/, else Stable Diffusion 1.x's schedule).
+    #[arg(long)]
+    scheduler_config: Option<PathBuf>,
+    /// What the model predicts, overriding the scheduler config (v-prediction for SD 2.x 768
+    /// when only its unet/ folder is at hand).
+    #[arg(long, value_enum)]
+    prediction: Option<PredictionArg>,
     /// Classifier-free guidance scale.
     #[arg(long, default_value_t = 7.5)]
     guidance: f64,
@@ -213,16 +218,15 @@ impl Plan {
                 format!("--guidance must be finite, got {}", args.guidance),
             ));
         }
-        let scheduler: Box<dyn Scheduler> = match args.scheduler {
-            SchedulerArg::Ddim => Box::new(DdimScheduler::new(
-                SchedulerConfig::stable_diffusion(),
-                steps,
-            )?),
-            SchedulerArg::Euler => Box::new(EulerDiscreteScheduler::new(
-                SchedulerConfig::stable_diffusion(),
-                steps,
-            )?),
-        };
+        let file = schedule::find_config(args.unet.as_deref(), args.scheduler_config.as_deref());
+        let scheduler = schedule::build(args.scheduler, file.as_deref(), args.prediction, steps)?;
+        eprintln!(
+            "scheduler {:?} on {}",
+            args.scheduler,
+            file.map_or("Stable Diffusion 1.x's schedule".into(), |f| f
+                .display()
+                .to_string())
+        );
         Ok(Plan {
             steps,
             height,

@@ -1,125 +1,22 @@
 //! Diffusion schedulers for the denoising loop: diffusers' `DDIMScheduler` (η = 0) and
-//! `EulerDiscreteScheduler`, with Stable Diffusion's scaled-linear betas.
+//! `EulerDiscreteScheduler`, on a [`SchedulerConfig`] (Stable Diffusion's by default, or a
+//! pipeline's `scheduler/scheduler_config.json`).
 //!
-//! Invariants: the noise schedule (betas, ᾱ, σ) is computed once on the host in f64 from the
-//! config, exactly as diffusers builds it (`linspace(√β_start, √β_end, T)²`, cumulative
-//! product of `1 − β`); the per-step update is a few elementwise ops on the sample's own device
-//! and dtype, so a step never moves latents between devices. Steps are addressed by index
-//! (`0..timesteps().len()`), not by timestep value, so no lookup can be ambiguous.
-//! Parity with diffusers is tested against fixtures made by `tests/fixtures/make_op_fixtures.py`.
+//! Invariants: the noise schedule (betas, ᾱ, σ) is computed once on the host from the config,
+//! exactly as diffusers builds it (`config.rs`); the per-step update is a few elementwise ops
+//! on the sample's own device and dtype, so a step never moves latents between devices. Steps
+//! are addressed by index (`0..timesteps().len()`), not by timestep value, so no lookup can be
+//! ambiguous. Parity with diffusers is tested against fixtures made by
+//! `tests/fixtures/make_op_fixtures.py` (SD's schedule) and
+//! `tests/fixtures/make_scheduler_fixtures.py` (the other options, read from the config files
+//! diffusers writes).
+
+mod config;
+mod config_json;
+
+pub use config::{BetaSchedule, Prediction, SchedulerConfig, TimestepSpacing};
 
 use crate::{Error, Result, Tensor};
-
-/// How inference timesteps are spread over the training range (diffusers' `timestep_spacing`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimestepSpacing {
-    /// `arange(0, n) * (T / n)` reversed, plus `steps_offset` (SD 1.x / 2.x default).
-    Leading,
-    /// `linspace(0, T − 1, n)` reversed.
-    Linspace,
-    /// `arange(T, 0, −T / n).round() − 1`.
-    Trailing,
-}
-
-/// What the model predicts (diffusers' `prediction_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Prediction {
-    /// The added noise ε (SD 1.x, SD 2.x base).
-    Epsilon,
-    /// The velocity `v = √ᾱ·ε − √(1−ᾱ)·x₀` (SD 2.x 768).
-    VPrediction,
-}
-
-/// The training noise schedule and spacing shared by the schedulers.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SchedulerConfig {
-    /// Diffusion steps the model was trained with (1000 for SD).
-    pub num_train_timesteps: usize,
-    /// First β of the scaled-linear schedule.
-    pub beta_start: f64,
-    /// Last β of the scaled-linear schedule.
-    pub beta_end: f64,
-    /// Added to every leading-spaced timestep.
-    pub steps_offset: usize,
-    /// DDIM: whether the step after the last uses ᾱ = 1 (else ᾱ₀).
-    pub set_alpha_to_one: bool,
-    /// Timestep spacing.
-    pub spacing: TimestepSpacing,
-    /// The model's prediction type.
-    pub prediction: Prediction,
-}
-
-impl SchedulerConfig {
-    /// Stable Diffusion 1.x's scheduler config (β 0.00085–0.012 scaled-linear over 1000 steps,
-    /// leading spacing, offset 1, ε-prediction).
-    pub fn stable_diffusion() -> SchedulerConfig {
-        SchedulerConfig {
-            num_train_timesteps: 1000,
-            beta_start: 0.00085,
-            beta_end: 0.012,
-            steps_offset: 1,
-            set_alpha_to_one: false,
-            spacing: TimestepSpacing::Leading,
-            prediction: Prediction::Epsilon,
-        }
-    }
-
-    /// ᾱ_t for t in `0..num_train_timesteps`, as f32 like diffusers (then widened).
-    fn alphas_cumprod(&self) -> Vec<f64> {
-        let n = self.num_train_timesteps;
-        let (a, b) = (self.beta_start.sqrt() as f32, self.beta_end.sqrt() as f32);
-        let mut acc = 1f32;
-        (0..n)
-            .map(|i| {
-                let frac = if n > 1 {
-                    i as f32 / (n - 1) as f32
-                } else {
-                    0.0
-                };
-                let root = a + (b - a) * frac;
-                acc *= 1.0 - root * root;
-                acc as f64
-            })
-            .collect()
-    }
-
-    /// The `n` inference timesteps, descending.
-    fn timesteps(&self, n: usize) -> Result<Vec<f64>> {
-        let total = self.num_train_timesteps;
-        if n == 0 || n > total {
-            return Err(Error::invalid(
-                "scheduler",
-                format!("expected 1..={total} inference steps, got {n}"),
-            ));
-        }
-        Ok(match self.spacing {
-            TimestepSpacing::Leading => {
-                let ratio = total / n;
-                (0..n)
-                    .rev()
-                    .map(|i| (i * ratio + self.steps_offset) as f64)
-                    .collect()
-            }
-            TimestepSpacing::Linspace => (0..n)
-                .rev()
-                .map(|i| {
-                    let frac = if n > 1 {
-                        i as f64 / (n - 1) as f64
-                    } else {
-                        0.0
-                    };
-                    ((total - 1) as f64 * frac) as f32 as f64
-                })
-                .collect(),
-            TimestepSpacing::Trailing => {
-                let ratio = total as f64 / n as f64;
-                (0..n)
-                    .map(|i| (total as f64 - i as f64 * ratio).round() - 1.0)
-                    .collect()
-            }
-        })
-    }
-}
 
 /// A denoising scheduler: which timesteps to visit and how to step the sample.
 pub trait Scheduler {
@@ -154,7 +51,7 @@ pub struct DdimScheduler {
 impl DdimScheduler {
     /// A DDIM scheduler visiting `steps` timesteps.
     pub fn new(config: SchedulerConfig, steps: usize) -> Result<DdimScheduler> {
-        let timesteps = config.timesteps(steps)?;
+        let timesteps = config.timesteps(steps, true)?;
         let alphas_cumprod = config.alphas_cumprod();
         Ok(DdimScheduler {
             config,
@@ -201,14 +98,23 @@ impl Scheduler for DdimScheduler {
         let (x0_s, x0_o, eps_s, eps_o) = match self.config.prediction {
             Prediction::Epsilon => (1.0 / sa, -sb / sa, 0.0, 1.0),
             Prediction::VPrediction => (sa, -sb, sb, sa),
+            Prediction::Sample => (0.0, 1.0, 1.0 / sb, -sa / sb),
         };
         let (ap, bp) = (a_prev.sqrt(), (1.0 - a_prev).sqrt());
-        linear_combination(
-            sample,
-            ap * x0_s + bp * eps_s,
-            model_output,
-            ap * x0_o + bp * eps_o,
-        )
+        match self.config.clip_sample {
+            None => linear_combination(
+                sample,
+                ap * x0_s + bp * eps_s,
+                model_output,
+                ap * x0_o + bp * eps_o,
+            ),
+            // x̂₀ clipped (ε̂ is not recomputed from it, as in diffusers).
+            Some(r) => {
+                let x0 = linear_combination(sample, x0_s, model_output, x0_o)?.clamp(-r, r)?;
+                let eps = linear_combination(sample, eps_s, model_output, eps_o)?;
+                linear_combination(&x0, ap, &eps, bp)
+            }
+        }
     }
 }
 
@@ -223,7 +129,7 @@ pub struct EulerDiscreteScheduler {
 impl EulerDiscreteScheduler {
     /// An Euler scheduler visiting `steps` timesteps.
     pub fn new(config: SchedulerConfig, steps: usize) -> Result<EulerDiscreteScheduler> {
-        let timesteps = config.timesteps(steps)?;
+        let timesteps = config.timesteps(steps, false)?;
         let full: Vec<f64> = config
             .alphas_cumprod()
             .iter()
@@ -285,6 +191,7 @@ impl Scheduler for EulerDiscreteScheduler {
                 let s2 = sigma * sigma + 1.0;
                 (1.0 / s2, -sigma / s2.sqrt())
             }
+            Prediction::Sample => (0.0, 1.0),
         };
         let (d_s, d_o) = ((1.0 - c_s) / sigma, -c_o / sigma);
         linear_combination(sample, 1.0 + d_s * dt, model_output, d_o * dt)

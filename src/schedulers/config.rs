@@ -1,0 +1,254 @@
+//! [`SchedulerConfig`]: the training noise schedule and inference spacing the schedulers share,
+//! built in code or read from a diffusers `scheduler/scheduler_config.json` (`config_json.rs`).
+//!
+//! Invariants: ᾱ is computed as diffusers computes it (f32 betas from PyTorch's `linspace`
+//! formula, or `betas_for_alpha_bar`'s cosine in f64 rounded to f32, or the stored
+//! `trained_betas`; then PyTorch's cumulative product of the f32 `1 − β`: an f64 running
+//! product rounded to f32 at every step) and only then widened;
+//! inference timesteps follow diffusers' `set_timesteps` for each spacing, with NumPy's
+//! round-half-to-even.
+
+use crate::{Error, Result};
+
+/// How inference timesteps are spread over the training range (diffusers' `timestep_spacing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimestepSpacing {
+    /// `arange(0, n) * (T / n)` reversed, plus `steps_offset` (SD 1.x / 2.x default).
+    Leading,
+    /// `linspace(0, T − 1, n)` reversed (rounded to integers by DDIM).
+    Linspace,
+    /// `round(arange(T, 0, −T / n)) − 1`.
+    Trailing,
+}
+
+/// What the model predicts (diffusers' `prediction_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prediction {
+    /// The added noise ε (SD 1.x, SD 2.x base).
+    Epsilon,
+    /// The velocity `v = √ᾱ·ε − √(1−ᾱ)·x₀` (SD 2.x 768).
+    VPrediction,
+    /// The clean sample x₀ itself (`"sample"`).
+    Sample,
+}
+
+/// How the training betas are laid out (diffusers' `beta_schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BetaSchedule {
+    /// `linspace(β_start, β_end, T)`.
+    Linear,
+    /// `linspace(√β_start, √β_end, T)²` (Stable Diffusion's).
+    ScaledLinear,
+    /// `squaredcos_cap_v2`: the cosine ᾱ of improved DDPM, betas capped at 0.999.
+    SquaredCosCapV2,
+}
+
+/// The training noise schedule and spacing shared by the schedulers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Diffusion steps the model was trained with (1000 for SD).
+    pub num_train_timesteps: usize,
+    /// First β of the linear and scaled-linear schedules.
+    pub beta_start: f64,
+    /// Last β of the linear and scaled-linear schedules.
+    pub beta_end: f64,
+    /// The beta schedule (unused when `trained_betas` is given).
+    pub beta_schedule: BetaSchedule,
+    /// Explicit betas, one per training step (diffusers' `trained_betas`).
+    pub trained_betas: Option<Vec<f64>>,
+    /// Added to every leading-spaced timestep.
+    pub steps_offset: usize,
+    /// DDIM: whether the step after the last uses ᾱ = 1 (else ᾱ₀).
+    pub set_alpha_to_one: bool,
+    /// DDIM: clip the predicted x₀ to `±range` (`clip_sample` with `clip_sample_range`).
+    pub clip_sample: Option<f64>,
+    /// Timestep spacing.
+    pub spacing: TimestepSpacing,
+    /// The model's prediction type.
+    pub prediction: Prediction,
+}
+
+/// Most training steps a config may name (far above any published model's; bounds the
+/// schedule's allocation for a corrupt file).
+pub(crate) const MAX_TRAIN_TIMESTEPS: usize = 1 << 20;
+
+impl SchedulerConfig {
+    /// Stable Diffusion 1.x's scheduler config (β 0.00085–0.012 scaled-linear over 1000 steps,
+    /// leading spacing, offset 1, ε-prediction, no clipping).
+    pub fn stable_diffusion() -> SchedulerConfig {
+        SchedulerConfig {
+            num_train_timesteps: 1000,
+            beta_start: 0.00085,
+            beta_end: 0.012,
+            beta_schedule: BetaSchedule::ScaledLinear,
+            trained_betas: None,
+            steps_offset: 1,
+            set_alpha_to_one: false,
+            clip_sample: None,
+            spacing: TimestepSpacing::Leading,
+            prediction: Prediction::Epsilon,
+        }
+    }
+
+    /// diffusers' `DDIMScheduler()` defaults (linear β 0.0001–0.02, clipping to ±1,
+    /// `set_alpha_to_one`, leading spacing, no offset): what a config file's missing keys mean
+    /// for DDIM.
+    pub fn ddim_defaults() -> SchedulerConfig {
+        SchedulerConfig {
+            beta_start: 0.0001,
+            beta_end: 0.02,
+            beta_schedule: BetaSchedule::Linear,
+            steps_offset: 0,
+            set_alpha_to_one: true,
+            clip_sample: Some(1.0),
+            ..SchedulerConfig::stable_diffusion()
+        }
+    }
+
+    /// diffusers' `EulerDiscreteScheduler()` defaults (linear β 0.0001–0.02, linspace spacing,
+    /// no offset): what a config file's missing keys mean for Euler.
+    pub fn euler_defaults() -> SchedulerConfig {
+        SchedulerConfig {
+            spacing: TimestepSpacing::Linspace,
+            clip_sample: None,
+            set_alpha_to_one: false,
+            ..SchedulerConfig::ddim_defaults()
+        }
+    }
+
+    /// Checks the sizes and values a schedule needs (run by the schedulers' constructors).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::invalid("scheduler config", msg));
+        let t = self.num_train_timesteps;
+        if t == 0 || t > MAX_TRAIN_TIMESTEPS {
+            return bad(format!(
+                "num_train_timesteps must be in 1..={MAX_TRAIN_TIMESTEPS}, got {t}"
+            ));
+        }
+        if !(self.beta_start.is_finite() && self.beta_end.is_finite()) {
+            return bad("beta_start and beta_end must be finite".into());
+        }
+        if let Some(b) = &self.trained_betas {
+            if b.len() != t || b.iter().any(|x| !(0.0..1.0).contains(x)) {
+                return bad(format!(
+                    "trained_betas must hold {t} values in [0, 1), got {} values",
+                    b.len()
+                ));
+            }
+        }
+        if let Some(r) = self.clip_sample {
+            if !(r.is_finite() && r > 0.0) {
+                return bad(format!("clip_sample_range must be finite and > 0, got {r}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The training betas in f32, as diffusers stores them.
+    fn betas(&self) -> Vec<f32> {
+        let n = self.num_train_timesteps;
+        if let Some(b) = &self.trained_betas {
+            return b.iter().map(|&x| x as f32).collect();
+        }
+        match self.beta_schedule {
+            BetaSchedule::Linear => torch_linspace(self.beta_start as f32, self.beta_end as f32, n),
+            BetaSchedule::ScaledLinear => {
+                let (a, b) = (self.beta_start.sqrt() as f32, self.beta_end.sqrt() as f32);
+                torch_linspace(a, b, n).iter().map(|r| r * r).collect()
+            }
+            BetaSchedule::SquaredCosCapV2 => {
+                let alpha_bar = |t: f64| {
+                    ((t + 0.008) / 1.008 * std::f64::consts::FRAC_PI_2)
+                        .cos()
+                        .powi(2)
+                };
+                (0..n)
+                    .map(|i| {
+                        let (t1, t2) = (i as f64 / n as f64, (i + 1) as f64 / n as f64);
+                        (1.0 - alpha_bar(t2) / alpha_bar(t1)).min(0.999) as f32
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// ᾱ_t for t in `0..num_train_timesteps`, as f32 like diffusers (then widened): PyTorch's
+    /// Cpu `cumprod` of the f32 `1 − β` accumulates in f64 and rounds each prefix to f32.
+    pub(crate) fn alphas_cumprod(&self) -> Vec<f64> {
+        let mut acc = 1f64;
+        self.betas()
+            .iter()
+            .map(|b| {
+                acc *= f64::from(1.0 - b);
+                acc as f32 as f64
+            })
+            .collect()
+    }
+
+    /// The `n` inference timesteps, descending; `integer` rounds linspace-spaced ones (DDIM's
+    /// `.round()`; Euler keeps them fractional).
+    pub(crate) fn timesteps(&self, n: usize, integer: bool) -> Result<Vec<f64>> {
+        self.validate()?;
+        let total = self.num_train_timesteps;
+        if n == 0 || n > total {
+            return Err(Error::invalid(
+                "scheduler",
+                format!("expected 1..={total} inference steps, got {n}"),
+            ));
+        }
+        Ok(match self.spacing {
+            TimestepSpacing::Leading => {
+                let ratio = total / n;
+                (0..n)
+                    .rev()
+                    .map(|i| (i * ratio + self.steps_offset) as f64)
+                    .collect()
+            }
+            TimestepSpacing::Linspace => {
+                // NumPy's linspace: `i · step` in f64, the last value exactly `T − 1`.
+                let last = (total - 1) as f64;
+                let step = if n > 1 { last / (n - 1) as f64 } else { 0.0 };
+                (0..n)
+                    .rev()
+                    .map(|i| {
+                        let t = if i + 1 == n && n > 1 {
+                            last
+                        } else {
+                            i as f64 * step
+                        };
+                        if integer {
+                            t.round_ties_even()
+                        } else {
+                            t as f32 as f64
+                        }
+                    })
+                    .collect()
+            }
+            TimestepSpacing::Trailing => {
+                let ratio = total as f64 / n as f64;
+                (0..n)
+                    .map(|i| (total as f64 - i as f64 * ratio).round_ties_even() - 1.0)
+                    .collect()
+            }
+        })
+    }
+}
+
+/// PyTorch's f32 `linspace(start, end, n)`: `start + i·step` for the first half, `end −
+/// (n−1−i)·step` for the rest, with `step = (end − start)/(n − 1)`, all in f32.
+fn torch_linspace(start: f32, end: f32, n: usize) -> Vec<f32> {
+    if n == 1 {
+        return vec![start];
+    }
+    let step = (end - start) / (n - 1) as f32;
+    let half = n / 2;
+    (0..n)
+        .map(|i| {
+            if i < half {
+                start + step * i as f32
+            } else {
+                end - step * (n - 1 - i) as f32
+            }
+        })
+        .collect()
+}
