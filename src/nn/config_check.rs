@@ -13,6 +13,9 @@ const MAX_LEVELS: usize = 16;
 pub(crate) const MAX_LAYERS: usize = 64;
 /// Largest `conv_in_kernel` / `conv_out_kernel`.
 const MAX_KERNEL: usize = 31;
+/// Largest width (channels, text and embedding widths, class count): far above any published
+/// UNet's, and small enough that no parameter's size (nor the model's total) overflows.
+const MAX_WIDTH: usize = 1 << 18;
 
 impl UNetConfig {
     /// Checks the invariants in the module docs; every constructor runs it.
@@ -131,6 +134,7 @@ impl UNetConfig {
                 ));
             }
         }
+        self.validate_widths()?;
         self.validate_depths(MAX_LAYERS)?;
         if self.time_embedding_type == TimeEmbeddingType::Fourier
             && !self.time_embed_dim().is_multiple_of(2)
@@ -238,6 +242,53 @@ impl UNetConfig {
                     "must be one width for every level when encoder_hid_dim projects the text \
                      states (encoder_hid_proj has one output width)",
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every width is at most [`MAX_WIDTH`] (a corrupt config must not overflow a size).
+    fn validate_widths(&self) -> Result<()> {
+        let class_dim = match self.class_embed_type {
+            Some(ClassEmbedType::Projection { input_dim })
+            | Some(ClassEmbedType::SimpleProjection { input_dim }) => input_dim,
+            _ => 0,
+        };
+        let text_time = self
+            .addition_embed
+            .map_or((0, 0), |a| (a.time_embed_dim, a.input_dim));
+        let singles = [
+            ("in_channels", self.in_channels),
+            ("out_channels", self.out_channels),
+            ("time_embedding_dim", self.time_embedding_dim.unwrap_or(0)),
+            ("encoder_hid_dim", self.encoder_hid_dim.unwrap_or(0)),
+            ("num_class_embeds", self.num_class_embeds.unwrap_or(0)),
+            ("time_cond_proj_dim", self.time_cond_proj_dim.unwrap_or(0)),
+            (
+                "projection_class_embeddings_input_dim",
+                class_dim.max(text_time.1),
+            ),
+            ("addition_time_embed_dim", text_time.0),
+            ("norm_num_groups", self.norm_num_groups),
+        ];
+        let lists = [
+            ("block_out_channels", &self.block_out_channels),
+            ("cross_attention_dim", &self.cross_attention_dim),
+            ("attention_head_dim", &self.attention_head_dim),
+        ];
+        let heads = self
+            .num_attention_heads
+            .iter()
+            .map(|h| ("num_attention_heads", h));
+        let all = singles.into_iter().chain(
+            lists
+                .into_iter()
+                .chain(heads)
+                .flat_map(|(k, l)| l.iter().map(move |&v| (k, v))),
+        );
+        for (key, v) in all {
+            if v > MAX_WIDTH {
+                return Err(cfg_err(key, format!("{v} is larger than {MAX_WIDTH}")));
             }
         }
         Ok(())

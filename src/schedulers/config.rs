@@ -125,6 +125,12 @@ impl SchedulerConfig {
                 "num_train_timesteps must be in 1..={MAX_TRAIN_TIMESTEPS}, got {t}"
             ));
         }
+        if self.steps_offset > t {
+            return bad(format!(
+                "steps_offset {} is past the {t} training steps",
+                self.steps_offset
+            ));
+        }
         if !(self.beta_start.is_finite() && self.beta_end.is_finite()) {
             return bad("beta_start and beta_end must be finite".into());
         }
