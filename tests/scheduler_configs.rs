@@ -1,7 +1,8 @@
 //! Schedulers built from the scheduler configs diffusers writes (tests/fixtures/schedulers/,
 //! made by tests/fixtures/make_scheduler_fixtures.py): every beta schedule (linear,
 //! scaled-linear, cosine, explicit betas), spacing (leading, linspace, trailing with ties),
-//! prediction type (ε, v, x₀), DDIM's clipping, and a pipeline's PNDM config read by DDIM and
+//! prediction type (ε, v, x₀), DDIM's clipping, zero-terminal-SNR rescaling, and a pipeline's
+//! PNDM config read by DDIM and
 //! Euler with their own defaults for the keys it lacks. Timesteps must match exactly, sigmas
 //! to f32 rounding, steps to f32 tolerance, on every device. Bad values are errors naming the key.
 
@@ -53,7 +54,7 @@ fn steps_file() -> Steps {
 }
 
 /// (case, config folder, DDIM (true) or Euler).
-const CASES: [(&str, &str, bool); 9] = [
+const CASES: [(&str, &str, bool); 11] = [
     ("ddim_linspace_v", "ddim_linspace_v", true),
     (
         "ddim_trailing_sample_clip",
@@ -65,6 +66,8 @@ const CASES: [(&str, &str, bool); 9] = [
     ("euler_trailing_v", "euler_trailing_v", false),
     ("euler_defaults", "euler_defaults", false),
     ("euler_cosine_sample", "euler_cosine_sample", false),
+    ("ddim_zero_snr_v", "ddim_zero_snr_v", true),
+    ("euler_zero_snr_v", "euler_zero_snr_v", false),
     ("pndm_sd15_as_ddim", "pndm_sd15", true),
     ("pndm_sd15_as_euler", "pndm_sd15", false),
 ];
@@ -143,7 +146,7 @@ fn unsupported_scheduler_options_are_errors_naming_the_key() {
         (r#"{"timestep_spacing": "karras"}"#, "timestep_spacing"),
         (r#"{"thresholding": true}"#, "thresholding"),
         (
-            r#"{"rescale_betas_zero_snr": true}"#,
+            r#"{"rescale_betas_zero_snr": 1}"#,
             "rescale_betas_zero_snr",
         ),
         (r#"{"use_karras_sigmas": true}"#, "use_karras_sigmas"),

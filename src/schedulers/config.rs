@@ -56,6 +56,9 @@ pub struct SchedulerConfig {
     pub beta_schedule: BetaSchedule,
     /// Explicit betas, one per training step (diffusers' `trained_betas`).
     pub trained_betas: Option<Vec<f64>>,
+    /// `rescale_betas_zero_snr`: betas rescaled so the last step has zero signal (ᾱ_T = 0;
+    /// Euler then uses 2⁻²⁴ for it, as diffusers does, so its first σ is finite).
+    pub rescale_betas_zero_snr: bool,
     /// Added to every leading-spaced timestep.
     pub steps_offset: usize,
     /// DDIM: whether the step after the last uses ᾱ = 1 (else ᾱ₀).
@@ -82,6 +85,7 @@ impl SchedulerConfig {
             beta_end: 0.012,
             beta_schedule: BetaSchedule::ScaledLinear,
             trained_betas: None,
+            rescale_betas_zero_snr: false,
             steps_offset: 1,
             set_alpha_to_one: false,
             clip_sample: None,
@@ -150,8 +154,19 @@ impl SchedulerConfig {
         Ok(())
     }
 
-    /// The training betas in f32, as diffusers stores them.
+    /// The training betas in f32, as diffusers stores them (rescaled to zero terminal SNR
+    /// where asked).
     fn betas(&self) -> Vec<f32> {
+        let betas = self.schedule_betas();
+        if self.rescale_betas_zero_snr {
+            rescale_zero_terminal_snr(&betas)
+        } else {
+            betas
+        }
+    }
+
+    /// The betas of the schedule (or the trained ones), before any rescaling.
+    fn schedule_betas(&self) -> Vec<f32> {
         let n = self.num_train_timesteps;
         if let Some(b) = &self.trained_betas {
             return b.iter().map(|&x| x as f32).collect();
@@ -178,16 +193,11 @@ impl SchedulerConfig {
         }
     }
 
-    /// ᾱ_t for t in `0..num_train_timesteps`, as f32 like diffusers (then widened): PyTorch's
-    /// Cpu `cumprod` of the f32 `1 − β` accumulates in f64 and rounds each prefix to f32.
+    /// ᾱ_t for t in `0..num_train_timesteps`, as f32 like diffusers (then widened).
     pub(crate) fn alphas_cumprod(&self) -> Vec<f64> {
-        let mut acc = 1f64;
-        self.betas()
-            .iter()
-            .map(|b| {
-                acc *= f64::from(1.0 - b);
-                acc as f32 as f64
-            })
+        cumprod_one_minus(&self.betas())
+            .into_iter()
+            .map(f64::from)
             .collect()
     }
 
@@ -255,6 +265,39 @@ fn torch_linspace(start: f32, end: f32, n: usize) -> Vec<f32> {
             } else {
                 end - step * (n - 1 - i) as f32
             }
+        })
+        .collect()
+}
+
+/// PyTorch's Cpu `cumprod` of the f32 `1 − β`: an f64 running product rounded to f32 at each
+/// step.
+fn cumprod_one_minus(betas: &[f32]) -> Vec<f32> {
+    let mut acc = 1f64;
+    betas
+        .iter()
+        .map(|b| {
+            acc *= f64::from(1.0 - b);
+            acc as f32
+        })
+        .collect()
+}
+
+/// diffusers' `rescale_zero_terminal_snr` in f32: √ᾱ shifted so its last value is 0 and scaled
+/// so its first is unchanged, then turned back into betas.
+fn rescale_zero_terminal_snr(betas: &[f32]) -> Vec<f32> {
+    let mut root: Vec<f32> = cumprod_one_minus(betas).iter().map(|a| a.sqrt()).collect();
+    let (Some(&first), Some(&last)) = (root.first(), root.last()) else {
+        return betas.to_vec();
+    };
+    let scale = first / (first - last);
+    for r in &mut root {
+        *r = (*r - last) * scale;
+    }
+    let bar: Vec<f32> = root.iter().map(|r| r * r).collect();
+    (0..bar.len())
+        .map(|i| {
+            let alpha = if i == 0 { bar[0] } else { bar[i] / bar[i - 1] };
+            1.0 - alpha
         })
         .collect()
 }

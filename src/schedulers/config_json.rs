@@ -3,7 +3,7 @@
 //! Invariants: the keys that set the noise schedule, the spacing and the prediction are parsed
 //! (a missing one keeps the value of the `defaults` given, as `XScheduler.from_config` keeps
 //! the class's default); a value of theirs that DDIM (η = 0) or Euler would compute differently
-//! from diffusers (`thresholding`, zero-SNR rescaling, Karras/exponential/beta sigmas, other
+//! from diffusers (`thresholding`, Karras/exponential/beta sigmas, other
 //! interpolations, continuous timesteps, a `sigma_min` final sigma) is an error naming the key;
 //! every other key belongs to another scheduler class (the file may be a PNDM or DPM-Solver
 //! config a pipeline ships) and is ignored.
@@ -137,11 +137,8 @@ fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
                     _ => Prediction::Sample,
                 }
             }
-            "thresholding"
-            | "rescale_betas_zero_snr"
-            | "use_karras_sigmas"
-            | "use_exponential_sigmas"
-            | "use_beta_sigmas"
+            "rescale_betas_zero_snr" => c.rescale_betas_zero_snr = !v.is_null() && flag(k, v)?,
+            "thresholding" | "use_karras_sigmas" | "use_exponential_sigmas" | "use_beta_sigmas"
                 if !v.is_null() && flag(k, v)? =>
             {
                 return Err(key_err(k, "true is not supported (false or null)"));

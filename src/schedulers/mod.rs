@@ -130,8 +130,14 @@ impl EulerDiscreteScheduler {
     /// An Euler scheduler visiting `steps` timesteps.
     pub fn new(config: SchedulerConfig, steps: usize) -> Result<EulerDiscreteScheduler> {
         let timesteps = config.timesteps(steps, false)?;
-        let full: Vec<f64> = config
-            .alphas_cumprod()
+        let mut alphas_cumprod = config.alphas_cumprod();
+        if config.rescale_betas_zero_snr {
+            // diffusers: close to 0 without being 0, so the first σ is finite.
+            if let Some(last) = alphas_cumprod.last_mut() {
+                *last = 2f64.powi(-24);
+            }
+        }
+        let full: Vec<f64> = alphas_cumprod
             .iter()
             .map(|&a| {
                 let a = a as f32;
