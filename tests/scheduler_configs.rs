@@ -145,10 +145,7 @@ fn unsupported_scheduler_options_are_errors_naming_the_key() {
         (r#"{"prediction_type": "flow"}"#, "prediction_type"),
         (r#"{"timestep_spacing": "karras"}"#, "timestep_spacing"),
         (r#"{"thresholding": true}"#, "thresholding"),
-        (
-            r#"{"rescale_betas_zero_snr": 1}"#,
-            "rescale_betas_zero_snr",
-        ),
+        (r#"{"rescale_betas_zero_snr": 1}"#, "rescale_betas_zero_snr"),
         (r#"{"use_karras_sigmas": true}"#, "use_karras_sigmas"),
         (
             r#"{"interpolation_type": "log_linear"}"#,

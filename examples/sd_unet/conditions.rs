@@ -62,6 +62,40 @@ pub fn for_model(
     Ok(added)
 }
 
+/// The channels a model's denoising loop keeps as latents and the extra input channels it
+/// conditions on: `(latent, extra)` with `latent = min(in, out)` (a model with more outputs
+/// predicts a variance too, which the loop drops) and `extra = in − latent` (an inpainting
+/// UNet's mask and masked-image latents, an upscaler's low-resolution image).
+pub fn latent_channels(config: &UNetConfig) -> (usize, usize) {
+    let latent = config.in_channels.min(config.out_channels);
+    (latent, config.in_channels - latent)
+}
+
+/// Stand-ins for the extra input channels (batch 2, f32, concatenated after the latents every
+/// step, as diffusers' pipelines do): for the inpainting layout (mask plus four masked-image
+/// channels) a mask of ones over zeroed image latents, i.e. "repaint everything"; otherwise a
+/// seeded image. `None` for a model without extra channels.
+pub fn image_conditioning(
+    config: &UNetConfig,
+    (lh, lw): (usize, usize),
+    device: Device,
+    seed: u64,
+) -> xpu::Result<Option<Tensor>> {
+    let (latent, extra) = latent_channels(config);
+    if extra == 0 {
+        return Ok(None);
+    }
+    let t = if extra == latent + 1 {
+        let mask = Tensor::ones(&[2, 1, lh, lw], DType::F32, device)?;
+        let image = Tensor::zeros(&[2, latent, lh, lw], DType::F32, device)?;
+        Tensor::cat(&[&mask, &image], 1)?
+    } else {
+        let one = Tensor::randn(&[1, extra, lh, lw], DType::F32, device, seed ^ 0x1a6e)?;
+        Tensor::cat(&[&one, &one], 0)?
+    };
+    Ok(Some(t))
+}
+
 /// LCM's guidance-scale embedding (`LatentConsistencyModelPipeline.get_guidance_scale_embedding`
 /// of `guidance - 1`): the sinusoid of `1000 * (guidance - 1)`, sines first, frequencies
 /// `10000^(-k / (dim/2 - 1))`, for a batch of 2 — [`Tensor::timestep_embedding`] with
@@ -190,6 +224,36 @@ mod tests {
             let c = for_model(&config, (64, 64), 7.5, DType::F32, Device::Cpu, 1).unwrap();
             assert_eq!(c.class_labels.unwrap().shape(), shape, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn extra_input_channels_get_stand_ins() {
+        let with = |inc, outc| UNetConfig {
+            in_channels: inc,
+            out_channels: outc,
+            ..UNetConfig::tiny()
+        };
+        let cpu = Device::Cpu;
+        assert_eq!(latent_channels(&with(4, 4)), (4, 0));
+        assert!(image_conditioning(&with(4, 4), (2, 3), cpu, 1)
+            .unwrap()
+            .is_none());
+        // Inpainting: mask (ones) then masked-image latents (zeros).
+        let c = image_conditioning(&with(9, 4), (2, 3), cpu, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.shape(), [2, 5, 2, 3]);
+        let v: Vec<f32> = c.to_vec().unwrap();
+        assert!(v[..6].iter().all(|&x| x == 1.0) && v[6..30].iter().all(|&x| x == 0.0));
+        // The x4 upscaler: three image channels, the same for both halves of the batch.
+        let c = image_conditioning(&with(7, 4), (2, 3), cpu, 1)
+            .unwrap()
+            .unwrap();
+        let v: Vec<f32> = c.to_vec().unwrap();
+        assert_eq!(c.shape(), [2, 3, 2, 3]);
+        assert_eq!(v[..18], v[18..]);
+        // More outputs than inputs (a learned variance): the loop keeps the inputs' channels.
+        assert_eq!(latent_channels(&with(4, 8)), (4, 0));
     }
 
     #[test]

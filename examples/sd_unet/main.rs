@@ -6,7 +6,8 @@
 //! written to `--output`.
 //! Run mode (no `--inputs`): a denoising loop (DDIM or Euler discrete on the pipeline's own
 //! noise schedule where its `scheduler/` config is at hand, classifier-free guidance
-//! with batch 2) from seeded noise and seeded stand-in text embeddings; prints seconds per step,
+//! with batch 2) from seeded noise and seeded stand-in text embeddings (and stand-ins for an
+//! inpainting or upscaling UNet's extra input channels); prints seconds per step,
 //! the median, the device and peak memory, and writes the final latents (safetensors) plus a
 //! PNG preview of the latent channels. Without `--unet` the SD 1.5 architecture (SDXL base's
 //! with `--preset sdxl`) is built with seeded random weights, so it runs on a fresh machine with
@@ -298,7 +299,9 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
         scheduler,
     } = plan;
     let config = unet.config();
-    let (lh, lw, channels) = (height / 8, width / 8, config.in_channels);
+    let (lh, lw) = (height / 8, width / 8);
+    let (channels, _) = conditions::latent_channels(config);
+    let image = conditions::image_conditioning(config, (lh, lw), device, args.seed)?;
     let context_dim = config.encoder_states_dim();
     // Stand-ins for CLIP's [uncond, cond] text embeddings (77 tokens).
     let context = Tensor::randn(&[2, 77, context_dim], dtype, device, args.seed ^ 0x7e47)?;
@@ -328,10 +331,15 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     for (i, &t) in scheduler.timesteps().iter().enumerate() {
         let start = Instant::now();
         let scaled = scheduler.scale_model_input(&latents, i)?;
-        let input = Tensor::cat(&[&scaled, &scaled], 0)?.to_dtype(dtype)?;
+        let mut input = Tensor::cat(&[&scaled, &scaled], 0)?;
+        if let Some(extra) = &image {
+            input = Tensor::cat(&[&input, extra], 1)?;
+        }
+        let input = input.to_dtype(dtype)?;
         let timestep = Tensor::full(t, &[2], DType::F32, device)?;
         let noise = unet
             .forward_with_added_cond(&input, &timestep, &context, &added)?
+            .narrow(1, 0, channels)?
             .to_dtype(DType::F32)?;
         let halves = noise.chunk(2, 0)?;
         let guided = halves[0].add(&halves[1].sub(&halves[0])?.mul_scalar(args.guidance)?)?;
