@@ -9,9 +9,9 @@
 //! with batch 2) from seeded noise and seeded stand-in text embeddings (and stand-ins for an
 //! inpainting or upscaling UNet's extra input channels); prints seconds per step,
 //! the median, the device and peak memory, and writes the final latents (safetensors) plus a
-//! PNG preview of the latent channels. Without `--unet` the SD 1.5 architecture (SDXL base's
-//! with `--preset sdxl`) is built with seeded random weights, so it runs on a fresh machine with
-//! no download.
+//! PNG preview of the latent channels. Without `--unet` the SD 1.5 architecture (SD 2.1's or
+//! SDXL base's with `--preset sd21` or `sdxl`) is built with seeded random weights, so it runs
+//! on a fresh machine with no download.
 //!
 //! `cargo run --release --example sd_unet -- --help`
 
@@ -49,6 +49,9 @@ enum Preset {
     Quick,
     /// SD 1.5 at its real size: 512×512 images (64×64 latents), 20 steps.
     Sd15,
+    /// The SD 2.1 architecture (linear projections, per-level heads, a 1024-wide text encoder)
+    /// at its real size: 768×768 images (96×96 latents), 20 steps.
+    Sd21,
     /// The SDXL base architecture (2.6 B parameters; seeded random weights unless --unet) at
     /// its real size: 1024×1024 images (128×128 latents), 20 steps.
     Sdxl,
@@ -59,8 +62,8 @@ enum Preset {
 #[command(version)]
 struct Args {
     /// A diffusers UNet folder (config.json + diffusion_pytorch_model.safetensors) or a
-    /// pipeline folder holding unet/; without it the SD 1.5 architecture (SDXL base's with
-    /// --preset sdxl) is built with seeded random weights.
+    /// pipeline folder holding unet/; without it the SD 1.5 architecture (SD 2.1's or SDXL
+    /// base's with --preset sd21 or sdxl) is built with seeded random weights.
     #[arg(long)]
     unet: Option<PathBuf>,
     /// Weights variant to read from --unet (e.g. fp16: diffusion_pytorch_model.fp16.safetensors;
@@ -157,7 +160,8 @@ fn run(args: Args) -> xpu::Result<()> {
         None => {
             let config = match args.preset {
                 Preset::Sdxl => UNetConfig::sdxl(),
-                _ => UNetConfig::sd15(),
+                Preset::Sd21 => UNetConfig::sd21(),
+                Preset::Quick | Preset::Sd15 => UNetConfig::sd15(),
             };
             UNet2DConditionModel::random(&config, dtype, device, args.seed)?
         }
@@ -169,7 +173,8 @@ fn run(args: Args) -> xpu::Result<()> {
                 "{} architecture, seeded random weights",
                 match args.preset {
                     Preset::Sdxl => "SDXL base",
-                    _ => "SD 1.5",
+                    Preset::Sd21 => "SD 2.1",
+                    Preset::Quick | Preset::Sd15 => "SD 1.5",
                 }
             ),
             |d| d.display().to_string()
@@ -203,6 +208,7 @@ impl Plan {
         let (steps, size) = match args.preset {
             Preset::Quick => (4, 192),
             Preset::Sd15 => (20, 512),
+            Preset::Sd21 => (20, 768),
             Preset::Sdxl => (20, 1024),
         };
         let steps = args.steps.unwrap_or(steps);
