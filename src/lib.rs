@@ -31,6 +31,7 @@ pub mod cpu;
 mod device;
 mod dtype;
 mod error;
+mod json_values;
 pub mod layout;
 pub mod nn;
 pub mod ops;

@@ -9,33 +9,12 @@
 use crate::nn::config_depths::{self, Depths};
 use serde_json::{Map, Value};
 
+use crate::json_values::{as_bool, as_f64, as_str, as_usize};
 use crate::nn::config::{
     cfg_err, ActFn, ClassEmbedType, DownBlockType, MidBlockType, TextTimeEmbed, TimeEmbeddingType,
     UNetConfig, UpBlockType,
 };
 use crate::{Error, Result};
-
-fn as_usize(key: &str, v: &Value) -> Result<usize> {
-    v.as_u64()
-        .and_then(|x| usize::try_from(x).ok())
-        .ok_or_else(|| cfg_err(key, format!("expected a non-negative integer, got {v}")))
-}
-
-fn as_f64(key: &str, v: &Value) -> Result<f64> {
-    v.as_f64()
-        .filter(|x| x.is_finite())
-        .ok_or_else(|| cfg_err(key, format!("expected a finite number, got {v}")))
-}
-
-fn as_bool(key: &str, v: &Value) -> Result<bool> {
-    v.as_bool()
-        .ok_or_else(|| cfg_err(key, format!("expected true or false, got {v}")))
-}
-
-fn as_str<'a>(key: &str, v: &'a Value) -> Result<&'a str> {
-    v.as_str()
-        .ok_or_else(|| cfg_err(key, format!("expected a string, got {v}")))
-}
 
 /// An int (repeated per level later) or a list of ints.
 fn usize_or_list(key: &str, v: &Value) -> Result<Vec<usize>> {

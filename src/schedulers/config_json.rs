@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::config::MAX_TRAIN_TIMESTEPS;
 use super::config::{BetaSchedule, Prediction, SchedulerConfig, TimestepSpacing};
+use crate::json_values::{as_bool, as_f64, as_usize};
 use crate::{Error, Result};
 
 fn key_err(key: &str, msg: impl Into<String>) -> Error {
@@ -21,23 +22,6 @@ fn key_err(key: &str, msg: impl Into<String>) -> Error {
         key: key.to_string(),
         msg: msg.into(),
     }
-}
-
-fn number(key: &str, v: &Value) -> Result<f64> {
-    v.as_f64()
-        .filter(|x| x.is_finite())
-        .ok_or_else(|| key_err(key, format!("expected a finite number, got {v}")))
-}
-
-fn count(key: &str, v: &Value) -> Result<usize> {
-    v.as_u64()
-        .and_then(|x| usize::try_from(x).ok())
-        .ok_or_else(|| key_err(key, format!("expected a non-negative integer, got {v}")))
-}
-
-fn flag(key: &str, v: &Value) -> Result<bool> {
-    v.as_bool()
-        .ok_or_else(|| key_err(key, format!("expected true or false, got {v}")))
 }
 
 /// `v` must be one of `allowed` (null counts as the first, diffusers' default).
@@ -95,13 +79,13 @@ fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
         let k = key.as_str();
         match k {
             "num_train_timesteps" => {
-                c.num_train_timesteps = count(k, v)?;
+                c.num_train_timesteps = as_usize(k, v)?;
                 if c.num_train_timesteps > MAX_TRAIN_TIMESTEPS {
                     return Err(key_err(k, format!("at most {MAX_TRAIN_TIMESTEPS}")));
                 }
             }
-            "beta_start" => c.beta_start = number(k, v)?,
-            "beta_end" => c.beta_end = number(k, v)?,
+            "beta_start" => c.beta_start = as_f64(k, v)?,
+            "beta_end" => c.beta_end = as_f64(k, v)?,
             "beta_schedule" => {
                 c.beta_schedule =
                     match only(k, v, &["linear", "scaled_linear", "squaredcos_cap_v2"])? {
@@ -114,15 +98,15 @@ fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
                 c.trained_betas = match v {
                     Value::Null => None,
                     Value::Array(a) if a.len() <= MAX_TRAIN_TIMESTEPS => {
-                        Some(a.iter().map(|x| number(k, x)).collect::<Result<_>>()?)
+                        Some(a.iter().map(|x| as_f64(k, x)).collect::<Result<_>>()?)
                     }
                     _ => return Err(key_err(k, "expected null or a list of betas")),
                 }
             }
-            "steps_offset" => c.steps_offset = count(k, v)?,
-            "set_alpha_to_one" => c.set_alpha_to_one = flag(k, v)?,
-            "clip_sample" => clip = flag(k, v)?,
-            "clip_sample_range" => clip_range = number(k, v)?,
+            "steps_offset" => c.steps_offset = as_usize(k, v)?,
+            "set_alpha_to_one" => c.set_alpha_to_one = as_bool(k, v)?,
+            "clip_sample" => clip = as_bool(k, v)?,
+            "clip_sample_range" => clip_range = as_f64(k, v)?,
             "timestep_spacing" => {
                 c.spacing = match only(k, v, &["leading", "linspace", "trailing"])? {
                     "leading" => TimestepSpacing::Leading,
@@ -137,9 +121,9 @@ fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
                     _ => Prediction::Sample,
                 }
             }
-            "rescale_betas_zero_snr" => c.rescale_betas_zero_snr = !v.is_null() && flag(k, v)?,
+            "rescale_betas_zero_snr" => c.rescale_betas_zero_snr = !v.is_null() && as_bool(k, v)?,
             "thresholding" | "use_karras_sigmas" | "use_exponential_sigmas" | "use_beta_sigmas"
-                if !v.is_null() && flag(k, v)? =>
+                if !v.is_null() && as_bool(k, v)? =>
             {
                 return Err(key_err(k, "true is not supported (false or null)"));
             }
