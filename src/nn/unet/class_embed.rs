@@ -85,21 +85,21 @@ impl ClassEmbedding {
         })
     }
 
-    /// What `class_labels` must be, for error messages.
-    pub(crate) fn expects(&self) -> String {
+    /// What `class_labels` must be, for error messages, with `b` standing for the batch.
+    pub(crate) fn expects(&self, b: &str) -> String {
         match self {
             Self::Table(t) => format!(
-                "i32 labels [B] (or one), each below num_class_embeds {}",
+                "i32 labels [{b}] (or one), each below num_class_embeds {}",
                 t.shape()[0]
             ),
-            Self::Timestep(_) => "timesteps [B] (or one; float or i32), class_embed_type \
-                                  \"timestep\""
-                .into(),
+            Self::Timestep(_) => {
+                format!("timesteps [{b}] (or one; float or i32), class_embed_type \"timestep\"")
+            }
             Self::Identity { dim } => {
-                format!("embeddings [B, {dim}] (class_embed_type \"identity\")")
+                format!("embeddings [{b}, {dim}] (class_embed_type \"identity\")")
             }
             Self::Projection(_) | Self::SimpleProjection(_) => format!(
-                "vectors [B, {}] (projection_class_embeddings_input_dim)",
+                "vectors [{b}, {}] (projection_class_embeddings_input_dim)",
                 self.input_width()
             ),
         }
@@ -133,13 +133,7 @@ impl ClassEmbedding {
                 let width = self.input_width();
                 match labels.shape() {
                     [n, w] if (*n == batch || *n == 1) && *w == width => {}
-                    s => {
-                        return Err(Error::shape(
-                            OP,
-                            self.expects().replace('B', &batch.to_string()),
-                            s,
-                        ))
-                    }
+                    s => return Err(Error::shape(OP, self.expects(&batch.to_string()), s)),
                 }
                 if labels.device() != device {
                     return Err(Error::DeviceMismatch {

@@ -73,7 +73,7 @@ impl UNet2DConditionModel {
             (Some(e), None) => {
                 return Err(Error::invalid(
                     op,
-                    format!("{NEEDS_CLASS}: {}", e.expects()),
+                    format!("{NEEDS_CLASS}: {}", e.expects("B")),
                 ));
             }
             (None, Some(_)) => return Err(Error::invalid(op, REFUSES_CLASS)),
