@@ -6,11 +6,20 @@
 //! (and the bias widened to f32) at construction, so a forward only gathers its input; the
 //! output format follows [`Tensor::conv2d`] (channels-last in,
 //! channels-last out); every forward computes exactly what [`Tensor::conv2d_fused`] computes.
+//!
+//! A Cpu layer built by a model loader that owns the weight alone ([`Conv2d::new_owned`]) holds
+//! only its packs when the weight can come back exactly without them (a seeded source draws it
+//! again, or a 16-bit copy holds every value: `restore.rs`); [`Conv2d::weight`] then rebuilds it
+//! on first use, and a one-element stand-in broadcast to the weight's shape takes its place in
+//! the op's shape, dtype and format checks. Winograd packs cannot give a 3×3 weight back, so
+//! holding both cost an f32 SD 1.5 UNet 2.1 GB of its 7.7 GB.
 
 use std::sync::Arc;
 
 use crate::cpu::conv::{f32_vec, pack_weight, PackedConv};
 use crate::cpu::gemm::Activation;
+use crate::nn::held::HeldWeight;
+use crate::nn::restore::{Regenerate, WeightRestore};
 use crate::ops::conv::ConvGeom;
 use crate::{Conv2dParams, DType, Device, Error, MemoryFormat, Result, Tensor};
 
@@ -20,7 +29,12 @@ type Prepacked = Arc<(PackedConv, Option<Vec<f32>>)>;
 /// A 2-D convolution layer.
 #[derive(Clone)]
 pub struct Conv2d {
-    weight: Tensor,
+    weight: HeldWeight,
+    /// Layers that hold only their packs: how the weight comes back.
+    restore: Option<WeightRestore>,
+    /// Layers that hold only their packs: one element broadcast to the weight's shape (dtype and
+    /// device of the weight, standard strides' format), for the op's checks.
+    stand_in: Option<Tensor>,
     bias: Option<Tensor>,
     params: Conv2dParams,
     packed: Option<Prepacked>,
@@ -47,6 +61,28 @@ impl Conv2d {
     /// A layer from a `[out, in/groups, kh, kw]` weight, an optional `[out]` bias (same device
     /// and dtype) and the stride/padding/dilation/groups parameters.
     pub fn new(weight: Tensor, bias: Option<Tensor>, params: Conv2dParams) -> Result<Conv2d> {
+        Self::build(weight, bias, params, None, false)
+    }
+
+    /// [`Conv2d::new`] for a caller that hands over the only reference to `weight` (a model
+    /// loader): a Cpu layer then keeps only its packs where `regenerate` (which must draw the
+    /// same bits again) or an exact 16-bit copy can give the weight back (module docs).
+    pub(crate) fn new_owned(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        params: Conv2dParams,
+        regenerate: Option<Regenerate>,
+    ) -> Result<Conv2d> {
+        Self::build(weight, bias, params, regenerate, true)
+    }
+
+    fn build(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        params: Conv2dParams,
+        regenerate: Option<Regenerate>,
+        owned: bool,
+    ) -> Result<Conv2d> {
         let op = "Conv2d";
         let &[o, cg, kh, kw] = weight.shape() else {
             return Err(Error::shape(
@@ -107,8 +143,31 @@ impl Conv2d {
         } else {
             weight
         };
+        let packs_only = owned
+            && packed.is_some()
+            && weight.is_contiguous()
+            && weight.memory_format() == MemoryFormat::Contiguous;
+        let restore = if packs_only {
+            regenerate
+                .map(WeightRestore::Regenerate)
+                .or_else(|| WeightRestore::narrow_exact(&weight))
+        } else {
+            None
+        };
+        let (weight, stand_in) = match restore {
+            Some(_) => (
+                HeldWeight::packed_only(&weight),
+                Some(
+                    Tensor::zeros(&[1, 1, 1, 1], weight.dtype(), weight.device())?
+                        .broadcast_to(weight.shape())?,
+                ),
+            ),
+            None => (HeldWeight::tensor(weight), None),
+        };
         Ok(Conv2d {
             weight,
+            restore,
+            stand_in,
             bias,
             params,
             packed,
@@ -135,9 +194,25 @@ impl Conv2d {
         self.params
     }
 
-    /// The `[out, in/groups, kh, kw]` weight.
+    /// The `[out, in/groups, kh, kw]` weight (on the Cpu possibly rebuilt on first use: module
+    /// docs).
     pub fn weight(&self) -> &Tensor {
-        &self.weight
+        self.weight.get_tensor(|| self.rebuild())
+    }
+
+    /// The weight without keeping a rebuilt copy in this layer (for conversions).
+    pub(crate) fn weight_owned(&self) -> Tensor {
+        self.weight.owned_tensor(|| self.rebuild())
+    }
+
+    fn rebuild(&self) -> Option<Tensor> {
+        self.restore.as_ref()?.rebuild()
+    }
+
+    /// True when the layer holds its weight tensor (false for a Cpu layer that holds only its
+    /// packs until [`Conv2d::weight`] is first called: module docs).
+    pub fn holds_weight_tensor(&self) -> bool {
+        self.weight.is_held()
     }
 
     /// The bias, if any.
@@ -161,19 +236,21 @@ impl Conv2d {
 
     /// The layer on `device` (weights are prepacked again when moving to the Cpu).
     pub fn to(&self, device: Device) -> Result<Conv2d> {
-        Conv2d::new(
-            self.weight.to(device)?,
+        Conv2d::new_owned(
+            self.weight_owned().to(device)?,
             self.bias.as_ref().map(|b| b.to(device)).transpose()?,
             self.params,
+            None,
         )
     }
 
     /// The layer with weights converted to `dtype`.
     pub fn to_dtype(&self, dtype: DType) -> Result<Conv2d> {
-        Conv2d::new(
-            self.weight.to_dtype(dtype)?,
+        Conv2d::new_owned(
+            self.weight_owned().to_dtype(dtype)?,
             self.bias.as_ref().map(|b| b.to_dtype(dtype)).transpose()?,
             self.params,
+            None,
         )
     }
 
@@ -190,9 +267,16 @@ impl Conv2d {
         residual: Option<&Tensor>,
         activation: Activation,
     ) -> Result<Tensor> {
-        let mut op = x
-            .conv2d_fused(&self.weight, self.params)
-            .activation(activation);
+        // The stand-in serves the checks unless the packs cannot run `x` (bf16 AMX panels
+        // with AMX off since), where the unprepacked path needs the weight itself.
+        let unserved = x.device() == Device::Cpu
+            && x.dtype() == self.weight.dtype()
+            && self.packed.as_ref().is_some_and(|p| !p.0.serves(x.dtype()));
+        let weight = match &self.stand_in {
+            Some(s) if !unserved => s,
+            _ => self.weight(),
+        };
+        let mut op = x.conv2d_fused(weight, self.params).activation(activation);
         if let Some(b) = &self.bias {
             op = op.bias(b);
         }

@@ -1,13 +1,15 @@
 //! A layer weight held once: as a tensor, or — on the Cpu, where the layer keeps the weight
-//! prepacked for its products — only as those panels, rebuilt into a tensor on demand.
+//! prepacked for its products — only as those panels, rebuilt into a tensor on demand (from the
+//! panels themselves, or, for convolutions whose panels cannot give it back, by a
+//! [`super::restore::WeightRestore`]).
 //!
 //! Why: a prepacked Cpu layer that also kept its weight tensor held every weight twice (an SD
 //! 1.5 UNet in f32 peaked near 7 GB for 3.4 GB of weights). The panels hold exactly the packed
 //! values (16-bit weights widened exactly), so the tensor they give back is bit for bit the
 //! weight the layer was built from.
 //!
-//! Invariants: a [`HeldWeight`] made by [`HeldWeight::packed_only`] is only made for panels that
-//! can give the weight back (the caller checks); the rebuilt tensor is contiguous, in the
+//! Invariants: a [`HeldWeight`] made by [`HeldWeight::packed_only`] is only made for a layer
+//! that can give the weight back (its panels, or a restore; the caller checks); the rebuilt tensor is contiguous, in the
 //! weight's shape and dtype, on the Cpu. [`HeldWeight::get`] caches the rebuilt tensor in the
 //! layer (for callers that borrow it); [`HeldWeight::owned`] does not (conversions such as
 //! `to_dtype` would otherwise leave a second copy in the source layer).
@@ -72,24 +74,50 @@ impl HeldWeight {
     /// The tensor, rebuilt by `rebuild` (row-major values in the weight's dtype) on first use and
     /// kept from then on.
     pub(crate) fn get(&self, rebuild: impl FnOnce() -> Option<CpuStorage>) -> &Tensor {
-        self.tensor.get_or_init(|| self.build(rebuild))
+        self.get_tensor(|| rebuild().and_then(|s| self.wrap(s)))
     }
 
     /// The tensor (a cheap clone when held, else rebuilt by `rebuild` and not kept).
     pub(crate) fn owned(&self, rebuild: impl FnOnce() -> Option<CpuStorage>) -> Tensor {
+        self.owned_tensor(|| rebuild().and_then(|s| self.wrap(s)))
+    }
+
+    /// [`HeldWeight::get`] with a rebuild that makes the tensor itself (contiguous, on the Cpu).
+    pub(crate) fn get_tensor(&self, rebuild: impl FnOnce() -> Option<Tensor>) -> &Tensor {
+        self.tensor.get_or_init(|| self.build(rebuild))
+    }
+
+    /// [`HeldWeight::owned`] with a rebuild that makes the tensor itself.
+    pub(crate) fn owned_tensor(&self, rebuild: impl FnOnce() -> Option<Tensor>) -> Tensor {
         match self.tensor.get() {
             Some(t) => t.clone(),
             None => self.build(rebuild),
         }
     }
 
-    fn build(&self, rebuild: impl FnOnce() -> Option<CpuStorage>) -> Tensor {
+    /// Row-major values of the weight as a tensor (`None` if they do not fit its shape/dtype).
+    fn wrap(&self, storage: CpuStorage) -> Option<Tensor> {
         let n: usize = self.shape.iter().product();
-        // `packed_only` is only used for packs that rebuild (module invariants); zeros would
-        // only appear if that were broken, and the rebuild tests would catch it.
-        let storage = rebuild()
-            .filter(|s| s.len() == n && s.dtype() == self.dtype)
-            .unwrap_or_else(|| CpuStorage::zeros(self.dtype, n));
-        Tensor::from_storage(Storage::Cpu(storage), Layout::contiguous(&self.shape))
+        (storage.len() == n && storage.dtype() == self.dtype)
+            .then(|| Tensor::from_storage(Storage::Cpu(storage), Layout::contiguous(&self.shape)))
+    }
+
+    fn build(&self, rebuild: impl FnOnce() -> Option<Tensor>) -> Tensor {
+        let fits = |t: &Tensor| {
+            t.shape() == self.shape.as_slice()
+                && t.dtype() == self.dtype
+                && t.device() == Device::Cpu
+                && t.is_contiguous()
+        };
+        // `packed_only` is only used for layers that can rebuild (module invariants); zeros
+        // would only appear if that were broken (or memory ran out while rebuilding), and the
+        // rebuild tests would catch the former.
+        rebuild().filter(fits).unwrap_or_else(|| {
+            let n: usize = self.shape.iter().product();
+            Tensor::from_storage(
+                Storage::Cpu(CpuStorage::zeros(self.dtype, n)),
+                Layout::contiguous(&self.shape),
+            )
+        })
     }
 }

@@ -208,11 +208,10 @@ impl Conv {
         stride: usize,
         padding: usize,
     ) -> Result<Conv> {
-        let weight = src.get(
-            &join(prefix, "weight"),
-            &[out_ch, in_ch, kernel, kernel],
-            Init::FanIn(in_ch * kernel * kernel),
-        )?;
+        let (name, shape) = (join(prefix, "weight"), [out_ch, in_ch, kernel, kernel]);
+        let init = Init::FanIn(in_ch * kernel * kernel);
+        let weight = src.get(&name, &shape, init)?;
+        let regenerate = src.regenerate(&name, &shape, init);
         let bias = src.get(&join(prefix, "bias"), &[out_ch], Init::Zeros)?;
         let params = Conv2dParams {
             stride: (stride, stride),
@@ -220,7 +219,7 @@ impl Conv {
             ..Conv2dParams::default()
         };
         Ok(Conv {
-            conv: Conv2d::new(weight, Some(bias), params)?,
+            conv: Conv2d::new_owned(weight, Some(bias), params, regenerate)?,
         })
     }
 
@@ -228,7 +227,7 @@ impl Conv {
         let c = &self.conv;
         let bias = c.bias().map(&mut *f).transpose()?;
         Ok(Conv {
-            conv: Conv2d::new(f(c.weight())?, bias, c.params())?,
+            conv: Conv2d::new_owned(f(&c.weight_owned())?, bias, c.params(), None)?,
         })
     }
 

@@ -13,6 +13,7 @@ mod layers;
 mod linear;
 mod qkv;
 mod resnet;
+mod restore;
 mod transformer;
 mod unet;
 mod weights;

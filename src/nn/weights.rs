@@ -18,9 +18,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use safetensors::tensor::{Dtype as StDtype, Metadata, SafeTensors};
 
+use crate::nn::restore::Regenerate;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// How a parameter is initialised when no file provides it ([`RandomSource`]).
@@ -43,6 +45,13 @@ pub(crate) trait ParamSource {
     /// 16-bit copy would ruin (a Fourier time projection's frequencies, multiplied by
     /// timesteps up to 1000 before a sine).
     fn get_f32(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor>;
+
+    /// A way to draw the parameter `name` again, bit for bit, so that a layer which runs from
+    /// packs made of it need not hold it (`restore.rs`); `None` where the source cannot (a
+    /// file, which may change or go away once loaded).
+    fn regenerate(&self, _name: &str, _shape: &[usize], _init: Init) -> Option<Regenerate> {
+        None
+    }
 
     /// True when [`ParamSource::get`] returns placeholders whose every dim is 1 (the
     /// [`Recorder`]); a constructor that checks shapes *across* parameters (e.g. divisibility
@@ -113,6 +122,21 @@ impl ParamSource for RandomSource {
             ..*self
         };
         f32_source.get(name, shape, init)
+    }
+
+    fn regenerate(&self, name: &str, shape: &[usize], init: Init) -> Option<Regenerate> {
+        // The values depend only on the seed and the name (`name_seed`), so a second draw
+        // gives back the same bits.
+        let (dtype, device, seed) = (self.dtype, self.device, self.seed);
+        let (name, shape) = (name.to_string(), shape.to_vec());
+        Some(Arc::new(move || {
+            RandomSource {
+                dtype,
+                device,
+                seed,
+            }
+            .get(&name, &shape, init)
+        }))
     }
 }
 
