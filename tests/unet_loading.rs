@@ -113,6 +113,29 @@ fn f32_file_loads_like_the_f16_fixture() {
     assert_eq!(ya, yb);
 }
 
+/// The store drops a tensor's mapped pages once it is read (to keep a load's resident memory
+/// down): reading every tensor again, in another order, gives the same bits.
+#[test]
+fn tensors_read_twice_from_one_store_are_the_same() {
+    let store =
+        xpu::nn::WeightStore::open(fixture_dir().join("diffusion_pytorch_model.safetensors"))
+            .unwrap();
+    let names: Vec<String> = fixture_entries().into_iter().map(|e| e.0).collect();
+    let read = |n: &String| -> Vec<u32> {
+        let t = store.tensor(n, DType::F32, Device::Cpu).unwrap();
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    let first: Vec<Vec<u32>> = names.iter().map(read).collect();
+    for (n, want) in names.iter().zip(&first).rev() {
+        assert_eq!(&read(n), want, "{n}");
+    }
+    assert!(first.iter().map(Vec::len).sum::<usize>() > 100_000);
+}
+
 #[test]
 fn missing_unexpected_and_misshaped_tensors_in_one_error() {
     let mut entries = fixture_entries();

@@ -241,6 +241,26 @@ fn dtype_of(d: StDtype) -> Option<DType> {
 }
 
 impl Shard {
+    /// Drops this process's mapped pages of `offset..offset + len` (on Unix) once a tensor has
+    /// been copied out of them. Why: a loader reads every tensor once, and the mapped pages it
+    /// touched otherwise stay in the process's resident set until the store is dropped (an f32
+    /// SD 1.5 checkpoint's load peaked at 10.9 GB, 3.4 GB of it the file's pages). The pages stay
+    /// in the page cache; reading them again faults the same bytes back in.
+    fn release(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        // SAFETY: the map is read-only and file-backed (`Mmap::map`: shared, PROT_READ), so
+        // MADV_DONTNEED only drops page-table entries and never changes what the range reads
+        // as; no borrow of the range is live (the caller has copied it out). The call can only
+        // fail on a bad range, which leaves the pages mapped: nothing to report.
+        unsafe {
+            let _ =
+                self.mmap
+                    .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len);
+        }
+        #[cfg(not(unix))]
+        let _ = (offset, len);
+    }
+
     /// Opens and memory-maps `path` and validates its header (see the module docs).
     fn open(path: &Path) -> Result<Shard> {
         let path = path.to_path_buf();
@@ -411,6 +431,7 @@ impl WeightStore {
             DType::BF16 => Tensor::from_vec(pod_vec::<half::bf16>(bytes), &shape, Device::Cpu)?,
             _ => Tensor::from_vec(pod_vec::<i32>(bytes), &shape, Device::Cpu)?,
         };
+        shard.release(start + s, e - s);
         t.to_dtype(dtype)?.to(device)
     }
 
