@@ -398,3 +398,93 @@ fn speed_amx_tensor_matmul() {
         );
     }
 }
+
+/// The library's tile call on line-aligned panels (A in L1, `AMX_PROBE_NPAN` B panels of
+/// `AMX_PROBE_STEPS` steps streaming from L2): zeroed accumulators stored straight to C
+/// (`first`), partial sums loaded from and stored to C (middle K blocks), and a last block
+/// through the epilogue into a bf16 output; cycles per step at an assumed 2.2 GHz, as
+/// [`speed_amx_loops`] prints for the bare loop.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore = "manual AMX probe: the tile call around the loop"]
+fn speed_amx_tile_calls() {
+    use crate::cpu::gemm::amx::AmxBf16;
+    use crate::cpu::gemm::driver::{EpCtx, Kernel, Tile};
+    use crate::cpu::gemm::{MatRef, Out16};
+    if amx_unavailable_reason().is_some() {
+        return;
+    }
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (steps, npan) = (env("AMX_PROBE_STEPS", 16), env("AMX_PROBE_NPAN", 12));
+    let kcu = 16 * steps;
+    let mut rng = Rng::new(3);
+    let mut val = || {
+        let x = bf16::from_f32(rng.next()).to_bits() as u32;
+        x | ((bf16::from_f32(rng.next()).to_bits() as u32) << 16)
+    };
+    let line = |v: &[u32]| (16 - (v.as_ptr() as usize / 4) % 16) % 16;
+    let a_buf: Vec<u32> = (0..32 * kcu + 16).map(|_| val()).collect();
+    let b_buf: Vec<u32> = (0..32 * kcu * npan + 16).map(|_| val()).collect();
+    let (a, b) = (&a_buf[line(&a_buf)..], &b_buf[line(&b_buf)..]);
+    let mut c_buf = vec![0f32; 32 * 32 * npan + 16];
+    let c_off = (16 - (c_buf.as_ptr() as usize / 4) % 16) % 16;
+    let mut o_buf = vec![bf16::ZERO; 32 * 32 * npan + 32];
+    let o_off = (32 - (o_buf.as_ptr() as usize / 2) % 32) % 32;
+    let dummy = [bf16::ZERO; 1];
+    let Some(k) = AmxBf16::new(MatRef::row_major(&dummy[..], 1, 1)) else {
+        return;
+    };
+    let ldc = 32 * npan;
+    let reps = 20usize;
+    for (name, first, last, out16) in [
+        ("first block, direct store", true, false, false),
+        ("middle block, C loaded and stored", false, false, false),
+        ("last block, plain into f32 C", false, true, false),
+        ("last block, bf16 output", false, true, true),
+    ] {
+        let c = c_buf[c_off..].as_mut_ptr();
+        let o = &mut o_buf[o_off..];
+        let ep = EpCtx {
+            alpha: 1.0,
+            beta: 0.0,
+            bias: None,
+            act: Activation::None,
+            residual: None,
+            glu: false,
+            n: ldc,
+            out16: out16.then(|| Out16::bf16(&mut *o, ldc)),
+        };
+        k.begin();
+        let t = best_of(200, &mut || {
+            for _ in 0..reps {
+                for p in 0..npan {
+                    let tile = Tile {
+                        // SAFETY: inside c_buf (32 rows of ldc).
+                        c: unsafe { c.add(32 * p) },
+                        ldc,
+                        row0: 0,
+                        col0: 32 * p,
+                        mr: 32,
+                        nr: 32,
+                        first,
+                        last,
+                    };
+                    // SAFETY: panels sized and aligned above; begin() ran on this thread.
+                    unsafe { k.tile(kcu, a.as_ptr(), b[p * 32 * kcu..].as_ptr(), &tile, &ep) };
+                }
+            }
+        });
+        k.end();
+        let n = (reps * npan * steps) as f64;
+        println!(
+            "{name}: {:.1} cycles/step at 2.2 GHz, {:.1} GFLOP/s",
+            t * 2.2e9 / n,
+            n * 4.0 * 16384.0 / t / 1e9
+        );
+    }
+}
