@@ -158,7 +158,7 @@ unsafe fn residual(ep: &EpCtx, row: usize, col: usize, cnt: usize, mask: __mmask
 /// Bias values for columns `col..` (masked).
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn bias(ep: &EpCtx, col: usize, mask: __mmask16) -> __m512 {
+pub(super) unsafe fn bias(ep: &EpCtx, col: usize, mask: __mmask16) -> __m512 {
     match ep.bias {
         None => _mm512_setzero_ps(),
         Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(col)),
@@ -274,7 +274,7 @@ pub(crate) fn prefetch_out16(o: &Out16, t: &Tile) {
 /// As [`store16`], for 32 columns.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn store16_row(o: &Out16, row: usize, col: usize, lo: __m512, hi: __m512) {
+pub(super) unsafe fn store16_row(o: &Out16, row: usize, col: usize, lo: __m512, hi: __m512) {
     let lo = _mm512_cvtepi32_epi16(round16(o.kind, lo));
     let hi = _mm512_cvtepi32_epi16(round16(o.kind, hi));
     let line = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
@@ -330,11 +330,10 @@ pub(crate) unsafe fn store<const MR: usize>(acc: &[[__m512; 2]; MR], t: &Tile, e
         }
         v
     };
+    if super::avx512_ep_fast::store_full_width(acc, t, ep) {
+        return;
+    }
     if let (Some(o), true, 32) = (&ep.out16, t.last, t.nr) {
-        if !scale && ep.residual.is_none() && (!t.first || ep.beta == 0.0) {
-            store_last_rows16(acc, t, ep, o);
-            return;
-        }
         // Full-width last tile into a 16-bit output: whole 64-byte rows, no masks.
         let (b0, b1) = (bias(ep, t.col0, 0xffff), bias(ep, t.col0 + 16, 0xffff));
         for (r, a) in acc.iter().enumerate().take(t.mr) {
@@ -379,61 +378,5 @@ pub(crate) unsafe fn store<const MR: usize>(acc: &[[__m512; 2]; MR], t: &Tile, e
             }
             _mm512_mask_storeu_ps(cp, mask, v);
         }
-    }
-}
-
-/// The common last store of a model layer: a full-width tile rounded into a 16-bit output,
-/// without alpha, beta or residual, with the C partial sums, bias and activation decided once
-/// per tile instead of per row (the general path's per-row closure cost about 600 cycles per
-/// 32×32 tile on an AMX core, a third of a K = 320 product: `speed_amx_tile_calls`). Computes
-/// exactly what [`store`]'s general path computes: `act((acc + C) + bias)`, rounded.
-///
-/// # Safety
-/// As [`store`], for a tile with `t.last`, `t.nr == 32`, and C holding partial sums unless
-/// `t.first`.
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn store_last_rows16<const MR: usize>(
-    acc: &[[__m512; 2]; MR],
-    t: &Tile,
-    ep: &EpCtx,
-    o: &Out16,
-) {
-    let b = (bias(ep, t.col0, 0xffff), bias(ep, t.col0 + 16, 0xffff));
-    match (t.first, ep.act) {
-        (true, Activation::None) => rows16::<MR, false, false>(acc, t, ep.act, o, b),
-        (false, Activation::None) => rows16::<MR, true, false>(acc, t, ep.act, o, b),
-        (true, _) => rows16::<MR, false, true>(acc, t, ep.act, o, b),
-        (false, _) => rows16::<MR, true, true>(acc, t, ep.act, o, b),
-    }
-}
-
-/// [`store_last_rows16`]'s loop, one instance per case.
-///
-/// # Safety
-/// As [`store_last_rows16`].
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn rows16<const MR: usize, const ADD_C: bool, const ACT: bool>(
-    acc: &[[__m512; 2]; MR],
-    t: &Tile,
-    act: Activation,
-    o: &Out16,
-    (b0, b1): (__m512, __m512),
-) {
-    for (r, a) in acc.iter().enumerate().take(t.mr) {
-        let (mut lo, mut hi) = (a[0], a[1]);
-        if ADD_C {
-            let cp = t.c.add(r * t.ldc);
-            lo = _mm512_add_ps(lo, _mm512_loadu_ps(cp));
-            hi = _mm512_add_ps(hi, _mm512_loadu_ps(cp.add(16)));
-        }
-        lo = _mm512_add_ps(lo, b0);
-        hi = _mm512_add_ps(hi, b1);
-        if ACT {
-            lo = act_ps(act, lo);
-            hi = act_ps(act, hi);
-        }
-        store16_row(o, t.row0 + r, t.col0, lo, hi);
     }
 }

@@ -36,6 +36,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_ep;
 #[cfg(target_arch = "x86_64")]
+mod avx512_ep_fast;
+#[cfg(target_arch = "x86_64")]
 mod avx512_fill;
 #[cfg(target_arch = "x86_64")]
 mod avx512_pack;
