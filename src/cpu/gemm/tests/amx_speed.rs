@@ -72,6 +72,22 @@ fn speed_amx_single_thread() {
     });
 }
 
+/// The environment variable `k` as a number, `d` when unset or not one.
+fn env_usize(k: &str, d: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+/// `AMX_PROBE_STEPS` (default 16) and `AMX_PROBE_NPAN` (default 12).
+fn probe_steps_and_panels() -> (usize, usize) {
+    (
+        env_usize("AMX_PROBE_STEPS", 16),
+        env_usize("AMX_PROBE_NPAN", 12),
+    )
+}
+
 /// Best-of-N wall time of `f` in seconds.
 pub(super) fn best_of(reps: usize, f: &mut dyn FnMut()) -> f64 {
     let mut best = f64::MAX;
@@ -165,13 +181,7 @@ fn speed_amx_loops() {
     if amx_unavailable_reason().is_some() {
         return;
     }
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (steps, npan) = (env("AMX_PROBE_STEPS", 16), env("AMX_PROBE_NPAN", 12));
+    let (steps, npan) = probe_steps_and_panels();
     let mut rng = Rng::new(3);
     let mut val = || {
         let x = bf16::from_f32(rng.next()).to_bits() as u32;
@@ -184,7 +194,7 @@ fn speed_amx_loops() {
             .collect()
     };
     // Panels start on 4 KiB pages plus AMX_PROBE_SKEW bytes (a multiple of 4).
-    let skew = env("AMX_PROBE_SKEW", 0) / 4;
+    let skew = env_usize("AMX_PROBE_SKEW", 0) / 4;
     let aligned = |v: &Vec<u32>| (1024 - (v.as_ptr() as usize / 4) % 1024) % 1024 + skew;
     let a_buf = fill(32 * 16 * steps + 2048);
     let b_buf = fill(32 * 16 * steps * npan + 2048);
@@ -414,13 +424,7 @@ fn speed_amx_tile_calls() {
     if amx_unavailable_reason().is_some() {
         return;
     }
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (steps, npan) = (env("AMX_PROBE_STEPS", 16), env("AMX_PROBE_NPAN", 12));
+    let (steps, npan) = probe_steps_and_panels();
     let kcu = 16 * steps;
     let mut rng = Rng::new(3);
     let mut val = || {
@@ -450,14 +454,8 @@ fn speed_amx_tile_calls() {
         let c = c_buf[c_off..].as_mut_ptr();
         let o = &mut o_buf[o_off..];
         let ep = EpCtx {
-            alpha: 1.0,
-            beta: 0.0,
-            bias: None,
-            act: Activation::None,
-            residual: None,
-            glu: false,
-            n: ldc,
             out16: out16.then(|| Out16::bf16(&mut *o, ldc)),
+            ..super::util::plain_ep(ldc)
         };
         k.begin();
         let t = best_of(200, &mut || {

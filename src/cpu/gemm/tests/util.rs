@@ -355,3 +355,17 @@ pub(crate) fn with_bf16_kind<R>(kind: Option<PackKind>, f: impl FnOnce() -> R) -
     BF16_KIND.with(|c| c.set(None));
     r
 }
+
+/// The kernels' epilogue context of a plain product (`C = A @ B`, `n` columns).
+pub(crate) fn plain_ep<'a>(n: usize) -> crate::cpu::gemm::driver::EpCtx<'a> {
+    crate::cpu::gemm::driver::EpCtx {
+        alpha: 1.0,
+        beta: 0.0,
+        bias: None,
+        act: crate::cpu::gemm::Activation::None,
+        residual: None,
+        glu: false,
+        n,
+        out16: None,
+    }
+}
