@@ -13,9 +13,10 @@
 //! output is 16-bit; anything else (alpha ≠ 1, beta on a first block, a residual, GLU tiles,
 //! narrower tiles) goes to the general path.
 
+use super::avx512::has_avx512_bf16;
 use super::avx512_ep::{act_ps, bias, store16_row};
 use super::driver::{EpCtx, Tile};
-use super::{Activation, Out16};
+use super::{Activation, Half, Out16};
 use std::arch::x86_64::*;
 
 /// Stores `acc` through a fast path when the tile is one of the module's cases; returns false
@@ -106,6 +107,15 @@ unsafe fn store_last_rows16<const MR: usize>(
     o: &Out16,
 ) {
     let b = (bias(ep, t.col0, 0xffff), bias(ep, t.col0 + 16, 0xffff));
+    if o.kind == Half::Bf16 && has_avx512_bf16() {
+        match (t.first, ep.act) {
+            (true, Activation::None) => rows16_bf16::<MR, false, false>(acc, t, ep.act, o, b),
+            (false, Activation::None) => rows16_bf16::<MR, true, false>(acc, t, ep.act, o, b),
+            (true, _) => rows16_bf16::<MR, false, true>(acc, t, ep.act, o, b),
+            (false, _) => rows16_bf16::<MR, true, true>(acc, t, ep.act, o, b),
+        }
+        return;
+    }
     match (t.first, ep.act) {
         (true, Activation::None) => rows16::<MR, false, false>(acc, t, ep.act, o, b),
         (false, Activation::None) => rows16::<MR, true, false>(acc, t, ep.act, o, b),
@@ -114,32 +124,145 @@ unsafe fn store_last_rows16<const MR: usize>(
     }
 }
 
-/// [`store_last_rows16`]'s loop, one instance per case.
+/// Defines a [`store_last_rows16`] loop, one instance per case, that writes each row with
+/// `$write` under the target features `$features`.
+macro_rules! rows16_fn {
+    ($name:ident, $features:literal, $write:path) => {
+        /// [`store_last_rows16`]'s loop, one instance per case.
+        ///
+        /// # Safety
+        /// As [`store_last_rows16`], with the target features this instance enables.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const MR: usize, const ADD_C: bool, const ACT: bool>(
+            acc: &[[__m512; 2]; MR],
+            t: &Tile,
+            act: Activation,
+            o: &Out16,
+            (b0, b1): (__m512, __m512),
+        ) {
+            for (r, a) in acc.iter().enumerate().take(t.mr) {
+                let (mut lo, mut hi) = (a[0], a[1]);
+                if ADD_C {
+                    let cp = t.c.add(r * t.ldc);
+                    lo = _mm512_add_ps(lo, _mm512_loadu_ps(cp));
+                    hi = _mm512_add_ps(hi, _mm512_loadu_ps(cp.add(16)));
+                }
+                lo = _mm512_add_ps(lo, b0);
+                hi = _mm512_add_ps(hi, b1);
+                if ACT {
+                    lo = act_ps(act, lo);
+                    hi = act_ps(act, hi);
+                }
+                $write(o, t.row0 + r, t.col0, lo, hi);
+            }
+        }
+    };
+}
+
+rows16_fn!(rows16, "avx512f", store16_row);
+rows16_fn!(rows16_bf16, "avx512f,avx512bf16", store_bf16_row);
+
+/// Rounds 32 values to bf16 with `vcvtne2ps2bf16` (round to nearest even, NaN made quiet, as
+/// the software rounding) and writes them as one 64-byte row. The instruction flushes f32
+/// denormals to zero where the software rounding keeps them, so a row holding one takes the
+/// software rounding ([`store16_row`]): the bits are the same either way.
 ///
 /// # Safety
-/// As [`store_last_rows16`].
+/// As [`store16_row`], for a bf16 output; AVX512_BF16 available.
 #[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn rows16<const MR: usize, const ADD_C: bool, const ACT: bool>(
-    acc: &[[__m512; 2]; MR],
-    t: &Tile,
-    act: Activation,
-    o: &Out16,
-    (b0, b1): (__m512, __m512),
-) {
-    for (r, a) in acc.iter().enumerate().take(t.mr) {
-        let (mut lo, mut hi) = (a[0], a[1]);
-        if ADD_C {
-            let cp = t.c.add(r * t.ldc);
-            lo = _mm512_add_ps(lo, _mm512_loadu_ps(cp));
-            hi = _mm512_add_ps(hi, _mm512_loadu_ps(cp.add(16)));
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn store_bf16_row(o: &Out16, row: usize, col: usize, lo: __m512, hi: __m512) {
+    let denormal = |v: __m512| {
+        let b = _mm512_castps_si512(v);
+        _mm512_testn_epi32_mask(b, _mm512_set1_epi32(0x7f80_0000))
+            & _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x007f_ffff))
+    };
+    if denormal(lo) | denormal(hi) != 0 {
+        store16_row(o, row, col, lo, hi);
+        return;
+    }
+    let packed: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+    _mm512_storeu_si512(o.ptr.add(row * o.ld + col) as *mut _, packed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::gemm::avx512::has_avx512;
+    use crate::cpu::gemm::tests::util::plain_ep;
+    use half::bf16;
+
+    /// The last store into bf16 gives the software rounding's bits for every kind of value:
+    /// normal values at rounding ties, f32 denormals (which `vcvtne2ps2bf16` alone would flush),
+    /// ±0, ±inf, NaN, values that round to inf; rows with and without a denormal.
+    #[test]
+    fn bf16_last_rows_round_like_the_software_conversion() {
+        if !has_avx512() {
+            return;
         }
-        lo = _mm512_add_ps(lo, b0);
-        hi = _mm512_add_ps(hi, b1);
-        if ACT {
-            lo = act_ps(act, lo);
-            hi = act_ps(act, hi);
+        let specials = [
+            1.0f32 + f32::EPSILON * 32768.0, // a tie below the bf16 step: to even
+            1.0 + f32::EPSILON * 98304.0,    // a tie above an odd step: up
+            -2.718_3e3,
+            0.0,
+            -0.0,
+            f32::from_bits(1),            // smallest denormal
+            -f32::from_bits(0x0040_8000), // a denormal at a tie
+            f32::from_bits(0x007f_ffff),  // largest denormal
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::from_bits(0x7f80_0001), // signalling NaN
+            f32::MAX,                    // rounds to inf
+            1e-38,
+            65504.0,
+            -7.0e30,
+        ];
+        // 32 rows of 32: row r holds specials only when r % 4 == 0, else ordinary values.
+        let value = |r: usize, j: usize| {
+            if r.is_multiple_of(4) {
+                specials[(r / 4 + j) % specials.len()]
+            } else {
+                (r * 32 + j) as f32 * 0.013_7 - 5.0
+            }
+        };
+        let mut acc = [[unsafe { _mm512_setzero_ps() }; 2]; 32];
+        for (r, row) in acc.iter_mut().enumerate() {
+            let v: Vec<f32> = (0..32).map(|j| value(r, j)).collect();
+            // SAFETY: AVX-512F checked above; 16 values each.
+            unsafe {
+                row[0] = _mm512_loadu_ps(v.as_ptr());
+                row[1] = _mm512_loadu_ps(v.as_ptr().add(16));
+            }
         }
-        store16_row(o, t.row0 + r, t.col0, lo, hi);
+        let mut out = vec![bf16::ZERO; 32 * 32];
+        let mut c = vec![0f32; 32 * 32];
+        let t = Tile {
+            c: c.as_mut_ptr(),
+            ldc: 32,
+            row0: 0,
+            col0: 0,
+            mr: 32,
+            nr: 32,
+            first: true,
+            last: true,
+        };
+        {
+            let ep = EpCtx {
+                out16: Some(Out16::bf16(&mut out, 32)),
+                ..plain_ep(32)
+            };
+            // SAFETY: AVX-512F checked; the tile and output hold 32 x 32 values.
+            assert!(unsafe { store_full_width(&acc, &t, &ep) });
+        }
+        for r in 0..32 {
+            for j in 0..32 {
+                // (+ 0.0: the store adds the zero bias, which makes -0 into +0)
+                let want = bf16::from_f32(value(r, j) + 0.0).to_bits();
+                let got = out[r * 32 + j].to_bits();
+                assert_eq!(got, want, "row {r} col {j}: {:e}", value(r, j));
+            }
+        }
     }
 }
