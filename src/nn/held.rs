@@ -9,10 +9,10 @@
 //! weight the layer was built from.
 //!
 //! Invariants: a [`HeldWeight`] made by [`HeldWeight::packed_only`] is only made for a layer
-//! that can give the weight back (its panels, or a restore; the caller checks); the rebuilt tensor is contiguous, in the
-//! weight's shape and dtype, on the Cpu. [`HeldWeight::get`] caches the rebuilt tensor in the
-//! layer (for callers that borrow it); [`HeldWeight::owned`] does not (conversions such as
-//! `to_dtype` would otherwise leave a second copy in the source layer).
+//! that can give the weight back (its panels, or a restore; the caller checks); the rebuilt
+//! tensor is contiguous, in the weight's shape and dtype, on the Cpu. [`HeldWeight::get`] caches
+//! the rebuilt tensor in the layer (for callers that borrow it); [`HeldWeight::owned`] does not
+//! (conversions such as `to_dtype` would otherwise leave a second copy in the source layer).
 
 use std::sync::OnceLock;
 
