@@ -14,12 +14,34 @@ use crate::cpu::simd::Kernels;
 use crate::ops::conv::ConvGeom;
 use crate::ops::kinds::UnaryOp;
 
-/// Output transform of tile row `row` from `m` (per tile, one run of `o` floats per point) into
-/// the NHWC rows `out` (the output rows the tile row covers), then the epilogue.
+/// The point-major products of one block as a tile row's output transform reads them.
+pub(super) struct BlockProducts<'a> {
+    /// `points` runs of `tiles · o` floats: point `k`, tile `t`, channel `j` at
+    /// `m[(k · tiles + t) · o + j]`.
+    pub m: &'a [f32],
+    /// Tiles in the block.
+    pub tiles: usize,
+    /// Output channels.
+    pub o: usize,
+    /// The block's index of the row's first tile.
+    pub first_tile: usize,
+}
+
+impl BlockProducts<'_> {
+    /// Channels `j0..j0 + n` of point `k` of the row's tile `tx`.
+    #[inline(always)]
+    pub fn run(&self, k: usize, tx: usize, j0: usize, n: usize) -> &[f32] {
+        let at = (k * self.tiles + self.first_tile + tx) * self.o + j0;
+        &self.m[at..at + n]
+    }
+}
+
+/// Output transform of tile row `row` from its block's point-major products `m` into the NHWC
+/// rows `out` (the output rows the tile row covers), then the epilogue.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish_row(
     (avx2, tile): (bool, Tile),
-    m: &[f32],
+    m: &BlockProducts,
     g: &ConvGeom,
     inp: &Input,
     row: usize,
@@ -51,7 +73,7 @@ pub(super) fn finish_row(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn finish_row_avx2<const T: usize>(
-    m: &[f32],
+    m: &BlockProducts,
     g: &ConvGeom,
     inp: &Input,
     row: usize,
@@ -65,7 +87,7 @@ unsafe fn finish_row_avx2<const T: usize>(
 /// The body of [`finish_row`] for output tiles of side `T` (2 or 4).
 #[inline(always)]
 fn finish_row_body<const T: usize>(
-    m: &[f32],
+    m: &BlockProducts,
     g: &ConvGeom,
     inp: &Input,
     row: usize,
@@ -77,14 +99,14 @@ fn finish_row_body<const T: usize>(
     let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
     let points = (T + 2) * (T + 2);
     let rows_here = (g.ho - T * ty).min(T);
-    for (tx, mt) in m.chunks_exact(points * o).enumerate() {
+    for tx in 0..inp.tiles_x {
         let cols_here = (g.wo - T * tx).min(T);
         let mut o0 = 0;
         while o0 < o {
             let n = L.min(o - o0);
             let mut mm = [[0f32; L]; MAX_POINTS];
             for (k, mk) in mm.iter_mut().take(points).enumerate() {
-                let src = &mt[k * o + o0..k * o + o0 + n];
+                let src = m.run(k, tx, o0, n);
                 if let Ok(full) = <&[f32; L]>::try_from(src) {
                     *mk = *full;
                 } else {

@@ -350,3 +350,15 @@ fn filters_transformed_into_pair_layout_match_the_packer() -> Result<()> {
         Ok(())
     })
 }
+
+#[test]
+fn blocks_take_whole_multiples_of_the_thread_count() {
+    use super::winograd::balanced_rows;
+    assert_eq!(balanced_rows(5, 32, 2), 4);
+    assert_eq!(balanced_rows(7, 32, 3), 6);
+    assert_eq!(balanced_rows(1, 32, 2), 1);
+    assert_eq!(balanced_rows(40, 32, 2), 32);
+    assert_eq!(balanced_rows(33, 33, 2), 32);
+    assert_eq!(balanced_rows(3, 3, 4), 3);
+    assert_eq!(balanced_rows(0, 0, 0), 1);
+}

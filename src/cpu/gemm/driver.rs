@@ -21,7 +21,8 @@
 //!   its sweep over the panels at a different place so threads pack different panels at once.
 //!   A panel that a task claims to fill ([`super::panels::Fill`]) is filled by that task's tile
 //!   ([`Kernel::tile_filling_b`]) and published after it.
-//! - Calls below [`PAR_MIN_FLOPS`] never touch the thread pool.
+//! - Calls below [`PAR_MIN_FLOPS`], and calls inside [`sequential`], never touch the thread
+//!   pool.
 
 use super::buf::{with_scratch, Slot};
 use super::layout::PackedView;
@@ -42,6 +43,22 @@ pub(crate) const B_BLOCK_BYTES: usize = 576 << 10;
 
 /// Bytes of L2 a [`Kernel::B_STATIONARY`] task's working set may take (of a 2 MiB L2).
 pub(crate) const TASK_BYTES: usize = 3 << 19;
+
+thread_local! {
+    /// Set inside [`sequential`]: products run on the calling thread.
+    static SEQUENTIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every product it starts on this thread kept on this thread (no split over
+/// the pool), for callers that already run independent products in parallel (the Winograd
+/// convolution's per-point GEMMs): one parallel region over the products instead of one per
+/// product, whose wake-ups and uneven splits of small products cost more than they gain.
+pub(crate) fn sequential<R>(f: impl FnOnce() -> R) -> R {
+    let was = SEQUENTIAL.with(|s| s.replace(true));
+    let r = f();
+    SEQUENTIAL.with(|s| s.set(was));
+    r
+}
 
 /// Epilogue parameters in the form the kernels consume.
 pub(crate) struct EpCtx<'a> {
@@ -225,7 +242,7 @@ pub(crate) fn run_panels<K: Kernel>(
     let np = l.npanels;
     let width = if l.glu { 2 } else { 1 };
     let flops = 2.0 * m as f64 * (l.n * width) as f64 * l.k.max(1) as f64;
-    let threads = if flops < PAR_MIN_FLOPS {
+    let threads = if flops < PAR_MIN_FLOPS || SEQUENTIAL.with(|s| s.get()) {
         1
     } else {
         rayon::current_num_threads().max(1)

@@ -65,6 +65,7 @@ pub use amx_pack::{amx_unavailable_reason, bf16_method, Bf16Method};
 pub(crate) use avx2_pack::load8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx512_pack::transpose16;
+pub(crate) use driver::sequential;
 pub(crate) use gather::{gemm_gather, RowSource, GATHER_KCU};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use gather_dot::gemm_gather_dot;

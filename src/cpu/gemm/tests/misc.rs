@@ -385,3 +385,35 @@ fn packs_in_recycled_storage_match_per_call_bits() {
     case::<f32>((37, 1025, 700));
     super::util::with_bf16_kind(Some(PackKind::Bf16), || case::<bf16>((37, 1025, 700)));
 }
+
+/// Products inside `sequential` stay on the calling thread and give the same bits as the
+/// split ones (tasks split M and N, never K); the flag is restored on the way out, also when
+/// calls nest.
+#[test]
+fn sequential_products_match_split_ones() {
+    let (m, k, n) = (300, 257, 129);
+    let mut rng = Rng::new(17);
+    let a = Owned::<f32>::random(m, k, Lay::Row, &mut rng);
+    let b = Owned::<f32>::random(k, n, Lay::Row, &mut rng);
+    let ep = Epilogue::new();
+    let mut split = vec![0f32; m * n];
+    gemm_f32(a.view(), b.view(), &mut split, n, &ep).expect("split product");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    let mut seq = vec![0f32; m * n];
+    let index_in_products = pool.install(|| {
+        sequential(|| {
+            let outer = rayon::current_thread_index();
+            sequential(|| gemm_f32(a.view(), b.view(), &mut seq, n, &ep)).expect("product");
+            // Still inside the outer scope after the inner one ended.
+            let mut again = vec![0f32; m * n];
+            gemm_f32(a.view(), b.view(), &mut again, n, &ep).expect("product");
+            assert_eq!(again, seq);
+            outer
+        })
+    });
+    assert!(index_in_products.is_some());
+    assert_eq!(seq, split);
+}
