@@ -178,6 +178,7 @@ impl Kernel for AmxBf16<'_> {
     type PA = u32;
     type PB = u32;
     const MR: usize = MR;
+    const L3_BOUND_B: bool = true;
     fn begin(&self) {
         // SAFETY: the kernel exists only when amx_status() is Ok.
         unsafe { load_config() }

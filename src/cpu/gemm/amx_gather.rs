@@ -32,6 +32,7 @@ impl<R: RowSource<Elem = bf16>> Kernel for GatherAmx<'_, R> {
     type PA = u32;
     type PB = u32;
     const MR: usize = MR;
+    const L3_BOUND_B: bool = true;
     fn begin(&self) {
         // SAFETY: the kernel is built only after amx_status() returned Ok.
         unsafe { amx::load_config() }

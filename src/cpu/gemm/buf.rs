@@ -6,7 +6,7 @@
 //! rayon worker that steals another GEMM while waiting) just allocates a fresh buffer instead of
 //! panicking on a double borrow. The storage of dropped buffers of 1 MiB or more is kept (at
 //! most 4, 512 MiB) for [`AlignedBuf::recycled`], whose callers write every element they read;
-//! every other new buffer is zeroed.
+//! every other new (or replaced, see [`AlignedBuf::slice_mut`]) buffer is zeroed.
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -28,13 +28,17 @@ pub struct AlignedBuf {
 }
 
 impl AlignedBuf {
-    /// The first `n` elements as `T`, growing the buffer when needed (new space is zeroed;
-    /// reused space keeps old contents).
+    /// The first `n` elements as `T`. A buffer too small is replaced by a zeroed one (all of
+    /// it zero); reused space keeps old contents. The replacement comes from the allocator
+    /// already zeroed (`alloc_zeroed`: fresh pages of a large one are only touched when
+    /// written), not grown in place, which wrote every new line: a 84 MB bf16 product's
+    /// partial-sum buffer, never read or written when K fits one block, cost 30 ms a call.
     pub(crate) fn slice_mut<T: bytemuck::Pod>(&mut self, n: usize) -> &mut [T] {
         let bytes = n * std::mem::size_of::<T>();
         let lines = bytes.div_ceil(64);
         if self.lines.len() < lines {
-            self.lines.resize(lines, Line([0; 16]));
+            self.lines = Vec::new();
+            self.lines = bytemuck::zeroed_vec(lines);
         }
         let all: &mut [T] = bytemuck::cast_slice_mut(&mut self.lines[..lines]);
         &mut all[..n]
@@ -155,6 +159,21 @@ pub(crate) fn with_scratch<R>(slot: Slot, f: impl FnOnce(&mut AlignedBuf) -> R) 
 /// stores of C between K blocks never straddle two lines (11–23% faster multi-block bf16
 /// products, `speed_out16_c_alignment`). Contents are left over from earlier use: the engine
 /// writes C before it reads it.
+///
+/// A buffer too small for `n` is swapped for a kept spare storage where one fits (see
+/// [`AlignedBuf::recycled`]; the engine's writes-before-reads is what that asks for): partial
+/// sums above [`MAX_KEPT_LINES`] are dropped after each use, and a fresh 84 MB one (a bf16
+/// 8192 × 320 × 2560 product, two K blocks) took 40 ms of page faults a call against 5 ms of
+/// products.
 pub(crate) fn with_partial_sums<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    with_scratch(Slot::C, |buf| f(buf.slice_mut::<f32>(n)))
+    with_scratch(Slot::C, |buf| {
+        let lines = (n * 4).div_ceil(64);
+        if buf.lines.len() < lines {
+            let spare = AlignedBuf::recycled::<f32>(n);
+            if spare.lines.len() >= lines {
+                *buf = spare;
+            }
+        }
+        f(buf.slice_mut::<f32>(n))
+    })
 }

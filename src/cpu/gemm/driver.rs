@@ -103,6 +103,10 @@ pub(crate) trait Kernel: Sync {
     /// Loop order inside a task: `false` keeps each A micro-panel in L1 while B micro-panels
     /// stream past it; `true` keeps each B micro-panel in L1 while the A block streams.
     const B_STATIONARY: bool = false;
+    /// True for kernels fast enough that a task streaming B from L3 is bound by it (the AMX
+    /// ones: ~130 rows of A per B panel balance a core's L3 bandwidth): large B is then split
+    /// by [`plan_streams`] to stream it fewer times.
+    const L3_BOUND_B: bool = false;
     /// Packs A rows `row0..row0 + rows` (`rows <= MR`), units `u0..u1`, into `dst`
     /// (`MR * (u1 - u0)` elements, zero padded).
     fn pack_a(&self, row0: usize, rows: usize, u0: usize, u1: usize, dst: &mut [Self::PA]);
@@ -174,6 +178,39 @@ fn plan(mp: usize, np: usize, threads: usize) -> (usize, usize) {
         target.div_ceil(mt).min(np.div_ceil(2)).max(1)
     };
     (mt, nt)
+}
+
+/// B larger than this (bytes) cannot stay in L2 from one M task to the next: every M task
+/// streams it again from L3 (see [`plan_streams`]).
+pub(crate) const B_STREAM_BYTES: usize = 8 << 20;
+
+/// [`plan`] for kernels with [`Kernel::L3_BOUND_B`] whose packed B (`b_bytes`) exceeds
+/// [`B_STREAM_BYTES`]: every M task streams its columns of B from L3 and every N task packs
+/// all of its A rows, so among splits into at least two tasks per thread, a multiple of the
+/// thread count, with A blocks that fit L2 (at most [`MC_PANELS`] micro-panels a task), the
+/// one with the least `mt · np + nt · mp` panel traffic wins. Measured on the AMX machine
+/// (BENCHMARKS.md, twenty-second session): SD's bf16 3×3 convolution 2×1280×16×16 (29 MB of
+/// B; [`plan`] gave 8 M tasks, 236 MB of B traffic per call) 8.1 → 6.3 ms, the 1280-wide
+/// feed-forward products 512 × 5120 × 1280 3.7 → 2.9 ms.
+fn plan_streams(mp: usize, np: usize, threads: usize, b_bytes: usize) -> (usize, usize) {
+    if threads <= 1 || b_bytes <= B_STREAM_BYTES {
+        return plan(mp, np, threads);
+    }
+    let mut best = plan(mp, np, threads);
+    let mut best_cost = usize::MAX;
+    for mt in mp.div_ceil(MC_PANELS).max(1)..=mp {
+        for nt in 1..=np {
+            let tasks = mt * nt;
+            if tasks < 2 * threads || !tasks.is_multiple_of(threads) {
+                continue;
+            }
+            let cost = mt * np + nt * mp;
+            if cost < best_cost {
+                (best, best_cost) = ((mt, nt), cost);
+            }
+        }
+    }
+    best
 }
 
 /// [`plan`] for [`Kernel::B_STATIONARY`] kernels. A task's working set per K block is its
@@ -251,7 +288,12 @@ pub(crate) fn run_panels<K: Kernel>(
         let unit = std::mem::size_of::<K::PA>();
         plan_b_stationary((mp, np), (K::MR, l.kcu, unit), threads)
     } else {
-        plan(mp, np, threads)
+        if K::L3_BOUND_B {
+            let b_bytes = l.units * l.n * width * std::mem::size_of::<K::PB>();
+            plan_streams(mp, np, threads, b_bytes)
+        } else {
+            plan(mp, np, threads)
+        }
     };
     let cp = CPtr(c.as_mut_ptr());
     let task = |i: usize| {
@@ -377,4 +419,45 @@ fn run_task<K: Kernel>(
         }
         kern.end();
     });
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    #[test]
+    fn small_b_keeps_the_plain_plan() {
+        for (mp, np) in [(16, 40), (256, 10), (1, 1), (37, 320)] {
+            assert_eq!(plan_streams(mp, np, 2, B_STREAM_BYTES), plan(mp, np, 2));
+            assert_eq!(plan_streams(mp, np, 1, usize::MAX), plan(mp, np, 1));
+        }
+    }
+
+    #[test]
+    fn large_b_is_streamed_fewer_times() {
+        // SD's 2×1280×16×16 bf16 convolution: 16 A panels, 40 B panels, 29 MB of B.
+        assert_eq!(plan(16, 40, 2), (8, 1));
+        assert_eq!(plan_streams(16, 40, 2, 29 << 20), (2, 2));
+        for threads in [2, 3, 4, 8, 16] {
+            for (mp, np) in [
+                (1, 1),
+                (1, 40),
+                (4, 40),
+                (16, 40),
+                (64, 20),
+                (300, 7),
+                (5, 3),
+            ] {
+                let (mt, nt) = plan_streams(mp, np, threads, 29 << 20);
+                assert!(
+                    (1..=mp).contains(&mt) && (1..=np).contains(&nt),
+                    "{mp} {np}"
+                );
+                if (mt, nt) != plan(mp, np, threads) {
+                    assert!(mt * nt >= 2 * threads && (mt * nt).is_multiple_of(threads));
+                    assert!(mt >= mp.div_ceil(MC_PANELS));
+                }
+            }
+        }
+    }
 }

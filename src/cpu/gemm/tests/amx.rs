@@ -245,6 +245,18 @@ fn amx_large_threaded() {
 }
 
 #[test]
+fn amx_large_b_split_over_n() {
+    // B of 9 MB (more than `driver::B_STREAM_BYTES`) with few rows: planned by
+    // `plan_streams` (N tasks as well as M tasks), edges in every dimension.
+    let cs = Case {
+        ep: Ep::All(Activation::Silu),
+        ..Case::plain(70, 1500, 3001)
+    };
+    let amx = amx_case(GemmPath::Avx512, cs, 17);
+    assert_near(cs, &amx, &widen_case(cs, 17));
+}
+
+#[test]
 fn amx_default_selection() {
     let method = crate::cpu::gemm::bf16_method();
     eprintln!("CPU bf16 GEMM method in this process: {method}");
