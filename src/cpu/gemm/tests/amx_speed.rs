@@ -73,7 +73,7 @@ fn speed_amx_single_thread() {
 }
 
 /// The environment variable `k` as a number, `d` when unset or not one.
-fn env_usize(k: &str, d: usize) -> usize {
+pub(super) fn env_usize(k: &str, d: usize) -> usize {
     std::env::var(k)
         .ok()
         .and_then(|v| v.parse().ok())

@@ -7,6 +7,8 @@ mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_gather;
 #[cfg(target_arch = "x86_64")]
+mod amx_shape_probe;
+#[cfg(target_arch = "x86_64")]
 mod amx_speed;
 #[cfg(target_arch = "x86_64")]
 mod avx2_layout_probe;
