@@ -32,6 +32,8 @@ mod amx;
 #[cfg(target_arch = "x86_64")]
 mod amx_kernel;
 #[cfg(target_arch = "x86_64")]
+mod amx_kv;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;

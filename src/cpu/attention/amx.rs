@@ -28,6 +28,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 use super::amx_kernel::{begin, end, step, Block, Geo, Phase, TileState, KB, MR, TILE};
+use super::amx_kv;
 use super::operands::{head_base, mat_strides, store_normalised, MaskData, View};
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
@@ -59,17 +60,30 @@ pub(super) fn read_row(data: &[bf16], at: usize, cs: usize, dst: &mut [u16]) {
 
 /// K and V of a group of heads in the AMX layouts, on cache lines (a tile row that straddled
 /// two lines would cost two loads: measured at three to five times the tile-load time).
-struct Packed {
-    k: AlignedBuf,
-    v: AlignedBuf,
+pub(super) struct Packed {
+    pub(super) k: AlignedBuf,
+    pub(super) v: AlignedBuf,
     /// u32 per head in `k` / `v`.
-    k_head: usize,
-    v_head: usize,
+    pub(super) k_head: usize,
+    pub(super) v_head: usize,
     h0: usize,
 }
 
-fn pack(
-    kv: (&View<bf16>, &View<bf16>),
+/// Test hook: pack K/V with the scalar loops even where the vectorised packer could run.
+#[cfg(test)]
+thread_local! {
+    pub(crate) static SCALAR_PACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn scalar_pack() -> bool {
+    #[cfg(test)]
+    return SCALAR_PACK.with(|c| c.get());
+    #[cfg(not(test))]
+    false
+}
+
+pub(super) fn pack<'d>(
+    kv: (&View<'d, bf16>, &View<'d, bf16>),
     s: &AttnShape,
     g: Geo,
     heads: std::ops::Range<usize>,
@@ -85,6 +99,7 @@ fn pack(
     );
     let ((krs, kcs), (vrs, vcs)) = (mat_strides(kv.0.layout), mat_strides(kv.1.layout));
     let (sd, sk) = (dp / 32, KB / 32);
+    let scalar = scalar_pack();
     k_all
         .par_chunks_mut(k_head.max(1))
         .zip(v_all.par_chunks_mut(v_head.max(1)))
@@ -92,6 +107,25 @@ fn pack(
         .for_each(|(i, (kh, vh))| {
             let h = heads.start + i;
             let (kb0, vb0) = (head_base(kv.0.layout, h), head_base(kv.1.layout, h));
+            if kcs == 1 && vcs == 1 && !scalar {
+                let rows = |data: &'d [bf16], at: usize, n: usize| {
+                    data.get(at..at + n).map(bytemuck::cast_slice::<bf16, u16>)
+                };
+                let fast = amx_kv::pack_head(amx_kv::HeadRows {
+                    k: |j| rows(kv.0.data, kb0 + j * krs, s.d),
+                    v: |j| rows(kv.1.data, vb0 + j * vrs, s.dv),
+                    lk,
+                    d: s.d,
+                    dv: s.dv,
+                    dp,
+                    dvp,
+                    kh: &mut *kh,
+                    vh: &mut *vh,
+                });
+                if fast {
+                    return;
+                }
+            }
             let mut row = vec![0u16; dp.max(dvp)];
             for j in 0..lk {
                 let (blk, jj) = (j / KB, j % KB);
