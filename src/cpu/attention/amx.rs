@@ -69,9 +69,9 @@ pub(super) struct Packed {
     h0: usize,
 }
 
-/// Test hook: pack K/V with the scalar loops even where the vectorised packer could run.
 #[cfg(test)]
 thread_local! {
+    /// Test hook: pack K/V with the scalar loops even where the vectorised packer could run.
     pub(crate) static SCALAR_PACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
