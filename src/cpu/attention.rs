@@ -41,6 +41,10 @@ mod avx512;
 mod dp;
 #[cfg(target_arch = "x86_64")]
 mod dp_kernel;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod lanes_tests;
 mod operands;
 mod portable;
 mod schedule;
@@ -325,8 +329,35 @@ fn attention_float<T: FloatElem>(
         dvp,
         qmul: s.scale * std::f32::consts::LOG2_E,
     };
+    #[cfg(target_arch = "x86_64")]
+    if k.level() == SimdLevel::Avx512 && s.lq >= lanes::MIN_QUERIES && !rows_kernel_forced() {
+        let max_tiles = max_tiles / MAX_TILES_PER_TASK * lanes::MAX_TILES_PER_TASK;
+        let tiles = s.lq.div_ceil(lanes::QL);
+        let plan = plan_tasks(s.heads(), tiles, max_tiles, lanes::QL);
+        #[cfg(test)]
+        LANES_RAN.with(|c| c.set(true));
+        for_head_groups(&mut out, s, plan, group_ctx, lanes::task);
+        return out;
+    }
     for_head_groups(&mut out, s, (rows_per_task, group), group_ctx, task);
     out
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: run f32 attention on the row kernels even where the query-lane one would.
+    pub(crate) static FORCE_ROWS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Test hook: set when an attention on this thread ran the query-lane kernel.
+    pub(crate) static LANES_RAN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the row kernels must run (tests compare both kernels on the same inputs).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn rows_kernel_forced() -> bool {
+    #[cfg(test)]
+    return FORCE_ROWS.with(|c| c.get());
+    #[cfg(not(test))]
+    false
 }
 
 /// Whether bf16 attention may use its own kernels (AMX, dot products): `XPU_CPU_ATTN=fma`
