@@ -95,6 +95,10 @@ fn block_moments(k: Kernels, x: &[f32], s: &NhwcSpec, t: &mut StatScratch, out: 
         m.fill((g.iter().sum::<f64>() / count) as f32);
     }
     // Deviations from the block's group means (formed in f32), squared, summed in f64.
+    sums.fill(0.0);
+    if k.add_sq_dev_f64_f32(sums, x, &means) {
+        return moments_out(out, sums, &means, cpg, count);
+    }
     let tiled = &mut t.tiled[..len];
     for row in tiled.chunks_exact_mut(c) {
         row.copy_from_slice(&means);
@@ -106,9 +110,14 @@ fn block_moments(k: Kernels, x: &[f32], s: &NhwcSpec, t: &mut StatScratch, out: 
     for px in sq.chunks_exact(c) {
         k.add_assign_f64_f32(sums, px);
     }
+    moments_out(out, sums, &means, cpg, count);
+}
+
+/// Each group's moments from its channels' sums of squared deviations and its mean.
+fn moments_out(out: &mut [Moments], sq_sums: &[f64], means: &[f32], cpg: usize, count: f64) {
     for (o, (g, m)) in out
         .iter_mut()
-        .zip(sums.chunks_exact(cpg).zip(means.chunks_exact(cpg)))
+        .zip(sq_sums.chunks_exact(cpg).zip(means.chunks_exact(cpg)))
     {
         *o = Moments {
             count,
@@ -236,6 +245,29 @@ fn normalise_run<T: FloatElem>(
 ) {
     let len = xs.len();
     let cap = t.a.len();
+    let Some(af) = aff.get(n) else { return };
+    let xf: &[f32] = match T::as_f32(xs) {
+        Some(f) => f,
+        None => {
+            T::load(k, xs, &mut t.wide[..len]);
+            &t.wide[..len]
+        }
+    };
+    let per_channel = (&af.mean[..], &af.scale[..], &af.shift[..]);
+    match T::as_f32_mut(o) {
+        Some(of) => {
+            if k.channel_affine_f32(xf, per_channel, silu, of) {
+                return;
+            }
+        }
+        None => {
+            let a = &mut t.a[..len];
+            if k.channel_affine_f32(xf, per_channel, silu, a) {
+                T::store(k, a, o);
+                return;
+            }
+        }
+    }
     if t.tiled.as_ref().is_none_or(|tl| tl.0 != n) {
         let Some(af) = aff.get(n) else { return };
         let tile = |v: &[f32]| {
@@ -250,13 +282,6 @@ fn normalise_run<T: FloatElem>(
     }
     let Some((_, [mean, scale, shift])) = t.tiled.as_ref() else {
         return;
-    };
-    let xf: &[f32] = match T::as_f32(xs) {
-        Some(f) => f,
-        None => {
-            T::load(k, xs, &mut t.wide[..len]);
-            &t.wide[..len]
-        }
     };
     let (a, bb) = (&mut t.a[..len], &mut t.b[..len]);
     let (mean, scale, shift) = (&mean[..len], &scale[..len], &shift[..len]);

@@ -29,6 +29,8 @@ mod avx512;
 mod avx512_convert;
 #[cfg(target_arch = "x86_64")]
 mod avx512_math;
+#[cfg(target_arch = "x86_64")]
+mod avx512_norm;
 pub(crate) mod fallback;
 
 use crate::ops::kinds::{BinaryOp, UnaryOp};
@@ -247,6 +249,42 @@ impl Kernels {
     /// `acc[i] += x[i] as f64` (column accumulation for reductions).
     pub fn add_assign_f64_f32(self, acc: &mut [f64], x: &[f32]) {
         dispatch!(self, add_assign_f64(acc, x))
+    }
+
+    /// Fused `dst = act((x - mean) · scale + shift)` over whole rows of `mean.len()` channels
+    /// (per-channel `mean`, `scale`, `shift`; `act` SiLU when `silu`), bit for bit the slice
+    /// kernels' `Sub`, `Mul`, `Add` and `Silu` in turn. Returns `false`, having written
+    /// nothing, below the AVX-512 level (callers then run those slice kernels).
+    pub(crate) fn channel_affine_f32(
+        self,
+        x: &[f32],
+        mean_scale_shift: (&[f32], &[f32], &[f32]),
+        silu: bool,
+        dst: &mut [f32],
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.level == SimdLevel::Avx512 {
+            // SAFETY: `level` is Avx512 only when the CPU supports every feature the module
+            // enables (see `clamp_to_hardware`).
+            unsafe { avx512_norm::channel_affine(x, mean_scale_shift, silu, dst) };
+            return true;
+        }
+        let _ = (x, mean_scale_shift, silu, dst);
+        false
+    }
+
+    /// Fused `acc[j] += ((x[r·c + j] - mean[j])²) as f64` over whole rows of `c = mean.len()`,
+    /// bit for bit the slice kernels' `Sub`, `Mul` and [`Self::add_assign_f64_f32`] per row.
+    /// Returns `false`, having written nothing, below the AVX-512 level.
+    pub(crate) fn add_sq_dev_f64_f32(self, acc: &mut [f64], x: &[f32], mean: &[f32]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.level == SimdLevel::Avx512 {
+            // SAFETY: as in `channel_affine_f32`.
+            unsafe { avx512_norm::add_sq_dev_f64(acc, x, mean) };
+            return true;
+        }
+        let _ = (acc, x, mean);
+        false
     }
 
     /// `acc[i] = max(acc[i], x[i])`, NaN-propagating.

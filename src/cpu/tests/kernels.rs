@@ -311,3 +311,70 @@ fn overrides_select_levels() {
         );
     }
 }
+
+/// The fused group-norm passes write the slice kernels' bits (AVX-512), or nothing (other
+/// levels, whose callers then run the slice kernels): odd channel counts, several rows, NaN,
+/// infinities and large values.
+#[test]
+fn fused_norm_passes_match_the_slice_kernels() {
+    for level in levels() {
+        let k = Kernels::new(level);
+        for c in [1usize, 7, 8, 15, 16, 17, 33, 320] {
+            let rows = 5;
+            let x: Vec<f32> = (0..rows * c)
+                .map(|i| match i % 29 {
+                    3 => f32::NAN,
+                    5 => f32::INFINITY,
+                    7 => -3.0e30,
+                    _ => ((i * 7919) % 1000) as f32 / 37.0 - 13.0,
+                })
+                .collect();
+            let chan = |m: f32| -> Vec<f32> { (0..c).map(|j| j as f32 * m - 1.5).collect() };
+            let (mean, scale, shift) = (chan(0.25), chan(-0.03), chan(0.7));
+            for silu in [false, true] {
+                let mut fused = vec![7.0f32; rows * c + 3];
+                let ran = k.channel_affine_f32(&x, (&mean, &scale, &shift), silu, &mut fused);
+                assert_eq!(ran, level == SimdLevel::Avx512, "{level:?}");
+                if !ran {
+                    assert!(fused.iter().all(|&v| v == 7.0));
+                    continue;
+                }
+                assert!(
+                    fused[rows * c..].iter().all(|&v| v == 7.0),
+                    "wrote past the rows"
+                );
+                for (r, (xr, fr)) in x.chunks(c).zip(fused.chunks(c)).enumerate() {
+                    let (mut a, mut b, mut y) = (vec![0f32; c], vec![0f32; c], vec![0f32; c]);
+                    k.binary_f32(BinaryOp::Sub, xr, &mean, &mut a);
+                    k.binary_f32(BinaryOp::Mul, &a, &scale, &mut b);
+                    k.binary_f32(BinaryOp::Add, &b, &shift, &mut y);
+                    if silu {
+                        k.unary_f32(UnaryOp::Silu, &y, &mut a);
+                        y = a;
+                    }
+                    for (j, (f, w)) in fr.iter().zip(&y).enumerate() {
+                        assert_eq!(
+                            f.to_bits(),
+                            w.to_bits(),
+                            "c {c} row {r} col {j} silu {silu}"
+                        );
+                    }
+                }
+            }
+            let mut fused = vec![0.5f64; c];
+            let ran = k.add_sq_dev_f64_f32(&mut fused, &x, &mean);
+            assert_eq!(ran, level == SimdLevel::Avx512);
+            if ran {
+                let mut want = vec![0.5f64; c];
+                for xr in x.chunks(c) {
+                    let (mut d, mut sq) = (vec![0f32; c], vec![0f32; c]);
+                    k.binary_f32(BinaryOp::Sub, xr, &mean, &mut d);
+                    k.binary_f32(BinaryOp::Mul, &d, &d, &mut sq);
+                    k.add_assign_f64_f32(&mut want, &sq);
+                }
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fused), bits(&want), "c {c}");
+            }
+        }
+    }
+}
