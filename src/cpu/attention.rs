@@ -54,7 +54,8 @@ mod tests;
 pub(super) use schedule::{for_head_groups, plan_tasks};
 
 use operands::{
-    fill_bias, head_base, load_row, mask_data, mat_strides, pack_kv, MaskData, PackedKv, View,
+    fill_bias, head_base, inverse_weight_sum, load_row, mask_data, mat_strides, pack_kv, MaskData,
+    PackedKv, View,
 };
 
 use super::elem::FloatElem;
@@ -271,12 +272,7 @@ fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc:
         let (t, i) = (r / MR, r % MR);
         let acc = &sc.o[(t * MR + i) * dvp..][..dv];
         let (mi, li) = (sc.m[t][i], sc.l[t][i].iter().sum::<f32>());
-        // All keys masked out (or weights summing to nothing): zeros, as PyTorch.
-        let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
-            0.0
-        } else {
-            1.0 / li
-        };
+        let inv = inverse_weight_sum(mi, li);
         match T::as_f32_mut(orow) {
             Some(dst) => c.k.binary_f32_scalar_rhs(BinaryOp::Mul, acc, inv, dst),
             None => {

@@ -24,7 +24,9 @@
 
 use super::avx512::exp2;
 use super::{Ctx, KB};
-use crate::cpu::attention::operands::{fill_bias, head_base, load_row, mat_strides};
+use crate::cpu::attention::operands::{
+    fill_bias, head_base, inverse_weight_sum, load_row, mat_strides,
+};
 use crate::cpu::elem::FloatElem;
 use std::arch::x86_64::*;
 
@@ -310,12 +312,7 @@ fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc:
     for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
         let (t, i) = (r / QL, r % QL);
         let (mi, li) = (sc.m[t][i], sc.l[t][i]);
-        // All keys masked out (or weights summing to nothing): zeros, as PyTorch.
-        let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
-            0.0
-        } else {
-            1.0 / li
-        };
+        let inv = inverse_weight_sum(mi, li);
         let o = &sc.o[t * dv * QL..][..dv * QL];
         let acc = &mut sc.row[..dv];
         for (x, col) in acc.iter_mut().zip(o.chunks_exact(QL)) {

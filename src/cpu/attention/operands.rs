@@ -192,6 +192,17 @@ pub(super) fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {
 }
 
 #[cfg(target_arch = "x86_64")]
+/// The factor a finished row's running output is multiplied by: `1 / l` for the row's sum of
+/// weights `l`, or 0 when its keys were all masked out (its max `m` is still `-inf`) or its
+/// weights sum to nothing, giving zeros as PyTorch does.
+pub(super) fn inverse_weight_sum(m: f32, l: f32) -> f32 {
+    if m == f32::NEG_INFINITY || l <= 0.0 {
+        0.0
+    } else {
+        1.0 / l
+    }
+}
+
 /// Writes the finished bf16 rows of a task: row `r` of `out` (`row.len()` = Dv values each,
 /// rows in tiles of `MR`) is the running output `o` (`[tiles][MR][dvp]` f32) divided by the
 /// row's sum of weights (`l`, split over 16 lanes), rounded once; a row whose keys were all
@@ -209,11 +220,7 @@ pub(super) fn store_normalised<const MR: usize>(
         let (t, i) = (r / MR, r % MR);
         let acc = &o[(t * MR + i) * dvp..][..dv];
         let (mi, li) = (m[t][i], l[t][i].iter().sum::<f32>());
-        let inv = if mi == f32::NEG_INFINITY || li <= 0.0 {
-            0.0
-        } else {
-            1.0 / li
-        };
+        let inv = inverse_weight_sum(mi, li);
         row.iter_mut().zip(acc).for_each(|(x, &a)| *x = a * inv);
         bf16::store(k, row, orow);
     }
