@@ -191,7 +191,6 @@ pub(super) fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {
     })
 }
 
-#[cfg(target_arch = "x86_64")]
 /// The factor a finished row's running output is multiplied by: `1 / l` for the row's sum of
 /// weights `l`, or 0 when its keys were all masked out (its max `m` is still `-inf`) or its
 /// weights sum to nothing, giving zeros as PyTorch does.
@@ -208,6 +207,7 @@ pub(super) fn inverse_weight_sum(m: f32, l: f32) -> f32 {
 /// row's sum of weights (`l`, split over 16 lanes), rounded once; a row whose keys were all
 /// masked out (its max `m` still `-inf`) or whose weights sum to nothing is zeros, as in
 /// PyTorch. `row` is scratch.
+#[cfg(target_arch = "x86_64")]
 pub(super) fn store_normalised<const MR: usize>(
     k: Kernels,
     (o, dvp): (&[f32], usize),
