@@ -1,7 +1,8 @@
 //! Fast paths of the AVX-512 tile store ([`super::avx512_ep::store`]) for full-width tiles
-//! (32 columns) without alpha, beta or residual: the partial sums of a K block, and the last
-//! block's bias and activation into C or rounded into a 16-bit output. Each decides the C
-//! read, bias and activation once per tile and runs one tight loop over the rows.
+//! (32 columns) without alpha or beta: the partial sums of a K block, and the last block's
+//! bias, activation and residual (rows of contiguous values) into C or rounded into a 16-bit
+//! output. Each decides the C read, bias, activation and residual once per tile and runs one
+//! tight loop over the rows.
 //!
 //! Why: the general store decides all of that per row through a closure that re-reads the
 //! epilogue's fields (`perf annotate`): ~600 cycles per 32×32 AMX tile, a third of a K = 320
@@ -10,13 +11,13 @@
 //!
 //! Invariants: every path computes bit for bit what the general path computes for the same
 //! tile: `acc (+ C unless first)`, then on the last block `act(· + bias)`, rounded where the
-//! output is 16-bit; anything else (alpha ≠ 1, beta on a first block, a residual, GLU tiles,
-//! narrower tiles) goes to the general path.
+//! output is 16-bit, then `+ residual`; anything else (alpha ≠ 1, beta on a first block, a
+//! residual with strided columns, GLU tiles, narrower tiles) goes to the general path.
 
 use super::avx512::has_avx512_bf16;
 use super::avx512_ep::{act_ps, bias, store16_row};
 use super::driver::{EpCtx, Tile};
-use super::{Activation, Half, Out16};
+use super::{Activation, Half, Out16, Residual};
 use std::arch::x86_64::*;
 
 /// Stores `acc` through a fast path when the tile is one of the module's cases; returns false
@@ -31,35 +32,119 @@ pub(super) unsafe fn store_full_width<const MR: usize>(
     t: &Tile,
     ep: &EpCtx,
 ) -> bool {
-    if t.nr != 32
-        || ep.glu
-        || ep.alpha != 1.0
-        || ep.residual.is_some()
-        || (t.first && ep.beta != 0.0)
-    {
+    if t.nr != 32 || ep.glu || ep.alpha != 1.0 || (t.first && ep.beta != 0.0) {
         return false;
     }
+    let res = match (&ep.residual, t.last) {
+        (Some(r), true) => match ResRows::of(r, t) {
+            Some(rows) => Some(rows),
+            None => return false,
+        },
+        _ => None,
+    };
     match (&ep.out16, t.last) {
-        (Some(o), true) => store_last_rows16(acc, t, ep, o),
+        (Some(o), true) => store_last_rows16(acc, t, ep, o, res),
         (_, true) => {
             let b = (bias(ep, t.col0, 0xffff), bias(ep, t.col0 + 16, 0xffff));
+            let r = res;
             match (t.first, ep.act) {
-                (true, Activation::None) => rows_f32::<MR, false, true, false>(acc, t, ep.act, b),
-                (false, Activation::None) => rows_f32::<MR, true, true, false>(acc, t, ep.act, b),
-                (true, _) => rows_f32::<MR, false, true, true>(acc, t, ep.act, b),
-                (false, _) => rows_f32::<MR, true, true, true>(acc, t, ep.act, b),
+                (true, Activation::None) => {
+                    rows_f32::<MR, false, true, false>(acc, t, ep.act, b, r)
+                }
+                (false, Activation::None) => {
+                    rows_f32::<MR, true, true, false>(acc, t, ep.act, b, r)
+                }
+                (true, _) => rows_f32::<MR, false, true, true>(acc, t, ep.act, b, r),
+                (false, _) => rows_f32::<MR, true, true, true>(acc, t, ep.act, b, r),
             }
         }
         (_, false) => {
             let z = (_mm512_setzero_ps(), _mm512_setzero_ps());
             if t.first {
-                rows_f32::<MR, false, false, false>(acc, t, ep.act, z);
+                rows_f32::<MR, false, false, false>(acc, t, ep.act, z, None);
             } else {
-                rows_f32::<MR, true, false, false>(acc, t, ep.act, z);
+                rows_f32::<MR, true, false, false>(acc, t, ep.act, z, None);
             }
         }
     }
     true
+}
+
+/// A residual whose rows hold contiguous values, resolved for one tile: row `r`'s 32 values
+/// start at `first + r · stride` elements.
+#[derive(Clone, Copy)]
+struct ResRows {
+    first: *const u8,
+    /// Row stride in elements.
+    stride: usize,
+    kind: ResKind,
+}
+
+#[derive(Clone, Copy)]
+enum ResKind {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl ResRows {
+    /// The tile's residual rows, or `None` when its columns are strided (general path).
+    fn of(r: &Residual, t: &Tile) -> Option<ResRows> {
+        let (first, stride, kind) = match r {
+            Residual::F32(m) if m.col_stride == 1 => {
+                let at = m.offset + t.row0 * m.row_stride + t.col0;
+                (
+                    m.data.as_ptr().wrapping_add(at).cast(),
+                    m.row_stride,
+                    ResKind::F32,
+                )
+            }
+            Residual::Half(m, half) if m.col_stride == 1 => {
+                let at = m.offset + t.row0 * m.row_stride + t.col0;
+                let kind = match half {
+                    Half::Bf16 => ResKind::Bf16,
+                    Half::F16 => ResKind::F16,
+                };
+                (m.data.as_ptr().wrapping_add(at).cast(), m.row_stride, kind)
+            }
+            _ => return None,
+        };
+        Some(ResRows {
+            first,
+            stride,
+            kind,
+        })
+    }
+
+    /// `(lo, hi) + row r`'s 32 residual values (16-bit ones widened exactly), as the general
+    /// store adds them.
+    ///
+    /// # Safety
+    /// AVX-512F; the residual was validated for the whole output (every row of the tile holds
+    /// 32 values from `first + r · stride`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn add(&self, r: usize, (lo, hi): (__m512, __m512)) -> (__m512, __m512) {
+        let (a, b) = match self.kind {
+            ResKind::F32 => {
+                let p = (self.first as *const f32).add(r * self.stride);
+                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+            }
+            ResKind::Bf16 | ResKind::F16 => {
+                let p = (self.first as *const u16).add(r * self.stride);
+                let bits = |q: *const u16| _mm256_loadu_si256(q as *const __m256i);
+                let (x, y) = (bits(p), bits(p.add(16)));
+                if matches!(self.kind, ResKind::Bf16) {
+                    let w =
+                        |v| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)));
+                    (w(x), w(y))
+                } else {
+                    (_mm512_cvtph_ps(x), _mm512_cvtph_ps(y))
+                }
+            }
+        };
+        (_mm512_add_ps(lo, a), _mm512_add_ps(hi, b))
+    }
 }
 
 /// Rows into C: `acc (+ C)`, and on the last block `act(· + bias)`.
@@ -73,6 +158,7 @@ unsafe fn rows_f32<const MR: usize, const ADD_C: bool, const LAST: bool, const A
     t: &Tile,
     act: Activation,
     (b0, b1): (__m512, __m512),
+    res: Option<ResRows>,
 ) {
     for (r, a) in acc.iter().enumerate().take(t.mr) {
         let cp = t.c.add(r * t.ldc);
@@ -88,12 +174,16 @@ unsafe fn rows_f32<const MR: usize, const ADD_C: bool, const LAST: bool, const A
                 lo = act_ps(act, lo);
                 hi = act_ps(act, hi);
             }
+            if let Some(res) = &res {
+                (lo, hi) = res.add(r, (lo, hi));
+            }
         }
         _mm512_storeu_ps(cp, lo);
         _mm512_storeu_ps(cp.add(16), hi);
     }
 }
-/// The last block of a full-width tile rounded into a 16-bit output: `act((acc + C) + bias)`.
+/// The last block of a full-width tile rounded into a 16-bit output: `act((acc + C) + bias)`
+/// (`+ residual` when given).
 ///
 /// # Safety
 /// As [`store_full_width`], for a tile with `t.last`, and C holding partial sums unless
@@ -105,22 +195,24 @@ unsafe fn store_last_rows16<const MR: usize>(
     t: &Tile,
     ep: &EpCtx,
     o: &Out16,
+    res: Option<ResRows>,
 ) {
     let b = (bias(ep, t.col0, 0xffff), bias(ep, t.col0 + 16, 0xffff));
+    let (act, r) = (ep.act, res);
     if o.kind == Half::Bf16 && has_avx512_bf16() {
-        match (t.first, ep.act) {
-            (true, Activation::None) => rows16_bf16::<MR, false, false>(acc, t, ep.act, o, b),
-            (false, Activation::None) => rows16_bf16::<MR, true, false>(acc, t, ep.act, o, b),
-            (true, _) => rows16_bf16::<MR, false, true>(acc, t, ep.act, o, b),
-            (false, _) => rows16_bf16::<MR, true, true>(acc, t, ep.act, o, b),
+        match (t.first, act) {
+            (true, Activation::None) => rows16_bf16::<MR, false, false>(acc, t, act, o, b, r),
+            (false, Activation::None) => rows16_bf16::<MR, true, false>(acc, t, act, o, b, r),
+            (true, _) => rows16_bf16::<MR, false, true>(acc, t, act, o, b, r),
+            (false, _) => rows16_bf16::<MR, true, true>(acc, t, act, o, b, r),
         }
         return;
     }
-    match (t.first, ep.act) {
-        (true, Activation::None) => rows16::<MR, false, false>(acc, t, ep.act, o, b),
-        (false, Activation::None) => rows16::<MR, true, false>(acc, t, ep.act, o, b),
-        (true, _) => rows16::<MR, false, true>(acc, t, ep.act, o, b),
-        (false, _) => rows16::<MR, true, true>(acc, t, ep.act, o, b),
+    match (t.first, act) {
+        (true, Activation::None) => rows16::<MR, false, false>(acc, t, act, o, b, r),
+        (false, Activation::None) => rows16::<MR, true, false>(acc, t, act, o, b, r),
+        (true, _) => rows16::<MR, false, true>(acc, t, act, o, b, r),
+        (false, _) => rows16::<MR, true, true>(acc, t, act, o, b, r),
     }
 }
 
@@ -140,6 +232,7 @@ macro_rules! rows16_fn {
             act: Activation,
             o: &Out16,
             (b0, b1): (__m512, __m512),
+            res: Option<ResRows>,
         ) {
             for (r, a) in acc.iter().enumerate().take(t.mr) {
                 let (mut lo, mut hi) = (a[0], a[1]);
@@ -153,6 +246,9 @@ macro_rules! rows16_fn {
                 if ACT {
                     lo = act_ps(act, lo);
                     hi = act_ps(act, hi);
+                }
+                if let Some(res) = &res {
+                    (lo, hi) = res.add(r, (lo, hi));
                 }
                 $write(o, t.row0 + r, t.col0, lo, hi);
             }
