@@ -168,20 +168,35 @@ unsafe fn rows_f32<const MR: usize, const ADD_C: bool, const LAST: bool, const A
             hi = _mm512_add_ps(hi, _mm512_loadu_ps(cp.add(16)));
         }
         if LAST {
-            lo = _mm512_add_ps(lo, b0);
-            hi = _mm512_add_ps(hi, b1);
-            if ACT {
-                lo = act_ps(act, lo);
-                hi = act_ps(act, hi);
-            }
-            if let Some(res) = &res {
-                (lo, hi) = res.add(r, (lo, hi));
-            }
+            (lo, hi) = last_values::<ACT>((lo, hi), (b0, b1), act, res.as_ref(), r);
         }
         _mm512_storeu_ps(cp, lo);
         _mm512_storeu_ps(cp.add(16), hi);
     }
 }
+/// A last block's row `r` after the epilogue: `act(· + bias)`, then `+ residual` where given.
+///
+/// # Safety
+/// AVX-512F; as [`ResRows::add`] for the residual.
+#[inline(always)]
+unsafe fn last_values<const ACT: bool>(
+    (lo, hi): (__m512, __m512),
+    (b0, b1): (__m512, __m512),
+    act: Activation,
+    res: Option<&ResRows>,
+    r: usize,
+) -> (__m512, __m512) {
+    let (mut lo, mut hi) = (_mm512_add_ps(lo, b0), _mm512_add_ps(hi, b1));
+    if ACT {
+        lo = act_ps(act, lo);
+        hi = act_ps(act, hi);
+    }
+    match res {
+        Some(res) => res.add(r, (lo, hi)),
+        None => (lo, hi),
+    }
+}
+
 /// The last block of a full-width tile rounded into a 16-bit output: `act((acc + C) + bias)`
 /// (`+ residual` when given).
 ///
@@ -241,15 +256,7 @@ macro_rules! rows16_fn {
                     lo = _mm512_add_ps(lo, _mm512_loadu_ps(cp));
                     hi = _mm512_add_ps(hi, _mm512_loadu_ps(cp.add(16)));
                 }
-                lo = _mm512_add_ps(lo, b0);
-                hi = _mm512_add_ps(hi, b1);
-                if ACT {
-                    lo = act_ps(act, lo);
-                    hi = act_ps(act, hi);
-                }
-                if let Some(res) = &res {
-                    (lo, hi) = res.add(r, (lo, hi));
-                }
+                (lo, hi) = last_values::<ACT>((lo, hi), (b0, b1), act, res.as_ref(), r);
                 $write(o, t.row0 + r, t.col0, lo, hi);
             }
         }
