@@ -18,6 +18,7 @@ mod elem;
 mod elementwise;
 pub(crate) mod fused;
 pub mod gemm;
+pub(crate) mod hugepage;
 mod index;
 pub mod matmul;
 mod norm;

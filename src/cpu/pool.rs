@@ -65,8 +65,9 @@ pub(crate) fn take<T: Recycle>(n: usize) -> Vec<T> {
         }
     }
     // Zeroed by the allocator: a large fresh buffer's pages are then first touched by the
-    // caller's own writes (on its worker threads) instead of by a fill on this thread.
-    bytemuck::zeroed_vec(n)
+    // caller's own writes (on its worker threads) instead of by a fill on this thread, as huge
+    // pages where the kernel allows (see `hugepage`).
+    super::hugepage::zeroed_vec(n)
 }
 
 /// Returns a vector to its free list (or frees it if it is small or the list is full).

@@ -31,14 +31,15 @@ impl AlignedBuf {
     /// The first `n` elements as `T`. A buffer too small is replaced by a zeroed one (all of
     /// it zero); reused space keeps old contents. The replacement comes from the allocator
     /// already zeroed (`alloc_zeroed`: fresh pages of a large one are only touched when
-    /// written), not grown in place, which wrote every new line: a 84 MB bf16 product's
-    /// partial-sum buffer, never read or written when K fits one block, cost 30 ms a call.
+    /// written, as huge pages where the kernel allows), not grown in place, which wrote every
+    /// new line: a 84 MB bf16 product's partial-sum buffer, never read or written when K fits
+    /// one block, cost 30 ms a call.
     pub(crate) fn slice_mut<T: bytemuck::Pod>(&mut self, n: usize) -> &mut [T] {
         let bytes = n * std::mem::size_of::<T>();
         let lines = bytes.div_ceil(64);
         if self.lines.len() < lines {
             self.lines = Vec::new();
-            self.lines = bytemuck::zeroed_vec(lines);
+            self.lines = crate::cpu::hugepage::zeroed_vec(lines);
         }
         let all: &mut [T] = bytemuck::cast_slice_mut(&mut self.lines[..lines]);
         &mut all[..n]
