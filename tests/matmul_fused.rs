@@ -171,3 +171,93 @@ fn builder_validates_operands() {
         let _ = MatmulKernel::Auto;
     }
 }
+
+/// The Cpu fused product writes into recycled storage (a NaN-filled buffer of the output's
+/// size is dropped first), keeps the partial sums of 16-bit outputs in scratch across K blocks
+/// (K = 700, batches run one after another above 4M multiply-adds), and reads residuals in
+/// place at their strides: transposed, broadcast along rows, broadcast along the batch.
+#[test]
+fn cpu_fused_products_in_recycled_storage_with_residual_views() {
+    let (m, k, n) = (600, 700, 256);
+    for &dtype in &FLOATS {
+        // Scaled so each sum is O(1): the tolerance is relative to the terms' size, and a
+        // GEGLU output h·gelu(g) can be small where h is.
+        let a = randn(&[2, m, k], dtype, 21)
+            .mul_scalar(1.0 / (k as f64).sqrt())
+            .unwrap();
+        let b = randn(&[k, 2 * n], dtype, 22);
+        let bias = randn(&[2 * n], dtype, 23);
+        let residuals = [
+            randn(&[n, m], dtype, 24).t().unwrap(),
+            randn(&[n], dtype, 25),
+            randn(&[m, n], dtype, 26),
+            randn(&[2, m, n], dtype, 27),
+        ];
+        for (i, res) in residuals.iter().enumerate() {
+            for geglu in [false, true] {
+                let b = if geglu {
+                    b.clone()
+                } else {
+                    b.narrow(1, 0, n).unwrap()
+                };
+                let bias = if geglu {
+                    bias.clone()
+                } else {
+                    bias.narrow(0, 0, n).unwrap()
+                };
+                let mut case = a.matmul_fused(&b).bias(&bias).residual(res);
+                case = if geglu {
+                    case.geglu()
+                } else {
+                    case.activation(Activation::Silu)
+                };
+                for _ in 0..2 {
+                    let junk = Tensor::full(f64::NAN, &[2, m, n], DType::F32, Device::Cpu);
+                    drop(junk.unwrap());
+                    let junk16 = Tensor::full(f64::NAN, &[2, m, n], dtype, Device::Cpu);
+                    drop(junk16.unwrap());
+                    let fused = case.run().unwrap();
+                    assert_eq!(fused.shape(), &[2, m, n]);
+                    let t = tol(dtype, k);
+                    assert_close(
+                        &format!("{dtype} residual {i} geglu {geglu}"),
+                        &values(&fused),
+                        &values(&case.run_unfused().unwrap()),
+                        t,
+                        t,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// K = 0: the epilogue alone (bias, activation, residual view), on each device.
+#[test]
+fn empty_products_run_the_epilogue_alone() {
+    for device in common::devices() {
+        for &dtype in &FLOATS {
+            let a = Tensor::zeros(&[2, 5, 0], dtype, device).unwrap();
+            let b = Tensor::zeros(&[0, 6], dtype, device).unwrap();
+            let bias = randn(&[6], dtype, 31).to(device).unwrap();
+            let res = randn(&[6, 5], dtype, 32).to(device).unwrap().t().unwrap();
+            let half = res.narrow(1, 0, 3).unwrap();
+            for geglu in [false, true] {
+                let case = if geglu {
+                    a.matmul_fused(&b).bias(&bias).residual(&half).geglu()
+                } else {
+                    let case = a.matmul_fused(&b).bias(&bias).residual(&res);
+                    case.activation(Activation::Gelu)
+                };
+                let fused = case.run().unwrap();
+                assert_close(
+                    &format!("{device} {dtype} K=0 geglu {geglu}"),
+                    &values(&fused),
+                    &values(&case.run_unfused().unwrap()),
+                    1e-6,
+                    1e-6,
+                );
+            }
+        }
+    }
+}

@@ -5,8 +5,9 @@
 //! contiguous f32; `bias` is gathered to f32; a 16-bit output is rounded once, by the GEMM store
 //! (or after the epilogue when K = 0).
 
-use super::gemm::{Activation, Epilogue, MatRef, Out16};
+use super::gemm::{Activation, Epilogue, MatRef, Out16, Residual};
 use super::matmul::{batch_offset, dims, narrow, GemmElem};
+use super::prepack::residual_of;
 use super::storage::CpuStorage;
 use super::strided::check_layout;
 use crate::layout::Layout;
@@ -32,7 +33,12 @@ fn to_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
 }
 
 /// The fused product into f32 rows, or, with `out16` (K > 0 only), rounded into those 16-bit
-/// rows by the GEMM store (the returned f32 buffer then holds only partial sums and `C`).
+/// rows by the GEMM store; then the returned vector is empty unless it held `C` (partial sums
+/// go to the engine's kept scratch, not to a fresh `batch·M·N` buffer per call).
+///
+/// Without `C` the f32 output is a recycled buffer: with `beta = 0` and K > 0 the store writes
+/// every element. A residual in f32, bf16 or f16 is read in place at its (broadcast) strides,
+/// as the prepacked layers do; other dtypes, and K = 0, gather it to f32 once.
 fn fused_f32<T: GemmElem>(
     a: &[T],
     al: &Layout,
@@ -46,16 +52,32 @@ fn fused_f32<T: GemmElem>(
     check_layout("matmul_fused", bl, b.len())?;
     let n = if f.geglu { n_prod / 2 } else { n_prod };
     let batch: usize = batch_shape.iter().product();
+    let size = batch * m * n;
+    if size == 0 {
+        return Ok(Vec::new());
+    }
     let mut out = match &f.c {
         Some((s, l)) if f.beta != 0.0 => to_f32(s, l)?,
-        _ => vec![0f32; batch * m * n],
+        _ if out16.is_some() && k > 0 => Vec::new(),
+        _ if k > 0 => super::pool::take::<f32>(size),
+        _ => vec![0f32; size],
     };
     let bias = f.bias.as_ref().map(|(s, l)| to_f32(s, l)).transpose()?;
-    let residual = f.residual.as_ref().map(|(s, l)| to_f32(s, l)).transpose()?;
-    if out.is_empty() {
-        return Ok(out);
-    }
     let r = al.rank();
+    let in_place = |l: &Layout| k > 0 && l.rank() == r && l.shape()[r - 2..] == [m, n];
+    let residual_f32 = match &f.residual {
+        Some((s, l)) if !(in_place(l) && store_reads(s)) => Some(to_f32(s, l)?),
+        _ => None,
+    };
+    let residual_at = |bi: usize| -> Option<Residual> {
+        if let Some(v) = &residual_f32 {
+            return Some(Residual::F32(MatRef::new(v, bi * m * n, m, n, n, 1)));
+        }
+        let (s, l) = f.residual.as_ref()?;
+        let st = l.strides();
+        let off = batch_offset(bi, &batch_shape, &st[..r - 2], l.offset());
+        residual_of(s, (m, n), (off, st[r - 2], st[r - 1]))
+    };
     let (sam, sak) = (al.strides()[r - 2], al.strides()[r - 1]);
     let (sbk, sbn) = (bl.strides()[r - 2], bl.strides()[r - 1]);
     let one = |bi: usize, c: &mut [f32]| -> Result<()> {
@@ -69,8 +91,8 @@ fn fused_f32<T: GemmElem>(
         if let Some(bias) = &bias {
             ep = ep.with_bias(bias);
         }
-        if let Some(res) = &residual {
-            ep = ep.with_residual(MatRef::new(res, bi * m * n, m, n, n, 1));
+        if let Some(res) = residual_at(bi) {
+            ep = ep.with_any_residual(res);
         }
         if let Some(o) = out16 {
             ep = ep.with_out16(o.offset(bi * m * n));
@@ -84,7 +106,16 @@ fn fused_f32<T: GemmElem>(
             T::gemm(av, bv, c, n, &ep)
         }
     };
-    if batch > 1 && m * n * k < (1 << 22) {
+    let parallel = batch > 1 && m * n * k < (1 << 22);
+    if out.is_empty() {
+        // 16-bit output without C: each batch's partial sums live in the kept scratch.
+        let run = |bi: usize| super::gemm::with_partial_sums(m * n, |c| one(bi, c));
+        if parallel {
+            (0..batch).into_par_iter().try_for_each(run)?;
+        } else {
+            (0..batch).try_for_each(run)?;
+        }
+    } else if parallel {
         out.par_chunks_mut(m * n)
             .enumerate()
             .try_for_each(|(bi, c)| one(bi, c))?;
@@ -94,6 +125,14 @@ fn fused_f32<T: GemmElem>(
         }
     }
     Ok(out)
+}
+
+/// Whether the GEMM store reads residuals of `s`'s dtype in place (see [`residual_of`]).
+fn store_reads(s: &CpuStorage) -> bool {
+    matches!(
+        s,
+        CpuStorage::F32(_) | CpuStorage::BF16(_) | CpuStorage::F16(_)
+    )
 }
 
 /// The epilogue over an empty product (K = 0): the engine is not called with K = 0.
