@@ -8,6 +8,7 @@
 //! most 4, 512 MiB) for [`AlignedBuf::recycled`], whose callers write every element they read;
 //! every other new (or replaced, see [`AlignedBuf::slice_mut`]) buffer is zeroed.
 
+use super::lines::LineVec;
 use std::cell::Cell;
 use std::sync::Mutex;
 
@@ -24,22 +25,22 @@ unsafe impl bytemuck::Pod for Line {}
 /// A growable buffer of cache lines, viewed as a slice of any plain 4-byte-or-smaller type.
 #[derive(Default)]
 pub struct AlignedBuf {
-    lines: Vec<Line>,
+    lines: LineVec,
 }
 
 impl AlignedBuf {
     /// The first `n` elements as `T`. A buffer too small is replaced by a zeroed one (all of
     /// it zero); reused space keeps old contents. The replacement comes from the allocator
-    /// already zeroed (`alloc_zeroed`: fresh pages of a large one are only touched when
-    /// written, as huge pages where the kernel allows), not grown in place, which wrote every
+    /// already zeroed ([`LineVec`]: fresh pages of a large one are only touched when written,
+    /// as huge pages where the kernel allows), not grown in place, which wrote every
     /// new line: a 84 MB bf16 product's partial-sum buffer, never read or written when K fits
     /// one block, cost 30 ms a call.
     pub(crate) fn slice_mut<T: bytemuck::Pod>(&mut self, n: usize) -> &mut [T] {
         let bytes = n * std::mem::size_of::<T>();
         let lines = bytes.div_ceil(64);
         if self.lines.len() < lines {
-            self.lines = Vec::new();
-            self.lines = crate::cpu::hugepage::zeroed_vec(lines);
+            self.lines = LineVec::default();
+            self.lines = LineVec::zeroed(lines);
         }
         let all: &mut [T] = bytemuck::cast_slice_mut(&mut self.lines[..lines]);
         &mut all[..n]
@@ -62,7 +63,7 @@ impl AlignedBuf {
         let lines = (n * std::mem::size_of::<T>()).div_ceil(64);
         if lines >= SPARE_MIN_LINES {
             if let Ok(mut spare) = SPARE.lock() {
-                let best = crate::cpu::pool::best_fit(spare.iter().map(Vec::len), lines);
+                let best = crate::cpu::pool::best_fit(spare.iter().map(|s| s.len()), lines);
                 if let Some(i) = best {
                     return AlignedBuf {
                         lines: spare.swap_remove(i),
@@ -80,7 +81,7 @@ impl AlignedBuf {
 /// per-call Winograd convolution drops one pack per point (16 or 36, 0.8 MB each at 448
 /// channels): with 4 spares of at least 1 MiB kept, a 448-channel call ran 40% slower than a
 /// 512-channel one.
-static SPARE: Mutex<Vec<Vec<Line>>> = Mutex::new(Vec::new());
+static SPARE: Mutex<Vec<LineVec>> = Mutex::new(Vec::new());
 /// Smallest storage worth keeping (256 KiB).
 const SPARE_MIN_LINES: usize = (256 << 10) / 64;
 /// Most storages kept, and most bytes.
@@ -107,7 +108,7 @@ impl Drop for AlignedBuf {
         let mut evicted = Vec::new();
         if let Ok(mut spare) = SPARE.lock() {
             spare.push(lines);
-            let mut kept: usize = spare.iter().map(Vec::len).sum();
+            let mut kept: usize = spare.iter().map(|s| s.len()).sum();
             while spare.len() > SPARE_MAX || kept > SPARE_MAX_LINES {
                 let old = spare.remove(0);
                 kept -= old.len();

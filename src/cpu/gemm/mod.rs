@@ -47,6 +47,7 @@ mod gather;
 #[cfg(target_arch = "x86_64")]
 mod gather_dot;
 mod layout;
+mod lines;
 mod pack;
 mod panels;
 mod peak;
