@@ -134,6 +134,7 @@ mod tests {
             assert!(words.iter().enumerate().all(|(i, &w)| w == i as u32));
         }
         let empty = LineVec::default();
-        assert!(empty.len() == 0 && empty.iter().next().is_none());
+        assert!(empty.iter().next().is_none());
+        assert_eq!(empty.len(), 0);
     }
 }
