@@ -379,15 +379,8 @@ fn conv_typed<S: ConvElem>(
         return Ok(());
     }
     if let Panels::Winograd(wg) = &w.panels {
-        return match out16 {
-            None => winograd::conv_winograd(ep.path, data, xl, wg, g, ep, out),
-            Some(o16) => {
-                // `out` is scratch here: final f32 rows, then one rounding to 16 bits.
-                winograd::conv_winograd(ep.path, data, xl, wg, g, ep, out)?;
-                o16.store_rows(out, g.o);
-                Ok(())
-            }
-        };
+        // With `out16`, `out` is scratch: final f32 rows, each rounded once to 16 bits.
+        return winograd::conv_winograd(ep.path, data, xl, wg, g, ep, (out, out16));
     }
     let zeros = vec![S::zeroed(); cg.max(1)];
     // Images run together, or one by one when the residual steps per image.

@@ -56,7 +56,7 @@ use super::winograd_out::{finish_row, BlockProducts};
 use super::winograd_pack::{transform_packed_bf16, transform_packed_f32};
 use super::ConvEpilogue;
 use crate::cpu::gemm::{
-    self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, PackedB, SrcKind, ToF32,
+    self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB, SrcKind, ToF32,
 };
 use crate::cpu::simd::Kernels;
 use crate::layout::Layout;
@@ -291,7 +291,9 @@ thread_local! {
 }
 
 /// `act(conv(x, w) + bias) + residual` into the f32 NHWC rows `out` (`N·Ho·Wo × O`), for the
-/// input view `xl` (channel stride 1, checked against `data` by the caller).
+/// input view `xl` (channel stride 1, checked against `data` by the caller). With `out16` the
+/// final values are also rounded into those 16-bit rows, each tile row by the thread that
+/// finished it while its values are in cache (`out` is then scratch).
 pub(crate) fn conv_winograd<S: ToF32>(
     path: GemmPath,
     data: &[S],
@@ -299,21 +301,15 @@ pub(crate) fn conv_winograd<S: ToF32>(
     w: &WinogradWeights,
     g: &ConvGeom,
     ep: &ConvEpilogue,
-    out: &mut [f32],
+    (out, out16): (&mut [f32], Option<Out16>),
 ) -> Result<()> {
-    run_blocked(
-        path,
-        (data, xl),
-        w,
-        g,
-        ep,
-        out,
-        block_floats(w.tile, g.c, g.o),
-    )
+    let block = block_floats(w.tile, g.c, g.o);
+    run_blocked_into(path, (data, xl), w, g, ep, (out, out16), block)
 }
 
-/// [`conv_winograd`] with blocks of about `block_floats` transformed values (tests use small
-/// blocks to cross block boundaries on small inputs).
+/// [`conv_winograd`] into f32 rows with blocks of about `block_floats` transformed values
+/// (tests use small blocks to cross block boundaries on small inputs).
+#[cfg(test)]
 pub(super) fn run_blocked<S: ToF32>(
     path: GemmPath,
     (data, xl): (&[S], &Layout),
@@ -321,6 +317,19 @@ pub(super) fn run_blocked<S: ToF32>(
     g: &ConvGeom,
     ep: &ConvEpilogue,
     out: &mut [f32],
+    block_floats: usize,
+) -> Result<()> {
+    run_blocked_into(path, (data, xl), w, g, ep, (out, None), block_floats)
+}
+
+/// [`conv_winograd`] with blocks of about `block_floats` transformed values.
+fn run_blocked_into<S: ToF32>(
+    path: GemmPath,
+    (data, xl): (&[S], &Layout),
+    w: &WinogradWeights,
+    g: &ConvGeom,
+    ep: &ConvEpilogue,
+    (out, out16): (&mut [f32], Option<Out16>),
     block_floats: usize,
 ) -> Result<()> {
     let op = "conv2d";
@@ -437,6 +446,9 @@ pub(super) fn run_blocked<S: ToF32>(
                 first_tile,
             };
             finish_row((avx2, tile), &mr, g, &inp, r0 + i, ep, kernels, part);
+            if let Some(o16) = out16 {
+                o16.offset(row_start(r0 + i)).store_rows(part, o);
+            }
         });
         r0 = r1;
     }
