@@ -7,7 +7,7 @@
 
 use super::gemm::{Activation, Epilogue, MatRef, Out16, Residual};
 use super::matmul::{batch_offset, dims, narrow, GemmElem};
-use super::prepack::residual_of;
+use super::prepack::{residual_in_place, residual_of};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
 use crate::layout::Layout;
@@ -64,9 +64,15 @@ fn fused_f32<T: GemmElem>(
     };
     let bias = f.bias.as_ref().map(|(s, l)| to_f32(s, l)).transpose()?;
     let r = al.rank();
-    let in_place = |l: &Layout| k > 0 && l.rank() == r && l.shape()[r - 2..] == [m, n];
+    // In place only at exactly the output's shape (the caller broadcasts it there).
+    let in_place = |l: &Layout| {
+        k > 0
+            && l.rank() == r
+            && l.shape()[..r - 2] == batch_shape[..]
+            && l.shape()[r - 2..] == [m, n]
+    };
     let residual_f32 = match &f.residual {
-        Some((s, l)) if !(in_place(l) && store_reads(s)) => Some(to_f32(s, l)?),
+        Some((s, l)) if !(in_place(l) && residual_in_place(s)) => Some(to_f32(s, l)?),
         _ => None,
     };
     let residual_at = |bi: usize| -> Option<Residual> {
@@ -125,14 +131,6 @@ fn fused_f32<T: GemmElem>(
         }
     }
     Ok(out)
-}
-
-/// Whether the GEMM store reads residuals of `s`'s dtype in place (see [`residual_of`]).
-fn store_reads(s: &CpuStorage) -> bool {
-    matches!(
-        s,
-        CpuStorage::F32(_) | CpuStorage::BF16(_) | CpuStorage::F16(_)
-    )
 }
 
 /// The epilogue over an empty product (K = 0): the engine is not called with K = 0.

@@ -195,6 +195,15 @@ impl PackedWeight {
     }
 }
 
+/// Whether the GEMM store reads residuals of `s`'s dtype in place ([`residual_of`] gives
+/// `Some` exactly for these).
+pub(crate) fn residual_in_place(s: &CpuStorage) -> bool {
+    matches!(
+        s,
+        CpuStorage::F32(_) | CpuStorage::BF16(_) | CpuStorage::F16(_)
+    )
+}
+
 /// The engine's view of `rows × cols` residual values in `s` at `(offset, row stride, column
 /// stride)`; `None` for a dtype the store cannot read (not f32, bf16 or f16).
 pub(crate) fn residual_of(
