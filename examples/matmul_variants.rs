@@ -1,45 +1,72 @@
-//! Times every forced Xpu matmul kernel on one shape (`cargo run --release --example
-//! matmul_variants -- M K N`), to compare kernels on the adapter at hand.
+//! Times every forced Xpu matmul kernel on one shape, to compare kernels on the adapter at hand:
+//! `cargo run --release --example matmul_variants -- M K N [f32|f16|bf16] [bt]` (`bt`: B is the
+//! transposed view of an `[N, K]` weight, the nn Linear layout). Each kernel runs once to
+//! compile and warm up, then the median of 5 timed calls (each synchronised) is printed.
 
 use std::time::Instant;
 
 use xpu::{DType, Device, MatmulKernel, Tensor, TileConfig};
 
 fn main() -> xpu::Result<()> {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let (m, k, n) = match args[..] {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let (m, k, n) = match sizes[..] {
         [m, k, n] => (m, k, n),
         _ => (512, 768, 1024),
     };
-    let a = Tensor::randn(&[m, k], DType::F32, Device::Xpu, 1)?;
-    let b = Tensor::randn(&[k, n], DType::F32, Device::Xpu, 2)?;
+    let dtype = match args
+        .iter()
+        .find(|a| a.starts_with('f') || a.starts_with('b'))
+    {
+        Some(d) if d == "f16" => DType::F16,
+        Some(d) if d == "bf16" => DType::BF16,
+        _ => DType::F32,
+    };
+    let transposed_b = args.iter().any(|a| a == "bt");
+    let a = Tensor::randn(&[m, k], dtype, Device::Xpu, 1)?;
+    let b = if transposed_b {
+        Tensor::randn(&[n, k], dtype, Device::Xpu, 2)?.transpose(0, 1)?
+    } else {
+        Tensor::randn(&[k, n], dtype, Device::Xpu, 2)?
+    };
+    println!(
+        "{m}x{k}x{n} {dtype}, B {}",
+        if transposed_b {
+            "transposed"
+        } else {
+            "row-major"
+        }
+    );
     let kernels = [
         MatmulKernel::Auto,
         MatmulKernel::Simple,
         MatmulKernel::Tiled(TileConfig::Large),
+        MatmulKernel::Tiled(TileConfig::LargeVec4),
         MatmulKernel::Tiled(TileConfig::Medium),
+        MatmulKernel::Tiled(TileConfig::MediumVec4),
         MatmulKernel::Tiled(TileConfig::Skinny),
         MatmulKernel::Tiled(TileConfig::Gemv),
+        MatmulKernel::CoopMatrix,
     ];
     for kernel in kernels {
-        let run = || {
-            a.matmul_fused(&b)
-                .kernel(kernel)
-                .run()
-                .and_then(|t| t.to_vec::<f32>())
+        let run = || -> xpu::Result<()> {
+            drop(a.matmul_fused(&b).kernel(kernel).run()?);
+            xpu::synchronize()
         };
         if let Err(e) = run() {
             println!("{kernel:?}: {e}");
             continue;
         }
-        let t = Instant::now();
-        run()?;
-        let s = t.elapsed().as_secs_f64();
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            run()?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let s = times[times.len() / 2];
         println!(
-            "{kernel:?}: {:.1} ms, {:.2} GFLOP/s",
+            "{kernel:?}: {:.3} ms, {:.2} GFLOP/s",
             s * 1e3,
             2.0 * (m * n * k) as f64 / s / 1e9
         );

@@ -19,6 +19,8 @@
 // - conv_medium: 64x64 tile, TK 16, 16x16 invocations, 4x4 block;
 // - conv_narrow: 128x16 tile, TK 8, 8x32 invocations, 4x2 block (few output channels).
 // Every tile handles every shape (edges are bounds-checked); the host picks one by shape.
+// shaders/conv_vec4.wgsl holds vec4-staged forms of conv_large and conv_medium (same FMAs, same
+// bits, fewer workgroup loads), which `Auto` takes unless XPU_TILE_VEC4=0.
 //
 // Bindings: 1 dst (DT_OUT), 2 input (src0), 3 weight (src1), 4 bias, 5 residual (all DT_IN;
 // absent operands are bound to the input and never read).
@@ -218,6 +220,13 @@ fn store_block(g: u32, r: u32, c: u32, v00: f32, v01: f32, v10: f32, v11: f32) {
     }
 }
 
+// Stores the micro-blocks of rows (r, r+1) whose accumulators hold columns (c, c+1, c+32,
+// c+33): `v0` of row r, `v1` of row r+1 (the epilogues of the 16x16 configs).
+fn store_band(g: u32, r: u32, c: u32, v0: vec4<f32>, v1: vec4<f32>) {
+    store_block(g, r, c, v0.x, v0.y, v1.x, v1.y);
+    store_block(g, r, c + 32u, v0.z, v0.w, v1.z, v1.w);
+}
+
 // The staged rows of one invocation (fixed for the whole K loop).
 fn staged_rows(lid: u32, row0: u32, g: u32, tm: u32, tk: u32) -> array<RowIn, 4> {
     var rows: array<RowIn, 4>;
@@ -298,26 +307,16 @@ fn conv_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         }
         workgroupBarrier();
     }
-    let r0 = row0 + 2u * lr + 0u;
-    store_block(g, r0, col0 + 2u * lc + 0u, c0l.x, c0l.y, c1l.x, c1l.y);
-    store_block(g, r0, col0 + 2u * lc + 32u, c0l.z, c0l.w, c1l.z, c1l.w);
-    store_block(g, r0, col0 + 2u * lc + 64u, c0h.x, c0h.y, c1h.x, c1h.y);
-    store_block(g, r0, col0 + 2u * lc + 96u, c0h.z, c0h.w, c1h.z, c1h.w);
-    let r1 = row0 + 2u * lr + 32u;
-    store_block(g, r1, col0 + 2u * lc + 0u, c2l.x, c2l.y, c3l.x, c3l.y);
-    store_block(g, r1, col0 + 2u * lc + 32u, c2l.z, c2l.w, c3l.z, c3l.w);
-    store_block(g, r1, col0 + 2u * lc + 64u, c2h.x, c2h.y, c3h.x, c3h.y);
-    store_block(g, r1, col0 + 2u * lc + 96u, c2h.z, c2h.w, c3h.z, c3h.w);
-    let r2 = row0 + 2u * lr + 64u;
-    store_block(g, r2, col0 + 2u * lc + 0u, c4l.x, c4l.y, c5l.x, c5l.y);
-    store_block(g, r2, col0 + 2u * lc + 32u, c4l.z, c4l.w, c5l.z, c5l.w);
-    store_block(g, r2, col0 + 2u * lc + 64u, c4h.x, c4h.y, c5h.x, c5h.y);
-    store_block(g, r2, col0 + 2u * lc + 96u, c4h.z, c4h.w, c5h.z, c5h.w);
-    let r3 = row0 + 2u * lr + 96u;
-    store_block(g, r3, col0 + 2u * lc + 0u, c6l.x, c6l.y, c7l.x, c7l.y);
-    store_block(g, r3, col0 + 2u * lc + 32u, c6l.z, c6l.w, c7l.z, c7l.w);
-    store_block(g, r3, col0 + 2u * lc + 64u, c6h.x, c6h.y, c7h.x, c7h.y);
-    store_block(g, r3, col0 + 2u * lc + 96u, c6h.z, c6h.w, c7h.z, c7h.w);
+    let c = col0 + 2u * lc;
+    let r = row0 + 2u * lr;
+    store_band(g, r, c, c0l, c1l);
+    store_band(g, r, c + 64u, c0h, c1h);
+    store_band(g, r + 32u, c, c2l, c3l);
+    store_band(g, r + 32u, c + 64u, c2h, c3h);
+    store_band(g, r + 64u, c, c4l, c5l);
+    store_band(g, r + 64u, c + 64u, c4h, c5h);
+    store_band(g, r + 96u, c, c6l, c7l);
+    store_band(g, r + 96u, c + 64u, c6h, c7h);
 }
 
 @compute @workgroup_size(16, 16)
@@ -362,12 +361,8 @@ fn conv_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         }
         workgroupBarrier();
     }
-    let r0 = row0 + 2u * lr + 0u;
-    store_block(g, r0, col0 + 2u * lc + 0u, c0.x, c0.y, c1.x, c1.y);
-    store_block(g, r0, col0 + 2u * lc + 32u, c0.z, c0.w, c1.z, c1.w);
-    let r1 = row0 + 2u * lr + 32u;
-    store_block(g, r1, col0 + 2u * lc + 0u, c2.x, c2.y, c3.x, c3.y);
-    store_block(g, r1, col0 + 2u * lc + 32u, c2.z, c2.w, c3.z, c3.w);
+    store_band(g, row0 + 2u * lr, col0 + 2u * lc, c0, c1);
+    store_band(g, row0 + 2u * lr + 32u, col0 + 2u * lc, c2, c3);
 }
 
 @compute @workgroup_size(8, 32)

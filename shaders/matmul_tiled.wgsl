@@ -12,6 +12,8 @@
 // - mm_gemv:   4 rows (meant for M <= 4) by 64 (B row-major) or 8 (B column-major) virtual
 //              columns per workgroup; the K range is split over 4 or 32 lanes and reduced in
 //              workgroup memory.
+// shaders/matmul_vec4.wgsl holds vec4-staged forms of mm_large and mm_medium (same FMAs, same
+// bits, fewer workgroup loads), which `Auto` takes unless XPU_TILE_VEC4=0.
 // A and B tiles are double-buffered in sa/sb (two [TK][TM] / [TK][TN] buffers, one barrier
 // per K step); tiles fully inside the matrices load without bounds checks. Each invocation
 // owns pairs of adjacent columns (c even), so it writes whole output words; GEGLU virtual

@@ -10,10 +10,12 @@ use xpu::{Activation, DType, Device, Error, MatmulKernel, Tensor, TileConfig};
 
 const SIZES: [usize; 9] = [1, 3, 17, 63, 64, 65, 127, 129, 257];
 
-const KERNELS: [MatmulKernel; 5] = [
+const KERNELS: [MatmulKernel; 7] = [
     MatmulKernel::Simple,
     MatmulKernel::Tiled(TileConfig::Large),
     MatmulKernel::Tiled(TileConfig::Medium),
+    MatmulKernel::Tiled(TileConfig::LargeVec4),
+    MatmulKernel::Tiled(TileConfig::MediumVec4),
     MatmulKernel::Tiled(TileConfig::Skinny),
     MatmulKernel::Tiled(TileConfig::Gemv),
 ];
@@ -168,6 +170,48 @@ fn every_forced_kernel_matches_the_cpu() {
         "{checked} forced-kernel cases in {:.1} s",
         start.elapsed().as_secs_f64()
     );
+}
+
+/// The vec4 tile configs run the same FMAs in the same order as their scalar forms: the same
+/// bits on every epilogue (GEGLU included), dtype, transposed and batched operand, on shapes
+/// with full and partial tiles and K not a multiple of the K step.
+#[test]
+fn vec4_tiles_give_the_scalar_tiles_bits() {
+    if !common::xpu() {
+        return;
+    }
+    let bits = |t: Tensor| -> Vec<u32> {
+        let t = t.to_dtype(DType::F32).unwrap();
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    let pairs = [
+        (TileConfig::Large, TileConfig::LargeVec4),
+        (TileConfig::Medium, TileConfig::MediumVec4),
+    ];
+    for (di, &dtype) in FLOATS.iter().enumerate() {
+        for (si, &(m, k, n)) in [(129, 257, 130), (257, 65, 63), (64, 17, 257)]
+            .iter()
+            .enumerate()
+        {
+            for e in 0..6 {
+                let ci = di + 3 * si + 7 * e;
+                let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
+                for (scalar, vec4) in pairs {
+                    let want = bits(run(&gpu, e, MatmulKernel::Tiled(scalar)).unwrap());
+                    let got = bits(run(&gpu, e, MatmulKernel::Tiled(vec4)).unwrap());
+                    assert!(
+                        want == got,
+                        "{vec4:?} differs from {scalar:?}: {dtype} {m}x{k}x{n} case {ci} \
+                         epilogue {e}"
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -142,6 +142,9 @@ pub(super) fn matmul(
             2.0 * (m * n * k) as f64,
             peak_flops,
         ));
+        if device == Device::Xpu && m > 32 {
+            xpu_tile_forms(o, dtype, (m, k, n), (&a, &b), peak_flops, rows)?;
+        }
         // The cooperative-matrix kernel where the adapter has one (forced: Auto does not pick it).
         let coop = xpu::xpu_features().is_ok_and(|f| {
             f.subgroup && (f.coop_f32_8x8 || (dtype == DType::F16 && f.coop_f16_16x16))
@@ -164,6 +167,50 @@ pub(super) fn matmul(
                 Err(e) => eprintln!("bench: coop_matrix {m}x{k}x{n} {dtype}: {e}"),
             }
         }
+    }
+    Ok(())
+}
+
+/// The Xpu tile config `Auto` takes for f32 at this shape, forced in its scalar and its vec4
+/// form, with B as given (`tiled`, `tiled_vec4`) and as the transposed view of a `[n, k]` weight
+/// (`tiled_bt`, `tiled_vec4_bt`, the nn Linear layout): which form is faster on a GPU decides
+/// `Auto` (`XPU_MATMUL_VEC4`).
+fn xpu_tile_forms(
+    o: &Opts,
+    dtype: DType,
+    (m, k, n): (usize, usize, usize),
+    (a, b): (&Tensor, &Tensor),
+    peak_flops: Option<f64>,
+    rows: &mut Vec<Row>,
+) -> xpu::Result<()> {
+    use xpu::{MatmulKernel::Tiled, TileConfig};
+    let large = m >= 512 && n >= 512;
+    let (scalar, vec4) = if large {
+        (TileConfig::Large, TileConfig::LargeVec4)
+    } else {
+        (TileConfig::Medium, TileConfig::MediumVec4)
+    };
+    let bt = Tensor::randn(&[n, k], dtype, Device::Xpu, 3)?.transpose(0, 1)?;
+    let forms = [
+        ("tiled", scalar, b),
+        ("tiled_vec4", vec4, b),
+        ("tiled_bt", scalar, &bt),
+        ("tiled_vec4_bt", vec4, &bt),
+    ];
+    for (variant, tile, rhs) in forms {
+        let ms = time(Device::Xpu, o.quick, || {
+            a.matmul_fused(rhs).kernel(Tiled(tile)).run()
+        })?;
+        rows.push(Row::flops(
+            "matmul",
+            variant,
+            Device::Xpu,
+            dtype,
+            vec![m, k, n],
+            ms,
+            2.0 * (m * n * k) as f64,
+            peak_flops,
+        ));
     }
     Ok(())
 }

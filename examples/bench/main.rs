@@ -341,7 +341,7 @@ fn run(o: &Opts) -> xpu::Result<()> {
                 ),
             };
             println!(
-                "{:<20} {:<12} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}{extra}",
+                "{:<20} {:<14} {:<4} {:<5} {:<22} {:>10.3} ms {rate} {frac}{extra}",
                 r.op,
                 r.variant,
                 r.device.to_string(),

@@ -31,6 +31,10 @@ pub enum ConvTile {
     Medium,
     /// 128 pixels × 16 output channels per workgroup, for few output channels.
     Narrow,
+    /// `Large` with its workgroup tiles held as vec4 (one load per 4 rows or channels).
+    LargeVec4,
+    /// `Medium` with vec4 workgroup tiles.
+    MediumVec4,
     /// Winograd F(2×2, 3×3): transforms plus 16 batched point products on the matrix engine
     /// (3×3, stride 1, dilation 1, one group only; anything else is an error). `Auto` takes it
     /// for wide channels (see `conv_winograd_xpu`).

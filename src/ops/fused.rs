@@ -38,6 +38,11 @@ pub enum TileConfig {
     Skinny,
     /// Matrix-vector style for M of a few rows (subgroup reductions where available).
     Gemv,
+    /// The `Large` tile (128×128, 8×8 per invocation) with its workgroup tiles held as vec4:
+    /// one vector load per 4 rows or columns instead of one load per element.
+    LargeVec4,
+    /// The `Medium` tile (64×64, 4×4 per invocation) with vec4 workgroup tiles.
+    MediumVec4,
 }
 
 /// A matrix product with a fused epilogue; see the module docs. Made by [`Tensor::matmul_fused`].

@@ -31,10 +31,16 @@ pub enum ShaderId {
     MatmulCoop16,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
+    /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
+    /// medium tile configs with vec4 tiles in workgroup memory.
+    MatmulVec4,
     /// `shaders/norm.wgsl`: layer norm and group norm (optionally with fused SiLU).
     Norm,
     /// `shaders/conv.wgsl`: implicit-GEMM 2-D convolution with a fused epilogue.
     Conv,
+    /// `shaders/conv_vec4.wgsl` (after `conv.wgsl`): the large and medium convolution tiles with
+    /// vec4 tiles in workgroup memory.
+    ConvVec4,
     /// `shaders/winograd.wgsl`: the filter, input and output transforms of a Winograd F(2x2,
     /// 3x3) convolution (its point products are batched matmuls).
     Winograd,
@@ -48,7 +54,7 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 12] = [
+    pub const ALL: [ShaderId; 14] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -56,8 +62,10 @@ impl ShaderId {
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
         ShaderId::MatmulSubgroup,
+        ShaderId::MatmulVec4,
         ShaderId::Norm,
         ShaderId::Conv,
+        ShaderId::ConvVec4,
         ShaderId::Winograd,
         ShaderId::Attention,
         ShaderId::AttentionCoop16,
@@ -73,8 +81,10 @@ impl ShaderId {
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
+            ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
             ShaderId::Conv => "conv.wgsl",
+            ShaderId::ConvVec4 => "conv_vec4.wgsl",
             ShaderId::Winograd => "winograd.wgsl",
             ShaderId::Attention => "attention.wgsl",
             ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
@@ -84,18 +94,26 @@ impl ShaderId {
     /// The family files after the prelude: one file, or the matmul prelude then the family.
     fn family_sources(self) -> &'static [&'static str] {
         const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
+        const TILED: &str = include_str!("../../shaders/matmul_tiled.wgsl");
+        const CONV: &str = include_str!("../../shaders/conv.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
             ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
             ShaderId::Matmul => &[MATMUL],
-            ShaderId::MatmulTiled => &[MATMUL, include_str!("../../shaders/matmul_tiled.wgsl")],
+            ShaderId::MatmulTiled => &[MATMUL, TILED],
+            ShaderId::MatmulVec4 => &[
+                MATMUL,
+                TILED,
+                include_str!("../../shaders/matmul_vec4.wgsl"),
+            ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
             ShaderId::MatmulCoop16 => &[MATMUL, include_str!("../../shaders/matmul_coop16.wgsl")],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }
             ShaderId::Norm => &[include_str!("../../shaders/norm.wgsl")],
-            ShaderId::Conv => &[include_str!("../../shaders/conv.wgsl")],
+            ShaderId::Conv => &[CONV],
+            ShaderId::ConvVec4 => &[CONV, include_str!("../../shaders/conv_vec4.wgsl")],
             ShaderId::Winograd => &[include_str!("../../shaders/winograd.wgsl")],
             ShaderId::Attention => &[include_str!("../../shaders/attention.wgsl")],
             ShaderId::AttentionCoop16 => &[include_str!("../../shaders/attention_coop16.wgsl")],

@@ -12,6 +12,7 @@
 mod common;
 mod errors;
 mod memory;
+mod vec4;
 mod winograd;
 
 use std::sync::{Mutex, MutexGuard};
@@ -28,11 +29,13 @@ fn gpu_lock() -> MutexGuard<'static, ()> {
     GPU.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const TILES: [ConvTile; 4] = [
+const TILES: [ConvTile; 6] = [
     ConvTile::Auto,
     ConvTile::Large,
     ConvTile::Medium,
     ConvTile::Narrow,
+    ConvTile::LargeVec4,
+    ConvTile::MediumVec4,
 ];
 
 /// Input `[n, c, h, w]`, `o` output channels, a `kh × kw` kernel and the parameters.

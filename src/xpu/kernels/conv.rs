@@ -40,28 +40,36 @@ pub(crate) struct ConvLaunch<'a> {
     pub tile: ConvTile,
 }
 
-/// Output tile (rows = pixels, columns = output channels of a group) and K step of a config.
-fn geometry(tile: ConvTile) -> (&'static str, usize, usize) {
+/// Shader, entry point and output tile (rows = pixels, columns = output channels of a group)
+/// of a config.
+fn geometry(tile: ConvTile) -> (ShaderId, &'static str, usize, usize) {
     match tile {
-        ConvTile::Large => ("conv_large", 128, 128),
-        ConvTile::Narrow => ("conv_narrow", 128, 16),
-        ConvTile::Medium | ConvTile::Auto | ConvTile::Winograd => ("conv_medium", 64, 64),
+        ConvTile::Large => (ShaderId::Conv, "conv_large", 128, 128),
+        ConvTile::LargeVec4 => (ShaderId::ConvVec4, "conv_large4", 128, 128),
+        ConvTile::Narrow => (ShaderId::Conv, "conv_narrow", 128, 16),
+        ConvTile::MediumVec4 => (ShaderId::ConvVec4, "conv_medium4", 64, 64),
+        ConvTile::Medium | ConvTile::Auto | ConvTile::Winograd => {
+            (ShaderId::Conv, "conv_medium", 64, 64)
+        }
     }
 }
 
 /// The automatic config: narrow tiles for up to 16 output channels per group; large tiles
 /// when they waste at most a quarter of their columns and still give at least 256 workgroups
-/// (enough to fill a large GPU); medium tiles otherwise.
+/// (enough to fill a large GPU); medium tiles otherwise. Large and medium tiles take their
+/// vec4 form unless `XPU_TILE_VEC4=0` (see `matmul_select::vec4_tiles`).
 pub(crate) fn auto_tile(m: usize, og: usize, groups: usize) -> ConvTile {
     if og <= 16 {
         return ConvTile::Narrow;
     }
     let large_cols = og.div_ceil(128) * 128;
     let large_groups = m.div_ceil(128) * og.div_ceil(128) * groups;
-    if 4 * og >= 3 * large_cols && large_groups >= 256 {
-        ConvTile::Large
-    } else {
-        ConvTile::Medium
+    let vec4 = super::matmul_select::vec4_tiles();
+    match (4 * og >= 3 * large_cols && large_groups >= 256, vec4) {
+        (true, true) => ConvTile::LargeVec4,
+        (true, false) => ConvTile::Large,
+        (false, true) => ConvTile::MediumVec4,
+        (false, false) => ConvTile::Medium,
     }
 }
 
@@ -164,7 +172,7 @@ fn record(l: &ConvLaunch, out: &XpuStorage, pair_channels: bool) -> Result<()> {
         ConvTile::Auto => auto_tile(m, og, g),
         t => t,
     };
-    let (entry, tm, tn) = geometry(tile);
+    let (shader, entry, tm, tn) = geometry(tile);
     let (xs, ws) = (xl.strides(), wl.strides());
     let mut flags = activation_code(l.activation) << 8;
     if xs[1] < xs[3] {
@@ -231,7 +239,7 @@ fn record(l: &ConvLaunch, out: &XpuStorage, pair_channels: bool) -> Result<()> {
         i32::try_from(v).map_err(|_| Error::invalid(op, format!("size {v} exceeds i32")))?;
     }
     let key = PipelineKey {
-        shader: ShaderId::Conv,
+        shader,
         entry,
         dt_in: x.dtype,
         dt_out: out.dtype,

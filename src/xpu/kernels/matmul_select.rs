@@ -8,6 +8,11 @@
 //! configuration, and the 8x8 f32 kernel compiled there silently wrote zeros (seen on an H100).
 //! `Auto` takes the f16 tensor-core kernel (`Coop16`) for F16 operands when the driver reports
 //! 16x16x16 F16->F32 and both sides span a full 128 tile; the 8x8 f32 kernel stays forced-only.
+//! The large and medium tiles exist in two forms with identical arithmetic (same bits): scalar
+//! workgroup tiles (`mm_large`, `mm_medium`, measured on an H100 in the twelfth session) and
+//! vec4 tiles (`mm_large4`, `mm_medium4`: 4 workgroup loads per 64 FMAs instead of 16, staging
+//! stores free of bank conflicts). `Auto` takes the vec4 form (1.6–2× on lavapipe; the GPU
+//! comparison is `benches/gpu/run_gpu.sh vec4`) unless `XPU_TILE_VEC4=0`.
 
 use crate::ops::fused::{MatmulKernel, TileConfig};
 use crate::xpu::context::XpuFeatures;
@@ -52,6 +57,8 @@ impl Engine {
             Engine::Simple => None,
             Engine::Tiled(TileConfig::Large) => g(ShaderId::MatmulTiled, "mm_large", 128, 128),
             Engine::Tiled(TileConfig::Medium) => g(ShaderId::MatmulTiled, "mm_medium", 64, 64),
+            Engine::Tiled(TileConfig::LargeVec4) => g(ShaderId::MatmulVec4, "mm_large4", 128, 128),
+            Engine::Tiled(TileConfig::MediumVec4) => g(ShaderId::MatmulVec4, "mm_medium4", 64, 64),
             Engine::Tiled(TileConfig::Skinny) => g(ShaderId::MatmulTiled, "mm_skinny", 16, 128),
             Engine::Tiled(TileConfig::Gemv) if b_col_major && subgroup => {
                 g(ShaderId::MatmulSubgroup, "mm_gemv_sg", 4, 64)
@@ -74,15 +81,31 @@ pub(crate) fn subgroup_gemv(features: &XpuFeatures) -> bool {
     features.subgroup && std::env::var_os("XPU_MATMUL_SUBGROUP").is_none_or(|v| v != "0")
 }
 
+/// Whether `Auto` takes the vec4 forms of the large and medium tiles (`mm_large4`,
+/// `mm_medium4`, `conv_large4`, `conv_medium4`): yes unless `XPU_TILE_VEC4=0`. Both forms run
+/// the same FMAs in the same order (same bits); the vec4 form reads its workgroup tiles with a
+/// quarter (large) or half (medium) of the load instructions.
+pub(crate) fn vec4_tiles() -> bool {
+    std::env::var_os("XPU_TILE_VEC4").is_none_or(|v| v != "0")
+}
+
 /// The automatic choice by shape: GEMV for a few rows, skinny tiles for up to 32 rows, large
-/// tiles once both sides span at least four of them, medium tiles otherwise.
+/// tiles once both sides span at least four of them, medium tiles otherwise (large and medium
+/// in their vec4 form unless [`vec4_tiles`] says no).
 pub(crate) fn auto(m: usize, n: usize) -> TileConfig {
+    let vec4 = vec4_tiles();
     if m <= 4 {
         TileConfig::Gemv
     } else if m <= 32 {
         TileConfig::Skinny
     } else if m >= 512 && n >= 512 {
-        TileConfig::Large
+        if vec4 {
+            TileConfig::LargeVec4
+        } else {
+            TileConfig::Large
+        }
+    } else if vec4 {
+        TileConfig::MediumVec4
     } else {
         TileConfig::Medium
     }
@@ -165,13 +188,23 @@ pub(crate) fn paths(features: &XpuFeatures) -> Vec<(DType, String)> {
 mod tests {
     use super::*;
 
+    /// The large and medium configs `auto` takes in this process (`XPU_TILE_VEC4`).
+    fn large_medium() -> (TileConfig, TileConfig) {
+        if vec4_tiles() {
+            (TileConfig::LargeVec4, TileConfig::MediumVec4)
+        } else {
+            (TileConfig::Large, TileConfig::Medium)
+        }
+    }
+
     #[test]
     fn auto_picks_by_shape() {
+        let (large, medium) = large_medium();
         assert_eq!(auto(1, 4096), TileConfig::Gemv);
         assert_eq!(auto(17, 4096), TileConfig::Skinny);
-        assert_eq!(auto(100, 100), TileConfig::Medium);
-        assert_eq!(auto(1024, 1024), TileConfig::Large);
-        assert_eq!(auto(1024, 64), TileConfig::Medium);
+        assert_eq!(auto(100, 100), medium);
+        assert_eq!(auto(1024, 1024), large);
+        assert_eq!(auto(1024, 64), medium);
     }
 
     #[test]
@@ -202,7 +235,7 @@ mod tests {
         );
         assert_eq!(
             choose("matmul", MatmulKernel::Auto, &f, DType::F32, 1024, 1024).unwrap(),
-            Engine::Tiled(TileConfig::Large)
+            Engine::Tiled(large_medium().0)
         );
     }
 
@@ -221,11 +254,11 @@ mod tests {
         );
         assert_eq!(
             pick(&f, MatmulKernel::Auto, DType::F16, 64, 1024).unwrap(),
-            Engine::Tiled(TileConfig::Medium)
+            Engine::Tiled(large_medium().1)
         );
         assert_eq!(
             pick(&f, MatmulKernel::Auto, DType::F32, 1024, 1024).unwrap(),
-            Engine::Tiled(TileConfig::Large)
+            Engine::Tiled(large_medium().0)
         );
         assert_eq!(
             pick(&f, MatmulKernel::CoopMatrix, DType::F16, 7, 7).unwrap(),

@@ -1,0 +1,211 @@
+// matmul_vec4.wgsl: the large and medium tile configs with their tiles held as vec4 in workgroup
+// memory (composed as common.wgsl + matmul.wgsl + matmul_tiled.wgsl + this file: it shares the
+// prelude's loads and fused epilogue and matmul_tiled's finish_row8 / finish_row4).
+//
+// Why a second pair of kernels: mm_large and mm_medium read their register operands from
+// workgroup memory one f32 at a time (16 loads per 64 FMAs in mm_large, 8 per 16 in mm_medium),
+// and their [k][row] staging of k-contiguous A stores with an 8-way bank conflict. Here every
+// operand read is one vec4 (a group of 4 rows of A, or 4 virtual columns of B): mm_large4 reads
+// 4 vec4 per 64 FMAs, mm_medium4 2 per 16; each invocation stages one vec4 per operand per K
+// step. The next K step is fetched into registers before this step's products and written to
+// the other tile buffer after them (double-buffered, one barrier per K step).
+//
+// Slots: buffer `buf` (2), k (TK), group g (G groups, TK * G = 256 vec4 per buffer and operand):
+// buf*256 + k*G + (g ^ (k & 7)). The xor spreads the 8 slots a quarter-warp writes at one g and
+// 8 consecutive k over distinct banks (without it all 8 share one 16-byte bank group); the
+// reads, 8 consecutive groups at one k, stay conflict-free since xor with k & 7 permutes every
+// aligned run of 8 groups.
+// Group g of A: tile rows 4g..4g+3. Group g of B: virtual columns c, c+1, c+32, c+33 with
+// c = 64 (g / 16) + 2 (g % 16), the column layout of mm_large / mm_medium, so their finishes
+// apply unchanged (GEGLU: h in the first pair, its gate in the second).
+// Invocation (tx, ty): mm_large4 rows 4ty+i and 64+4ty+i (i < 4), B groups tx and 16+tx (an
+// 8x8 block); mm_medium4 rows 4ty+i, B group tx (a 4x4 block).
+// Staging: along the operand's contiguous axis, so that neighbouring invocations read
+// neighbouring addresses: k fastest (invocation -> k = lid % TK, g = lid / TK) for k-contiguous
+// operands, groups fastest otherwise (k = lid / G, g = lid % G).
+
+var<workgroup> va: array<vec4<f32>, 512>;
+var<workgroup> vb: array<vec4<f32>, 512>;
+
+fn v4_slot(buf: u32, k: u32, g: u32, groups: u32) -> u32 {
+    return buf * 256u + k * groups + (g ^ (k & 7u));
+}
+
+// Staging position (k, g) of invocation `lid`; `by_k`: the operand is contiguous along k.
+fn v4_pos(lid: u32, tk: u32, groups: u32, by_k: bool) -> vec2<u32> {
+    return select(vec2<u32>(lid / groups, lid % groups), vec2<u32>(lid % tk, lid / tk), by_k);
+}
+
+// The 4 A values of staging position `pos` in the K step at k0; `full`: no bounds checks.
+fn v4_fetch_a(ab: u32, row0: u32, k0: u32, pos: vec2<u32>, full: bool) -> vec4<f32> {
+    let rs = p(35u);
+    let k = k0 + pos.x;
+    let r = row0 + 4u * pos.y;
+    let at = ab + r * rs + k * p(36u);
+    if (full) {
+        return vec4<f32>(load0(at), load0(at + rs), load0(at + 2u * rs), load0(at + 3u * rs));
+    }
+    var v = vec4<f32>(0.0);
+    if (k < dim_k()) {
+        let m = dim_m();
+        if (r < m) { v.x = load0(at); }
+        if (r + 1u < m) { v.y = load0(at + rs); }
+        if (r + 2u < m) { v.z = load0(at + 2u * rs); }
+        if (r + 3u < m) { v.w = load0(at + 3u * rs); }
+    }
+    return v;
+}
+
+// The 4 B values of staging position `pos` (column tile `tile`, `tn` virtual columns).
+fn v4_fetch_b(bb: u32, tile: u32, tn: u32, k0: u32, pos: vec2<u32>, full: bool) -> vec4<f32> {
+    let k = k0 + pos.x;
+    let c = 64u * (pos.y / 16u) + 2u * (pos.y % 16u);
+    let at = bb + k * p(37u);
+    let cs = p(38u);
+    let q0 = prod_col(tile, c, tn);
+    let q2 = prod_col(tile, c + 32u, tn);
+    if (full) {
+        return vec4<f32>(load1(at + q0.x * cs), load1(at + (q0.x + 1u) * cs),
+                         load1(at + q2.x * cs), load1(at + (q2.x + 1u) * cs));
+    }
+    var v = vec4<f32>(0.0);
+    if (k < dim_k()) {
+        let q1 = prod_col(tile, c + 1u, tn);
+        let q3 = prod_col(tile, c + 33u, tn);
+        if (q0.y != 0u) { v.x = load1(at + q0.x * cs); }
+        if (q1.y != 0u) { v.y = load1(at + q1.x * cs); }
+        if (q2.y != 0u) { v.z = load1(at + q2.x * cs); }
+        if (q3.y != 0u) { v.w = load1(at + q3.x * cs); }
+    }
+    return v;
+}
+
+@compute @workgroup_size(16, 16)
+fn mm_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let b = wid.z + p(39u);
+    let ab = a_base(b);
+    let bb = b_base(b);
+    let row0 = wid.y * 128u;
+    let rows_full = row0 + 128u <= dim_m();
+    let cf = cols_full(wid.x, 128u);
+    let nt = (dim_k() + 7u) / 8u;
+    let pa = v4_pos(lid, 8u, 32u, p(36u) == 1u);
+    let pb = v4_pos(lid, 8u, 32u, p(37u) == 1u && p(38u) != 1u);
+    var na = v4_fetch_a(ab, row0, 0u, pa, full_step(0u, 8u, rows_full, true));
+    var nb = v4_fetch_b(bb, wid.x, 128u, 0u, pb, full_step(0u, 8u, true, cf));
+    va[v4_slot(0u, pa.x, pa.y, 32u)] = na;
+    vb[v4_slot(0u, pb.x, pb.y, 32u)] = nb;
+    workgroupBarrier();
+    var c0l = vec4<f32>(0.0);
+    var c0h = vec4<f32>(0.0);
+    var c1l = vec4<f32>(0.0);
+    var c1h = vec4<f32>(0.0);
+    var c2l = vec4<f32>(0.0);
+    var c2h = vec4<f32>(0.0);
+    var c3l = vec4<f32>(0.0);
+    var c3h = vec4<f32>(0.0);
+    var c4l = vec4<f32>(0.0);
+    var c4h = vec4<f32>(0.0);
+    var c5l = vec4<f32>(0.0);
+    var c5h = vec4<f32>(0.0);
+    var c6l = vec4<f32>(0.0);
+    var c6h = vec4<f32>(0.0);
+    var c7l = vec4<f32>(0.0);
+    var c7h = vec4<f32>(0.0);
+    for (var t = 0u; t < nt; t = t + 1u) {
+        let cur = t & 1u;
+        let more = t + 1u < nt;
+        if (more) {
+            let k1 = (t + 1u) * 8u;
+            na = v4_fetch_a(ab, row0, k1, pa, full_step(k1, 8u, rows_full, true));
+            nb = v4_fetch_b(bb, wid.x, 128u, k1, pb, full_step(k1, 8u, true, cf));
+        }
+        for (var kk = 0u; kk < 8u; kk = kk + 1u) {
+            let a_lo = va[v4_slot(cur, kk, l.y, 32u)];
+            let a_hi = va[v4_slot(cur, kk, l.y + 16u, 32u)];
+            let b_lo = vb[v4_slot(cur, kk, l.x, 32u)];
+            let b_hi = vb[v4_slot(cur, kk, l.x + 16u, 32u)];
+            c0l = fma(vec4<f32>(a_lo.x), b_lo, c0l);
+            c0h = fma(vec4<f32>(a_lo.x), b_hi, c0h);
+            c1l = fma(vec4<f32>(a_lo.y), b_lo, c1l);
+            c1h = fma(vec4<f32>(a_lo.y), b_hi, c1h);
+            c2l = fma(vec4<f32>(a_lo.z), b_lo, c2l);
+            c2h = fma(vec4<f32>(a_lo.z), b_hi, c2h);
+            c3l = fma(vec4<f32>(a_lo.w), b_lo, c3l);
+            c3h = fma(vec4<f32>(a_lo.w), b_hi, c3h);
+            c4l = fma(vec4<f32>(a_hi.x), b_lo, c4l);
+            c4h = fma(vec4<f32>(a_hi.x), b_hi, c4h);
+            c5l = fma(vec4<f32>(a_hi.y), b_lo, c5l);
+            c5h = fma(vec4<f32>(a_hi.y), b_hi, c5h);
+            c6l = fma(vec4<f32>(a_hi.z), b_lo, c6l);
+            c6h = fma(vec4<f32>(a_hi.z), b_hi, c6h);
+            c7l = fma(vec4<f32>(a_hi.w), b_lo, c7l);
+            c7h = fma(vec4<f32>(a_hi.w), b_hi, c7h);
+        }
+        if (more) {
+            va[v4_slot(1u - cur, pa.x, pa.y, 32u)] = na;
+            vb[v4_slot(1u - cur, pb.x, pb.y, 32u)] = nb;
+        }
+        workgroupBarrier();
+    }
+    let r = row0 + 4u * l.y;
+    finish_row8(b, r, wid.x, l.x, c0l, c0h);
+    finish_row8(b, r + 1u, wid.x, l.x, c1l, c1h);
+    finish_row8(b, r + 2u, wid.x, l.x, c2l, c2h);
+    finish_row8(b, r + 3u, wid.x, l.x, c3l, c3h);
+    finish_row8(b, r + 64u, wid.x, l.x, c4l, c4h);
+    finish_row8(b, r + 65u, wid.x, l.x, c5l, c5h);
+    finish_row8(b, r + 66u, wid.x, l.x, c6l, c6h);
+    finish_row8(b, r + 67u, wid.x, l.x, c7l, c7h);
+}
+
+@compute @workgroup_size(16, 16)
+fn mm_medium4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let b = wid.z + p(39u);
+    let ab = a_base(b);
+    let bb = b_base(b);
+    let row0 = wid.y * 64u;
+    let rows_full = row0 + 64u <= dim_m();
+    let cf = cols_full(wid.x, 64u);
+    let nt = (dim_k() + 15u) / 16u;
+    let pa = v4_pos(lid, 16u, 16u, p(36u) == 1u);
+    let pb = v4_pos(lid, 16u, 16u, p(37u) == 1u && p(38u) != 1u);
+    var na = v4_fetch_a(ab, row0, 0u, pa, full_step(0u, 16u, rows_full, true));
+    var nb = v4_fetch_b(bb, wid.x, 64u, 0u, pb, full_step(0u, 16u, true, cf));
+    va[v4_slot(0u, pa.x, pa.y, 16u)] = na;
+    vb[v4_slot(0u, pb.x, pb.y, 16u)] = nb;
+    workgroupBarrier();
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
+    for (var t = 0u; t < nt; t = t + 1u) {
+        let cur = t & 1u;
+        let more = t + 1u < nt;
+        if (more) {
+            let k1 = (t + 1u) * 16u;
+            na = v4_fetch_a(ab, row0, k1, pa, full_step(k1, 16u, rows_full, true));
+            nb = v4_fetch_b(bb, wid.x, 64u, k1, pb, full_step(k1, 16u, true, cf));
+        }
+        for (var kk = 0u; kk < 16u; kk = kk + 1u) {
+            let a = va[v4_slot(cur, kk, l.y, 16u)];
+            let bv = vb[v4_slot(cur, kk, l.x, 16u)];
+            c0 = fma(vec4<f32>(a.x), bv, c0);
+            c1 = fma(vec4<f32>(a.y), bv, c1);
+            c2 = fma(vec4<f32>(a.z), bv, c2);
+            c3 = fma(vec4<f32>(a.w), bv, c3);
+        }
+        if (more) {
+            va[v4_slot(1u - cur, pa.x, pa.y, 16u)] = na;
+            vb[v4_slot(1u - cur, pb.x, pb.y, 16u)] = nb;
+        }
+        workgroupBarrier();
+    }
+    let r = row0 + 4u * l.y;
+    finish_row4(b, r, wid.x, l.x, 32u, c0);
+    finish_row4(b, r + 1u, wid.x, l.x, 32u, c1);
+    finish_row4(b, r + 2u, wid.x, l.x, 32u, c2);
+    finish_row4(b, r + 3u, wid.x, l.x, 32u, c3);
+}
