@@ -46,6 +46,9 @@ pub enum ShaderId {
     Winograd,
     /// `shaders/attention.wgsl`: fused scaled dot-product attention (online softmax).
     Attention,
+    /// `shaders/attention_vec4.wgsl` (after `attention.wgsl`): the same kernel with vec4
+    /// workgroup tiles.
+    AttentionVec4,
     /// `shaders/attention_coop16.wgsl`: fused attention on 16x16 f16 cooperative matrices.
     AttentionCoop16,
 }
@@ -54,7 +57,7 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 14] = [
+    pub const ALL: [ShaderId; 15] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -68,6 +71,7 @@ impl ShaderId {
         ShaderId::ConvVec4,
         ShaderId::Winograd,
         ShaderId::Attention,
+        ShaderId::AttentionVec4,
         ShaderId::AttentionCoop16,
     ];
 
@@ -87,6 +91,7 @@ impl ShaderId {
             ShaderId::ConvVec4 => "conv_vec4.wgsl",
             ShaderId::Winograd => "winograd.wgsl",
             ShaderId::Attention => "attention.wgsl",
+            ShaderId::AttentionVec4 => "attention_vec4.wgsl",
             ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
         }
     }
@@ -96,6 +101,7 @@ impl ShaderId {
         const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
         const TILED: &str = include_str!("../../shaders/matmul_tiled.wgsl");
         const CONV: &str = include_str!("../../shaders/conv.wgsl");
+        const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
             ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
@@ -115,7 +121,10 @@ impl ShaderId {
             ShaderId::Conv => &[CONV],
             ShaderId::ConvVec4 => &[CONV, include_str!("../../shaders/conv_vec4.wgsl")],
             ShaderId::Winograd => &[include_str!("../../shaders/winograd.wgsl")],
-            ShaderId::Attention => &[include_str!("../../shaders/attention.wgsl")],
+            ShaderId::Attention => &[ATTENTION],
+            ShaderId::AttentionVec4 => {
+                &[ATTENTION, include_str!("../../shaders/attention_vec4.wgsl")]
+            }
             ShaderId::AttentionCoop16 => &[include_str!("../../shaders/attention_coop16.wgsl")],
         }
     }

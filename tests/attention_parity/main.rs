@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod errors;
+mod forms;
 
 use common::{assert_close, eps, randn, values, FLOATS};
 use std::sync::Mutex;

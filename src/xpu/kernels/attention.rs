@@ -1,4 +1,5 @@
-//! Fused scaled dot-product attention on Xpu (`shaders/attention.wgsl`).
+//! Fused scaled dot-product attention on Xpu (`shaders/attention.wgsl`, or its vec4-tiled form
+//! `shaders/attention_vec4.wgsl`, same bits, unless `XPU_TILE_VEC4=0`).
 //!
 //! Invariants: one workgroup per (head, tile of 32 query rows); q, k, v and the mask are read
 //! in place through their strides (head dims jointly coalesced, at most 6 after coalescing),
@@ -209,13 +210,12 @@ impl XpuStorage {
             11..=16 => 16,
             _ => 20,
         };
-        let kkey = key(
-            ShaderId::Attention,
-            "attention",
-            self.dtype,
-            DType::F32,
-            ocn,
-        );
+        let (shader, entry) = if super::matmul_select::vec4_tiles() {
+            (ShaderId::AttentionVec4, "attention4")
+        } else {
+            (ShaderId::Attention, "attention")
+        };
+        let kkey = key(shader, entry, self.dtype, DType::F32, ocn);
         let wg = grid(groups, self.ctx.limits.max_compute_workgroups_per_dimension);
         if coop {
             // Head-dim tiles of q/k and v as pipeline constants; bindings 5 and 6 of the

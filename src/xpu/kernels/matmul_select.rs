@@ -82,7 +82,8 @@ pub(crate) fn subgroup_gemv(features: &XpuFeatures) -> bool {
 }
 
 /// Whether `Auto` takes the vec4 forms of the large and medium tiles (`mm_large4`,
-/// `mm_medium4`, `conv_large4`, `conv_medium4`): yes unless `XPU_TILE_VEC4=0`. Both forms run
+/// `mm_medium4`, `conv_large4`, `conv_medium4`) and of the FMA attention (`attention4`): yes
+/// unless `XPU_TILE_VEC4=0`. Both forms run
 /// the same FMAs in the same order (same bits); the vec4 form reads its workgroup tiles with a
 /// quarter (large) or half (medium) of the load instructions.
 pub(crate) fn vec4_tiles() -> bool {
