@@ -11,7 +11,7 @@
 # f32/f16/bf16), winograd (SD step with the Xpu Winograd choice off / everywhere), torch
 # (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
-# matmuls, f32 convolutions, the f32 step), profile (the same step's GPU time per kernel,
+# matmuls, f32 convolutions and attention, the f32 step), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
@@ -100,8 +100,9 @@ for phase in "$@"; do
       grep -vE '^\s*$|\[' "$OUT/sd.log" | tail -n 12
       ;;
     vec4)
-      # The scalar and vec4 forms of the large/medium tiles side by side (Auto takes vec4
-      # unless XPU_TILE_VEC4=0): forced matmuls on SD shapes, the convolutions, the f32 step.
+      # The scalar and vec4 forms of the large/medium tiles and of the FMA attention side by
+      # side (Auto takes vec4 unless XPU_TILE_VEC4=0): forced matmuls on SD shapes, the f32
+      # convolutions and attention, the f32 step.
       for s in "4096 4096 4096" "8192 320 1280 bt" "8192 1280 320 bt" "8192 320 320 bt" \
                "2048 640 640 bt" "154 768 320 bt"; do
         timeout 60 .devbin/matmul_variants $s >>"$OUT/vec4.log" 2>&1
@@ -110,6 +111,8 @@ for phase in "$@"; do
         echo "=== XPU_TILE_VEC4=$v" >>"$OUT/vec4.log"
         XPU_TILE_VEC4=$v XPU_CONV_WINOGRAD=0 timeout 100 .devbin/bench conv --device xpu \
           --dtype f32 --json >>"$OUT/vec4.log" 2>&1
+        XPU_TILE_VEC4=$v timeout 100 .devbin/bench attention --device xpu --dtype f32 --json \
+          >>"$OUT/vec4.log" 2>&1
         XPU_TILE_VEC4=$v timeout 150 .devbin/sd_unet --device xpu --dtype f32 --preset sd15 \
           --steps 4 --output /tmp/sd_v$v.safetensors >>"$OUT/vec4.log" 2>&1
       done
