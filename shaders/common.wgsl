@@ -197,3 +197,53 @@ fn activation_by_code(code: u32, x: f32) -> f32 {
         default: { return x; }
     }
 }
+
+// The 8x8 f32 register block of the vec4 large tiles (matmul_vec4.wgsl, conv_vec4.wgsl): row i
+// in (c{i}l, c{i}h), 4 + 4 columns. A struct of vectors named by constants, never an array
+// indexed in a loop (which NVIDIA's Vulkan compiler demotes to local memory).
+struct Block8 {
+    c0l: vec4<f32>,
+    c0h: vec4<f32>,
+    c1l: vec4<f32>,
+    c1h: vec4<f32>,
+    c2l: vec4<f32>,
+    c2h: vec4<f32>,
+    c3l: vec4<f32>,
+    c3h: vec4<f32>,
+    c4l: vec4<f32>,
+    c4h: vec4<f32>,
+    c5l: vec4<f32>,
+    c5h: vec4<f32>,
+    c6l: vec4<f32>,
+    c6h: vec4<f32>,
+    c7l: vec4<f32>,
+    c7h: vec4<f32>,
+}
+
+fn block8_zero() -> Block8 {
+    let z = vec4<f32>(0.0);
+    return Block8(z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z);
+}
+
+// acc + the outer product of rows (a_lo: rows 0-3, a_hi: rows 4-7) and columns (b_lo, b_hi).
+fn block8_fma(acc: Block8, a_lo: vec4<f32>, a_hi: vec4<f32>, b_lo: vec4<f32>,
+              b_hi: vec4<f32>) -> Block8 {
+    var c = acc;
+    c.c0l = fma(vec4<f32>(a_lo.x), b_lo, c.c0l);
+    c.c0h = fma(vec4<f32>(a_lo.x), b_hi, c.c0h);
+    c.c1l = fma(vec4<f32>(a_lo.y), b_lo, c.c1l);
+    c.c1h = fma(vec4<f32>(a_lo.y), b_hi, c.c1h);
+    c.c2l = fma(vec4<f32>(a_lo.z), b_lo, c.c2l);
+    c.c2h = fma(vec4<f32>(a_lo.z), b_hi, c.c2h);
+    c.c3l = fma(vec4<f32>(a_lo.w), b_lo, c.c3l);
+    c.c3h = fma(vec4<f32>(a_lo.w), b_hi, c.c3h);
+    c.c4l = fma(vec4<f32>(a_hi.x), b_lo, c.c4l);
+    c.c4h = fma(vec4<f32>(a_hi.x), b_hi, c.c4h);
+    c.c5l = fma(vec4<f32>(a_hi.y), b_lo, c.c5l);
+    c.c5h = fma(vec4<f32>(a_hi.y), b_hi, c.c5h);
+    c.c6l = fma(vec4<f32>(a_hi.z), b_lo, c.c6l);
+    c.c6h = fma(vec4<f32>(a_hi.z), b_hi, c.c6h);
+    c.c7l = fma(vec4<f32>(a_hi.w), b_lo, c.c7l);
+    c.c7h = fma(vec4<f32>(a_hi.w), b_hi, c.c7h);
+    return c;
+}

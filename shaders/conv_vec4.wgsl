@@ -80,22 +80,7 @@ fn conv_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     cva[cv_slot(0u, pa.x, pa.y, 32u)] = na;
     cvb[cv_slot(0u, pb.x, pb.y, 32u)] = nb;
     workgroupBarrier();
-    var c0l = vec4<f32>(0.0);
-    var c0h = vec4<f32>(0.0);
-    var c1l = vec4<f32>(0.0);
-    var c1h = vec4<f32>(0.0);
-    var c2l = vec4<f32>(0.0);
-    var c2h = vec4<f32>(0.0);
-    var c3l = vec4<f32>(0.0);
-    var c3h = vec4<f32>(0.0);
-    var c4l = vec4<f32>(0.0);
-    var c4h = vec4<f32>(0.0);
-    var c5l = vec4<f32>(0.0);
-    var c5h = vec4<f32>(0.0);
-    var c6l = vec4<f32>(0.0);
-    var c6h = vec4<f32>(0.0);
-    var c7l = vec4<f32>(0.0);
-    var c7h = vec4<f32>(0.0);
+    var acc = block8_zero();
     for (var t = 0u; t < nt; t = t + 1u) {
         let cur = t & 1u;
         let more = t + 1u < nt;
@@ -109,22 +94,7 @@ fn conv_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             let a_hi = cva[cv_slot(cur, kk, lr + 16u, 32u)];
             let blo = cvb[cv_slot(cur, kk, lc, 32u)];
             let bhi = cvb[cv_slot(cur, kk, lc + 16u, 32u)];
-            c0l = fma(vec4<f32>(a_lo.x), blo, c0l);
-            c0h = fma(vec4<f32>(a_lo.x), bhi, c0h);
-            c1l = fma(vec4<f32>(a_lo.y), blo, c1l);
-            c1h = fma(vec4<f32>(a_lo.y), bhi, c1h);
-            c2l = fma(vec4<f32>(a_lo.z), blo, c2l);
-            c2h = fma(vec4<f32>(a_lo.z), bhi, c2h);
-            c3l = fma(vec4<f32>(a_lo.w), blo, c3l);
-            c3h = fma(vec4<f32>(a_lo.w), bhi, c3h);
-            c4l = fma(vec4<f32>(a_hi.x), blo, c4l);
-            c4h = fma(vec4<f32>(a_hi.x), bhi, c4h);
-            c5l = fma(vec4<f32>(a_hi.y), blo, c5l);
-            c5h = fma(vec4<f32>(a_hi.y), bhi, c5h);
-            c6l = fma(vec4<f32>(a_hi.z), blo, c6l);
-            c6h = fma(vec4<f32>(a_hi.z), bhi, c6h);
-            c7l = fma(vec4<f32>(a_hi.w), blo, c7l);
-            c7h = fma(vec4<f32>(a_hi.w), bhi, c7h);
+            acc = block8_fma(acc, a_lo, a_hi, blo, bhi);
         }
         if (more) {
             cva[cv_slot(1u - cur, pa.x, pa.y, 32u)] = na;
@@ -134,14 +104,14 @@ fn conv_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     }
     let c = col0 + 2u * lc;
     let r = row0 + 2u * lr;
-    store_band(g, r, c, c0l, c1l);
-    store_band(g, r, c + 64u, c0h, c1h);
-    store_band(g, r + 32u, c, c2l, c3l);
-    store_band(g, r + 32u, c + 64u, c2h, c3h);
-    store_band(g, r + 64u, c, c4l, c5l);
-    store_band(g, r + 64u, c + 64u, c4h, c5h);
-    store_band(g, r + 96u, c, c6l, c7l);
-    store_band(g, r + 96u, c + 64u, c6h, c7h);
+    store_band(g, r, c, acc.c0l, acc.c1l);
+    store_band(g, r, c + 64u, acc.c0h, acc.c1h);
+    store_band(g, r + 32u, c, acc.c2l, acc.c3l);
+    store_band(g, r + 32u, c + 64u, acc.c2h, acc.c3h);
+    store_band(g, r + 64u, c, acc.c4l, acc.c5l);
+    store_band(g, r + 64u, c + 64u, acc.c4h, acc.c5h);
+    store_band(g, r + 96u, c, acc.c6l, acc.c7l);
+    store_band(g, r + 96u, c + 64u, acc.c6h, acc.c7h);
 }
 
 @compute @workgroup_size(16, 16)

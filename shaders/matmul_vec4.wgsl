@@ -97,22 +97,7 @@ fn mm_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
     va[v4_slot(0u, pa.x, pa.y, 32u)] = na;
     vb[v4_slot(0u, pb.x, pb.y, 32u)] = nb;
     workgroupBarrier();
-    var c0l = vec4<f32>(0.0);
-    var c0h = vec4<f32>(0.0);
-    var c1l = vec4<f32>(0.0);
-    var c1h = vec4<f32>(0.0);
-    var c2l = vec4<f32>(0.0);
-    var c2h = vec4<f32>(0.0);
-    var c3l = vec4<f32>(0.0);
-    var c3h = vec4<f32>(0.0);
-    var c4l = vec4<f32>(0.0);
-    var c4h = vec4<f32>(0.0);
-    var c5l = vec4<f32>(0.0);
-    var c5h = vec4<f32>(0.0);
-    var c6l = vec4<f32>(0.0);
-    var c6h = vec4<f32>(0.0);
-    var c7l = vec4<f32>(0.0);
-    var c7h = vec4<f32>(0.0);
+    var acc = block8_zero();
     for (var t = 0u; t < nt; t = t + 1u) {
         let cur = t & 1u;
         let more = t + 1u < nt;
@@ -126,22 +111,7 @@ fn mm_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
             let a_hi = va[v4_slot(cur, kk, l.y + 16u, 32u)];
             let b_lo = vb[v4_slot(cur, kk, l.x, 32u)];
             let b_hi = vb[v4_slot(cur, kk, l.x + 16u, 32u)];
-            c0l = fma(vec4<f32>(a_lo.x), b_lo, c0l);
-            c0h = fma(vec4<f32>(a_lo.x), b_hi, c0h);
-            c1l = fma(vec4<f32>(a_lo.y), b_lo, c1l);
-            c1h = fma(vec4<f32>(a_lo.y), b_hi, c1h);
-            c2l = fma(vec4<f32>(a_lo.z), b_lo, c2l);
-            c2h = fma(vec4<f32>(a_lo.z), b_hi, c2h);
-            c3l = fma(vec4<f32>(a_lo.w), b_lo, c3l);
-            c3h = fma(vec4<f32>(a_lo.w), b_hi, c3h);
-            c4l = fma(vec4<f32>(a_hi.x), b_lo, c4l);
-            c4h = fma(vec4<f32>(a_hi.x), b_hi, c4h);
-            c5l = fma(vec4<f32>(a_hi.y), b_lo, c5l);
-            c5h = fma(vec4<f32>(a_hi.y), b_hi, c5h);
-            c6l = fma(vec4<f32>(a_hi.z), b_lo, c6l);
-            c6h = fma(vec4<f32>(a_hi.z), b_hi, c6h);
-            c7l = fma(vec4<f32>(a_hi.w), b_lo, c7l);
-            c7h = fma(vec4<f32>(a_hi.w), b_hi, c7h);
+            acc = block8_fma(acc, a_lo, a_hi, b_lo, b_hi);
         }
         if (more) {
             va[v4_slot(1u - cur, pa.x, pa.y, 32u)] = na;
@@ -150,14 +120,14 @@ fn mm_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
         workgroupBarrier();
     }
     let r = row0 + 4u * l.y;
-    finish_row8(b, r, wid.x, l.x, c0l, c0h);
-    finish_row8(b, r + 1u, wid.x, l.x, c1l, c1h);
-    finish_row8(b, r + 2u, wid.x, l.x, c2l, c2h);
-    finish_row8(b, r + 3u, wid.x, l.x, c3l, c3h);
-    finish_row8(b, r + 64u, wid.x, l.x, c4l, c4h);
-    finish_row8(b, r + 65u, wid.x, l.x, c5l, c5h);
-    finish_row8(b, r + 66u, wid.x, l.x, c6l, c6h);
-    finish_row8(b, r + 67u, wid.x, l.x, c7l, c7h);
+    finish_row8(b, r, wid.x, l.x, acc.c0l, acc.c0h);
+    finish_row8(b, r + 1u, wid.x, l.x, acc.c1l, acc.c1h);
+    finish_row8(b, r + 2u, wid.x, l.x, acc.c2l, acc.c2h);
+    finish_row8(b, r + 3u, wid.x, l.x, acc.c3l, acc.c3h);
+    finish_row8(b, r + 64u, wid.x, l.x, acc.c4l, acc.c4h);
+    finish_row8(b, r + 65u, wid.x, l.x, acc.c5l, acc.c5h);
+    finish_row8(b, r + 66u, wid.x, l.x, acc.c6l, acc.c6h);
+    finish_row8(b, r + 67u, wid.x, l.x, acc.c7l, acc.c7h);
 }
 
 @compute @workgroup_size(16, 16)

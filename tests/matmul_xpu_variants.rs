@@ -302,16 +302,9 @@ fn gemv_col_major_without_subgroups() {
         gemv_col_major_cases();
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["gemv_col_major_without_subgroups", "--exact", "--nocapture"])
-        .env("XPU_MATMUL_SUBGROUP", "0")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("1 passed"),
-        "child run failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::rerun_with_env(
+        "gemv_col_major_without_subgroups",
+        &[("XPU_MATMUL_SUBGROUP", "0".as_ref())],
     );
 }
 

@@ -57,17 +57,12 @@ fn scalar_and_vec4_kernels_give_the_same_bits() {
         return;
     }
     let path = std::env::temp_dir().join(format!("xpu_attention_bits_{}", std::process::id()));
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([NAME, "--exact", "--nocapture"])
-        .env("XPU_TILE_VEC4", "0")
-        .env("XPU_TEST_BITS_OUT", &path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("1 passed"),
-        "child run failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::rerun_with_env(
+        NAME,
+        &[
+            ("XPU_TILE_VEC4", "0".as_ref()),
+            ("XPU_TEST_BITS_OUT", path.as_os_str()),
+        ],
     );
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).ok();

@@ -126,3 +126,22 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64)
 pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     Tensor::randn(shape, dtype, Device::Cpu, seed).unwrap()
 }
+
+/// Runs test `name` of this test binary again in a child process with the environment `envs`
+/// (for process-wide switches a test cannot set in its own process); fails unless the child
+/// ran exactly that test and it passed.
+pub fn rerun_with_env(name: &str, envs: &[(&str, &std::ffi::OsStr)]) {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "child run of {name} failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
