@@ -176,8 +176,9 @@ pub(crate) fn paths(features: &XpuFeatures) -> Vec<(DType, String)> {
         } else {
             ""
         };
+        let form = if vec4_tiles() { " (vec4 tiles)" } else { "" };
         let path = format!(
-            "{tensor_cores}tiled gemv/skinny/medium/large, {how}, f32 accumulation, fused \
+            "{tensor_cores}tiled gemv/skinny/medium/large{form}, {how}, f32 accumulation, fused \
              epilogue{extra}"
         );
         (d, path)
