@@ -14,7 +14,8 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands), which every dispatch of these pipelines binds in full; any naga or driver failure is
+//! operands, 2..=8 for `MatmulCoop16Views`), which every dispatch of these pipelines binds in
+//! full; any naga or driver failure is
 //! an `Error::Shader`.
 
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
@@ -30,7 +31,10 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
     matches!(
         key.shader,
-        ShaderId::MatmulCoop | ShaderId::MatmulCoop16 | ShaderId::AttentionCoop16
+        ShaderId::MatmulCoop
+            | ShaderId::MatmulCoop16
+            | ShaderId::MatmulCoop16Views
+            | ShaderId::AttentionCoop16
     ) && device
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -128,8 +132,9 @@ fn literal_string(words: &[u32]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=6 read-only operands.
-fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
+/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=`last` read-only
+/// operands (6; 8 for the f16 views of `MatmulCoop16Views`).
+fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
     let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -151,7 +156,7 @@ fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
         count: None,
     }];
     entries.push(storage(1, false));
-    entries.extend((2..=6).map(|b| storage(b, true)));
+    entries.extend((2..=last).map(|b| storage(b, true)));
     let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("xpu matmul passthrough"),
         entries: &entries,
@@ -188,7 +193,12 @@ pub(crate) fn pipeline(
             ..Default::default()
         })
     };
-    let layout = matmul_layout(device);
+    let last = if key.shader == ShaderId::MatmulCoop16Views {
+        8
+    } else {
+        6
+    };
+    let layout = matmul_layout(device, last);
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(key.entry),
         layout: Some(&layout),
@@ -219,28 +229,32 @@ mod tests {
 
     #[test]
     fn coop_module_switches_to_glsl450() {
-        let source = ShaderId::MatmulCoop16.source();
         let constants = [
             ("DT_IN", 1.0),
             ("DT_OUT", 1.0),
             ("WG", 256.0),
             ("VARIANT", 0.0),
         ];
-        let words = spirv("matmul_coop16.wgsl", &source, "mm_coop16", &constants).unwrap();
-        let mut i = 5;
-        let mut model = None;
-        while i < words.len() {
-            let count = (words[i] >> 16) as usize;
-            let opcode = words[i] & 0xffff;
-            if opcode == OP_CAPABILITY {
-                assert_ne!(words[i + 1], CAPABILITY_VULKAN_MEMORY_MODEL);
+        for (id, entry) in [
+            (ShaderId::MatmulCoop16, "mm_coop16"),
+            (ShaderId::MatmulCoop16Views, "mm_coop16h"),
+        ] {
+            let words = spirv(id.file(), &id.source(), entry, &constants).unwrap();
+            let mut i = 5;
+            let mut model = None;
+            while i < words.len() {
+                let count = (words[i] >> 16) as usize;
+                let opcode = words[i] & 0xffff;
+                if opcode == OP_CAPABILITY {
+                    assert_ne!(words[i + 1], CAPABILITY_VULKAN_MEMORY_MODEL);
+                }
+                if opcode == OP_MEMORY_MODEL {
+                    model = Some(words[i + 2]);
+                }
+                i += count;
             }
-            if opcode == OP_MEMORY_MODEL {
-                model = Some(words[i + 2]);
-            }
-            i += count;
+            assert_eq!(model, Some(MEMORY_MODEL_GLSL450), "{entry}");
         }
-        assert_eq!(model, Some(MEMORY_MODEL_GLSL450));
     }
 
     #[test]
@@ -257,6 +271,7 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
+            ShaderId::MatmulCoop16Views,
             ShaderId::AttentionCoop16,
         ] {
             let source = id.source();

@@ -29,6 +29,10 @@ pub enum ShaderId {
     /// `shaders/matmul_coop16.wgsl` (after `matmul.wgsl`): 16x16 f16 cooperative matrices with
     /// f32 accumulation (NVIDIA tensor cores through Vulkan).
     MatmulCoop16,
+    /// `shaders/matmul_coop16_views.wgsl` (after `matmul.wgsl` and `matmul_coop16.wgsl`): the
+    /// f16 tensor-core kernel staging through `vec2<f16>` views of its operands (bindings 7
+    /// and 8), an experiment chosen only by `XPU_COOP16_VIEWS=1`.
+    MatmulCoop16Views,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -57,13 +61,14 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 15] = [
+    pub const ALL: [ShaderId; 16] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
+        ShaderId::MatmulCoop16Views,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -84,6 +89,7 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
+            ShaderId::MatmulCoop16Views => "matmul_coop16_views.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -102,6 +108,7 @@ impl ShaderId {
         const TILED: &str = include_str!("../../shaders/matmul_tiled.wgsl");
         const CONV: &str = include_str!("../../shaders/conv.wgsl");
         const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
+        const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
             ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
@@ -113,7 +120,12 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[MATMUL, include_str!("../../shaders/matmul_coop16.wgsl")],
+            ShaderId::MatmulCoop16 => &[MATMUL, COOP16],
+            ShaderId::MatmulCoop16Views => &[
+                MATMUL,
+                COOP16,
+                include_str!("../../shaders/matmul_coop16_views.wgsl"),
+            ],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }
