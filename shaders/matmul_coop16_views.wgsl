@@ -5,10 +5,12 @@
 // named as the tensor-core kernel's limit (staging skipped: 180 TFLOP/s; staged: 57.7).
 // (naga 30 cannot bitcast a u32 to vec2<f16>, so a second view is the only conversion-free
 // path.) Composed as common.wgsl + matmul.wgsl + matmul_coop16.wgsl + this file; used only
-// when `XPU_COOP16_VIEWS=1` (src/xpu/kernels/matmul_select.rs), never for convolutions, and
-// only after the cooperative self-check passed with it. Until a GPU measures it against
-// mm_coop16, its index logic mirrors pa_word/pb_word/pa_put/pb_put there; whichever form wins
-// should replace the other. No VARIANT diagnostics here beyond pairs_mode's.
+// when `XPU_COOP16_VIEWS=1` (src/xpu/kernels/matmul_select.rs), for products and f16
+// convolutions (the gather through the same view, conv_coop.rs binds the input and weight at 7
+// and 8), and only after the cooperative self-check passed with it. Until a GPU measures it
+// against mm_coop16, its index logic mirrors pa_word/pb_word/pa_put/pb_put/fetch_a there;
+// whichever form wins should replace the other. No VARIANT diagnostics here beyond
+// pairs_mode's.
 
 @group(0) @binding(7) var<storage, read> src0h: array<vec2<f16>>;
 @group(0) @binding(8) var<storage, read> src1h: array<vec2<f16>>;
@@ -78,7 +80,37 @@ fn hb_put(mode: u32, e: u32, h: vec2<f16>) {
     }
 }
 
-fn fetch_ah(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32) -> HWords {
+// conv_word through the f16 view.
+fn conv_word_h(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> vec2<f16> {
+    let ih = ih0 + dy;
+    let iw = iw0 + dx;
+    if (ih < 0 || iw < 0 || ih >= i32(p(13u)) || iw >= i32(p(14u))) {
+        return vec2<f16>();
+    }
+    return src0h[(base + u32(ih) * p(25u) + u32(iw) * p(26u) + ci) / 2u];
+}
+
+// The invocation's eight A words of the K step at k0 (fetch_a through the f16 view).
+fn fetch_ah(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> HWords {
+    if ((mode & 8u) != 0u) {
+        let k = k0 + 2u * (lid % 16u);
+        if (k >= dim_k()) {
+            let z = vec2<f16>();
+            return HWords(z, z, z, z, z, z, z, z);
+        }
+        let tap = k / p(12u);
+        let ci = k % p(12u);
+        let dy = i32((tap / p(17u)) * p(22u));
+        let dx = i32((tap % p(17u)) * p(23u));
+        return HWords(conv_word_h(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, dy, dx, ci),
+                      conv_word_h(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, dy, dx, ci),
+                      conv_word_h(cr.base_lo.z, cr.ih_lo.z, cr.iw_lo.z, dy, dx, ci),
+                      conv_word_h(cr.base_lo.w, cr.ih_lo.w, cr.iw_lo.w, dy, dx, ci),
+                      conv_word_h(cr.base_hi.x, cr.ih_hi.x, cr.iw_hi.x, dy, dx, ci),
+                      conv_word_h(cr.base_hi.y, cr.ih_hi.y, cr.iw_hi.y, dy, dx, ci),
+                      conv_word_h(cr.base_hi.z, cr.ih_hi.z, cr.iw_hi.z, dy, dx, ci),
+                      conv_word_h(cr.base_hi.w, cr.ih_hi.w, cr.iw_hi.w, dy, dx, ci));
+    }
     return HWords(ha_word(mode, ab, row0, k0, lid), ha_word(mode, ab, row0, k0, lid + 256u),
                   ha_word(mode, ab, row0, k0, lid + 512u), ha_word(mode, ab, row0, k0, lid + 768u),
                   ha_word(mode, ab, row0, k0, lid + 1024u),
@@ -140,8 +172,11 @@ fn mm_coop16h(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     }
     let passes = u32(workgroupUniformLoad(&coop_c[4095]));
     let g = is_geglu();
-    // The convolution gather (mode bit 3) never reaches this entry point.
-    let mode = pairs_mode(ab, bb) & 7u;
+    let mode = pairs_mode(ab, bb);
+    var cr = ConvRows(vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<u32>(), vec4<u32>());
+    if ((mode & 8u) != 0u) {
+        cr = conv_rows(ab, row0, lid);
+    }
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;
         let has = slot < 8u;
@@ -160,7 +195,7 @@ fn mm_coop16h(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
                         vec2<f16>(), vec2<f16>(), vec2<f16>());
         var wb = wa;
         if (mode != 0u) {
-            wa = fetch_ah(mode, ab, row0, 0u, lid);
+            wa = fetch_ah(mode, ab, row0, 0u, lid, cr);
             wb = fetch_bh(mode, bb, wid.x, 0u, lid);
         }
         for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
@@ -172,7 +207,7 @@ fn mm_coop16h(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             workgroupBarrier();
             let kn = k0 + 32u;
             if (mode != 0u && kn < dim_k()) {
-                wa = fetch_ah(mode, ab, row0, kn, lid);
+                wa = fetch_ah(mode, ab, row0, kn, lid, cr);
                 wb = fetch_bh(mode, bb, wid.x, kn, lid);
             }
             for (var kk = 0u; kk < 32u; kk = kk + 16u) {

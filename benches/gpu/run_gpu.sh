@@ -124,6 +124,12 @@ for phase in "$@"; do
       # against the default word staging: correctness (coop_probe, the self-check), the f16
       # matmul rows, the f16 step.
       XPU_COOP16_VIEWS=1 timeout 60 .devbin/coop_probe >"$OUT/views.log" 2>&1
+      for t in .devbin/test-matmul_xpu_variants* .devbin/test-conv_xpu* .devbin/test-unet_parity*; do
+        [ -f "$t" ] || continue
+        echo "=== XPU_COOP16_VIEWS=1 $t" >>"$OUT/views.log"
+        XPU_COOP16_VIEWS=1 timeout 200 "$t" --test-threads 4 2>&1 | grep -E '^test result|FAILED|panicked' \
+          >>"$OUT/views.log"
+      done
       for v in 0 1; do
         echo "=== XPU_COOP16_VIEWS=$v" >>"$OUT/views.log"
         XPU_COOP16_VIEWS=$v timeout 100 .devbin/bench matmul --device xpu --dtype f16 --json \
@@ -131,7 +137,8 @@ for phase in "$@"; do
         XPU_COOP16_VIEWS=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
           --steps 4 --output /tmp/sd_h$v.safetensors >>"$OUT/views.log" 2>&1
       done
-      grep -E '^(===|f16)|coop_matrix|median|self-check|rror' "$OUT/views.log" | cut -c1-200
+      grep -E '^(===|f16|test result)|FAILED|coop_matrix|median|self-check|rror' "$OUT/views.log" \
+        | cut -c1-200
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.
