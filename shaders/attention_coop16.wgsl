@@ -1,6 +1,8 @@
 // attention_coop16.wgsl: fused scaled dot-product attention on 16x16x16 f16 cooperative
 // matrices with f32 accumulation (NVIDIA tensor cores through Vulkan); composed as common.wgsl +
-// this file. The Lq x Lk score matrix never exists: a workgroup of 128 invocations (four
+// this file + its pair loads (attention_coop16_words.wgsl: u32 words through unpack2x16float,
+// the default; or attention_coop16_views.wgsl: f16 views, `XPU_COOP16_VIEWS=1`). The Lq x Lk
+// score matrix never exists: a workgroup of 128 invocations (four
 // subgroups of 32) takes BQ = 64 query rows of one head, each subgroup 16 of them, and walks the
 // keys in blocks of BK = 32 twice:
 //   pass 1: S = Q K^T on the tensor cores, scaled; the row max m and the row sum
@@ -40,32 +42,17 @@ var<workgroup> av: array<f16, 2816>;
 var<workgroup> as_s: array<f32, 2048>;
 var<workgroup> ap: array<f16, 2560>;
 
-// Word w of a row of `width` elements (pairs), 0 past the width or the row count.
-fn pair_word(buf: u32, base: u32, row: u32, rows: u32, rs: u32, c: u32, width: u32) -> u32 {
-    if (row >= rows || c >= width) {
-        return 0u;
-    }
-    let i = (base + row * rs + c) / 2u;
-    if (buf == 0u) {
-        return src0[i];
-    }
-    if (buf == 1u) {
-        return src1[i];
-    }
-    return src_v[i];
-}
-
 // Stages K (and, in pass 2, V) of the key block at k0, row-major [key][dim].
 fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     let lk = p(33u);
     for (var e = lid; e < 1280u; e = e + 128u) {
         let j = e / 40u;
         let c = 2u * (e % 40u);
-        let hk = vec2<f16>(unpack2x16float(pair_word(1u, kb, k0 + j, lk, p(38u), c, p(34u))));
+        let hk = pair_h(1u, kb, k0 + j, lk, p(38u), c, p(34u));
         ak[j * AV + c] = hk.x;
         ak[j * AV + c + 1u] = hk.y;
         if (with_v) {
-            let hv = vec2<f16>(unpack2x16float(pair_word(2u, vb, k0 + j, lk, p(40u), c, p(35u))));
+            let hv = pair_h(2u, vb, k0 + j, lk, p(40u), c, p(35u));
             av[j * AV + c] = hv.x;
             av[j * AV + c + 1u] = hv.y;
         }
@@ -123,7 +110,7 @@ fn stage_q(qb: u32, q0: u32, lid: u32) {
     for (var e = lid; e < 2560u; e = e + 128u) {
         let r = e / 40u;
         let c = 2u * (e % 40u);
-        let h = vec2<f16>(unpack2x16float(pair_word(0u, qb, q0 + r, p(32u), p(36u), c, p(34u))));
+        let h = pair_h(0u, qb, q0 + r, p(32u), p(36u), c, p(34u));
         aq[r * AQ + c] = h.x;
         aq[r * AQ + c + 1u] = h.y;
     }

@@ -1,5 +1,6 @@
 // matmul_coop16.wgsl: f16 cooperative-matrix products with f32 accumulation (composed as
-// common.wgsl + matmul.wgsl + this file; the runtime hoists the `enable` lines). Needs the
+// common.wgsl + matmul.wgsl + this file + a staging file, see below; the runtime hoists the
+// `enable` lines). Needs the
 // adapter features EXPERIMENTAL_COOPERATIVE_MATRIX (reporting 16x16x16 F16->F32), SHADER_F16
 // and SUBGROUP, and 34.5 KiB of workgroup memory. This is the path NVIDIA's Vulkan driver
 // exposes (tensor cores); the 8x8 f32 kernel of matmul_coop.wgsl is for adapters that report
@@ -29,6 +30,9 @@
 // -4 bytes, while plain loads and stores were right), so the products came out shifted.
 // Epilogue: each accumulator tile (and its gate tile) goes through the subgroup's 512 f32 of
 // `coop_c`, and the subgroup's lanes finish column pairs with the shared fused epilogue.
+// The word-pair staging (`Words`, `words_zero`, `fetch_a`, `fetch_b`, `put_words`) comes from
+// the file composed after this one: matmul_coop16_words.wgsl (u32 words, the default) or
+// matmul_coop16_views.wgsl (f16 views, `XPU_COOP16_VIEWS=1`).
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -162,112 +166,6 @@ fn conv_rows(ab: u32, row0: u32, lid: u32) -> ConvRows {
                     vec4<u32>(u32(q4.x), u32(q5.x), u32(q6.x), u32(q7.x)));
 }
 
-fn conv_word(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> u32 {
-    let ih = ih0 + dy;
-    let iw = iw0 + dx;
-    if (ih < 0 || iw < 0 || ih >= i32(p(13u)) || iw >= i32(p(14u))) {
-        return 0u;
-    }
-    return src0[(base + u32(ih) * p(25u) + u32(iw) * p(26u) + ci) / 2u];
-}
-
-struct Words {
-    lo: vec4<u32>,
-    hi: vec4<u32>,
-}
-
-// The invocation's eight A words of the K step at k0.
-fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Words {
-    if ((mode & 8u) != 0u) {
-        let k = k0 + 2u * (lid % 16u);
-        if (k >= dim_k()) {
-            return Words(vec4<u32>(), vec4<u32>());
-        }
-        let tap = k / p(12u);
-        let ci = k % p(12u);
-        let dy = i32((tap / p(17u)) * p(22u));
-        let dx = i32((tap % p(17u)) * p(23u));
-        return Words(
-            vec4<u32>(conv_word(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, dy, dx, ci),
-                      conv_word(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, dy, dx, ci),
-                      conv_word(cr.base_lo.z, cr.ih_lo.z, cr.iw_lo.z, dy, dx, ci),
-                      conv_word(cr.base_lo.w, cr.ih_lo.w, cr.iw_lo.w, dy, dx, ci)),
-            vec4<u32>(conv_word(cr.base_hi.x, cr.ih_hi.x, cr.iw_hi.x, dy, dx, ci),
-                      conv_word(cr.base_hi.y, cr.ih_hi.y, cr.iw_hi.y, dy, dx, ci),
-                      conv_word(cr.base_hi.z, cr.ih_hi.z, cr.iw_hi.z, dy, dx, ci),
-                      conv_word(cr.base_hi.w, cr.ih_hi.w, cr.iw_hi.w, dy, dx, ci)));
-    }
-    return Words(
-        vec4<u32>(pa_word(mode, ab, row0, k0, lid), pa_word(mode, ab, row0, k0, lid + 256u),
-                  pa_word(mode, ab, row0, k0, lid + 512u), pa_word(mode, ab, row0, k0, lid + 768u)),
-        vec4<u32>(pa_word(mode, ab, row0, k0, lid + 1024u), pa_word(mode, ab, row0, k0, lid + 1280u),
-                  pa_word(mode, ab, row0, k0, lid + 1536u), pa_word(mode, ab, row0, k0, lid + 1792u)));
-}
-
-// The invocation's eight B words of the K step at k0.
-fn fetch_b(mode: u32, bb: u32, tile: u32, k0: u32, lid: u32) -> Words {
-    return Words(
-        vec4<u32>(pb_word(mode, bb, tile, k0, lid), pb_word(mode, bb, tile, k0, lid + 256u),
-                  pb_word(mode, bb, tile, k0, lid + 512u), pb_word(mode, bb, tile, k0, lid + 768u)),
-        vec4<u32>(pb_word(mode, bb, tile, k0, lid + 1024u), pb_word(mode, bb, tile, k0, lid + 1280u),
-                  pb_word(mode, bb, tile, k0, lid + 1536u), pb_word(mode, bb, tile, k0, lid + 1792u)));
-}
-
-fn pa_word(mode: u32, ab: u32, row0: u32, k0: u32, e: u32) -> u32 {
-    var r = e / 16u;
-    var kk = 2u * (e % 16u);
-    if ((mode & 2u) != 0u) {
-        r = 2u * (e % 64u);
-        kk = e / 64u;
-    }
-    if (row0 + r >= dim_m() || k0 + kk >= dim_k()) {
-        return 0u;
-    }
-    return src0[(ab + (row0 + r) * p(35u) + (k0 + kk) * p(36u)) / 2u];
-}
-
-fn pa_put(mode: u32, e: u32, w: u32) {
-    let h = vec2<f16>(unpack2x16float(w));
-    if ((mode & 2u) != 0u) {
-        let r = 2u * (e % 64u);
-        let kk = e / 64u;
-        coop_a[r * CA + kk] = h.x;
-        coop_a[(r + 1u) * CA + kk] = h.y;
-    } else {
-        let at = (e / 16u) * CA + 2u * (e % 16u);
-        coop_a[at] = h.x;
-        coop_a[at + 1u] = h.y;
-    }
-}
-
-fn pb_word(mode: u32, bb: u32, tile: u32, k0: u32, e: u32) -> u32 {
-    var jj = 2u * (e % 64u);
-    var kk = e / 64u;
-    if ((mode & 4u) != 0u) {
-        jj = e / 16u;
-        kk = 2u * (e % 16u);
-    }
-    let pc = coop_col(tile, jj);
-    if (pc.y == 0u || k0 + kk >= dim_k()) {
-        return 0u;
-    }
-    return src1[(bb + (k0 + kk) * p(37u) + pc.x * p(38u)) / 2u];
-}
-
-fn pb_put(mode: u32, e: u32, w: u32) {
-    let h = vec2<f16>(unpack2x16float(w));
-    if ((mode & 4u) != 0u) {
-        let jj = e / 16u;
-        let kk = 2u * (e % 16u);
-        coop_b[kk * CB + jj] = h.x;
-        coop_b[(kk + 1u) * CB + jj] = h.y;
-    } else {
-        let at = (e / 64u) * CB + 2u * (e % 64u);
-        coop_b[at] = h.x;
-        coop_b[at + 1u] = h.y;
-    }
-}
-
 // Finishes one 16x16 output tile from coop_c[base..base+256) (h) and, for GEGLU (gate = 256),
 // the gate tile after it: the subgroup's lanes take column pairs in turn.
 fn coop_finish(b: u32, r0: u32, c0: u32, base: u32, gate: u32, lane: u32, width: u32,
@@ -333,7 +231,7 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         var c13 = c00;
         // The pair path keeps the next K step's words in registers (fetched before the
         // products of this step, written to workgroup memory after them).
-        var wa = Words(vec4<u32>(), vec4<u32>());
+        var wa = words_zero();
         var wb = wa;
         if (mode != 0u) {
             wa = fetch_a(mode, ab, row0, 0u, lid, cr);
@@ -341,22 +239,7 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         }
         for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
             if (mode != 0u) {
-                pa_put(mode, lid, wa.lo.x);
-                pa_put(mode, lid + 256u, wa.lo.y);
-                pa_put(mode, lid + 512u, wa.lo.z);
-                pa_put(mode, lid + 768u, wa.lo.w);
-                pa_put(mode, lid + 1024u, wa.hi.x);
-                pa_put(mode, lid + 1280u, wa.hi.y);
-                pa_put(mode, lid + 1536u, wa.hi.z);
-                pa_put(mode, lid + 1792u, wa.hi.w);
-                pb_put(mode, lid, wb.lo.x);
-                pb_put(mode, lid + 256u, wb.lo.y);
-                pb_put(mode, lid + 512u, wb.lo.z);
-                pb_put(mode, lid + 768u, wb.lo.w);
-                pb_put(mode, lid + 1024u, wb.hi.x);
-                pb_put(mode, lid + 1280u, wb.hi.y);
-                pb_put(mode, lid + 1536u, wb.hi.z);
-                pb_put(mode, lid + 1792u, wb.hi.w);
+                put_words(mode, lid, wa, wb);
             } else if ((VARIANT & 32u) == 0u) {
                 coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
             }

@@ -14,7 +14,7 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands, 2..=8 for `MatmulCoop16Views`), which every dispatch of these pipelines binds in
+//! operands, 2..=8 / 2..=9 for the f16-view experiments), which every dispatch of these pipelines binds in
 //! full; any naga or driver failure is
 //! an `Error::Shader`.
 
@@ -35,6 +35,7 @@ pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
             | ShaderId::MatmulCoop16
             | ShaderId::MatmulCoop16Views
             | ShaderId::AttentionCoop16
+            | ShaderId::AttentionCoop16Views
     ) && device
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -133,7 +134,7 @@ fn literal_string(words: &[u32]) -> String {
 }
 
 /// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=`last` read-only
-/// operands (6; 8 for the f16 views of `MatmulCoop16Views`).
+/// operands (6; 8 or 9 with the f16 views of `MatmulCoop16Views` / `AttentionCoop16Views`).
 fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
     let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
         binding,
@@ -193,10 +194,10 @@ pub(crate) fn pipeline(
             ..Default::default()
         })
     };
-    let last = if key.shader == ShaderId::MatmulCoop16Views {
-        8
-    } else {
-        6
+    let last = match key.shader {
+        ShaderId::MatmulCoop16Views => 8,
+        ShaderId::AttentionCoop16Views => 9,
+        _ => 6,
     };
     let layout = matmul_layout(device, last);
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -229,17 +230,34 @@ mod tests {
 
     #[test]
     fn coop_module_switches_to_glsl450() {
-        let constants = [
-            ("DT_IN", 1.0),
-            ("DT_OUT", 1.0),
-            ("WG", 256.0),
-            ("VARIANT", 0.0),
-        ];
-        for (id, entry) in [
-            (ShaderId::MatmulCoop16, "mm_coop16"),
-            (ShaderId::MatmulCoop16Views, "mm_coop16h"),
+        let constants = |wg: f64, variant: f64| {
+            [
+                ("DT_IN", 1.0),
+                ("DT_OUT", 1.0),
+                ("WG", wg),
+                ("VARIANT", variant),
+            ]
+        };
+        let head_dims_40 = f64::from(3 | (3 << 4));
+        for (id, entry, c) in [
+            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 0.0)),
+            (
+                ShaderId::MatmulCoop16Views,
+                "mm_coop16",
+                constants(256.0, 0.0),
+            ),
+            (
+                ShaderId::AttentionCoop16,
+                "attention_coop16",
+                constants(128.0, head_dims_40),
+            ),
+            (
+                ShaderId::AttentionCoop16Views,
+                "attention_coop16",
+                constants(128.0, head_dims_40),
+            ),
         ] {
-            let words = spirv(id.file(), &id.source(), entry, &constants).unwrap();
+            let words = spirv(id.file(), &id.source(), entry, &c).unwrap();
             let mut i = 5;
             let mut model = None;
             while i < words.len() {
@@ -273,6 +291,7 @@ mod tests {
             ShaderId::MatmulCoop16,
             ShaderId::MatmulCoop16Views,
             ShaderId::AttentionCoop16,
+            ShaderId::AttentionCoop16Views,
         ] {
             let source = id.source();
             let module = naga::front::wgsl::parse_str(&source).unwrap();

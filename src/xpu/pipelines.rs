@@ -26,12 +26,13 @@ pub enum ShaderId {
     MatmulTiled,
     /// `shaders/matmul_coop.wgsl` (after `matmul.wgsl`): hardware cooperative matrices, 8x8 f32.
     MatmulCoop,
-    /// `shaders/matmul_coop16.wgsl` (after `matmul.wgsl`): 16x16 f16 cooperative matrices with
-    /// f32 accumulation (NVIDIA tensor cores through Vulkan).
+    /// `shaders/matmul_coop16.wgsl` (after `matmul.wgsl`, before its word staging
+    /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation (NVIDIA
+    /// tensor cores through Vulkan).
     MatmulCoop16,
-    /// `shaders/matmul_coop16_views.wgsl` (after `matmul.wgsl` and `matmul_coop16.wgsl`): the
-    /// f16 tensor-core kernel staging through `vec2<f16>` views of its operands (bindings 7
-    /// and 8), an experiment chosen only by `XPU_COOP16_VIEWS=1`.
+    /// `shaders/matmul_coop16.wgsl` with the staging of `matmul_coop16_views.wgsl`: the f16
+    /// tensor-core kernel reading `vec2<f16>` views of its operands (bindings 7 and 8), an
+    /// experiment chosen only by `XPU_COOP16_VIEWS=1`.
     MatmulCoop16Views,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
@@ -53,15 +54,20 @@ pub enum ShaderId {
     /// `shaders/attention_vec4.wgsl` (after `attention.wgsl`): the same kernel with vec4
     /// workgroup tiles.
     AttentionVec4,
-    /// `shaders/attention_coop16.wgsl`: fused attention on 16x16 f16 cooperative matrices.
+    /// `shaders/attention_coop16.wgsl` (before its pair loads `attention_coop16_words.wgsl`):
+    /// fused attention on 16x16 f16 cooperative matrices.
     AttentionCoop16,
+    /// `shaders/attention_coop16.wgsl` with the pair loads of `attention_coop16_views.wgsl`
+    /// (`vec2<f16>` views at bindings 7, 8, 9), an experiment chosen only by
+    /// `XPU_COOP16_VIEWS=1`.
+    AttentionCoop16Views,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 16] = [
+    pub const ALL: [ShaderId; 17] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -78,6 +84,7 @@ impl ShaderId {
         ShaderId::Attention,
         ShaderId::AttentionVec4,
         ShaderId::AttentionCoop16,
+        ShaderId::AttentionCoop16Views,
     ];
 
     /// File name under `shaders/`.
@@ -99,6 +106,7 @@ impl ShaderId {
             ShaderId::Attention => "attention.wgsl",
             ShaderId::AttentionVec4 => "attention_vec4.wgsl",
             ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
+            ShaderId::AttentionCoop16Views => "attention_coop16_views.wgsl",
         }
     }
 
@@ -109,6 +117,7 @@ impl ShaderId {
         const CONV: &str = include_str!("../../shaders/conv.wgsl");
         const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
         const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
+        const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
             ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
@@ -120,7 +129,11 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[MATMUL, COOP16],
+            ShaderId::MatmulCoop16 => &[
+                MATMUL,
+                COOP16,
+                include_str!("../../shaders/matmul_coop16_words.wgsl"),
+            ],
             ShaderId::MatmulCoop16Views => &[
                 MATMUL,
                 COOP16,
@@ -137,7 +150,14 @@ impl ShaderId {
             ShaderId::AttentionVec4 => {
                 &[ATTENTION, include_str!("../../shaders/attention_vec4.wgsl")]
             }
-            ShaderId::AttentionCoop16 => &[include_str!("../../shaders/attention_coop16.wgsl")],
+            ShaderId::AttentionCoop16 => &[
+                ATTENTION_COOP16,
+                include_str!("../../shaders/attention_coop16_words.wgsl"),
+            ],
+            ShaderId::AttentionCoop16Views => &[
+                ATTENTION_COOP16,
+                include_str!("../../shaders/attention_coop16_views.wgsl"),
+            ],
         }
     }
 

@@ -219,14 +219,14 @@ fn finish(
     // The experimental f16-view staging (`XPU_COOP16_VIEWS=1`) also binds the input and the
     // weight at 7 and 8.
     let views = super::matmul_select::coop16_views();
-    let (shader, entry) = if views {
-        (ShaderId::MatmulCoop16Views, "mm_coop16h")
+    let shader = if views {
+        ShaderId::MatmulCoop16Views
     } else {
-        (ShaderId::MatmulCoop16, "mm_coop16")
+        ShaderId::MatmulCoop16
     };
     let key = PipelineKey {
         shader,
-        entry,
+        entry: "mm_coop16",
         dt_in: DType::F16,
         dt_out: DType::F16,
         workgroup: 256,
