@@ -121,10 +121,12 @@ for phase in "$@"; do
       ;;
     views)
       # The experimental f16 tensor-core staging through vec2<f16> views (XPU_COOP16_VIEWS=1)
-      # against the default word staging: correctness (coop_probe, the self-check), the f16
-      # matmul rows, the f16 step.
+      # against the default word staging: correctness (coop_probe, the test binaries with it),
+      # the f16 matmul/conv/attention rows, the f16 step.
       XPU_COOP16_VIEWS=1 timeout 60 .devbin/coop_probe >"$OUT/views.log" 2>&1
-      for t in .devbin/test-matmul_xpu_variants* .devbin/test-conv_xpu* .devbin/test-unet_parity*; do
+      for t in .devbin/test-matmul_xpu_variants* .devbin/test-conv_xpu* .devbin/test-attention_parity* \
+        .devbin/test-unet_parity*; do
+        case $t in *.log) continue ;; esac
         [ -f "$t" ] || continue
         echo "=== XPU_COOP16_VIEWS=1 $t" >>"$OUT/views.log"
         XPU_COOP16_VIEWS=1 timeout 200 "$t" --test-threads 4 2>&1 | grep -E '^test result|FAILED|panicked' \
@@ -132,7 +134,8 @@ for phase in "$@"; do
       done
       for v in 0 1; do
         echo "=== XPU_COOP16_VIEWS=$v" >>"$OUT/views.log"
-        XPU_COOP16_VIEWS=$v timeout 100 .devbin/bench matmul --device xpu --dtype f16 --json \
+        XPU_COOP16_VIEWS=$v timeout 150 .devbin/bench matmul conv attention --device xpu \
+          --dtype f16 --json \
           >>"$OUT/views.log" 2>&1
         XPU_COOP16_VIEWS=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
           --steps 4 --output /tmp/sd_h$v.safetensors >>"$OUT/views.log" 2>&1
