@@ -14,13 +14,12 @@ fn main() -> xpu::Result<()> {
         [m, k, n] => (m, k, n),
         _ => (512, 768, 1024),
     };
-    let dtype = match args
-        .iter()
-        .find(|a| a.starts_with('f') || a.starts_with('b'))
-    {
-        Some(d) if d == "f16" => DType::F16,
-        Some(d) if d == "bf16" => DType::BF16,
-        _ => DType::F32,
+    let dtype = if args.iter().any(|a| a == "f16") {
+        DType::F16
+    } else if args.iter().any(|a| a == "bf16") {
+        DType::BF16
+    } else {
+        DType::F32
     };
     let transposed_b = args.iter().any(|a| a == "bt");
     let a = Tensor::randn(&[m, k], dtype, Device::Xpu, 1)?;
