@@ -82,7 +82,8 @@ impl Engine {
 /// operands (`shaders/matmul_coop16_views.wgsl`): only with `XPU_COOP16_VIEWS=1`,
 /// until a GPU measures it (`benches/gpu/run_gpu.sh views`).
 pub(crate) fn coop16_views() -> bool {
-    std::env::var_os("XPU_COOP16_VIEWS").is_some_and(|v| v == "1")
+    static VIEWS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VIEWS.get_or_init(|| std::env::var_os("XPU_COOP16_VIEWS").is_some_and(|v| v == "1"))
 }
 
 /// Whether the subgroup GEMV may run on an adapter with `features`: it needs SUBGROUP, and
@@ -91,13 +92,15 @@ pub(crate) fn subgroup_gemv(features: &XpuFeatures) -> bool {
     features.subgroup && std::env::var_os("XPU_MATMUL_SUBGROUP").is_none_or(|v| v != "0")
 }
 
-/// Whether `Auto` takes the vec4 forms of the large and medium tiles (`mm_large4`,
+/// Whether `Auto` takes (process-wide, read once) the vec4 forms of the large and medium tiles (`mm_large4`,
 /// `mm_medium4`, `conv_large4`, `conv_medium4`) and of the FMA attention (`attention4`): yes
 /// unless `XPU_TILE_VEC4=0`. Both forms run
 /// the same FMAs in the same order (same bits); the vec4 form reads its workgroup tiles with a
 /// quarter (large) or half (medium) of the load instructions.
 pub(crate) fn vec4_tiles() -> bool {
-    std::env::var_os("XPU_TILE_VEC4").is_none_or(|v| v != "0")
+    // Read once: it is consulted on every matmul, convolution and attention launch.
+    static VEC4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VEC4.get_or_init(|| std::env::var_os("XPU_TILE_VEC4").is_none_or(|v| v != "0"))
 }
 
 /// The automatic choice by shape: GEMV for a few rows, skinny tiles for up to 32 rows, large
