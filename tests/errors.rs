@@ -180,23 +180,13 @@ fn no_adapter_error_says_how_to_install_a_driver() {
         assert!(!xpu::xpu_available());
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "no_adapter_error_says_how_to_install_a_driver",
-            "--test-threads=1",
-        ])
-        .env("XPU_EXPECT_NO_ADAPTER", "1")
-        .env("XPU_ADAPTER", "no-such-adapter-anywhere")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "child failed: {}",
-        String::from_utf8_lossy(&out.stdout)
+    common::rerun_with_env(
+        "no_adapter_error_says_how_to_install_a_driver",
+        &[
+            ("XPU_EXPECT_NO_ADAPTER", "1".as_ref()),
+            ("XPU_ADAPTER", "no-such-adapter-anywhere".as_ref()),
+        ],
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }
 
 #[test]
