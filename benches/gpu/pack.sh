@@ -2,7 +2,9 @@
 # Builds what benches/gpu/run_gpu.sh needs on a GPU machine without a Rust toolchain, into the
 # git-ignored folder .gpupack/ (carry it, and .gl/, .whl/ for the PyTorch UNet step):
 #   .gpupack/devbin.tar.xz  release examples and test binaries from ../shared/device/gpu-pack.sh,
-#                           compressed (about 16 MB instead of 200 MB, under the 64 MiB carry limit)
+#                           compressed with a dictionary larger than the folder (the binaries
+#                           share most of their code: about 26 MB instead of 380 MB; a default
+#                           8 MiB dictionary gave 67 MB, over the 64 MiB carry limit)
 # and diffusers' wheel (pure Python) in .whl/ for torch_gpu_ref.py --unet.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -14,8 +16,8 @@ lists=$(mktemp -d); mkdir -p "$lists/partial"
 o="-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=$lists"
 apt-get $o update >/dev/null
 (cd .gl && apt-get $o download libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 2>/dev/null)
-rm -f .devbin/*.log
-tar cf - .devbin | xz -6 -T2 >.gpupack/devbin.tar.xz
+rm -f .devbin/*.log .devbin/zz_*
+tar cf - .devbin | xz -T1 --lzma2=preset=6,dict=512MiB >.gpupack/devbin.tar.xz
 if ! ls .whl/diffusers-*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 importlib_metadata
