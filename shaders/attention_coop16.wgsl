@@ -1,7 +1,7 @@
 // attention_coop16.wgsl: fused scaled dot-product attention on 16x16x16 f16 cooperative
 // matrices with f32 accumulation (NVIDIA tensor cores through Vulkan); composed as common.wgsl +
-// this file + its pair loads (attention_coop16_words.wgsl: u32 words through unpack2x16float,
-// the default; or attention_coop16_views.wgsl: f16 views, `XPU_COOP16_VIEWS=1`). The Lq x Lk
+// this file + its pair loads (attention_coop16_words.wgsl: u32 words through unpack2x16float;
+// second `array<vec2<f16>>` views of q/k/v measured slower on an H100). The Lq x Lk
 // score matrix never exists: a workgroup of 128 invocations (four
 // subgroups of 32) takes BQ = 64 query rows of one head, each subgroup 16 of them, and walks the
 // keys in blocks of BK = 32 twice:

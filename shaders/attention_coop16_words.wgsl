@@ -1,6 +1,5 @@
 // attention_coop16_words.wgsl: the pair loads of attention_coop16.wgsl (composed after it): a
 // u32 word of q (buf 0), k (1) or v (2), its two f16 converted through unpack2x16float.
-// attention_coop16_views.wgsl provides `pair_h` reading f16 views instead.
 
 // Word w of a row of `width` elements (pairs), 0 past the width or the row count.
 fn pair_word(buf: u32, base: u32, row: u32, rows: u32, rs: u32, c: u32, width: u32) -> u32 {

@@ -31,8 +31,7 @@
 // Epilogue: each accumulator tile (and its gate tile) goes through the subgroup's 512 f32 of
 // `coop_c`, and the subgroup's lanes finish column pairs with the shared fused epilogue.
 // The word-pair staging (`Words`, `words_zero`, `fetch_a`, `fetch_b`, `put_words`) comes from
-// the file composed after this one: matmul_coop16_words.wgsl (u32 words, the default) or
-// matmul_coop16_views.wgsl (f16 views, `XPU_COOP16_VIEWS=1`).
+// the file composed after this one, matmul_coop16_words.wgsl (u32 words).
 
 enable f16;
 enable wgpu_cooperative_matrix;

@@ -1,7 +1,8 @@
 // matmul_coop16_words.wgsl: the word-pair staging of mm_coop16 (composed after
 // matmul_coop16.wgsl, whose header describes the layouts): A and B read as u32 words, each word's
 // two f16 converted through `unpack2x16float` (naga 30 cannot bitcast a u32 to vec2<f16>).
-// matmul_coop16_views.wgsl provides the same functions reading f16 views instead.
+// (Reading the pairs through second `array<vec2<f16>>` views of the operands instead, with no
+// conversions, ran 1.3-2.2x slower on an H100: twenty-fifth session, BENCHMARKS.md.)
 
 fn conv_word(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> u32 {
     let ih = ih0 + dy;

@@ -11,8 +11,7 @@
 # f32/f16/bf16), winograd (SD step with the Xpu Winograd choice off / everywhere), torch
 # (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
-# matmuls, f32 convolutions and attention, the f32 step), views (the f16 tensor-core kernel
-# staging through f16 views, XPU_COOP16_VIEWS=1, against the default), profile (the same step's GPU time per kernel,
+# matmuls, f32 convolutions and attention, the f32 step), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
@@ -118,30 +117,6 @@ for phase in "$@"; do
           --steps 4 --output /tmp/sd_v$v.safetensors >>"$OUT/vec4.log" 2>&1
       done
       grep -E '^[0-9]+x|Tiled\(L|Tiled\(M|Auto|===|median' "$OUT/vec4.log" | cut -c1-160
-      ;;
-    views)
-      # The experimental f16 tensor-core staging through vec2<f16> views (XPU_COOP16_VIEWS=1)
-      # against the default word staging: correctness (coop_probe, the test binaries with it),
-      # the f16 matmul/conv/attention rows, the f16 step.
-      XPU_COOP16_VIEWS=1 timeout 60 .devbin/coop_probe >"$OUT/views.log" 2>&1
-      for t in .devbin/test-matmul_xpu_variants* .devbin/test-conv_xpu* .devbin/test-attention_parity* \
-        .devbin/test-unet_parity*; do
-        case $t in *.log) continue ;; esac
-        [ -f "$t" ] || continue
-        echo "=== XPU_COOP16_VIEWS=1 $t" >>"$OUT/views.log"
-        XPU_COOP16_VIEWS=1 timeout 200 "$t" --test-threads 4 2>&1 | grep -E '^test result|FAILED|panicked' \
-          >>"$OUT/views.log"
-      done
-      for v in 0 1; do
-        echo "=== XPU_COOP16_VIEWS=$v" >>"$OUT/views.log"
-        XPU_COOP16_VIEWS=$v timeout 150 .devbin/bench matmul conv attention --device xpu \
-          --dtype f16 --json \
-          >>"$OUT/views.log" 2>&1
-        XPU_COOP16_VIEWS=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_h$v.safetensors >>"$OUT/views.log" 2>&1
-      done
-      grep -E '^(===|f16|test result)|FAILED|coop_matrix|median|self-check|rror' "$OUT/views.log" \
-        | cut -c1-200
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.

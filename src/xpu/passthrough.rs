@@ -14,8 +14,7 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands, 2..=8 / 2..=9 for the f16-view experiments), which every dispatch of these pipelines binds in
-//! full; any naga or driver failure is
+//! operands), which every dispatch of these pipelines binds in full; any naga or driver failure is
 //! an `Error::Shader`.
 
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
@@ -31,11 +30,7 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
     matches!(
         key.shader,
-        ShaderId::MatmulCoop
-            | ShaderId::MatmulCoop16
-            | ShaderId::MatmulCoop16Views
-            | ShaderId::AttentionCoop16
-            | ShaderId::AttentionCoop16Views
+        ShaderId::MatmulCoop | ShaderId::MatmulCoop16 | ShaderId::AttentionCoop16
     ) && device
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -133,9 +128,8 @@ fn literal_string(words: &[u32]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=`last` read-only
-/// operands (6; 8 or 9 with the f16 views of `MatmulCoop16Views` / `AttentionCoop16Views`).
-fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
+/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=6 read-only operands.
+fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
     let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -157,7 +151,7 @@ fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
         count: None,
     }];
     entries.push(storage(1, false));
-    entries.extend((2..=last).map(|b| storage(b, true)));
+    entries.extend((2..=6).map(|b| storage(b, true)));
     let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("xpu matmul passthrough"),
         entries: &entries,
@@ -194,12 +188,7 @@ pub(crate) fn pipeline(
             ..Default::default()
         })
     };
-    let last = match key.shader {
-        ShaderId::MatmulCoop16Views => 8,
-        ShaderId::AttentionCoop16Views => 9,
-        _ => 6,
-    };
-    let layout = matmul_layout(device, last);
+    let layout = matmul_layout(device);
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(key.entry),
         layout: Some(&layout),
@@ -242,17 +231,7 @@ mod tests {
         for (id, entry, c) in [
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 0.0)),
             (
-                ShaderId::MatmulCoop16Views,
-                "mm_coop16",
-                constants(256.0, 0.0),
-            ),
-            (
                 ShaderId::AttentionCoop16,
-                "attention_coop16",
-                constants(128.0, head_dims_40),
-            ),
-            (
-                ShaderId::AttentionCoop16Views,
                 "attention_coop16",
                 constants(128.0, head_dims_40),
             ),
@@ -289,9 +268,7 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
-            ShaderId::MatmulCoop16Views,
             ShaderId::AttentionCoop16,
-            ShaderId::AttentionCoop16Views,
         ] {
             let source = id.source();
             let module = naga::front::wgsl::parse_str(&source).unwrap();

@@ -30,10 +30,6 @@ pub enum ShaderId {
     /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation (NVIDIA
     /// tensor cores through Vulkan).
     MatmulCoop16,
-    /// `shaders/matmul_coop16.wgsl` with the staging of `matmul_coop16_views.wgsl`: the f16
-    /// tensor-core kernel reading `vec2<f16>` views of its operands (bindings 7 and 8), an
-    /// experiment chosen only by `XPU_COOP16_VIEWS=1`.
-    MatmulCoop16Views,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -57,24 +53,19 @@ pub enum ShaderId {
     /// `shaders/attention_coop16.wgsl` (before its pair loads `attention_coop16_words.wgsl`):
     /// fused attention on 16x16 f16 cooperative matrices.
     AttentionCoop16,
-    /// `shaders/attention_coop16.wgsl` with the pair loads of `attention_coop16_views.wgsl`
-    /// (`vec2<f16>` views at bindings 7, 8, 9), an experiment chosen only by
-    /// `XPU_COOP16_VIEWS=1`.
-    AttentionCoop16Views,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 17] = [
+    pub const ALL: [ShaderId; 15] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
-        ShaderId::MatmulCoop16Views,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -84,7 +75,6 @@ impl ShaderId {
         ShaderId::Attention,
         ShaderId::AttentionVec4,
         ShaderId::AttentionCoop16,
-        ShaderId::AttentionCoop16Views,
     ];
 
     /// File name under `shaders/`.
@@ -96,7 +86,6 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
-            ShaderId::MatmulCoop16Views => "matmul_coop16_views.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -106,7 +95,6 @@ impl ShaderId {
             ShaderId::Attention => "attention.wgsl",
             ShaderId::AttentionVec4 => "attention_vec4.wgsl",
             ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
-            ShaderId::AttentionCoop16Views => "attention_coop16_views.wgsl",
         }
     }
 
@@ -134,11 +122,6 @@ impl ShaderId {
                 COOP16,
                 include_str!("../../shaders/matmul_coop16_words.wgsl"),
             ],
-            ShaderId::MatmulCoop16Views => &[
-                MATMUL,
-                COOP16,
-                include_str!("../../shaders/matmul_coop16_views.wgsl"),
-            ],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }
@@ -153,10 +136,6 @@ impl ShaderId {
             ShaderId::AttentionCoop16 => &[
                 ATTENTION_COOP16,
                 include_str!("../../shaders/attention_coop16_words.wgsl"),
-            ],
-            ShaderId::AttentionCoop16Views => &[
-                ATTENTION_COOP16,
-                include_str!("../../shaders/attention_coop16_views.wgsl"),
             ],
         }
     }

@@ -220,22 +220,15 @@ impl XpuStorage {
         if coop {
             // Head-dim tiles of q/k and v as pipeline constants; bindings 5 and 6 of the
             // passthrough layout are bound and unused.
-            // The experimental f16 views (`XPU_COOP16_VIEWS=1`) bind q, k, v again at 7, 8, 9.
-            let views = super::matmul_select::coop16_views();
             let key = PipelineKey {
-                shader: if views {
-                    ShaderId::AttentionCoop16Views
-                } else {
-                    ShaderId::AttentionCoop16
-                },
+                shader: ShaderId::AttentionCoop16,
                 entry: "attention_coop16",
                 dt_in: DType::F16,
                 dt_out: DType::F32,
                 workgroup: 128,
                 variant: (s.d.div_ceil(16) | s.dv.div_ceil(16) << 4) as u32,
             };
-            let inputs = [self, k.0, v.0, self, self, self, k.0, v.0];
-            return launch(out, key, p, &inputs[..if views { 8 } else { 5 }], wg);
+            return launch(out, key, p, &[self, k.0, v.0, self, self], wg);
         }
         launch(out, kkey, p, &[self, k.0, v.0, mask_buf], wg)
     }

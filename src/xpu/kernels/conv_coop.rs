@@ -216,16 +216,8 @@ fn finish(
         return Ok(None);
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
-    // The experimental f16-view staging (`XPU_COOP16_VIEWS=1`) also binds the input and the
-    // weight at 7 and 8.
-    let views = super::matmul_select::coop16_views();
-    let shader = if views {
-        ShaderId::MatmulCoop16Views
-    } else {
-        ShaderId::MatmulCoop16
-    };
     let key = PipelineKey {
-        shader,
+        shader: ShaderId::MatmulCoop16,
         entry: "mm_coop16",
         dt_in: DType::F16,
         dt_out: DType::F16,
@@ -234,12 +226,11 @@ fn finish(
     };
     let bias = l.bias.map_or(x, |(b, _)| b);
     let res_st = res.map_or(x, |(r, ..)| r);
-    let inputs = [x, w, x, bias, res_st, x, w];
     launch(
         &out,
         key,
         p,
-        &inputs[..if views { 7 } else { 5 }],
+        &[x, w, x, bias, res_st],
         [grid[0] as u32, grid[1] as u32, 1],
     )?;
     if l.out_strides == [s.ho * s.wo * o, 1, o] {

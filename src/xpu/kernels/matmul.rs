@@ -266,11 +266,7 @@ impl XpuStorage {
                 u32::from(geo.entry == "mm_gemv" && b_col_major)
             },
         };
-        let mut bindings = self.bindings(rhs, ep);
-        if geo.shader == ShaderId::MatmulCoop16Views {
-            // The f16 views of A and B (same buffers as bindings 2 and 3).
-            bindings.extend([(7, self), (8, rhs)]);
-        }
+        let bindings = self.bindings(rhs, ep);
         self.per_batch_chunk(ep.op, pr.batch, |first, count| {
             let p = params(pr, ep, pr.batch, first)?;
             let grid = [groups[0], groups[1], count];

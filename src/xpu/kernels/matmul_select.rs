@@ -70,20 +70,9 @@ impl Engine {
                 if b_col_major { 8 } else { 64 },
             ),
             Engine::Coop => g(ShaderId::MatmulCoop, "mm_coop", 32, 32),
-            Engine::Coop16 if coop16_views() => {
-                g(ShaderId::MatmulCoop16Views, "mm_coop16", 128, 128)
-            }
             Engine::Coop16 => g(ShaderId::MatmulCoop16, "mm_coop16", 128, 128),
         }
     }
-}
-
-/// Whether f16 tensor-core products take the experimental staging through f16 views of the
-/// operands (`shaders/matmul_coop16_views.wgsl`): only with `XPU_COOP16_VIEWS=1`,
-/// until a GPU measures it (`benches/gpu/run_gpu.sh views`).
-pub(crate) fn coop16_views() -> bool {
-    static VIEWS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VIEWS.get_or_init(|| std::env::var_os("XPU_COOP16_VIEWS").is_some_and(|v| v == "1"))
 }
 
 /// Whether the subgroup GEMV may run on an adapter with `features`: it needs SUBGROUP, and
