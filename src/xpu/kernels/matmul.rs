@@ -213,14 +213,15 @@ impl XpuStorage {
             n,
             pitch,
         };
-        let mut engine = choose(op, ep.kernel, &self.ctx.features, self.dtype, m, n)?;
+        let mnk = [m, n, k];
+        let mut engine = choose(op, ep.kernel, &self.ctx.features, self.dtype, mnk)?;
         if matches!(engine, Engine::Coop | Engine::Coop16) {
             // A cooperative engine serves calls only after it computed a known product right.
             if let Err(why) = super::coop_check::verdict() {
                 if ep.kernel != MatmulKernel::Auto {
                     return Err(Error::invalid(op, why));
                 }
-                engine = Engine::Tiled(super::matmul_select::auto(m, n));
+                engine = Engine::Tiled(super::matmul_select::auto(mnk));
             }
         }
         let out = match engine {

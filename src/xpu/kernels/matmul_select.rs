@@ -7,12 +7,18 @@
 //! not by the feature bit alone: NVIDIA's Vulkan driver has the feature but no 8x8 f32
 //! configuration, and the 8x8 f32 kernel compiled there silently wrote zeros (seen on an H100).
 //! `Auto` takes the f16 tensor-core kernel (`Coop16`) for F16 operands when the driver reports
-//! 16x16x16 F16->F32 and both sides span a full 128 tile; the 8x8 f32 kernel stays forced-only.
+//! 16x16x16 F16->F32, M spans two 128 tiles, N one, and N >= 512 or K >= 1024: on an H100
+//! (twenty-fifth session) the vec4 FMA tiles beat it on thin products (8192x320x320: 0.100 vs
+//! 0.127 ms; 154x768x320: 0.083 vs 0.100 ms; 256^3) and lost from 512^3 up and on 8192x320x1280
+//! and 8192x640x640. The 8x8 f32 kernel stays forced-only.
 //! The large and medium tiles exist in two forms with identical arithmetic (same bits): scalar
 //! workgroup tiles (`mm_large`, `mm_medium`, measured on an H100 in the twelfth session) and
 //! vec4 tiles (`mm_large4`, `mm_medium4`: 4 workgroup loads per 64 FMAs instead of 16, staging
-//! stores free of bank conflicts). `Auto` takes the vec4 form (1.6–2× on lavapipe; the GPU
-//! comparison is `benches/gpu/run_gpu.sh vec4`) unless `XPU_TILE_VEC4=0`.
+//! stores free of bank conflicts). `Auto` takes the vec4 form (1.6–2× on lavapipe, 1.4–9.4× on
+//! an H100, `benches/gpu/run_gpu.sh vec4`) unless `XPU_TILE_VEC4=0`. The large tile only pays
+//! for long K and enough tiles to fill a big GPU: on the H100 it halved 4096^3 against the
+//! medium tile but lost at K = 320 and 640 (8192x320x1280: 0.454 vs 0.431 ms; 2048x640x640:
+//! 0.258 vs 0.204 ms, 80 large tiles for 132 SMs).
 
 use crate::ops::fused::{MatmulKernel, TileConfig};
 use crate::xpu::context::XpuFeatures;
@@ -92,16 +98,17 @@ pub(crate) fn vec4_tiles() -> bool {
     *VEC4.get_or_init(|| std::env::var_os("XPU_TILE_VEC4").is_none_or(|v| v != "0"))
 }
 
-/// The automatic choice by shape: GEMV for a few rows, skinny tiles for up to 32 rows, large
-/// tiles once both sides span at least four of them, medium tiles otherwise (large and medium
-/// in their vec4 form unless [`vec4_tiles`] says no).
-pub(crate) fn auto(m: usize, n: usize) -> TileConfig {
+/// The automatic choice by shape (`[m, n, k]`): GEMV for a few rows, skinny tiles for up to 32
+/// rows, large tiles when both sides span at least four of them, the output at least 128 of
+/// them and K at least 1024, medium tiles otherwise (large and medium in their vec4 form unless
+/// [`vec4_tiles`] says no).
+pub(crate) fn auto([m, n, k]: [usize; 3]) -> TileConfig {
     let vec4 = vec4_tiles();
     if m <= 4 {
         TileConfig::Gemv
     } else if m <= 32 {
         TileConfig::Skinny
-    } else if m >= 512 && n >= 512 {
+    } else if m >= 512 && n >= 512 && k >= 1024 && m.saturating_mul(n) >= 128 * 128 * 128 {
         if vec4 {
             TileConfig::LargeVec4
         } else {
@@ -114,21 +121,27 @@ pub(crate) fn auto(m: usize, n: usize) -> TileConfig {
     }
 }
 
-/// The engine for `kernel` on an adapter with `features`, for operands of `dtype`, or why it
-/// cannot run there.
+/// Whether `Auto` sends an F16 product of `[m, n, k]` to the tensor cores (see the module docs).
+fn tensor_core_shape([m, n, k]: [usize; 3]) -> bool {
+    m >= 256 && n >= 128 && (n >= 512 || k >= 1024)
+}
+
+/// The engine for `kernel` on an adapter with `features`, for operands of `dtype` and a product
+/// of `[m, n, k]`, or why it cannot run there.
 pub(crate) fn choose(
     op: &'static str,
     kernel: MatmulKernel,
     features: &XpuFeatures,
     dtype: DType,
-    m: usize,
-    n: usize,
+    mnk: [usize; 3],
 ) -> Result<Engine> {
     match kernel {
-        MatmulKernel::Auto if dtype == DType::F16 && coop16(features) && m >= 128 && n >= 128 => {
+        MatmulKernel::Auto
+            if dtype == DType::F16 && coop16(features) && tensor_core_shape(mnk) =>
+        {
             Ok(Engine::Coop16)
         }
-        MatmulKernel::Auto => Ok(Engine::Tiled(auto(m, n))),
+        MatmulKernel::Auto => Ok(Engine::Tiled(auto(mnk))),
         MatmulKernel::Simple => Ok(Engine::Simple),
         MatmulKernel::Tiled(t) => Ok(Engine::Tiled(t)),
         MatmulKernel::CoopMatrix if dtype == DType::F16 && coop16(features) => Ok(Engine::Coop16),
@@ -174,7 +187,8 @@ pub(crate) fn paths(features: &XpuFeatures) -> Vec<(DType, String)> {
     .into_iter()
     .map(|(d, how)| {
         let tensor_cores = if d == DType::F16 && features.coop_f16_16x16 && features.subgroup {
-            "coop-matrix 16x16 f16 (f32 accumulation) when M, N >= 128, else "
+            "coop-matrix 16x16 f16 (f32 accumulation) when M >= 256, N >= 128 and N >= 512 or \
+             K >= 1024, else "
         } else {
             ""
         };
@@ -204,11 +218,16 @@ mod tests {
     #[test]
     fn auto_picks_by_shape() {
         let (large, medium) = large_medium();
-        assert_eq!(auto(1, 4096), TileConfig::Gemv);
-        assert_eq!(auto(17, 4096), TileConfig::Skinny);
-        assert_eq!(auto(100, 100), medium);
-        assert_eq!(auto(1024, 1024), large);
-        assert_eq!(auto(1024, 64), medium);
+        assert_eq!(auto([1, 4096, 64]), TileConfig::Gemv);
+        assert_eq!(auto([17, 4096, 64]), TileConfig::Skinny);
+        assert_eq!(auto([100, 100, 100]), medium);
+        assert_eq!(auto([2048, 2048, 2048]), large);
+        assert_eq!(auto([4096, 4096, 4096]), large);
+        // Short K or too few large tiles: the medium tile.
+        assert_eq!(auto([8192, 1280, 320]), medium);
+        assert_eq!(auto([2048, 640, 640]), medium);
+        assert_eq!(auto([1024, 1024, 4096]), medium);
+        assert_eq!(auto([1024, 64, 4096]), medium);
     }
 
     #[test]
@@ -219,8 +238,7 @@ mod tests {
             MatmulKernel::CoopMatrix,
             &none,
             DType::F32,
-            64,
-            64,
+            [64, 64, 64],
         )
         .unwrap_err();
         assert!(
@@ -231,14 +249,15 @@ mod tests {
         let mut f = none;
         f.cooperative_matrix = true;
         f.subgroup = true;
-        assert!(choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, 64, 64).is_err());
+        let sq = |n| [n, n, n];
+        assert!(choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, sq(64)).is_err());
         f.coop_f32_8x8 = true;
         assert_eq!(
-            choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, 64, 64).unwrap(),
+            choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, sq(64)).unwrap(),
             Engine::Coop
         );
         assert_eq!(
-            choose("matmul", MatmulKernel::Auto, &f, DType::F32, 1024, 1024).unwrap(),
+            choose("matmul", MatmulKernel::Auto, &f, DType::F32, sq(2048)).unwrap(),
             Engine::Tiled(large_medium().0)
         );
     }
@@ -251,26 +270,38 @@ mod tests {
             coop_f16_16x16: true,
             ..XpuFeatures::default()
         };
-        let pick = |f: &XpuFeatures, k, d, m, n| choose("matmul", k, f, d, m, n);
+        let pick = |f: &XpuFeatures, k, d, m, n, kk| choose("matmul", k, f, d, [m, n, kk]);
+        let (large, medium) = large_medium();
+        for (m, n, k) in [
+            (1024, 1024, 1024),
+            (512, 512, 512),
+            (8192, 1280, 320),
+            (8192, 320, 1280),
+        ] {
+            let e = pick(&f, MatmulKernel::Auto, DType::F16, m, n, k).unwrap();
+            assert_eq!(e, Engine::Coop16, "{m}x{n}x{k}");
+        }
+        // Thin products stay on the vec4 FMA tiles (faster there on an H100).
+        for (m, n, k) in [
+            (64, 1024, 1024),
+            (8192, 320, 320),
+            (154, 320, 768),
+            (256, 256, 256),
+        ] {
+            let e = pick(&f, MatmulKernel::Auto, DType::F16, m, n, k).unwrap();
+            assert_eq!(e, Engine::Tiled(medium), "{m}x{n}x{k}");
+        }
         assert_eq!(
-            pick(&f, MatmulKernel::Auto, DType::F16, 1024, 1024).unwrap(),
-            Engine::Coop16
+            pick(&f, MatmulKernel::Auto, DType::F32, 2048, 2048, 2048).unwrap(),
+            Engine::Tiled(large)
         );
         assert_eq!(
-            pick(&f, MatmulKernel::Auto, DType::F16, 64, 1024).unwrap(),
-            Engine::Tiled(large_medium().1)
-        );
-        assert_eq!(
-            pick(&f, MatmulKernel::Auto, DType::F32, 1024, 1024).unwrap(),
-            Engine::Tiled(large_medium().0)
-        );
-        assert_eq!(
-            pick(&f, MatmulKernel::CoopMatrix, DType::F16, 7, 7).unwrap(),
+            pick(&f, MatmulKernel::CoopMatrix, DType::F16, 7, 7, 7).unwrap(),
             Engine::Coop16
         );
         // f32/bf16 operands would lose precision in f16 tiles: refused without 8x8 f32.
-        assert!(pick(&f, MatmulKernel::CoopMatrix, DType::BF16, 64, 64).is_err());
+        assert!(pick(&f, MatmulKernel::CoopMatrix, DType::BF16, 64, 64, 64).is_err());
         f.coop_f16_16x16 = false;
-        assert!(pick(&f, MatmulKernel::CoopMatrix, DType::F16, 64, 64).is_err());
+        assert!(pick(&f, MatmulKernel::CoopMatrix, DType::F16, 64, 64, 64).is_err());
     }
 }
