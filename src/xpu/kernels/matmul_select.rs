@@ -67,7 +67,7 @@ impl Engine {
             Engine::Tiled(TileConfig::MediumVec4) => g(ShaderId::MatmulVec4, "mm_medium4", 64, 64),
             Engine::Tiled(TileConfig::Skinny) => g(ShaderId::MatmulTiled, "mm_skinny", 16, 128),
             Engine::Tiled(TileConfig::Gemv) if b_col_major && subgroup => {
-                g(ShaderId::MatmulSubgroup, "mm_gemv_sg", 4, 64)
+                g(ShaderId::MatmulSubgroup, "mm_gemv_sg", 4, 16)
             }
             Engine::Tiled(TileConfig::Gemv) => g(
                 ShaderId::MatmulTiled,
