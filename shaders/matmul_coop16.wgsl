@@ -17,7 +17,8 @@
 // rounded to f16, so only F16 operands are exact; the selector sends only F16 here.
 // GEGLU: within each 64-column slot the first 32 virtual columns are h and the last 32 the gate g
 // of the same 32 output columns, so one subgroup holds both halves of its outputs.
-// VARIANT bits are diagnostics for drivers under investigation (examples/coop_probe): bit 0
+// VARIANT bit 6 selects the convolution gather (below); bits 0-5 are diagnostics for drivers
+// under investigation (examples/coop_probe): bit 0
 // loads zero accumulators from memory instead of using a null constant, bit 1 skips the products,
 // bits 2 and 3 replace the A or B tiles by identities (the product then shows the other operand
 // as the driver loaded it), bit 4 keeps the per-element staging (for comparison), bit 5 skips staging altogether (timing
@@ -116,8 +117,8 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
     return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k), ok);
 }
 
-// Convolution gather (flags bit 4, set by src/xpu/kernels/conv_coop.rs): A is the implicit
-// im2col matrix of a channels-last f16 input, row m = output pixel (image, oh, ow), column
+// Convolution gather (VARIANT bit 6 and flags bit 4, set by src/xpu/kernels/conv_coop.rs): A is
+// the implicit im2col matrix of a channels-last f16 input, row m = output pixel (image, oh, ow), column
 // k = (ky, kx, ci) with ci fastest; B is the weight stored [O][kh][kw][C] (B by k, column stride
 // K). params [12] C, [13] H, [14] W, [15] Ho*Wo, [16] Wo, [17] kw, [18..20) stride h/w,
 // [20..22) padding h/w, [22..24) dilation h/w, [24] image stride, [25] row stride, [26] pixel
@@ -125,7 +126,10 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
 // strides even, so a word holds channels ci, ci+1 of one pixel and one tap. Each invocation's
 // eight A words per K step share one k (2(lid%16)) and take rows lid/16 + 16i, whose input
 // positions are decoded once per workgroup (rows past M get a row that is never inside).
-fn is_conv() -> bool { return (p(40u) & 16u) != 0u; }
+// The gather is chosen by VARIANT bit 6 (a pipeline constant, so products compile without it:
+// its 24 registers of decoded row positions stay live through the K loop otherwise); the flags
+// bit 4 says the same for readers of the params.
+fn is_conv() -> bool { return (VARIANT & 64u) != 0u; }
 
 struct ConvRows {
     ih_lo: vec4<i32>,

@@ -230,6 +230,8 @@ mod tests {
         let head_dims_40 = f64::from(3 | (3 << 4));
         for (id, entry, c) in [
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 0.0)),
+            // VARIANT bit 6: the convolution gather compiled in.
+            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 64.0)),
             (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",

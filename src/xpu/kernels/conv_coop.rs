@@ -222,7 +222,8 @@ fn finish(
         dt_in: DType::F16,
         dt_out: DType::F16,
         workgroup: 256,
-        variant: coop_check::coop16_variant(),
+        // Bit 6: the convolution gather (a pipeline constant of `mm_coop16`).
+        variant: coop_check::coop16_variant() | 64,
     };
     let bias = l.bias.map_or(x, |(b, _)| b);
     let res_st = res.map_or(x, |(r, ..)| r);
