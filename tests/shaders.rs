@@ -60,25 +60,26 @@ fn shader_files_on_disk_are_the_ones_compiled() {
     }
 }
 
-/// Workgroup memory of each entry point of shader `name`, counted over the variables it uses.
-fn workgroup_bytes(name: &str) -> Vec<(String, u32)> {
+#[test]
+fn attention_workgroup_memory_fits_the_webgpu_minimum() {
+    // The fused attention kernels must run on any adapter: WebGPU guarantees 16 KiB of
+    // workgroup memory, and their tiles are sized for head dims up to 160 within that. Counted
+    // per entry point (the variables it uses): attention_vec4.wgsl is composed after
+    // attention.wgsl, whose variables its entry point does not touch.
     let sources = xpu::shader_sources();
-    let (_, source) = sources
-        .iter()
-        .find(|(f, _)| *f == name)
-        .expect("the shader is compiled by the runtime");
-    let module = naga::front::wgsl::parse_str(source).unwrap();
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .unwrap();
-    module
-        .entry_points
-        .iter()
-        .enumerate()
-        .map(|(i, ep)| {
+    for name in ["attention.wgsl", "attention_vec4.wgsl"] {
+        let (file, source) = sources
+            .iter()
+            .find(|(f, _)| *f == name)
+            .expect("the attention shaders are compiled by the runtime");
+        let module = naga::front::wgsl::parse_str(source).unwrap();
+        let info = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap();
+        for (i, ep) in module.entry_points.iter().enumerate() {
             let uses = info.get_entry_point(i);
             let bytes: u32 = module
                 .global_variables
@@ -86,45 +87,13 @@ fn workgroup_bytes(name: &str) -> Vec<(String, u32)> {
                 .filter(|(h, g)| g.space == naga::AddressSpace::WorkGroup && !uses[*h].is_empty())
                 .map(|(_, g)| module.types[g.ty].inner.size(module.to_ctx()))
                 .sum();
-            (ep.name.clone(), bytes)
-        })
-        .collect()
-}
-
-#[test]
-fn attention_workgroup_memory_fits_the_webgpu_minimum() {
-    // The fused attention kernels must run on any adapter: WebGPU guarantees 16 KiB of
-    // workgroup memory, and their tiles are sized for head dims up to 160 within that. Counted
-    // per entry point (the variables it uses): attention_vec4.wgsl is composed after
-    // attention.wgsl, whose variables its entry point does not touch.
-    for name in ["attention.wgsl", "attention_vec4.wgsl"] {
-        for (entry, bytes) in workgroup_bytes(name) {
             assert!(
                 bytes > 0 && bytes <= 16 * 1024,
-                "{name} {entry}: {bytes} bytes of workgroup memory"
+                "{file} {}: {bytes} bytes of workgroup memory",
+                ep.name
             );
         }
     }
-}
-
-#[test]
-fn tensor_core_workgroup_memory_fits_48_kib() {
-    // The tensor-core kernels run where NVIDIA's Vulkan driver reports 48 KiB of workgroup
-    // memory; the double-buffered product must not take the single-buffered one's variables.
-    for name in ["matmul_coop16.wgsl", "matmul_coop16_db.wgsl", "attention_coop16.wgsl"] {
-        for (entry, bytes) in workgroup_bytes(name) {
-            if entry.contains("coop16") {
-                assert!(
-                    bytes > 0 && bytes <= 48 * 1024,
-                    "{name} {entry}: {bytes} bytes of workgroup memory"
-                );
-            }
-        }
-    }
-    let db = workgroup_bytes("matmul_coop16_db.wgsl");
-    let bytes = |e: &str| db.iter().find(|(n, _)| n == e).map(|(_, b)| *b);
-    assert_eq!(bytes("mm_coop16"), Some(35328));
-    assert_eq!(bytes("mm_coop16_db"), Some(46080));
 }
 
 /// The repository root: where the tests were built, or the current directory when that path

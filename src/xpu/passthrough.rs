@@ -30,10 +30,7 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
     matches!(
         key.shader,
-        ShaderId::MatmulCoop
-            | ShaderId::MatmulCoop16
-            | ShaderId::MatmulCoop16Db
-            | ShaderId::AttentionCoop16
+        ShaderId::MatmulCoop | ShaderId::MatmulCoop16 | ShaderId::AttentionCoop16
     ) && device
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -236,16 +233,6 @@ mod tests {
             // VARIANT bit 6: the convolution gather compiled in.
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 64.0)),
             (
-                ShaderId::MatmulCoop16Db,
-                "mm_coop16_db",
-                constants(256.0, 0.0),
-            ),
-            (
-                ShaderId::MatmulCoop16Db,
-                "mm_coop16_db",
-                constants(256.0, 64.0),
-            ),
-            (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
                 constants(128.0, head_dims_40),
@@ -283,7 +270,6 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
-            ShaderId::MatmulCoop16Db,
             ShaderId::AttentionCoop16,
         ] {
             let source = id.source();

@@ -30,10 +30,6 @@ pub enum ShaderId {
     /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation (NVIDIA
     /// tensor cores through Vulkan).
     MatmulCoop16,
-    /// `shaders/matmul_coop16_db.wgsl` (after `matmul.wgsl`, `matmul_coop16.wgsl` and its word
-    /// staging): the same products with double-buffered tiles, one barrier per K step; an
-    /// experiment chosen only by `XPU_COOP16_DB=1`.
-    MatmulCoop16Db,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -63,14 +59,13 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 16] = [
+    pub const ALL: [ShaderId; 15] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
-        ShaderId::MatmulCoop16Db,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -91,7 +86,6 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
-            ShaderId::MatmulCoop16Db => "matmul_coop16_db.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -111,7 +105,6 @@ impl ShaderId {
         const CONV: &str = include_str!("../../shaders/conv.wgsl");
         const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
         const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
-        const WORDS: &str = include_str!("../../shaders/matmul_coop16_words.wgsl");
         const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
@@ -124,12 +117,10 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS],
-            ShaderId::MatmulCoop16Db => &[
+            ShaderId::MatmulCoop16 => &[
                 MATMUL,
                 COOP16,
-                WORDS,
-                include_str!("../../shaders/matmul_coop16_db.wgsl"),
+                include_str!("../../shaders/matmul_coop16_words.wgsl"),
             ],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]

@@ -216,14 +216,9 @@ fn finish(
         return Ok(None);
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
-    let db = super::matmul_select::coop16_db();
     let key = PipelineKey {
-        shader: if db {
-            ShaderId::MatmulCoop16Db
-        } else {
-            ShaderId::MatmulCoop16
-        },
-        entry: if db { "mm_coop16_db" } else { "mm_coop16" },
+        shader: ShaderId::MatmulCoop16,
+        entry: "mm_coop16",
         dt_in: DType::F16,
         dt_out: DType::F16,
         workgroup: 256,

@@ -76,18 +76,9 @@ impl Engine {
                 if b_col_major { 8 } else { 64 },
             ),
             Engine::Coop => g(ShaderId::MatmulCoop, "mm_coop", 32, 32),
-            Engine::Coop16 if coop16_db() => g(ShaderId::MatmulCoop16Db, "mm_coop16_db", 128, 128),
             Engine::Coop16 => g(ShaderId::MatmulCoop16, "mm_coop16", 128, 128),
         }
     }
-}
-
-/// Whether the f16 tensor-core products and convolutions take the experimental double-buffered
-/// kernel (`shaders/matmul_coop16_db.wgsl`, one barrier per K step): only with `XPU_COOP16_DB=1`
-/// (read once per process), until a GPU measures it (`benches/gpu/run_gpu.sh select`).
-pub(crate) fn coop16_db() -> bool {
-    static DB: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DB.get_or_init(|| std::env::var_os("XPU_COOP16_DB").is_some_and(|v| v == "1"))
 }
 
 /// Whether the subgroup GEMV may run on an adapter with `features`: it needs SUBGROUP, and
