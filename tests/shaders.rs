@@ -60,26 +60,25 @@ fn shader_files_on_disk_are_the_ones_compiled() {
     }
 }
 
-#[test]
-fn attention_workgroup_memory_fits_the_webgpu_minimum() {
-    // The fused attention kernels must run on any adapter: WebGPU guarantees 16 KiB of
-    // workgroup memory, and their tiles are sized for head dims up to 160 within that. Counted
-    // per entry point (the variables it uses): attention_vec4.wgsl is composed after
-    // attention.wgsl, whose variables its entry point does not touch.
+/// Workgroup memory of each entry point of shader `name`, counted over the variables it uses.
+fn workgroup_bytes(name: &str) -> Vec<(String, u32)> {
     let sources = xpu::shader_sources();
-    for name in ["attention.wgsl", "attention_vec4.wgsl"] {
-        let (file, source) = sources
-            .iter()
-            .find(|(f, _)| *f == name)
-            .expect("the attention shaders are compiled by the runtime");
-        let module = naga::front::wgsl::parse_str(source).unwrap();
-        let info = naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::all(),
-        )
-        .validate(&module)
-        .unwrap();
-        for (i, ep) in module.entry_points.iter().enumerate() {
+    let (_, source) = sources
+        .iter()
+        .find(|(f, _)| *f == name)
+        .expect("the shader is compiled by the runtime");
+    let module = naga::front::wgsl::parse_str(source).unwrap();
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap();
+    module
+        .entry_points
+        .iter()
+        .enumerate()
+        .map(|(i, ep)| {
             let uses = info.get_entry_point(i);
             let bytes: u32 = module
                 .global_variables
@@ -87,13 +86,47 @@ fn attention_workgroup_memory_fits_the_webgpu_minimum() {
                 .filter(|(h, g)| g.space == naga::AddressSpace::WorkGroup && !uses[*h].is_empty())
                 .map(|(_, g)| module.types[g.ty].inner.size(module.to_ctx()))
                 .sum();
+            (ep.name.clone(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn attention_workgroup_memory_fits_the_webgpu_minimum() {
+    // The fused attention kernels must run on any adapter: WebGPU guarantees 16 KiB of
+    // workgroup memory, and their tiles are sized for head dims up to 160 within that. Counted
+    // per entry point (the variables it uses): attention_vec4.wgsl is composed after
+    // attention.wgsl, whose variables its entry point does not touch.
+    for name in ["attention.wgsl", "attention_vec4.wgsl"] {
+        for (entry, bytes) in workgroup_bytes(name) {
             assert!(
                 bytes > 0 && bytes <= 16 * 1024,
-                "{file} {}: {bytes} bytes of workgroup memory",
-                ep.name
+                "{name} {entry}: {bytes} bytes of workgroup memory"
             );
         }
     }
+}
+
+#[test]
+fn tensor_core_workgroup_memory_fits_48_kib() {
+    // The tensor-core kernels run where NVIDIA's Vulkan driver reports 48 KiB of workgroup
+    // memory (and WebGPU guarantees only 16 KiB: these run only on adapters that report
+    // cooperative matrices, after requesting the adapter's own limit).
+    for name in ["matmul_coop16.wgsl", "attention_coop16.wgsl"] {
+        for (entry, bytes) in workgroup_bytes(name) {
+            if entry.contains("coop16") {
+                assert!(
+                    bytes > 0 && bytes <= 48 * 1024,
+                    "{name} {entry}: {bytes} bytes of workgroup memory"
+                );
+            }
+        }
+    }
+    let mm = workgroup_bytes("matmul_coop16.wgsl");
+    assert!(
+        mm.iter().any(|(e, b)| e == "mm_coop16" && *b == 35328),
+        "{mm:?}"
+    );
 }
 
 /// The repository root: where the tests were built, or the current directory when that path

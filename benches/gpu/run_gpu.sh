@@ -11,7 +11,8 @@
 # f32/f16/bf16), winograd (SD step with the Xpu Winograd choice off / everywhere), torch
 # (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
-# matmuls, f32 convolutions and attention, the f32 step), profile (the same step's GPU time per kernel,
+# matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
+# alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
@@ -117,6 +118,28 @@ for phase in "$@"; do
           --steps 4 --output /tmp/sd_v$v.safetensors >>"$OUT/vec4.log" 2>&1
       done
       grep -E '^[0-9]+x|Tiled\(L|Tiled\(M|Auto|===|median' "$OUT/vec4.log" | cut -c1-160
+      ;;
+    select)
+      # Auto's choices against the alternatives on this GPU: f32 matmul rows (tiled vs cuBLAS
+      # from the torch phase), f16 tensor cores against the vec4 FMA tiles on UNet shapes, the
+      # f16 attention on tensor cores or FMAs (XPU_ATTN_COOP=0), and the steps.
+      timeout 100 .devbin/bench matmul --device xpu --dtype f32 --json >"$OUT/select.log" 2>&1
+      timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 --json >>"$OUT/select.log" 2>&1
+      for s in "8192 1280 320 f16 bt" "8192 320 2560 f16 bt" "4096 320 320 f16 bt" \
+               "2048 2048 2048 f16" "154 768 640 f16 bt" "2048 640 640 bt"; do
+        timeout 60 .devbin/matmul_variants $s >>"$OUT/select.log" 2>&1
+      done
+      for a in 1 0; do
+        echo "=== XPU_ATTN_COOP=$a" >>"$OUT/select.log"
+        XPU_ATTN_COOP=$a timeout 100 .devbin/bench attention --device xpu --dtype f16 --json \
+          >>"$OUT/select.log" 2>&1
+        XPU_ATTN_COOP=$a timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_a$a.safetensors >>"$OUT/select.log" 2>&1
+      done
+      timeout 150 .devbin/sd_unet --device xpu --dtype f32 --preset sd15 --steps 4 \
+        --output /tmp/sd_f32s.safetensors >>"$OUT/select.log" 2>&1
+      grep -E '^[0-9]+x|Auto|Tiled\(M|Tiled\(L|Coop|===|median|^f16|test result|FAILED' \
+        "$OUT/select.log" | cut -c1-160
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.
