@@ -1,6 +1,7 @@
 //! Times every forced Xpu matmul kernel on one shape, to compare kernels on the adapter at hand:
-//! `cargo run --release --example matmul_variants -- M K N [f32|f16|bf16] [bt]` (`bt`: B is the
-//! transposed view of an `[N, K]` weight, the nn Linear layout). Each kernel runs once to
+//! `cargo run --release --example matmul_variants -- M K N [f32|f16|bf16] [bt] [coop]` (`bt`: B
+//! is the transposed view of an `[N, K]` weight, the nn Linear layout; `coop`: only the
+//! cooperative-matrix kernel). Each kernel runs once to
 //! compile and warm up, then the median of 5 timed calls (each synchronised) is printed.
 
 use std::time::Instant;
@@ -47,7 +48,12 @@ fn main() -> xpu::Result<()> {
         MatmulKernel::Tiled(TileConfig::Gemv),
         MatmulKernel::CoopMatrix,
     ];
+    // `coop`: only the cooperative-matrix kernel (the timing variants of run_gpu.sh anatomy).
+    let only_coop = args.iter().any(|a| a == "coop");
     for kernel in kernels {
+        if only_coop && kernel != MatmulKernel::CoopMatrix {
+            continue;
+        }
         let run = || -> xpu::Result<()> {
             drop(a.matmul_fused(&b).kernel(kernel).run()?);
             xpu::synchronize()

@@ -22,7 +22,11 @@
 // loads zero accumulators from memory instead of using a null constant, bit 1 skips the products,
 // bits 2 and 3 replace the A or B tiles by identities (the product then shows the other operand
 // as the driver loaded it), bit 4 keeps the per-element staging (for comparison), bit 5 skips staging altogether (timing
-// only: the products then read stale tiles).
+// only: the products then read stale tiles). Bits 7-9 take one part out of the K loop, for timing
+// only (wrong products; run with XPU_COOP_CHECK=0, `benches/gpu/run_gpu.sh anatomy`): bit 7 loads
+// the six cooperative fragments once per pass instead of per K step, bit 8 replaces the word
+// pairs' global loads by constants, bit 9 drops their workgroup stores (the loaded words are
+// folded into a value the epilogue depends on, so the loads stay).
 // Workgroup layout: every workgroup variable is an array whose size is a multiple of 16 bytes, so
 // every tile a cooperative load or store addresses is 16-byte aligned whatever order the driver
 // lays the variables out in. On the H100 a 4-byte `u32` workgroup scalar (the pass count) put the
@@ -240,26 +244,50 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             wa = fetch_a(mode, ab, row0, 0u, lid, cr);
             wb = fetch_b(mode, bb, wid.x, 0u, lid);
         }
+        // Timing-only variants (bits 7-9, see the header).
+        var sink = 0u;
+        var a0 = coop_mat16x16<f16, A>();
+        var a1 = a0;
+        var b0 = coop_mat16x16<f16, B>();
+        var b1 = b0;
+        var b2 = b0;
+        var b3 = b0;
+        if ((VARIANT & 128u) != 0u) {
+            a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA], CA);
+            a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[(ar + 16u) * CA], CA);
+            b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[bc], CB);
+            b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[bc + 16u], CB);
+            b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[bc + 32u], CB);
+            b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[bc + 48u], CB);
+        }
         for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
-            if (mode != 0u) {
+            if (mode != 0u && (VARIANT & 512u) != 0u) {
+                let x = wa.lo ^ wa.hi ^ wb.lo ^ wb.hi;
+                sink = sink ^ x.x ^ x.y ^ x.z ^ x.w;
+            } else if (mode != 0u) {
                 put_words(mode, lid, wa, wb);
             } else if ((VARIANT & 32u) == 0u) {
                 coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
             }
             workgroupBarrier();
             let kn = k0 + 32u;
-            if (mode != 0u && kn < dim_k()) {
+            if (mode != 0u && kn < dim_k() && (VARIANT & 256u) != 0u) {
+                wa = Words(vec4<u32>(kn), vec4<u32>(kn + lid));
+                wb = wa;
+            } else if (mode != 0u && kn < dim_k()) {
                 wa = fetch_a(mode, ab, row0, kn, lid, cr);
                 wb = fetch_b(mode, bb, wid.x, kn, lid);
             }
             // Diagnostic VARIANT bit 1: no products (the output must be the epilogue of zeros).
             for (var kk = 0u; kk < select(32u, 0u, (VARIANT & 2u) != 0u); kk = kk + 16u) {
-                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA + kk], CA);
-                let a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[(ar + 16u) * CA + kk], CA);
-                let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc], CB);
-                let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 16u], CB);
-                let b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 32u], CB);
-                let b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 48u], CB);
+                if ((VARIANT & 128u) == 0u) {
+                    a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA + kk], CA);
+                    a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[(ar + 16u) * CA + kk], CA);
+                    b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc], CB);
+                    b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 16u], CB);
+                    b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 32u], CB);
+                    b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 48u], CB);
+                }
                 c00 = coopMultiplyAdd(a0, b0, c00);
                 c01 = coopMultiplyAdd(a0, b1, c01);
                 c02 = coopMultiplyAdd(a0, b2, c02);
@@ -270,6 +298,10 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                 c13 = coopMultiplyAdd(a1, b3, c13);
             }
             workgroupBarrier();
+        }
+        if (sink == 0x9e3779b9u) {
+            // Never in practice (timing variant bit 9 only): keeps the loaded words alive.
+            coop_c[lid] = 1.0;
         }
         // Epilogue through this subgroup's 512 f32 of coop_c (only slots < 8 have one).
         let base = cs * 512u;

@@ -12,7 +12,8 @@
 # (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
 # matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
-# alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), profile (the same step's GPU time per kernel,
+# alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
+# tensor-core kernel's K step taken apart by timing-only variants), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
@@ -140,6 +141,20 @@ for phase in "$@"; do
         --output /tmp/sd_f32s.safetensors >>"$OUT/select.log" 2>&1
       grep -E '^[0-9]+x|Auto|Tiled\(M|Tiled\(L|Coop|===|median|^f16|test result|FAILED' \
         "$OUT/select.log" | cut -c1-160
+      ;;
+    anatomy)
+      # Where the f16 tensor-core kernel's K step spends its time: the timing-only VARIANT bits
+      # of shaders/matmul_coop16.wgsl take one part out at a time (wrong products, so the
+      # self-check is off): 2 no products, 32 no staging, 128 fragments loaded once, 256 no
+      # global loads, 512 no workgroup stores, and combinations.
+      for v in 0 2 32 34 128 160 256 512 768 896; do
+        echo "=== XPU_COOP16_VARIANT=$v" >>"$OUT/anatomy.log"
+        for s in "4096 4096 4096 f16 coop" "8192 640 640 f16 bt coop"; do
+          XPU_COOP_CHECK=0 XPU_COOP16_VARIANT=$v timeout 60 .devbin/matmul_variants $s \
+            >>"$OUT/anatomy.log" 2>&1
+        done
+      done
+      grep -E '===|CoopMatrix' "$OUT/anatomy.log" | cut -c1-120
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.

@@ -232,6 +232,10 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 0.0)),
             // VARIANT bit 6: the convolution gather compiled in.
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 64.0)),
+            // Timing-only variants (bits 7-9, with and without the gather).
+            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 896.0)),
+            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
+            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
             (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
