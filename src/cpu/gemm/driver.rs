@@ -22,7 +22,10 @@
 //!   A panel that a task claims to fill ([`super::panels::Fill`]) is filled by that task's tile
 //!   ([`Kernel::tile_filling_b`]) and published after it.
 //! - Calls below [`PAR_MIN_FLOPS`], and calls inside [`sequential`], never touch the thread
-//!   pool.
+//!   pool. Parallel calls below [`EAGER_MAX_FLOPS`] from outside the pool start on the calling
+//!   thread at once ([`super::eager`]); larger ones, and calls from pool threads, go through
+//!   `into_par_iter` (whose splitting keeps each thread's tasks neighbours, which the larger
+//!   products need: a shared task counter interleaved them and cost 1024³ and 2048³ 3–4%).
 
 use super::buf::{with_scratch, Slot};
 use super::layout::PackedView;
@@ -34,6 +37,8 @@ use rayon::prelude::*;
 
 /// Products smaller than this many flops run on the calling thread.
 pub(crate) const PAR_MIN_FLOPS: f64 = (1u64 << 22) as f64;
+/// Parallel products below this many flops (512³ is 2.7e8) start on the calling thread.
+pub(crate) const EAGER_MAX_FLOPS: f64 = 6e8;
 /// Maximum A micro-panels per task (an `MC = 12 * 14 = 168`-row A block: ~170 KiB, L2 resident).
 pub(crate) const MC_PANELS: usize = 12;
 
@@ -304,9 +309,18 @@ pub(crate) fn run_panels<K: Kernel>(
     };
     if threads == 1 || mt * nt == 1 {
         (0..mt * nt).for_each(task);
+    } else if flops < EAGER_MAX_FLOPS && rayon::current_thread_index().is_none() && eager_on() {
+        super::eager::for_each_eager(mt * nt, threads - 1, &task);
     } else {
         (0..mt * nt).into_par_iter().for_each(task);
     }
+}
+
+/// Whether short parallel products start on the caller ([`super::eager`]): yes unless
+/// `XPU_CPU_EAGER=0` (read once; for comparisons).
+fn eager_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("XPU_CPU_EAGER").is_none_or(|v| v != "0"))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -43,6 +43,7 @@ mod avx512_fill;
 mod avx512_pack;
 mod buf;
 mod driver;
+mod eager;
 mod gather;
 #[cfg(target_arch = "x86_64")]
 mod gather_dot;
