@@ -6,6 +6,7 @@
 mod common;
 
 use common::{assert_close, devices, eps, values, FLOATS};
+use xpu::nn::ConvTranspose2d;
 use xpu::{ConvTranspose2dParams, DType, Device, MemoryFormat, Tensor};
 
 /// (N, Cin, H, W, Cout, kernel, params).
@@ -256,5 +257,103 @@ fn bad_transposed_convolutions_are_errors() {
         assert!(flat
             .conv_transpose2d(&w, None, ConvTranspose2dParams::default())
             .is_err());
+    }
+}
+
+#[test]
+fn conv_transpose2d_layer_matches_the_reference_and_moves() {
+    for device in devices() {
+        for dtype in FLOATS {
+            for (i, case) in cases().iter().enumerate() {
+                let &(n, cin, h, w, cout, (kh, kw), p) = case;
+                let make = |shape: &[usize], seed: u64| {
+                    Tensor::randn(shape, DType::F32, Device::Cpu, seed)
+                        .and_then(|t| t.to_dtype(dtype))
+                        .unwrap()
+                };
+                let x = make(&[n, cin, h, w], 40 + i as u64);
+                let wt = make(&[cin, cout / p.groups, kh, kw], 50 + i as u64);
+                let b = make(&[cout], 60 + i as u64);
+                let (want, shape) = reference(&values(&x), &values(&wt), &values(&b), case);
+                let layer =
+                    ConvTranspose2d::new(wt.to(device).unwrap(), Some(b.to(device).unwrap()), p)
+                        .unwrap();
+                assert_eq!(
+                    (layer.in_channels(), layer.out_channels()),
+                    (cin, cout),
+                    "case {i}"
+                );
+                assert_eq!(layer.kernel_size(), (kh, kw));
+                assert_eq!(layer.params(), p);
+                let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                let taps = (cin / p.groups * kh * kw) as f64;
+                let tol = 4.0 * eps(dtype) * scale * taps.sqrt();
+                let xd = x.to(device).unwrap();
+                let functional =
+                    xd.conv_transpose2d(&wt.to(device).unwrap(), Some(&b.to(device).unwrap()), p);
+                for (k, input) in [
+                    xd.clone(),
+                    xd.to_memory_format(MemoryFormat::ChannelsLast).unwrap(),
+                ]
+                .iter()
+                .enumerate()
+                {
+                    let what = format!("layer {device:?} {dtype} input {k} case {i}");
+                    let got = layer.forward(input).unwrap();
+                    assert_eq!(got.shape(), shape, "{what}");
+                    assert_eq!(got.memory_format(), input.memory_format(), "{what}");
+                    assert_close(&what, &values(&got), &want, tol, 0.0);
+                }
+                // Beside the functional op (same convolution, packed once instead of per call).
+                let f = functional.unwrap();
+                assert_close(
+                    "layer vs functional",
+                    &values(&layer.forward(&xd).unwrap()),
+                    &values(&f),
+                    tol,
+                    0.0,
+                );
+                // Moved to the Cpu and converted to f32, it still computes the same.
+                let moved = layer.to(Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+                assert_eq!(moved.device(), Device::Cpu);
+                let x32 = x.to_dtype(DType::F32).unwrap();
+                let got = moved.forward(&x32).unwrap();
+                assert_close("moved layer", &values(&got), &want, tol, 0.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_transposed_convolution_layers_are_errors() {
+    for device in devices() {
+        let w = Tensor::zeros(&[4, 2, 3, 3], DType::F32, device).unwrap();
+        let p = ConvTranspose2dParams::default();
+        let layer = ConvTranspose2d::new(w.clone(), None, p).unwrap();
+        // Wrong input channels, rank, dtype.
+        let x5 = Tensor::zeros(&[1, 5, 3, 3], DType::F32, device).unwrap();
+        let e = layer.forward(&x5).unwrap_err().to_string();
+        assert!(e.contains("4 channels"), "{device:?}: {e}");
+        let flat = Tensor::zeros(&[4, 3, 3], DType::F32, device).unwrap();
+        assert!(layer.forward(&flat).is_err(), "{device:?} rank");
+        let x16 = Tensor::zeros(&[1, 4, 3, 3], DType::F16, device).unwrap();
+        assert!(layer.forward(&x16).is_err(), "{device:?} dtype");
+        // Bad construction: bias shape, parameters, integer weights.
+        let b3 = Tensor::zeros(&[3], DType::F32, device).unwrap();
+        let e = ConvTranspose2d::new(w.clone(), Some(b3), p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bias of shape [2]"), "{device:?}: {e}");
+        let e = ConvTranspose2d::new(w.clone(), None, params((2, 2), (0, 0), (2, 0), (1, 1), 1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("output_padding"), "{device:?}: {e}");
+        let wi = Tensor::zeros(&[4, 2, 3, 3], DType::I32, device).unwrap();
+        assert!(ConvTranspose2d::new(wi, None, p).is_err(), "{device:?} i32");
+        let w3 = Tensor::zeros(&[4, 2, 3], DType::F32, device).unwrap();
+        assert!(
+            ConvTranspose2d::new(w3, None, p).is_err(),
+            "{device:?} rank-3 weight"
+        );
     }
 }

@@ -292,17 +292,25 @@ pub(super) fn conv(
             padding: (1, 1),
             ..Default::default()
         };
-        let ms = time(device, o.quick, || xcl.conv_transpose2d(&wt, None, pt))?;
-        rows.push(Row::flops(
-            "conv_transpose2d_4x4_s2",
-            "channels_last",
-            device,
-            dtype,
-            vec![2, c, hw, hw],
-            ms,
-            2.0 * (2 * c * c * 16 * hw * hw) as f64,
-            peak_flops,
-        ));
+        // The functional op (weight rearranged per call) and the nn layer (once).
+        let ct_layer = xpu::nn::ConvTranspose2d::new(wt.clone(), None, pt)?;
+        let ct_variants: [(&str, Op); 2] = [
+            ("channels_last", Box::new(|| xcl.conv_transpose2d(&wt, None, pt))),
+            ("layer_cl", Box::new(|| ct_layer.forward(&xcl))),
+        ];
+        for (variant, f) in ct_variants {
+            let ms = time(device, o.quick, f)?;
+            rows.push(Row::flops(
+                "conv_transpose2d_4x4_s2",
+                variant,
+                device,
+                dtype,
+                vec![2, c, hw, hw],
+                ms,
+                2.0 * (2 * c * c * 16 * hw * hw) as f64,
+                peak_flops,
+            ));
+        }
     }
     Ok(())
 }

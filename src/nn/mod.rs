@@ -7,6 +7,7 @@ mod config_check;
 mod config_depths;
 mod config_json;
 mod conv;
+mod conv_transpose;
 mod feedforward;
 mod held;
 mod layers;
@@ -20,6 +21,7 @@ mod weights;
 mod weights_index;
 
 pub use conv::Conv2d;
+pub use conv_transpose::ConvTranspose2d;
 pub use linear::Linear;
 pub use qkv::FusedQkv;
 

@@ -100,141 +100,170 @@ fn insert_zeros(x: &Tensor, (sh, sw): (usize, usize)) -> Result<Tensor> {
         .narrow(3, 0, (w - 1) * sw + 1)
 }
 
-impl Tensor {
-    /// The transposed convolution of `self` (`[N, Cin, H, W]`) with `weight`
-    /// (`[Cin, Cout/groups, kh, kw]`) plus an optional `[Cout]` bias: PyTorch's
-    /// `F.conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)`.
-    pub fn conv_transpose2d(
-        &self,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
-        p: ConvTranspose2dParams,
-    ) -> Result<Tensor> {
-        let op = "conv_transpose2d";
-        self.same_device(weight, op)?;
-        self.same_dtype(weight, op)?;
-        let (&[n, cin, h, w], &[wc, cog, kh, kw]) = (self.shape(), weight.shape()) else {
-            return Err(Error::ShapeMismatch {
-                op,
-                expected: "input [N, Cin, H, W] and weight [Cin, Cout/groups, kh, kw]".into(),
-                got: format!("{:?} and {:?}", self.shape(), weight.shape()),
-            });
-        };
-        let g = p.groups;
-        let positive = [
-            p.stride.0,
-            p.stride.1,
-            p.dilation.0,
-            p.dilation.1,
-            g,
-            kh,
-            kw,
-        ];
-        if positive.contains(&0) || wc != cin || !cin.is_multiple_of(g) {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "need positive stride, dilation, groups and kernel, and a weight of {cin} \
-                     input channels divisible by groups; got input {:?}, weight {:?}, {p:?}",
-                    self.shape(),
-                    weight.shape()
-                ),
-            ));
-        }
-        if let Some(b) = bias {
-            self.same_device(b, op)?;
-            self.same_dtype(b, op)?;
-            if b.shape() != [g * cog] {
-                return Err(Error::shape(
-                    op,
-                    format!("a bias of shape [{}]", g * cog),
-                    b.shape(),
-                ));
-            }
-        }
-        let (op_h, op_w) = p.output_padding;
-        if (op_h >= p.stride.0 && op_h >= p.dilation.0)
-            || (op_w >= p.stride.1 && op_w >= p.dilation.1)
-        {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "output_padding {:?} must be smaller than the stride {:?} or the dilation {:?}",
-                    p.output_padding, p.stride, p.dilation
-                ),
-            ));
-        }
-        if n == 0 || h == 0 || w == 0 {
+/// Checks `p`, a `[Cin, Cout/groups, kh, kw]` weight shape and the bias shape `[Cout]` (the
+/// checks that need no input).
+pub(crate) fn check_weight(
+    op: &'static str,
+    weight: &[usize],
+    bias: Option<&[usize]>,
+    p: ConvTranspose2dParams,
+) -> Result<()> {
+    let &[cin, cog, kh, kw] = weight else {
+        return Err(Error::shape(
+            op,
+            "a weight of shape [Cin, Cout/groups, kh, kw]",
+            weight,
+        ));
+    };
+    let g = p.groups;
+    let positive = [
+        p.stride.0,
+        p.stride.1,
+        p.dilation.0,
+        p.dilation.1,
+        g,
+        kh,
+        kw,
+    ];
+    if positive.contains(&0) || !cin.is_multiple_of(g) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "need positive stride, dilation, groups and kernel, and input channels divisible                  by groups; got weight {weight:?}, {p:?}"
+            ),
+        ));
+    }
+    if let Some(b) = bias {
+        if b != [g * cog] {
             return Err(Error::shape(
                 op,
-                "a non-empty input [N, Cin, H, W]",
-                self.shape(),
+                format!("a bias of shape [{}]", g * cog),
+                b,
             ));
         }
-        // Sizes in i128 (no overflow for any usize arguments), then checked back into isize:
-        // sides of the stride-1 convolution are d·(k-1) - p before, plus output_padding after;
-        // the zero-spread input is (len-1)·s + 1 long.
-        let wide = |v: usize| v as i128;
-        let side = |d: usize, k: usize, pad: usize| wide(d) * (wide(k) - 1) - wide(pad);
-        let spread = |len: usize, s: usize| (wide(len) - 1) * wide(s) + 1;
-        let (top, left) = (
-            side(p.dilation.0, kh, p.padding.0),
-            side(p.dilation.1, kw, p.padding.1),
-        );
-        let out_h = spread(h, p.stride.0) + 2 * top + wide(op_h) - (top + wide(p.padding.0));
-        let out_w = spread(w, p.stride.1) + 2 * left + wide(op_w) - (left + wide(p.padding.1));
-        let fits = |v: i128| isize::try_from(v).is_ok() && v.unsigned_abs() < (1u128 << 40);
-        let sizes = [
-            top,
-            left,
-            spread(h, p.stride.0),
-            spread(w, p.stride.1),
-            out_h,
-            out_w,
-        ];
-        if !sizes.into_iter().all(fits) {
-            return Err(Error::invalid(
-                op,
-                format!("sizes out of range for input {:?} with {p:?}", self.shape()),
-            ));
-        }
-        if out_h < 1 || out_w < 1 {
-            return Err(Error::ShapeMismatch {
-                op,
-                expected: "an output of at least 1x1".into(),
-                got: format!("input {:?} gives {out_h}x{out_w} with {p:?}", self.shape()),
-            });
-        }
-        let y = if p.dilation == (1, 1) {
-            sub_pixel(self, weight, bias, p, (out_h as usize, out_w as usize))?
-        } else {
-            zero_spread(self, weight, bias, p, (top as isize, left as isize))?
-        };
-        // The interleaving (or the zero insertion) may have gathered a channels-last input
-        // into NCHW: keep the input's format.
-        y.to_memory_format(self.memory_format())
     }
+    let (op_h, op_w) = p.output_padding;
+    if (op_h >= p.stride.0 && op_h >= p.dilation.0) || (op_w >= p.stride.1 && op_w >= p.dilation.1)
+    {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "output_padding {:?} must be smaller than the stride {:?} or the dilation {:?}",
+                p.output_padding, p.stride, p.dilation
+            ),
+        ));
+    }
+    Ok(())
 }
 
-/// The sub-pixel form (dilation 1; module docs): one stride-1 convolution computing every
-/// output phase, then the phases interleaved and `padding` cropped into `[N, Cout, out_h,
-/// out_w]` (a strided view; the caller lays it out).
-fn sub_pixel(
-    x: &Tensor,
+/// Output size and the sides `d·(k-1) - p` of the stride-1 convolution for an input of
+/// `shape` (`[N, Cin, H, W]`, checked against the weight's `Cin`), or why there is none.
+pub(crate) fn geometry(
+    op: &'static str,
+    shape: &[usize],
+    weight: [usize; 4],
+    p: ConvTranspose2dParams,
+) -> Result<Geometry> {
+    let [cin, _, kh, kw] = weight;
+    let &[n, c, h, w] = shape else {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: "input [N, Cin, H, W] and weight [Cin, Cout/groups, kh, kw]".into(),
+            got: format!("{shape:?} and {weight:?}"),
+        });
+    };
+    if c != cin {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: format!("an input of {cin} channels (the weight's first dim)"),
+            got: format!("input {shape:?}, weight {weight:?}"),
+        });
+    }
+    if n == 0 || h == 0 || w == 0 {
+        return Err(Error::shape(op, "a non-empty input [N, Cin, H, W]", shape));
+    }
+    let (op_h, op_w) = p.output_padding;
+    // Sizes in i128 (no overflow for any usize arguments), then checked back into isize:
+    // sides of the stride-1 convolution are d·(k-1) - p before, plus output_padding after;
+    // the zero-spread input is (len-1)·s + 1 long.
+    let wide = |v: usize| v as i128;
+    let side = |d: usize, k: usize, pad: usize| wide(d) * (wide(k) - 1) - wide(pad);
+    let spread = |len: usize, s: usize| (wide(len) - 1) * wide(s) + 1;
+    let (top, left) = (
+        side(p.dilation.0, kh, p.padding.0),
+        side(p.dilation.1, kw, p.padding.1),
+    );
+    let out_h = spread(h, p.stride.0) + 2 * top + wide(op_h) - (top + wide(p.padding.0));
+    let out_w = spread(w, p.stride.1) + 2 * left + wide(op_w) - (left + wide(p.padding.1));
+    let fits = |v: i128| isize::try_from(v).is_ok() && v.unsigned_abs() < (1u128 << 40);
+    let sizes = [
+        top,
+        left,
+        spread(h, p.stride.0),
+        spread(w, p.stride.1),
+        out_h,
+        out_w,
+    ];
+    if !sizes.into_iter().all(fits) {
+        return Err(Error::invalid(
+            op,
+            format!("sizes out of range for input {shape:?} with {p:?}"),
+        ));
+    }
+    if out_h < 1 || out_w < 1 {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: "an output of at least 1x1".into(),
+            got: format!("input {shape:?} gives {out_h}x{out_w} with {p:?}"),
+        });
+    }
+    Ok(Geometry {
+        out: (out_h as usize, out_w as usize),
+        sides: (top as isize, left as isize),
+    })
+}
+
+/// What [`geometry`] found for one input.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    /// Output height and width.
+    pub out: (usize, usize),
+    /// `d·(k-1) - p` along height and width (the zero-spread form's sides).
+    pub sides: (isize, isize),
+}
+
+/// The stride-1 convolution that computes a transposed convolution with `weight` (`[Cin,
+/// Cout/groups, kh, kw]`) and `bias`: its weight and bias, and its parameters (module docs:
+/// the sub-pixel phases with dilation 1, the flipped, channel-swapped kernel otherwise).
+pub(crate) fn stride1_weights(
     weight: &Tensor,
     bias: Option<&Tensor>,
     p: ConvTranspose2dParams,
-    (out_h, out_w): (usize, usize),
-) -> Result<Tensor> {
-    let (n, cin, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
-    let (cog, kh, kw) = (weight.shape()[1], weight.shape()[2], weight.shape()[3]);
-    let (g, (sh, sw)) = (p.groups, p.stride);
-    // Taps per phase, and output rows per phase: q covers y + p in [0, Q·s).
-    let (th, tw) = (kh.div_ceil(sh), kw.div_ceil(sw));
-    let (qh, qw) = (
-        (p.padding.0 + out_h).div_ceil(sh),
-        (p.padding.1 + out_w).div_ceil(sw),
+) -> Result<(Tensor, Option<Tensor>, Conv2dParams)> {
+    let (cin, cog, kh, kw) = (
+        weight.shape()[0],
+        weight.shape()[1],
+        weight.shape()[2],
+        weight.shape()[3],
     );
+    let g = p.groups;
+    if p.dilation != (1, 1) {
+        // [Cin, Cout/g, kh, kw] -> per group [Cout/g, Cin/g], flipped in space.
+        let w = weight
+            .reshape(&[g, cin / g, cog, kh, kw])?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape(&[g * cog, cin / g, kh, kw])?;
+        let conv = Conv2dParams {
+            stride: (1, 1),
+            padding: (0, 0),
+            dilation: p.dilation,
+            groups: g,
+        };
+        return Ok((flip_spatial(&w)?, bias.cloned(), conv));
+    }
+    let (sh, sw) = p.stride;
+    let (th, tw) = (kh.div_ceil(sh), kw.div_ceil(sw));
     // [Cin, Cout/g, kh, kw] padded to T·s taps (tap j = t·s + r) ->
     // [g, sh, sw, Cout/g, Cin/g, Th, Tw], flipped in t.
     let sub = weight
@@ -254,17 +283,96 @@ fn sub_pixel(
         ),
         other => other.cloned(),
     };
-    // Output q reads input rows q - (T-1) ..= q: T-1 rows before, Q - H after (a crop when
-    // negative; Q >= 1 keeps at least one row).
-    let as_i = |v: usize| v as isize;
-    let xp = extend(x, 2, as_i(th) - 1, as_i(qh) - as_i(h))?;
-    let xp = extend(&xp, 3, as_i(tw) - 1, as_i(qw) - as_i(w))?;
     let conv = Conv2dParams {
         stride: (1, 1),
         padding: (0, 0),
         dilation: (1, 1),
         groups: g,
     };
+    Ok((sub, bias, conv))
+}
+
+/// The transposed convolution of `x` given `conv`, the stride-1 convolution of
+/// [`stride1_weights`] (`kernel`: the original weight's `[kh, kw]`, `cog`: Cout/groups), laid out
+/// in `x`'s format.
+pub(crate) fn apply(
+    x: &Tensor,
+    conv: &dyn Fn(&Tensor) -> Result<Tensor>,
+    (cog, kernel): (usize, (usize, usize)),
+    p: ConvTranspose2dParams,
+    geo: Geometry,
+) -> Result<Tensor> {
+    let y = if p.dilation == (1, 1) {
+        sub_pixel(x, conv, (cog, kernel), p, geo.out)?
+    } else {
+        let (top, left) = geo.sides;
+        let (op_h, op_w) = p.output_padding;
+        let xs = insert_zeros(x, p.stride)?;
+        let xs = extend(&xs, 2, top, top + op_h as isize)?;
+        let xs = extend(&xs, 3, left, left + op_w as isize)?;
+        conv(&xs)?
+    };
+    // The interleaving (or the zero insertion) may have gathered a channels-last input
+    // into NCHW: keep the input's format.
+    y.to_memory_format(x.memory_format())
+}
+
+impl Tensor {
+    /// The transposed convolution of `self` (`[N, Cin, H, W]`) with `weight`
+    /// (`[Cin, Cout/groups, kh, kw]`) plus an optional `[Cout]` bias: PyTorch's
+    /// `F.conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)`.
+    /// The weight is rearranged on every call; [`crate::nn::ConvTranspose2d`] does it once.
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        p: ConvTranspose2dParams,
+    ) -> Result<Tensor> {
+        let op = "conv_transpose2d";
+        self.same_device(weight, op)?;
+        self.same_dtype(weight, op)?;
+        if let Some(b) = bias {
+            self.same_device(b, op)?;
+            self.same_dtype(b, op)?;
+        }
+        check_weight(op, weight.shape(), bias.map(|b| b.shape()), p)?;
+        let ws = weight.shape();
+        let ws = [ws[0], ws[1], ws[2], ws[3]];
+        let geo = geometry(op, self.shape(), ws, p)?;
+        let (w, b, conv) = stride1_weights(weight, bias, p)?;
+        apply(
+            self,
+            &|xs: &Tensor| xs.conv2d(&w, b.as_ref(), conv),
+            (ws[1], (ws[2], ws[3])),
+            p,
+            geo,
+        )
+    }
+}
+
+/// The sub-pixel form (dilation 1; module docs): one stride-1 convolution (`conv`, with the
+/// weights of [`stride1_weights`]) computing every output phase, then the phases interleaved
+/// and `padding` cropped into `[N, Cout, out_h, out_w]` (a strided view; the caller lays it out).
+fn sub_pixel(
+    x: &Tensor,
+    conv: &dyn Fn(&Tensor) -> Result<Tensor>,
+    (cog, (kh, kw)): (usize, (usize, usize)),
+    p: ConvTranspose2dParams,
+    (out_h, out_w): (usize, usize),
+) -> Result<Tensor> {
+    let (n, h, w) = (x.shape()[0], x.shape()[2], x.shape()[3]);
+    let (g, (sh, sw)) = (p.groups, p.stride);
+    // Taps per phase, and output rows per phase: q covers y + p in [0, Q·s).
+    let (th, tw) = (kh.div_ceil(sh), kw.div_ceil(sw));
+    let (qh, qw) = (
+        (p.padding.0 + out_h).div_ceil(sh),
+        (p.padding.1 + out_w).div_ceil(sw),
+    );
+    // Output q reads input rows q - (T-1) ..= q: T-1 rows before, Q - H after (a crop when
+    // negative; Q >= 1 keeps at least one row).
+    let as_i = |v: usize| v as isize;
+    let xp = extend(x, 2, as_i(th) - 1, as_i(qh) - as_i(h))?;
+    let xp = extend(&xp, 3, as_i(tw) - 1, as_i(qw) - as_i(w))?;
     // On the Cpu the phases are computed channels-last: they interleave with runs of Cout/g
     // contiguous channels (an NCHW interleave moves single elements, TLB-bound on a CPU). The
     // Xpu keeps the input's format (its strided copy kernel does not care; no conversion).
@@ -272,7 +380,7 @@ fn sub_pixel(
         Device::Cpu => xp.to_memory_format(MemoryFormat::ChannelsLast)?,
         Device::Xpu => xp,
     };
-    let phased = xp.conv2d(&sub, bias.as_ref(), conv)?;
+    let phased = conv(&xp)?;
     // Either way: rows q·s + r = y + p, columns likewise, then the crop; the caller lays the
     // result out in the input's format.
     if phased.memory_format() == MemoryFormat::ChannelsLast {
@@ -294,40 +402,6 @@ fn sub_pixel(
             .narrow(2, p.padding.0, out_h)?
             .narrow(3, p.padding.1, out_w)
     }
-}
-
-/// The zero-spread form (any dilation; module docs), `(top, left)` the sides `d·(k-1) - p`.
-fn zero_spread(
-    x: &Tensor,
-    weight: &Tensor,
-    bias: Option<&Tensor>,
-    p: ConvTranspose2dParams,
-    (top, left): (isize, isize),
-) -> Result<Tensor> {
-    let (cin, cog, kh, kw) = (
-        weight.shape()[0],
-        weight.shape()[1],
-        weight.shape()[2],
-        weight.shape()[3],
-    );
-    let g = p.groups;
-    let (op_h, op_w) = p.output_padding;
-    let x = insert_zeros(x, p.stride)?;
-    let x = extend(&x, 2, top, top + op_h as isize)?;
-    let x = extend(&x, 3, left, left + op_w as isize)?;
-    // [Cin, Cout/g, kh, kw] -> per group [Cout/g, Cin/g], flipped in space.
-    let w = weight
-        .reshape(&[g, cin / g, cog, kh, kw])?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape(&[g * cog, cin / g, kh, kw])?;
-    let conv = Conv2dParams {
-        stride: (1, 1),
-        padding: (0, 0),
-        dilation: p.dilation,
-        groups: g,
-    };
-    x.conv2d(&flip_spatial(&w)?, bias, conv)
 }
 
 /// `w` (`[A, B, kh, kw]`) reversed along both spatial dims: one gather over the flattened
