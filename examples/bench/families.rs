@@ -295,7 +295,10 @@ pub(super) fn conv(
         // The functional op (weight rearranged per call) and the nn layer (once).
         let ct_layer = xpu::nn::ConvTranspose2d::new(wt.clone(), None, pt)?;
         let ct_variants: [(&str, Op); 2] = [
-            ("channels_last", Box::new(|| xcl.conv_transpose2d(&wt, None, pt))),
+            (
+                "channels_last",
+                Box::new(|| xcl.conv_transpose2d(&wt, None, pt)),
+            ),
             ("layer_cl", Box::new(|| ct_layer.forward(&xcl))),
         ];
         for (variant, f) in ct_variants {

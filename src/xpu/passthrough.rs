@@ -30,7 +30,10 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
     matches!(
         key.shader,
-        ShaderId::MatmulCoop | ShaderId::MatmulCoop16 | ShaderId::AttentionCoop16
+        ShaderId::MatmulCoop
+            | ShaderId::MatmulCoop16
+            | ShaderId::MatmulCoop16Pairs
+            | ShaderId::AttentionCoop16
     ) && device
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -237,6 +240,16 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
             (
+                ShaderId::MatmulCoop16Pairs,
+                "mm_coop16p",
+                constants(256.0, 0.0),
+            ),
+            (
+                ShaderId::MatmulCoop16Pairs,
+                "mm_coop16p",
+                constants(256.0, 64.0),
+            ),
+            (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
                 constants(128.0, head_dims_40),
@@ -274,6 +287,7 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
+            ShaderId::MatmulCoop16Pairs,
             ShaderId::AttentionCoop16,
         ] {
             let source = id.source();

@@ -30,6 +30,10 @@ pub enum ShaderId {
     /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation (NVIDIA
     /// tensor cores through Vulkan).
     MatmulCoop16,
+    /// `shaders/matmul_coop16_pairs.wgsl` (after `matmul.wgsl`, `matmul_coop16.wgsl` and its
+    /// word staging): the same products staging word pairs as `vec2<f16>` (one 32-bit workgroup
+    /// store per word); an experiment chosen only by `XPU_COOP16_PAIRS=1`.
+    MatmulCoop16Pairs,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -59,13 +63,14 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 15] = [
+    pub const ALL: [ShaderId; 16] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
+        ShaderId::MatmulCoop16Pairs,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -86,6 +91,7 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
+            ShaderId::MatmulCoop16Pairs => "matmul_coop16_pairs.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -105,6 +111,7 @@ impl ShaderId {
         const CONV: &str = include_str!("../../shaders/conv.wgsl");
         const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
         const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
+        const WORDS: &str = include_str!("../../shaders/matmul_coop16_words.wgsl");
         const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
@@ -117,10 +124,12 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[
+            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS],
+            ShaderId::MatmulCoop16Pairs => &[
                 MATMUL,
                 COOP16,
-                include_str!("../../shaders/matmul_coop16_words.wgsl"),
+                WORDS,
+                include_str!("../../shaders/matmul_coop16_pairs.wgsl"),
             ],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]

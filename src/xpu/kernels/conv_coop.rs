@@ -216,9 +216,14 @@ fn finish(
         return Ok(None);
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
+    let pairs = super::matmul_select::coop16_pairs();
     let key = PipelineKey {
-        shader: ShaderId::MatmulCoop16,
-        entry: "mm_coop16",
+        shader: if pairs {
+            ShaderId::MatmulCoop16Pairs
+        } else {
+            ShaderId::MatmulCoop16
+        },
+        entry: if pairs { "mm_coop16p" } else { "mm_coop16" },
         dt_in: DType::F16,
         dt_out: DType::F16,
         workgroup: 256,
