@@ -155,6 +155,10 @@ for phase in "$@"; do
             >>"$OUT/anatomy.log" 2>&1
         done
       done
+      echo "=== XPU_COOP16_PAIRS=1 (self-check on)" >>"$OUT/anatomy.log"
+      for s in "4096 4096 4096 f16 coop" "8192 640 640 f16 bt coop"; do
+        XPU_COOP16_PAIRS=1 timeout 60 .devbin/matmul_variants $s >>"$OUT/anatomy.log" 2>&1
+      done
       grep -E '===|CoopMatrix' "$OUT/anatomy.log" | cut -c1-120
       ;;
     pairs)
