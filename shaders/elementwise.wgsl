@@ -184,6 +184,81 @@ fn copy_cast(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     dst[w] = word;
 }
 
+// Tiled transpose for copy_cast (src/xpu/kernels/elementwise.rs, `transpose_plan`): the view's
+// innermost output dim A (the last of the coalesced shape) is strided in the input, and dim B
+// (params[32]) has input stride 1. A workgroup moves one 32 (B) x 32 (A) tile of one batch
+// index (every other dim; params[33] is the number of tiles): its lanes read along B, where the
+// input is contiguous, into workgroup memory (row stride 33 against bank conflicts), and write
+// whole output words along A, where the output is. The host guarantees A's size is a multiple
+// of the output's elements per word, so no word holds elements of two tiles.
+var<workgroup> tt_tile: array<u32, 1056>;
+
+@compute @workgroup_size(256)
+fn copy_transpose(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let t = wid.y * nwg.x + wid.x;
+    if (t >= p(33u)) {
+        return;
+    }
+    let rank = p(1u);
+    let da = rank - 1u;
+    let db = p(32u);
+    let sa = p(4u + da);
+    let sb = p(4u + db);
+    let ta = (sa + 31u) / 32u;
+    let tb = (sb + 31u) / 32u;
+    let in_tile = t % (ta * tb);
+    let a0 = (in_tile % ta) * 32u;
+    let b0 = (in_tile / ta) * 32u;
+    // Batch index over the other dims, innermost first; output strides are contiguous ones.
+    var bt = t / (ta * tb);
+    var in_off = p(28u);
+    var out_off = 0u;
+    var out_stride_b = 0u;
+    var acc = 1u;
+    for (var d = rank; d > 0u; d = d - 1u) {
+        let dim = d - 1u;
+        let size = p(4u + dim);
+        if (dim == db) {
+            out_stride_b = acc;
+        } else if (dim != da) {
+            let i = bt % size;
+            bt = bt / size;
+            in_off = in_off + i * p(12u + dim);
+            out_off = out_off + i * acc;
+        }
+        acc = acc * size;
+    }
+    let in_stride_a = p(12u + da);
+    let lx = lid % 32u;
+    let ly = lid / 32u;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let ra = ly + 8u * i;
+        let gb = b0 + lx;
+        let ga = a0 + ra;
+        var bits = 0u;
+        if (gb < sb && ga < sa) {
+            bits = convert_bits(load0_bits(in_off + gb + ga * in_stride_a));
+        }
+        tt_tile[lx * 33u + ra] = bits;
+    }
+    workgroupBarrier();
+    let e = epw(DT_OUT);
+    let wr = 32u / e;
+    for (var q = lid; q < 32u * wr; q = q + 256u) {
+        let rb = q / wr;
+        let ga = a0 + (q % wr) * e;
+        let gb = b0 + rb;
+        if (gb < sb && ga < sa) {
+            var word = 0u;
+            for (var lane = 0u; lane < e; lane = lane + 1u) {
+                word = word | place(tt_tile[rb * 33u + ga - a0 + lane], lane, DT_OUT);
+            }
+            dst[(out_off + gb * out_stride_b + ga) / e] = word;
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn unary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {

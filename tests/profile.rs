@@ -26,6 +26,8 @@ fn profile_counts_every_dispatch_of_each_kernel() {
         a.matmul(&b).unwrap();
     }
     let relu = a.relu().unwrap();
+    // A transposing copy runs as 32x32 tiles (both extents at least 16).
+    let t = a.t().unwrap().contiguous().unwrap();
     xpu::synchronize().unwrap();
     let Some(rows) = xpu::xpu_profile().unwrap() else {
         assert!(!timestamps, "profiling was asked for and timestamps exist");
@@ -38,7 +40,8 @@ fn profile_counts_every_dispatch_of_each_kernel() {
             .sum()
     };
     assert_eq!(count("matmul"), 3, "{rows:?}");
-    assert_eq!(count("elementwise.wgsl"), 1, "{rows:?}");
+    assert_eq!(count("elementwise.wgsl"), 2, "{rows:?}");
+    assert_eq!(count("copy_transpose"), 1, "{rows:?}");
     assert!(
         rows.iter()
             .all(|r| r.total_ms.is_finite() && r.total_ms >= 0.0),
@@ -50,5 +53,5 @@ fn profile_counts_every_dispatch_of_each_kernel() {
     );
     // The totals were handed over: nothing is left until new work runs.
     assert_eq!(xpu::xpu_profile().unwrap(), Some(Vec::new()));
-    drop(relu);
+    drop((relu, t));
 }

@@ -22,6 +22,7 @@ pub(super) fn elementwise(
         let x2 = x.reshape(&[n / 1024, 1024])?;
         let mask = x.gt(&y)?;
         let planes = x.reshape(&[1, n / 4096, 64, 64])?;
+        let nchw = x.reshape(&[n >> 18, 64, 64, 64])?;
         let ids = Tensor::arange(0.0, (n / 1024) as f64, 1.0, DType::I32, device)?;
         let b = dtype.size_in_bytes() as f64 * n as f64;
         // u8 results and masks: one byte per element.
@@ -33,6 +34,12 @@ pub(super) fn elementwise(
             ("add_bias_broadcast", 2.0 * b, Box::new(|| x2.add(&bias))),
             ("affine", 2.0 * b, Box::new(|| x.affine(2.0, 1.0))),
             ("transpose_copy", 2.0 * b, Box::new(|| x2.t()?.contiguous())),
+            // NCHW -> NHWC: 64 channels of 64x64 planes.
+            (
+                "to_channels_last_copy",
+                2.0 * b,
+                Box::new(|| nchw.permute(&[0, 2, 3, 1])?.contiguous()),
+            ),
             ("gt", 2.0 * b + m, Box::new(|| x.gt(&y))),
             (
                 "where_cond",
