@@ -7,9 +7,9 @@
 //! Copies of transposing views (see [`transpose_plan`]) run as 32×32 tiles through workgroup
 //! memory instead of the per-word gather, with the same results: on a GPU the gather's lanes
 //! each read their own memory segment there (the H100 took 2.3 ms for the tensor-core
-//! convolution of an NCHW f16 2×320×64² input, 0.42 ms channels-last, the difference being
-//! the NCHW ↔ NHWC copies around it; the tiles' speed there is not yet measured on a GPU); on
-//! lavapipe the tiles halved 16 Mi-element transposes.
+//! convolution of an NCHW f16 2×320×64² input, 0.42 ms channels-last: the NCHW ↔ NHWC copies
+//! around it are the only difference between the two calls, so most likely the gather's; not
+//! yet measured on a GPU with the tiles); on lavapipe the tiles halved 16 Mi-element transposes.
 
 use super::params::{grid, Params, EXTRA, OFFSET0, OFFSET1};
 use super::{key, launch};
