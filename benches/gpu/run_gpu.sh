@@ -15,7 +15,9 @@
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
 # tensor-core kernel's K step taken apart by timing-only variants), pairs (the vec2<f16>
 # staging experiment, XPU_COOP16_PAIRS=1, against the default), profile (the same step's GPU time per kernel,
-# XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step).
+# XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
+# transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
+# NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -188,6 +190,12 @@ for phase in "$@"; do
         echo "sd_unet profile $dt rc=$?" >>"$OUT/profile.log"
       done
       grep -E "GPU kernel time|rc=" "$OUT/profile.log"
+      ;;
+    copies)
+      timeout 100 .devbin/bench elementwise --device xpu --dtype f32 --dtype f16 --json \
+        >"$OUT/copies.log" 2>&1
+      timeout 100 .devbin/bench conv --device xpu --dtype f16 --json >>"$OUT/copies.log" 2>&1
+      grep -E 'transpose_copy|channels_last_copy|"conv2d_3x3"' "$OUT/copies.log" | cut -c1-160
       ;;
     torchsd)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --families "" --unet --dtypes f32,f16 \
