@@ -104,8 +104,38 @@ fn unary_op(op: u32, x: f32, a: f32, b: f32) -> f32 {
         case 16u: { return max_nan(x, a); }
         case 17u: { return min_nan(x, a); }
         case 18u: { return 1.0 / x; }
-        default: { return x * x; }
+        case 19u: { return x * x; }
+        case 20u: { return floor(x); }
+        case 21u: { return ceil(x); }
+        case 22u: { return round(x); }
+        case 23u: { return trunc(x); }
+        case 24u: { return select(0.0, 1.0, x > 0.0) - select(0.0, 1.0, x < 0.0); }
+        default: { return erf_accurate(x); }
     }
+}
+
+// erf(z) (UnaryOp::Erf) with the CPU's polynomials (src/cpu/simd/fallback.rs): z P(2z^2 - 1)
+// for |z| < 1, else +-(1 - e^{-z^2} Q(2/|z| - 1) / |z|). GELU's `erf_approx` (common.wgsl) is
+// 1 - erfc everywhere, which loses the relative accuracy of small arguments.
+fn erf_accurate(z: f32) -> f32 {
+    let a = abs(z);
+    if (!(a >= 1.0)) {
+        let u = 2.0 * z * z - 1.0;
+        let p = 9.654687643e-1 + u * (-1.405360997e-1 + u * (1.985249668e-2 + u * (-2.285419498e-3
+            + u * (2.175135451e-4 + u * (-1.766906826e-5 + u * 1.230605449e-6)))));
+        return z * p;
+    }
+    let t = 1.0 / a;
+    let v = 2.0 * t - 1.0;
+    let q = 5.107913613e-1 + v * (-8.360549062e-2 + v * (-9.158377536e-3 + v * (1.486996748e-2
+        + v * (-6.795550697e-3 + v * (1.329960534e-3 + v * (6.223237142e-4 + v * (-8.161224541e-4
+        + v * (5.148762721e-4 + v * (-1.805442298e-4 + v * (-5.434532068e-5 + v * (9.923084872e-5
+        + v * -3.370535705e-5)))))))))));
+    let ac = min(a, 10.0);
+    let hi = ac * ac;
+    let lo = fma(ac, ac, -hi);
+    let erfc = exp(-hi) * (1.0 - lo) * t * q;
+    return select(1.0 - erfc, erfc - 1.0, z < 0.0);
 }
 
 fn binary_op(op: u32, a: f32, b: f32) -> f32 {
@@ -189,8 +219,7 @@ fn copy_cast(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 // (params[32]) has input stride 1. A workgroup moves one 32 (B) x 32 (A) tile of one batch
 // index (every other dim; params[33] is the number of tiles): its lanes read along B, where the
 // input is contiguous, into workgroup memory (row stride 33 against bank conflicts), and write
-// whole output words along A, where the output is. The host guarantees A's size is a multiple
-// of the output's elements per word, so no word holds elements of two tiles.
+// whole output words along A (A's size is a whole number of output words: one tile a word).
 var<workgroup> tt_tile: array<u32, 1056>;
 
 @compute @workgroup_size(256)

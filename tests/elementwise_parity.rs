@@ -8,7 +8,7 @@ use xpu::{BinaryOp, DType, Device, Tensor, UnaryOp};
 
 const SHAPES: [&[usize]; 7] = [&[1], &[7], &[63], &[65], &[257], &[3, 5, 7], &[0, 4]];
 
-const UNARY: [UnaryOp; 20] = [
+const UNARY: [UnaryOp; 26] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Exp,
@@ -32,6 +32,12 @@ const UNARY: [UnaryOp; 20] = [
     UnaryOp::MinScalar(-0.2),
     UnaryOp::Recip,
     UnaryOp::Square,
+    UnaryOp::Floor,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Trunc,
+    UnaryOp::Sign,
+    UnaryOp::Erf,
 ];
 
 /// Inputs suited to an op's domain (positive for log/sqrt/rsqrt/pow, scaled for exp).

@@ -7,7 +7,7 @@ mod common;
 use common::fixtures::{get, load};
 use common::{assert_close, devices, values};
 use std::collections::HashMap;
-use xpu::{Conv2dParams, ConvTranspose2dParams, DType, Tensor};
+use xpu::{Conv2dParams, ConvTranspose2dParams, DType, Tensor, UnaryOp};
 
 type Fixtures = HashMap<String, Tensor>;
 
@@ -384,5 +384,32 @@ fn conv_transpose2d_matches_torch() {
                 check(&format!("{c} {what} {device:?}"), &y, get(&fx, c, "out"));
             }
         }
+    }
+}
+
+#[test]
+fn rounding_sign_and_erf_match_torch() {
+    let fx = fixtures();
+    for device in devices() {
+        let x = get(&fx, "rounding", "x").to(device).unwrap();
+        let ops = [
+            ("floor", UnaryOp::Floor),
+            ("ceil", UnaryOp::Ceil),
+            ("round", UnaryOp::Round),
+            ("trunc", UnaryOp::Trunc),
+            ("sign", UnaryOp::Sign),
+        ];
+        for (name, op) in ops {
+            // Exact, signed zeros included (torch.round(-0.4) is -0.0).
+            let got = x.unary(op).unwrap().to_vec::<f32>().unwrap();
+            let want = get(&fx, "rounding", name).to_vec::<f32>().unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{name} on {device}");
+        }
+        check(
+            &format!("erf {device:?}"),
+            &x.erf().unwrap(),
+            get(&fx, "rounding", "erf"),
+        );
     }
 }

@@ -35,7 +35,12 @@ fn unary_cost(op: UnaryOp) -> usize {
         | UnaryOp::Affine { .. }
         | UnaryOp::MaxScalar(_)
         | UnaryOp::MinScalar(_)
-        | UnaryOp::Square => 1,
+        | UnaryOp::Square
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Trunc
+        | UnaryOp::Sign => 1,
         UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => 2,
         _ => 8,
     }
@@ -69,6 +74,8 @@ fn unary_i32(src: &[i32], layout: &Layout, op: UnaryOp) -> Result<Vec<i32>> {
         UnaryOp::Abs => Box::new(i32::wrapping_abs),
         UnaryOp::Relu => Box::new(|x: i32| x.max(0)),
         UnaryOp::Square => Box::new(|x: i32| x.wrapping_mul(x)),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => Box::new(|x: i32| x),
+        UnaryOp::Sign => Box::new(i32::signum),
         UnaryOp::Affine { mul, add } => {
             Box::new(move |x: i32| round_i32(f64::from(x) * f64::from(mul) + f64::from(add)))
         }

@@ -51,6 +51,18 @@ unary_methods! {
     recip => UnaryOp::Recip,
     /// `x*x`
     square => UnaryOp::Square,
+    /// Largest integer not above `x` (`torch.floor`).
+    floor => UnaryOp::Floor,
+    /// Smallest integer not below `x` (`torch.ceil`).
+    ceil => UnaryOp::Ceil,
+    /// Nearest integer, halfway cases to even (`torch.round`).
+    round => UnaryOp::Round,
+    /// Integer part, toward zero (`torch.trunc`).
+    trunc => UnaryOp::Trunc,
+    /// `-1`, `0` or `1` by sign; `+0` for `±0` and NaN (`torch.sign`).
+    sign => UnaryOp::Sign,
+    /// The error function (`torch.erf`).
+    erf => UnaryOp::Erf,
 }
 
 impl Tensor {

@@ -53,6 +53,18 @@ pub enum UnaryOp {
     Recip,
     /// `x*x`
     Square,
+    /// Largest integer not above `x`.
+    Floor,
+    /// Smallest integer not below `x`.
+    Ceil,
+    /// Nearest integer, halfway cases to even (PyTorch's `round`).
+    Round,
+    /// Integer part (rounds toward zero).
+    Trunc,
+    /// `(x > 0) - (x < 0)`: `-1`, `0` or `1`, and `+0` for `±0` and NaN (as PyTorch computes it).
+    Sign,
+    /// The error function.
+    Erf,
 }
 
 impl UnaryOp {
@@ -79,6 +91,12 @@ impl UnaryOp {
             UnaryOp::MinScalar(_) => 17,
             UnaryOp::Recip => 18,
             UnaryOp::Square => 19,
+            UnaryOp::Floor => 20,
+            UnaryOp::Ceil => 21,
+            UnaryOp::Round => 22,
+            UnaryOp::Trunc => 23,
+            UnaryOp::Sign => 24,
+            UnaryOp::Erf => 25,
         }
     }
 
@@ -114,6 +132,12 @@ impl UnaryOp {
             UnaryOp::MinScalar(_) => "minimum_scalar",
             UnaryOp::Recip => "recip",
             UnaryOp::Square => "square",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Trunc => "trunc",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Erf => "erf",
         }
     }
 
@@ -143,6 +167,12 @@ impl UnaryOp {
             UnaryOp::MinScalar(s) => nan_min(x, s as f64),
             UnaryOp::Recip => 1.0 / x,
             UnaryOp::Square => x * x,
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Trunc => x.trunc(),
+            UnaryOp::Sign => f64::from(u8::from(x > 0.0)) - f64::from(u8::from(x < 0.0)),
+            UnaryOp::Erf => erf_f64(x),
         }
     }
 }

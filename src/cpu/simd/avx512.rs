@@ -11,6 +11,12 @@ use super::MATMUL_NR;
 use crate::ops::kinds::{BinaryOp, UnaryOp};
 use std::arch::x86_64::*;
 
+/// `roundscale` modes of the rounding ops (exceptions suppressed).
+const FLOOR: i32 = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
+const CEIL: i32 = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+const ROUND_EVEN: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+const TRUNC: i32 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+
 pub(super) use super::avx512_convert::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 /// Mask of the low `rem` lanes (`rem < 16`).
@@ -96,6 +102,12 @@ pub(super) unsafe fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
         }
         UnaryOp::Recip => map_ps!(n, s, d, |v| _mm512_div_ps(one, v)),
         UnaryOp::Square => map_ps!(n, s, d, |v| _mm512_mul_ps(v, v)),
+        UnaryOp::Floor => map_ps!(n, s, d, |v| _mm512_roundscale_ps::<FLOOR>(v)),
+        UnaryOp::Ceil => map_ps!(n, s, d, |v| _mm512_roundscale_ps::<CEIL>(v)),
+        UnaryOp::Round => map_ps!(n, s, d, |v| _mm512_roundscale_ps::<ROUND_EVEN>(v)),
+        UnaryOp::Trunc => map_ps!(n, s, d, |v| _mm512_roundscale_ps::<TRUNC>(v)),
+        UnaryOp::Sign => map_ps!(n, s, d, |v| m::sign(v)),
+        UnaryOp::Erf => map_ps!(n, s, d, |v| m::erf(v)),
     }
 }
 

@@ -186,6 +186,37 @@ pub(super) unsafe fn gelu_erf(x: __m512) -> __m512 {
     _mm512_mask_mov_ps(large, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, one), small)
 }
 
+/// `(x > 0) - (x < 0)`: `+0` for `±0` and NaN, as PyTorch.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+pub(super) unsafe fn sign(x: __m512) -> __m512 {
+    let zero = _mm512_setzero_ps();
+    let r = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, zero), splat(1.0));
+    _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, zero), splat(-1.0))
+}
+
+/// `erf(z)`, the scalar `fallback::erf` in 16 lanes (`|z| < 1` and NaN lanes take the small
+/// form, the rest `±(1 - erfc(|z|))` with `|z|^2` split exactly by FMA).
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+pub(super) unsafe fn erf(z: __m512) -> __m512 {
+    let one = splat(1.0);
+    let a = abs(z);
+    let u = _mm512_fmsub_ps(_mm512_add_ps(z, z), z, one);
+    let small = _mm512_mul_ps(z, horner(&ERF_SMALL, u));
+    let t = _mm512_div_ps(one, a);
+    let ac = _mm512_min_ps(a, splat(10.0));
+    let hi = _mm512_mul_ps(ac, ac);
+    let lo = _mm512_fmsub_ps(ac, ac, hi);
+    let ex = _mm512_mul_ps(exp(neg(hi)), _mm512_sub_ps(one, lo));
+    let q = horner(&ERFC_LARGE, _mm512_fmsub_ps(t, splat(2.0), one));
+    let erfc = _mm512_mul_ps(_mm512_mul_ps(ex, t), q);
+    let sign_bit = _mm512_and_ps(z, splat(-0.0));
+    let large = _mm512_or_ps(_mm512_sub_ps(one, erfc), sign_bit);
+    // NaN lanes compare false and keep the small form (NaN in, NaN out).
+    _mm512_mask_mov_ps(small, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, one), large)
+}
+
 /// Largest |x| handled by the vector reduction; bigger lanes use scalar `libm`.
 const SINCOS_MAX: f32 = 65536.0;
 

@@ -88,6 +88,27 @@ pub(super) fn sigmoid(x: f32) -> f32 {
     }
 }
 
+/// `(x > 0) - (x < 0)`: `+0` for `±0` and NaN, as PyTorch.
+#[inline(always)]
+pub(super) fn sign(x: f32) -> f32 {
+    f32::from(u8::from(x > 0.0)) - f32::from(u8::from(x < 0.0))
+}
+
+/// `erf(z)`: `z P(2z^2-1)` for `|z| < 1`, else `±(1 - erfc(|z|))` with the GELU's `erfc`
+/// polynomial (relative accuracy near zero, where `1 - erfc` would cancel).
+#[inline(always)]
+pub(super) fn erf(z: f32) -> f32 {
+    let a = z.abs();
+    if a.is_nan() || a < 1.0 {
+        return z * horner(&ERF_SMALL, 2.0 * z * z - 1.0);
+    }
+    let t = 1.0 / a;
+    let ac = f64::from(a.min(10.0));
+    let ex = (-ac * ac).exp() as f32;
+    let erfc = ex * t * horner(&ERFC_LARGE, 2.0 * t - 1.0);
+    (1.0 - erfc).copysign(z)
+}
+
 /// Exact-erf GELU, `0.5 x (1 + erf(x/sqrt 2))`, computed through `erfc` for `|x| >= sqrt 2` so
 /// that negative inputs keep their relative accuracy.
 #[inline(always)]
@@ -175,6 +196,12 @@ pub(crate) fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
         UnaryOp::MinScalar(s) => map(src, dst, |x| minnum(x, s)),
         UnaryOp::Recip => map(src, dst, |x| 1.0 / x),
         UnaryOp::Square => map(src, dst, |x| x * x),
+        UnaryOp::Floor => map(src, dst, f32::floor),
+        UnaryOp::Ceil => map(src, dst, f32::ceil),
+        UnaryOp::Round => map(src, dst, f32::round_ties_even),
+        UnaryOp::Trunc => map(src, dst, f32::trunc),
+        UnaryOp::Sign => map(src, dst, sign),
+        UnaryOp::Erf => map(src, dst, erf),
     }
 }
 

@@ -80,6 +80,12 @@ pub(crate) fn all_unary() -> Vec<UnaryOp> {
         MinScalar(-0.5),
         Recip,
         Square,
+        Floor,
+        Ceil,
+        Round,
+        Trunc,
+        Sign,
+        Erf,
     ]
 }
 
@@ -91,6 +97,7 @@ pub(crate) fn input_range(op: UnaryOp) -> (f64, f64) {
         UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu => (-30.0, 30.0),
         UnaryOp::GeluErf | UnaryOp::GeluTanh => (-12.0, 12.0),
         UnaryOp::Sin | UnaryOp::Cos => (-400.0, 400.0),
+        UnaryOp::Erf => (-7.0, 7.0),
         UnaryOp::PowScalar(_) => (-3.0, 40.0),
         _ => (-50.0, 50.0),
     }
@@ -127,7 +134,12 @@ pub(crate) fn tolerance(op: UnaryOp) -> (f64, f64) {
         | UnaryOp::Sqrt
         | UnaryOp::Recip
         | UnaryOp::Square
-        | UnaryOp::Affine { .. } => (0.5, 0.0),
+        | UnaryOp::Affine { .. }
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Trunc
+        | UnaryOp::Sign => (0.5, 0.0),
         UnaryOp::Rsqrt | UnaryOp::PowScalar(_) => (1.5, 0.0),
         UnaryOp::Sin | UnaryOp::Cos | UnaryOp::GeluErf | UnaryOp::GeluTanh | UnaryOp::Silu => {
             (8.0, 1e-6)

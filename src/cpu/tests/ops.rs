@@ -116,6 +116,14 @@ fn unary_i32_and_errors() {
     assert_eq!(run(MaxScalar(1.0))[..4], [1.0, 1.0, 1.0, 3.0]);
     assert_eq!(run(MinScalar(1.0))[..4], [-7.0, -1.0, 0.0, 1.0]);
     assert_eq!(run(Square)[..4], [49.0, 1.0, 0.0, 9.0]);
+    assert_eq!(run(Sign)[..4], [-1.0, -1.0, 0.0, 1.0]);
+    for op in [Floor, Ceil, Round, Trunc] {
+        assert_eq!(
+            run(op),
+            run(Affine { mul: 1.0, add: 0.0 }),
+            "{op:?} keeps integers"
+        );
+    }
     assert!(matches!(
         s.unary(&l, Exp),
         Err(Error::UnsupportedDType {
