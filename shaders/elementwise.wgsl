@@ -472,11 +472,11 @@ fn select_where(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     dst[w] = word;
 }
 
-// index_select: the output (shape and src0 strides at params[4..20), the indexed dim's stride
-// zeroed) takes, at position k along the indexed dim, the source slice at index
-// src1[k * params[35] + params[36]] (i32 words, checked in range on the host); params[32] is
-// the product of the output dims after the indexed one, [33] the number of indices, [34] the
-// source stride of the indexed dim, [28] the source offset. Values are copied as bits.
+// index_select and gather: output element i (output shape at params[4..12)) copies the source
+// element at strided(i, src0 strides with the indexed dim's zeroed) + params[28] + index *
+// params[34] (the indexed dim's source stride), index = src1[strided(i, src1 strides) +
+// params[29]] (i32 words, checked in range on the host). index_select's index strides are zero
+// but along the indexed dim. Values are copied as bits.
 @compute @workgroup_size(WG)
 fn index_select(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
@@ -490,8 +490,7 @@ fn index_select(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     for (var lane = 0u; lane < e; lane = lane + 1u) {
         let i = w * e + lane;
         if (i < n) {
-            let k = (i / p(32u)) % p(33u);
-            let index = u32(bitcast<i32>(src1[k * p(35u) + p(36u)]));
+            let index = u32(bitcast<i32>(src1[strided(i, 20u) + p(29u)]));
             let at = strided(i, 12u) + p(28u) + index * p(34u);
             word = word | place(load0_bits(at), lane, DT_OUT);
         }

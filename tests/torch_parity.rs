@@ -413,3 +413,24 @@ fn rounding_sign_and_erf_match_torch() {
         );
     }
 }
+
+#[test]
+fn gather_and_flip_match_torch() {
+    let fx = fixtures();
+    for device in devices() {
+        let x = get(&fx, "gather", "x").to(device).unwrap();
+        let index = get(&fx, "gather", "index").to(device).unwrap();
+        // Copies of PyTorch's values: exact.
+        let got = x.gather(1, &index).unwrap();
+        assert_eq!(
+            values(&got),
+            values(get(&fx, "gather", "out")),
+            "gather {device}"
+        );
+        assert_eq!(
+            values(&x.flip(&[0, 2]).unwrap()),
+            values(get(&fx, "gather", "flip")),
+            "flip {device}"
+        );
+    }
+}

@@ -1,4 +1,5 @@
-//! [`CpuStorage::index_select`]: rows of a (possibly strided) source picked by indices.
+//! [`CpuStorage::index_select`]: rows of a (possibly strided) source picked by indices;
+//! [`CpuStorage::gather`]: one source element per index (`torch.gather`).
 //!
 //! Invariants: the indices are checked here too (each in `0..size of dim`), so a storage-level
 //! call can never read out of bounds; values are copied bit for bit; the output is contiguous.
@@ -46,7 +47,77 @@ where
     Ok(out)
 }
 
+/// `out[i] = src[i with coordinate dim replaced by idx[i]]` over the index shape `ishape`
+/// (`idx` row-major over it, already checked in `0..size of dim`), the source read through
+/// its layout in place.
+fn gather_elems<T>(src: &[T], l: &Layout, dim: usize, ishape: &[usize], idx: &[usize]) -> Vec<T>
+where
+    T: Copy + Send + Sync + bytemuck::Zeroable + super::pool::Recycle,
+{
+    let strides = l.strides();
+    let base = l.offset();
+    // Every element is written below, so a recycled buffer is fine.
+    let mut out = super::pool::take::<T>(idx.len());
+    let inner = ishape.last().copied().unwrap_or(1).max(1);
+    parallel::for_each_chunk(&mut out, inner, inner, |start, chunk| {
+        for (j, dst) in chunk.iter_mut().enumerate() {
+            let mut rest = start + j;
+            let mut at = base;
+            for d in (0..ishape.len()).rev() {
+                let c = rest % ishape[d];
+                rest /= ishape[d];
+                let c = if d == dim { idx[start + j] } else { c };
+                at += c * strides[d];
+            }
+            if let Some(&v) = src.get(at) {
+                *dst = v;
+            }
+        }
+    });
+    out
+}
+
 impl CpuStorage {
+    /// `torch.gather(self, dim, index)` for a source of layout `l` and `i32` indices `(ix, il)`
+    /// of the source's rank, no larger than it outside `dim`, each in `0..size of dim`.
+    pub fn gather(
+        &self,
+        l: &Layout,
+        dim: usize,
+        (ix, il): (&CpuStorage, &Layout),
+    ) -> Result<CpuStorage> {
+        let op = "gather";
+        let fits = il.rank() == l.rank()
+            && dim < l.rank()
+            && (0..l.rank()).all(|d| d == dim || il.shape()[d] <= l.shape()[d]);
+        if !fits {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "indices into dim {dim} no larger than the source {:?} elsewhere, got shape {:?}",
+                    l.shape(),
+                    il.shape()
+                ),
+            ));
+        }
+        let size = l.shape()[dim];
+        let idx = ix
+            .to_vec::<i32>(il)?
+            .into_iter()
+            .map(|i| usize::try_from(i).ok().filter(|&i| i < size))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| Error::invalid(op, format!("an index outside 0..{size}")))?;
+        check_layout(op, l, self.len())?;
+        let shape = il.shape();
+        Ok(match self {
+            CpuStorage::F32(v) => CpuStorage::F32(gather_elems(v, l, dim, shape, &idx)),
+            CpuStorage::F16(v) => CpuStorage::F16(gather_elems(v, l, dim, shape, &idx)),
+            CpuStorage::BF16(v) => CpuStorage::BF16(gather_elems(v, l, dim, shape, &idx)),
+            CpuStorage::I32(v) => CpuStorage::I32(gather_elems(v, l, dim, shape, &idx)),
+            CpuStorage::U8(v) => CpuStorage::U8(gather_elems(v, l, dim, shape, &idx)),
+        })
+    }
+
     /// The slices of `self` (layout `l`) along `dim` at the `i32` indices `(ix, il)`.
     pub fn index_select(
         &self,

@@ -1,5 +1,5 @@
 //! Indexing: [`Tensor::index_select`] (PyTorch's `index_select`, the lookup behind
-//! `nn.Embedding`) and [`Tensor::stack`].
+//! `nn.Embedding`), [`Tensor::gather`], [`Tensor::flip`] and [`Tensor::stack`].
 //!
 //! Invariants: `index_select` takes a 1-D `i32` index tensor on the source's device (any
 //! strides); every index is checked against the indexed dim before anything is computed (an
@@ -7,9 +7,11 @@
 //! read back to the host for the check, which on the Xpu waits for the work queued before;
 //! index tensors are small in practice, a token sequence or a list of rows); the output is
 //! contiguous, `self`'s shape with the indexed dim replaced by the number of indices, values
-//! copied bit for bit (any dtype), the source read in place through its strides.
+//! copied bit for bit (any dtype), the source read in place through its strides. `gather`
+//! follows the same rules with an index tensor of the source's rank (the output's shape).
 
 use crate::layout::{resolve_dim, Layout};
+use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
 impl Tensor {
@@ -60,6 +62,92 @@ impl Tensor {
             (indices.storage(), indices.layout()),
         )?;
         Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
+    }
+
+    /// `torch.gather(self, dim, index)`: `out[i][j][k] = self[index[i][j][k]][j][k]` for
+    /// `dim = 0` (and likewise for other dims). `index` is `i32` on `self`'s device, of
+    /// `self`'s rank, no larger than `self` along every other dim, each value in `0..size of
+    /// dim` (checked: the indices are read back to the host first, as for `index_select`); the
+    /// output has `index`'s shape and `self`'s dtype, values copied bit for bit.
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let op = "gather";
+        self.same_device(index, op)?;
+        let d = resolve_dim(op, dim, self.rank())?;
+        let fits = index.rank() == self.rank()
+            && (0..self.rank()).all(|k| k == d || index.shape()[k] <= self.shape()[k]);
+        if index.dtype() != DType::I32 || !fits {
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: format!(
+                    "i32 indices of rank {} no larger than {:?} outside dim {d}",
+                    self.rank(),
+                    self.shape()
+                ),
+                got: format!("{} indices of shape {:?}", index.dtype(), index.shape()),
+            });
+        }
+        let size = self.shape()[d];
+        let idx = index.to(Device::Cpu)?.to_vec::<i32>()?;
+        if let Some((pos, &bad)) = idx
+            .iter()
+            .enumerate()
+            .find(|(_, &i)| usize::try_from(i).map_or(true, |i| i >= size))
+        {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "index {bad} (element {pos} of the index) is out of range for dim {d} of \
+                     size {size} (shape {:?})",
+                    self.shape()
+                ),
+            ));
+        }
+        let (l, il) = (self.layout(), index.layout());
+        let s = match (self.storage(), index.storage()) {
+            (Storage::Cpu(s), Storage::Cpu(i)) => {
+                crate::cpu::ensure_host_memory(op, il.numel(), self.dtype())?;
+                Storage::Cpu(s.gather(l, d, (i, il))?)
+            }
+            (Storage::Xpu(s), Storage::Xpu(i)) => Storage::Xpu(s.gather(l, d, (i, il))?),
+            _ => {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    lhs: self.device(),
+                    rhs: index.device(),
+                })
+            }
+        };
+        Ok(Tensor::from_storage(s, Layout::contiguous(index.shape())))
+    }
+
+    /// `torch.flip(self, dims)`: the elements in reverse order along each of `dims` (negative
+    /// dims count from the end; a repeated dim is an error, as in PyTorch). A contiguous copy.
+    pub fn flip(&self, dims: &[isize]) -> Result<Tensor> {
+        let op = "flip";
+        let mut seen = vec![false; self.rank()];
+        let mut out = self.clone();
+        let mut copied = false;
+        for &dim in dims {
+            let d = resolve_dim(op, dim, self.rank())?;
+            if std::mem::replace(&mut seen[d], true) {
+                return Err(Error::invalid(
+                    op,
+                    format!("dim {d} appears more than once in {dims:?}"),
+                ));
+            }
+            let n = self.shape()[d];
+            if n > 1 {
+                let last = n as f64 - 1.0;
+                let reversed = Tensor::arange(last, -1.0, -1.0, DType::I32, self.device())?;
+                out = out.index_select_in_range(d, &reversed)?;
+                copied = true;
+            }
+        }
+        if copied {
+            Ok(out)
+        } else {
+            out.contiguous()
+        }
     }
 
     /// Joins tensors of one shape along a new dim `dim` (`torch.stack`): the result has rank

@@ -1,12 +1,14 @@
-//! `index_select` on Xpu (`index_select` in `shaders/elementwise.wgsl`).
+//! `index_select` and `gather` on Xpu (the `index_select` entry of `shaders/elementwise.wgsl`).
 //!
 //! Invariants: the caller has checked every index against the indexed dim (the kernel trusts
-//! them: [`crate::Tensor::index_select`] reads them back first); the source and the indices are
-//! read in place through their strides; values are copied as bits into a contiguous output,
-//! one 32-bit word per invocation.
+//! them: [`crate::Tensor::index_select`] and [`crate::Tensor::gather`] read them back first);
+//! the source and the indices are read in place through their strides; values are copied as
+//! bits into a contiguous output, one 32-bit word per invocation. Both ops are one launch:
+//! `index_select` is a gather whose index tensor is the 1-D indices broadcast over every other
+//! dim of the output (stride 0 there).
 
 use super::elementwise::workgroups;
-use super::params::{Params, EXTRA, OFFSET0};
+use super::params::{Params, EXTRA, OFFSET0, OFFSET1};
 use super::{key, launch};
 use crate::layout::Layout;
 use crate::xpu::pipelines::ShaderId;
@@ -23,7 +25,6 @@ impl XpuStorage {
         (ix, il): (&XpuStorage, &Layout),
     ) -> Result<XpuStorage> {
         let op = "index_select";
-        self.check_same_context(ix, op)?;
         if ix.dtype != DType::I32 || il.rank() != 1 || dim >= l.rank() {
             return Err(Error::invalid(
                 op,
@@ -35,25 +36,68 @@ impl XpuStorage {
                 ),
             ));
         }
-        let nidx = il.shape()[0];
         let mut shape = l.shape().to_vec();
-        shape[dim] = nidx;
-        let inner: usize = shape[dim + 1..].iter().product();
-        let out = XpuStorage::alloc(&self.ctx, self.dtype, shape.iter().product())?;
+        shape[dim] = il.shape()[0];
+        let mut index_strides = vec![0; shape.len()];
+        index_strides[dim] = il.strides()[0];
+        let index = Layout::from_parts(shape, index_strides, il.offset());
+        self.gather_launch(op, l, dim, (ix, &index))
+    }
+
+    /// `out[i] = self[i with coordinate dim replaced by index[i]]` over the index's shape
+    /// (`torch.gather`); the caller has checked the shapes and every index.
+    pub(crate) fn gather(
+        &self,
+        l: &Layout,
+        dim: usize,
+        (ix, il): (&XpuStorage, &Layout),
+    ) -> Result<XpuStorage> {
+        let op = "gather";
+        let fits = il.rank() == l.rank()
+            && (0..l.rank()).all(|d| d == dim || il.shape()[d] <= l.shape()[d]);
+        if ix.dtype != DType::I32 || dim >= l.rank() || !fits {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "i32 indices into dim {dim} no larger than the source {:?} elsewhere, got {} \
+                     indices of shape {:?}",
+                    l.shape(),
+                    ix.dtype,
+                    il.shape()
+                ),
+            ));
+        }
+        self.gather_launch(op, l, dim, (ix, il))
+    }
+
+    /// Output shape `il.shape()`: source coordinates are the output's, the indexed dim's taken
+    /// from the index tensor.
+    fn gather_launch(
+        &self,
+        op: &'static str,
+        l: &Layout,
+        dim: usize,
+        (ix, il): (&XpuStorage, &Layout),
+    ) -> Result<XpuStorage> {
+        self.check_same_context(ix, op)?;
+        let out = XpuStorage::alloc(&self.ctx, self.dtype, il.numel())?;
         if out.len == 0 {
             return Ok(out);
         }
         let mut strides = l.strides().to_vec();
         strides[dim] = 0;
         let mut p = Params::new(out.len, op)?;
-        p.shape(op, &shape, &[&strides])?
+        p.shape(op, il.shape(), &[&strides, il.strides()])?
             .set(OFFSET0, l.offset(), op)?
-            .set(EXTRA, inner, op)?
-            .set(EXTRA + 1, nidx, op)?
-            .set(EXTRA + 2, l.strides()[dim], op)?
-            .set(EXTRA + 3, il.strides()[0], op)?
-            .set(EXTRA + 4, il.offset(), op)?;
-        let k = key(ShaderId::Elementwise, op, self.dtype, self.dtype, 0);
+            .set(OFFSET1, il.offset(), op)?
+            .set(EXTRA + 2, l.strides()[dim], op)?;
+        let k = key(
+            ShaderId::Elementwise,
+            "index_select",
+            self.dtype,
+            self.dtype,
+            0,
+        );
         launch(&out, k, p, &[self, ix], workgroups(&out))?;
         Ok(out)
     }
