@@ -434,3 +434,21 @@ fn gather_and_flip_match_torch() {
         );
     }
 }
+
+#[test]
+fn var_and_std_match_torch() {
+    let fx = fixtures();
+    for device in devices() {
+        let x = get(&fx, "moments", "x").to(device).unwrap();
+        check(
+            "var",
+            &x.var(1, 1.0, false).unwrap(),
+            get(&fx, "moments", "var1"),
+        );
+        check(
+            "std keepdim",
+            &x.std(0, 0.0, true).unwrap(),
+            get(&fx, "moments", "std0_keep"),
+        );
+    }
+}

@@ -1,8 +1,11 @@
-//! Reductions along a dim (with or without keepdim) and over all elements, and softmax.
+//! Reductions along a dim (with or without keepdim) and over all elements, softmax, and the
+//! variance / standard deviation (two passes over f32 values: the mean, then the squared
+//! deviations, so no cancellation; 16-bit inputs are widened first and the result rounded once,
+//! as PyTorch computes them).
 
 use crate::layout::{resolve_dim, Layout};
 use crate::ops::kinds::ReduceOp;
-use crate::{Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {
     /// Reduces `dim` with `op`; `keepdim` keeps it as size 1.
@@ -76,6 +79,54 @@ impl Tensor {
     /// Flat index (I32) of the first maximum.
     pub fn argmax_all(&self) -> Result<Tensor> {
         self.reduce_all(ReduceOp::ArgMax)
+    }
+
+    /// Variance along `dim` with Bessel's `correction` (`torch.var(x, dim, correction=...,
+    /// keepdim=...)`; `1` is the unbiased estimate, `0` the population variance): the sum of
+    /// squared deviations from the mean over `max(0, n - correction)` (so `inf` or NaN where
+    /// that is 0, as in PyTorch). Float dtypes only; the result has `self`'s dtype.
+    pub fn var(&self, dim: isize, correction: f64, keepdim: bool) -> Result<Tensor> {
+        self.var_f32("var", dim, correction, keepdim)?
+            .to_dtype(self.dtype())
+    }
+
+    /// Standard deviation along `dim`: the square root of [`Tensor::var`]'s f32 value, rounded
+    /// once to `self`'s dtype (`torch.std`).
+    pub fn std(&self, dim: isize, correction: f64, keepdim: bool) -> Result<Tensor> {
+        self.var_f32("std", dim, correction, keepdim)?
+            .sqrt()?
+            .to_dtype(self.dtype())
+    }
+
+    /// The variance in f32 (see [`Tensor::var`]).
+    fn var_f32(
+        &self,
+        op: &'static str,
+        dim: isize,
+        correction: f64,
+        keepdim: bool,
+    ) -> Result<Tensor> {
+        let d = resolve_dim(op, dim, self.rank())?;
+        if !self.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: self.dtype(),
+                device: self.device(),
+                hint: "; var and std take f32, f16 or bf16".into(),
+            });
+        }
+        if !correction.is_finite() {
+            return Err(Error::invalid(
+                op,
+                format!("a finite correction, got {correction}"),
+            ));
+        }
+        let x = self.to_dtype(DType::F32)?;
+        let deviations = x.sub(&x.mean(d as isize, true)?)?;
+        let dof = (self.shape()[d] as f64 - correction).max(0.0);
+        // A true division (as PyTorch's), not a product with 1/dof.
+        let dof = Tensor::full(dof, &[], DType::F32, self.device())?;
+        deviations.square()?.sum(d as isize, keepdim)?.div(&dof)
     }
 
     /// Softmax along `dim`, computed stably (max subtracted) in f32.
