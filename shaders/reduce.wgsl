@@ -316,3 +316,58 @@ fn softmax_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         dst[first + r * inner] = bitcast<u32>(exp(load0(base + r * stride) - m) * inv);
     }
 }
+
+// cumsum (f32 in and out): inclusive prefix sums along the reduced dim, written contiguous in
+// the input's dim order like softmax_each (row a * inner + b writes a * len * inner + r * inner
+// + b, inner = params[34]). One workgroup per row scans it 256 elements at a time (a
+// Hillis-Steele scan in workgroup memory plus the running carry); `cumsum_each` gives short or
+// column rows one invocation each, summing in order.
+@compute @workgroup_size(256)
+fn cumsum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let g = row_of(wid, nwg);
+    let len = g.r_len;
+    let inner = p(34u);
+    let first = (g.row / inner) * len * inner + g.row % inner;
+    var carry = 0.0;
+    for (var start = 0u; start < len; start = start + 256u) {
+        let r = start + lid;
+        let inside = g.in_range && r < len;
+        var v = 0.0;
+        if (inside) {
+            v = load0(g.base + r * g.r_stride);
+        }
+        red_v[lid] = v;
+        workgroupBarrier();
+        for (var off = 1u; off < 256u; off = off * 2u) {
+            var add = 0.0;
+            if (lid >= off) {
+                add = red_v[lid - off];
+            }
+            workgroupBarrier();
+            red_v[lid] = red_v[lid] + add;
+            workgroupBarrier();
+        }
+        if (inside) {
+            dst[first + r * inner] = bitcast<u32>(carry + red_v[lid]);
+        }
+        carry = carry + red_v[255];
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(WG)
+fn cumsum_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let g = each_row(wid, nwg, lid);
+    if (!g.in_range) {
+        return;
+    }
+    let inner = p(34u);
+    let first = (g.row / inner) * g.r_len * inner + g.row % inner;
+    var acc = 0.0;
+    for (var r = 0u; r < g.r_len; r = r + 1u) {
+        acc = acc + load0(g.base + r * g.r_stride);
+        dst[first + r * inner] = bitcast<u32>(acc);
+    }
+}

@@ -452,3 +452,21 @@ fn var_and_std_match_torch() {
         );
     }
 }
+
+#[test]
+fn cumsum_matches_torch() {
+    let fx = fixtures();
+    for device in devices() {
+        let x = get(&fx, "cumsum", "x").to(device).unwrap();
+        check(
+            "cumsum 0",
+            &x.cumsum(0).unwrap(),
+            get(&fx, "cumsum", "dim0"),
+        );
+        check(
+            "cumsum 1",
+            &x.cumsum(1).unwrap(),
+            get(&fx, "cumsum", "dim1"),
+        );
+    }
+}

@@ -27,6 +27,7 @@ pub(crate) mod pool;
 pub(crate) mod pool2d;
 pub(crate) mod prepack;
 mod reduce;
+mod scan;
 mod select;
 pub mod simd;
 mod softmax;

@@ -5,6 +5,7 @@
 
 use crate::layout::{resolve_dim, Layout};
 use crate::ops::kinds::ReduceOp;
+use crate::storage::Storage;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {
@@ -127,6 +128,33 @@ impl Tensor {
         // A true division (as PyTorch's), not a product with 1/dof.
         let dof = Tensor::full(dof, &[], DType::F32, self.device())?;
         deviations.square()?.sum(d as isize, keepdim)?.div(&dof)
+    }
+
+    /// Inclusive prefix sums along `dim` (`torch.cumsum`), in `self`'s float dtype: 16-bit
+    /// inputs are summed in f32 and each prefix rounded once. Integer tensors are refused
+    /// (PyTorch promotes them to int64, which xpu does not have). On the Xpu a long row is
+    /// scanned 256 elements at a time by one workgroup, so prefixes are summed in a different
+    /// order than on the Cpu (which sums in order, in f64).
+    pub fn cumsum(&self, dim: isize) -> Result<Tensor> {
+        let op = "cumsum";
+        let d = resolve_dim(op, dim, self.rank())?;
+        if !self.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: self.dtype(),
+                device: self.device(),
+                hint: "; cumsum takes f32, f16 or bf16 (cast integers with to_dtype first)".into(),
+            });
+        }
+        let x = self.to_dtype(DType::F32)?;
+        let s = match x.storage() {
+            Storage::Cpu(s) => {
+                crate::cpu::ensure_host_memory(op, x.numel(), DType::F32)?;
+                Storage::Cpu(s.cumsum_f32(x.layout(), d)?)
+            }
+            Storage::Xpu(s) => Storage::Xpu(s.cumsum_f32(x.layout(), d)?),
+        };
+        Tensor::from_storage(s, Layout::contiguous(self.shape())).to_dtype(self.dtype())
     }
 
     /// Softmax along `dim`, computed stably (max subtracted) in f32.

@@ -131,6 +131,29 @@ impl XpuStorage {
         out.copy_cast(&Layout::contiguous(&[n]), self.dtype)
     }
 
+    /// Inclusive prefix sums of an f32 storage along `dim`, contiguous in `layout`'s shape.
+    pub(crate) fn cumsum_f32(&self, layout: &Layout, dim: usize) -> Result<XpuStorage> {
+        let op = "cumsum";
+        if self.dtype != DType::F32 {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: self.dtype,
+                device: Device::Xpu,
+                hint: "; the storage-level scan takes f32 (Tensor::cumsum widens 16-bit floats)"
+                    .into(),
+            });
+        }
+        let (p, rows, len, each) = self.row_params(layout, dim, op)?;
+        let out = XpuStorage::alloc(&self.ctx, DType::F32, rows * len)?;
+        if rows * len > 0 {
+            let entry = if each { "cumsum_each" } else { "cumsum" };
+            let k = key(ShaderId::Reduce, entry, DType::F32, DType::F32, 0);
+            let max = self.ctx.limits.max_compute_workgroups_per_dimension;
+            launch(&out, k, p, &[self], row_grid(max, rows, each))?;
+        }
+        Ok(out)
+    }
+
     /// Softmax along `dim`, returned with the layout that views the result in the original dim
     /// order: the workgroup-per-row kernel writes it contiguous with `dim` moved last, the
     /// per-output kernel contiguous in the original order.
