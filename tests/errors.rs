@@ -60,7 +60,7 @@ fn shape_errors() {
         Err(Error::ShapeMismatch { .. })
     ));
     assert!(matches!(
-        cpu(&[2, 3]).chunk(4, 1),
+        cpu(&[2, 3]).chunk(0, 1),
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(

@@ -1,5 +1,6 @@
 //! Indexing: [`Tensor::index_select`] (PyTorch's `index_select`, the lookup behind
-//! `nn.Embedding`), [`Tensor::gather`], [`Tensor::flip`] and [`Tensor::stack`].
+//! `nn.Embedding`), [`Tensor::gather`], [`Tensor::flip`], [`Tensor::repeat`] and
+//! [`Tensor::stack`].
 //!
 //! Invariants: `index_select` takes a 1-D `i32` index tensor on the source's device (any
 //! strides); every index is checked against the indexed dim before anything is computed (an
@@ -148,6 +149,43 @@ impl Tensor {
         } else {
             out.contiguous()
         }
+    }
+
+    /// `torch.repeat`: the tensor tiled `reps[i]` times along dim `i` (`reps` may be longer
+    /// than the rank: the shape is then padded with leading 1s). A contiguous copy of shape
+    /// `reps[i] * shape[i]`; `reps` shorter than the rank is an error, as in PyTorch.
+    pub fn repeat(&self, reps: &[usize]) -> Result<Tensor> {
+        let op = "repeat";
+        if reps.len() < self.rank() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "at least {} repetitions (one per dim of {:?}), got {reps:?}",
+                    self.rank(),
+                    self.shape()
+                ),
+            ));
+        }
+        let lead = reps.len() - self.rank();
+        let shape: Vec<usize> = (0..reps.len())
+            .map(|i| if i < lead { 1 } else { self.shape()[i - lead] })
+            .collect();
+        // [s0, s1, ...] viewed as [1, s0, 1, s1, ...], broadcast to [r0, s0, r1, s1, ...].
+        let mut interleaved = Vec::with_capacity(2 * shape.len());
+        let mut wide = Vec::with_capacity(2 * shape.len());
+        let mut out = Vec::with_capacity(shape.len());
+        for (&r, &s) in reps.iter().zip(&shape) {
+            interleaved.extend([1, s]);
+            wide.extend([r, s]);
+            out.push(r.checked_mul(s).ok_or_else(|| {
+                Error::invalid(op, format!("{r} repetitions of a dim of {s} overflow"))
+            })?);
+        }
+        crate::layout::alloc_bytes(op, crate::layout::numel(&out), self.dtype())?;
+        self.reshape(&interleaved)?
+            .broadcast_to(&wide)?
+            .contiguous()?
+            .reshape(&out)
     }
 
     /// Joins tensors of one shape along a new dim `dim` (`torch.stack`): the result has rank

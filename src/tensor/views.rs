@@ -65,18 +65,65 @@ impl Tensor {
         Ok(self.with_layout(self.layout().narrow(d, start, len)?))
     }
 
-    /// Splits `dim` into `n` equal chunks (its size must be divisible by `n`).
+    /// Splits `dim` into at most `n` views as `torch.chunk` does: each `ceil(size / n)` long,
+    /// the last one shorter (so fewer than `n` chunks when `size` is small: a dim of 6 in 4
+    /// chunks gives three of 2); a dim of size 0 gives `n` empty views. `n = 0` is an error.
     pub fn chunk(&self, n: usize, dim: isize) -> Result<Vec<Tensor>> {
         let d = resolve_dim("chunk", dim, self.rank())?;
+        if n == 0 {
+            return Err(Error::invalid("chunk", "cannot split into 0 chunks"));
+        }
         let size = self.shape()[d];
-        if n == 0 || !size.is_multiple_of(n) {
+        if size == 0 {
+            return Ok(vec![self.clone(); n]);
+        }
+        self.split(size.div_ceil(n), dim)
+    }
+
+    /// Views of `size` elements along `dim`, the last one shorter where `size` does not divide
+    /// the dim (`torch.split(x, size, dim)`); a dim of size 0 gives one empty view. `size = 0`
+    /// is an error unless the dim is empty.
+    pub fn split(&self, size: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let d = resolve_dim("split", dim, self.rank())?;
+        let total = self.shape()[d];
+        if total == 0 {
+            return Ok(vec![self.clone()]);
+        }
+        if size == 0 {
             return Err(Error::invalid(
-                "chunk",
-                format!("dim {d} of size {size} does not split into {n} equal chunks"),
+                "split",
+                format!("a split size of 0 for dim {d} of size {total}"),
             ));
         }
-        (0..n)
-            .map(|i| self.narrow(d as isize, i * size / n, size / n))
+        (0..total)
+            .step_by(size)
+            .map(|start| self.narrow(d as isize, start, size.min(total - start)))
+            .collect()
+    }
+
+    /// Views of the given `sizes` along `dim`, which must add up to its size
+    /// (`torch.split(x, [..], dim)`; sizes of 0 give empty views).
+    pub fn split_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor>> {
+        let d = resolve_dim("split_sizes", dim, self.rank())?;
+        let total = self.shape()[d];
+        let sum = sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s));
+        if sum != Some(total) {
+            return Err(Error::invalid(
+                "split_sizes",
+                format!(
+                    "sizes {sizes:?} that add up to {total} (dim {d} of {:?})",
+                    self.shape()
+                ),
+            ));
+        }
+        let mut start = 0;
+        sizes
+            .iter()
+            .map(|&len| {
+                let v = self.narrow(d as isize, start, len);
+                start += len;
+                v
+            })
             .collect()
     }
 
