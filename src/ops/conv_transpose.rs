@@ -129,7 +129,7 @@ pub(crate) fn check_weight(
         return Err(Error::invalid(
             op,
             format!(
-                "need positive stride, dilation, groups and kernel, and input channels divisible                  by groups; got weight {weight:?}, {p:?}"
+                "need positive stride, dilation, groups and kernel, and input channels divisible by groups; got weight {weight:?}, {p:?}"
             ),
         ));
     }
