@@ -69,7 +69,7 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         dilation: (u2, 1),
         groups: u0,
     };
-    let out = match d.below(46) {
+    let out = match d.below(54) {
         0 => a.add(&b),
         1 => a.mul(&b),
         2 => a.div(&b),
@@ -130,6 +130,16 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
                 groups: u0,
             },
         ),
+        45 => b.to_dtype(DType::I32).and_then(|i| a.gather(d0, &i)),
+        46 => a.flip(&[d0, d1]),
+        47 => a
+            .var(d0, u0 as f64 - 1.0, u1 % 2 == 0)
+            .and(a.std(d1, 1.0, false)),
+        48 => a.cumsum(d0),
+        49 => a.split(u0, d0).map(|_| a.clone()),
+        50 => a.split_sizes(&[u0, u1], d0).map(|_| a.clone()),
+        51 => a.repeat(&[u0, u1, u2]),
+        52 => a.erf().and(a.round()).and(a.sign()),
         _ => a.min(d0, false),
     };
     if let Ok(t) = out {
