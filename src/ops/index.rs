@@ -30,23 +30,30 @@ impl Tensor {
             });
         }
         let d = resolve_dim(op, dim, self.rank())?;
-        let size = self.shape()[d];
+        self.check_indices(op, d, indices)?;
+        self.index_select_in_range(d, indices)
+    }
+
+    /// Reads the `i32` `indices` back to the host and refuses the first one outside `0..size`
+    /// of `dim`, naming it, its position (row-major) and the shape.
+    fn check_indices(&self, op: &'static str, dim: usize, indices: &Tensor) -> Result<()> {
+        let size = self.shape()[dim];
         let idx = indices.to(Device::Cpu)?.to_vec::<i32>()?;
-        if let Some((pos, &bad)) = idx
+        match idx
             .iter()
             .enumerate()
             .find(|(_, &i)| usize::try_from(i).map_or(true, |i| i >= size))
         {
-            return Err(Error::invalid(
+            Some((pos, &bad)) => Err(Error::invalid(
                 op,
                 format!(
-                    "index {bad} (position {pos}) is out of range for dim {d} of size {size} \
+                    "index {bad} (position {pos}) is out of range for dim {dim} of size {size} \
                      (shape {:?})",
                     self.shape()
                 ),
-            ));
+            )),
+            None => Ok(()),
         }
-        self.index_select_in_range(d, indices)
     }
 
     /// [`Tensor::index_select`] along the resolved `dim` with 1-D `i32` `indices` on `self`'s
@@ -87,22 +94,7 @@ impl Tensor {
                 got: format!("{} indices of shape {:?}", index.dtype(), index.shape()),
             });
         }
-        let size = self.shape()[d];
-        let idx = index.to(Device::Cpu)?.to_vec::<i32>()?;
-        if let Some((pos, &bad)) = idx
-            .iter()
-            .enumerate()
-            .find(|(_, &i)| usize::try_from(i).map_or(true, |i| i >= size))
-        {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "index {bad} (element {pos} of the index) is out of range for dim {d} of \
-                     size {size} (shape {:?})",
-                    self.shape()
-                ),
-            ));
-        }
+        self.check_indices(op, d, index)?;
         let (l, il) = (self.layout(), index.layout());
         let s = match (self.storage(), index.storage()) {
             (Storage::Cpu(s), Storage::Cpu(i)) => {

@@ -99,6 +99,19 @@ impl Tensor {
             .to_dtype(self.dtype())
     }
 
+    /// Refuses a non-float `self` for `op` (the hint follows "takes f32, f16 or bf16").
+    fn float_only(&self, op: &'static str, more: &str) -> Result<()> {
+        if self.dtype().is_float() {
+            return Ok(());
+        }
+        Err(Error::UnsupportedDType {
+            op,
+            dtype: self.dtype(),
+            device: self.device(),
+            hint: format!("; {op} takes f32, f16 or bf16{more}"),
+        })
+    }
+
     /// The variance in f32 (see [`Tensor::var`]).
     fn var_f32(
         &self,
@@ -108,14 +121,7 @@ impl Tensor {
         keepdim: bool,
     ) -> Result<Tensor> {
         let d = resolve_dim(op, dim, self.rank())?;
-        if !self.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op,
-                dtype: self.dtype(),
-                device: self.device(),
-                hint: "; var and std take f32, f16 or bf16".into(),
-            });
-        }
+        self.float_only(op, "")?;
         if !correction.is_finite() {
             return Err(Error::invalid(
                 op,
@@ -138,14 +144,7 @@ impl Tensor {
     pub fn cumsum(&self, dim: isize) -> Result<Tensor> {
         let op = "cumsum";
         let d = resolve_dim(op, dim, self.rank())?;
-        if !self.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op,
-                dtype: self.dtype(),
-                device: self.device(),
-                hint: "; cumsum takes f32, f16 or bf16 (cast integers with to_dtype first)".into(),
-            });
-        }
+        self.float_only(op, " (cast integers with to_dtype first)")?;
         let x = self.to_dtype(DType::F32)?;
         let s = match x.storage() {
             Storage::Cpu(s) => {

@@ -159,6 +159,21 @@ pub(super) unsafe fn gelu_tanh(x: __m512) -> __m512 {
     _mm512_mul_ps(x, sigmoid(_mm512_add_ps(u, u)))
 }
 
+/// `erfc(a)` for `a >= 1` (other lanes are not used by the callers): `e^{-a^2} Q(2/a-1) / a`
+/// with `a^2` split exactly by FMA and `a` capped at 10 (where erfc is far below f32's range).
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn erfc_large(a: __m512) -> __m512 {
+    let one = splat(1.0);
+    let t = _mm512_div_ps(one, a);
+    let ac = _mm512_min_ps(a, splat(10.0));
+    let hi = _mm512_mul_ps(ac, ac);
+    let lo = _mm512_fmsub_ps(ac, ac, hi);
+    let ex = _mm512_mul_ps(exp(neg(hi)), _mm512_sub_ps(one, lo));
+    let q = horner(&ERFC_LARGE, _mm512_fmsub_ps(t, splat(2.0), one));
+    _mm512_mul_ps(_mm512_mul_ps(ex, t), q)
+}
+
 /// GELU, exact erf form. |z| < 1: `erf(z) = z P(2z^2-1)`; otherwise through
 /// `erfc(a) = e^{-a^2} Q(2/a-1) / a` with `a^2` split exactly by FMA.
 #[inline]
@@ -171,14 +186,7 @@ pub(super) unsafe fn gelu_erf(x: __m512) -> __m512 {
     let u = _mm512_fmsub_ps(_mm512_add_ps(z, z), z, one);
     let erf = _mm512_mul_ps(z, horner(&ERF_SMALL, u));
     let small = _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, erf));
-
-    let t = _mm512_div_ps(one, a);
-    let ac = _mm512_min_ps(a, splat(10.0));
-    let hi = _mm512_mul_ps(ac, ac);
-    let lo = _mm512_fmsub_ps(ac, ac, hi);
-    let ex = _mm512_mul_ps(exp(neg(hi)), _mm512_sub_ps(one, lo));
-    let q = horner(&ERFC_LARGE, _mm512_fmsub_ps(t, splat(2.0), one));
-    let erfc = _mm512_mul_ps(_mm512_mul_ps(ex, t), q);
+    let erfc = erfc_large(a);
     let pos = _mm512_mul_ps(x, _mm512_fnmadd_ps(half, erfc, one));
     let negv = _mm512_mul_ps(_mm512_mul_ps(half, x), erfc);
     let positive = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_setzero_ps());
@@ -204,13 +212,7 @@ pub(super) unsafe fn erf(z: __m512) -> __m512 {
     let a = abs(z);
     let u = _mm512_fmsub_ps(_mm512_add_ps(z, z), z, one);
     let small = _mm512_mul_ps(z, horner(&ERF_SMALL, u));
-    let t = _mm512_div_ps(one, a);
-    let ac = _mm512_min_ps(a, splat(10.0));
-    let hi = _mm512_mul_ps(ac, ac);
-    let lo = _mm512_fmsub_ps(ac, ac, hi);
-    let ex = _mm512_mul_ps(exp(neg(hi)), _mm512_sub_ps(one, lo));
-    let q = horner(&ERFC_LARGE, _mm512_fmsub_ps(t, splat(2.0), one));
-    let erfc = _mm512_mul_ps(_mm512_mul_ps(ex, t), q);
+    let erfc = erfc_large(a);
     let sign_bit = _mm512_and_ps(z, splat(-0.0));
     let large = _mm512_or_ps(_mm512_sub_ps(one, erfc), sign_bit);
     // NaN lanes compare false and keep the small form (NaN in, NaN out).

@@ -88,6 +88,15 @@ pub(super) fn sigmoid(x: f32) -> f32 {
     }
 }
 
+/// `erfc(a)` for `a >= 1`: `e^{-a^2} Q(2/a-1) / a`, the exponential in f64 (`a` capped at 10).
+#[inline(always)]
+fn erfc_large(a: f32) -> f32 {
+    let t = 1.0 / a;
+    let ac = f64::from(a.min(10.0));
+    let ex = (-ac * ac).exp() as f32;
+    ex * t * horner(&ERFC_LARGE, 2.0 * t - 1.0)
+}
+
 /// `(x > 0) - (x < 0)`: `+0` for `±0` and NaN, as PyTorch.
 #[inline(always)]
 pub(super) fn sign(x: f32) -> f32 {
@@ -102,11 +111,7 @@ pub(super) fn erf(z: f32) -> f32 {
     if a.is_nan() || a < 1.0 {
         return z * horner(&ERF_SMALL, 2.0 * z * z - 1.0);
     }
-    let t = 1.0 / a;
-    let ac = f64::from(a.min(10.0));
-    let ex = (-ac * ac).exp() as f32;
-    let erfc = ex * t * horner(&ERFC_LARGE, 2.0 * t - 1.0);
-    (1.0 - erfc).copysign(z)
+    (1.0 - erfc_large(a)).copysign(z)
 }
 
 /// Exact-erf GELU, `0.5 x (1 + erf(x/sqrt 2))`, computed through `erfc` for `|x| >= sqrt 2` so
@@ -119,10 +124,7 @@ pub(super) fn gelu_erf(x: f32) -> f32 {
         let erf = z * horner(&ERF_SMALL, 2.0 * z * z - 1.0);
         return 0.5 * x * (1.0 + erf);
     }
-    let t = 1.0 / a;
-    let ac = f64::from(a.min(10.0));
-    let ex = (-ac * ac).exp() as f32;
-    let erfc = ex * t * horner(&ERFC_LARGE, 2.0 * t - 1.0);
+    let erfc = erfc_large(a);
     if x > 0.0 {
         x * (1.0 - 0.5 * erfc)
     } else {
