@@ -4,7 +4,7 @@
 //! as PyTorch computes them).
 
 use crate::layout::{resolve_dim, Layout};
-use crate::ops::kinds::ReduceOp;
+use crate::ops::kinds::{CmpOp, ReduceOp};
 use crate::storage::Storage;
 use crate::{DType, Error, Result, Tensor};
 
@@ -97,6 +97,43 @@ impl Tensor {
         self.var_f32("std", dim, correction, keepdim)?
             .sqrt()?
             .to_dtype(self.dtype())
+    }
+
+    /// `torch.all(x, dim, keepdim)`: `U8` 1 where every element along `dim` is nonzero (NaN
+    /// counts as nonzero, as in PyTorch), else 0; an empty dim gives 1. Any dtype.
+    pub fn all(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        self.truth("all", dim, keepdim, ReduceOp::Min, 1.0)
+    }
+
+    /// `torch.any(x, dim, keepdim)`: `U8` 1 where some element along `dim` is nonzero, else 0;
+    /// an empty dim gives 0. Any dtype.
+    pub fn any(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        self.truth("any", dim, keepdim, ReduceOp::Max, 0.0)
+    }
+
+    /// `all` / `any`: the nonzero mask as i32, reduced with `reduce`.
+    fn truth(
+        &self,
+        op: &'static str,
+        dim: isize,
+        keepdim: bool,
+        reduce: ReduceOp,
+        empty: f64,
+    ) -> Result<Tensor> {
+        let d = resolve_dim(op, dim, self.rank())?;
+        if self.shape()[d] == 0 {
+            let mut shape = self.shape().to_vec();
+            if keepdim {
+                shape[d] = 1;
+            } else {
+                shape.remove(d);
+            }
+            return Tensor::full(empty, &shape, DType::U8, self.device());
+        }
+        self.cmp_scalar(CmpOp::Ne, 0.0)?
+            .to_dtype(DType::I32)?
+            .reduce(reduce, d as isize, keepdim)?
+            .to_dtype(DType::U8)
     }
 
     /// Refuses a non-float `self` for `op` (the hint follows "takes f32, f16 or bf16").
