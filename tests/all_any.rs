@@ -35,7 +35,7 @@ fn all_and_any_match_host_loops() {
                 let (outer, inner) = if along_rows { (3, 4) } else { (4, 3) };
                 (0..outer)
                     .map(|o| {
-                        let flags = (0..inner).map(|k| {
+                        let mut flags = (0..inner).map(|k| {
                             if along_rows {
                                 nz[o * 4 + k]
                             } else {
@@ -43,9 +43,9 @@ fn all_and_any_match_host_loops() {
                             }
                         });
                         let v = if every {
-                            flags.fold(true, |a, b| a && b)
+                            flags.all(|b| b)
                         } else {
-                            flags.fold(false, |a, b| a || b)
+                            flags.any(|b| b)
                         };
                         f64::from(u8::from(v))
                     })
