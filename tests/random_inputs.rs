@@ -69,7 +69,7 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         dilation: (u2, 1),
         groups: u0,
     };
-    let out = match d.below(55) {
+    let out = match d.below(56) {
         0 => a.add(&b),
         1 => a.mul(&b),
         2 => a.div(&b),
@@ -141,6 +141,7 @@ fn random_call(d: &mut Draw, device: Device, seed: u64) -> Result<()> {
         51 => a.repeat(&[u0, u1, u2]),
         52 => a.erf().and(a.round()).and(a.sign()),
         53 => a.all(d0, true).and(a.any(d1, false)),
+        54 => a.interpolate_bilinear([u0, u1], u2 % 2 == 0),
         _ => a.min(d0, false),
     };
     if let Ok(t) = out {

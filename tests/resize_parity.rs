@@ -141,3 +141,78 @@ fn timestep_embedding_matches_the_formula() {
         assert!(t.timestep_embedding(2, true, 1.0, DType::F32).is_err());
     }
 }
+
+/// Reference bilinear resize (PyTorch's source-index rule, in f64).
+fn bilinear(
+    v: &[f64],
+    (n, c, h, w): (usize, usize, usize, usize),
+    (oh, ow): (usize, usize),
+    align: bool,
+) -> Vec<f64> {
+    let axis = |input: usize, output: usize, dst: usize| -> (usize, usize, f64) {
+        let src = if align {
+            if output > 1 {
+                dst as f64 * (input as f64 - 1.0) / (output as f64 - 1.0)
+            } else {
+                0.0
+            }
+        } else {
+            ((dst as f64 + 0.5) * input as f64 / output as f64 - 0.5).max(0.0)
+        };
+        let i0 = (src as usize).min(input - 1);
+        (i0, (i0 + 1).min(input - 1), src - i0 as f64)
+    };
+    let mut out = Vec::with_capacity(n * c * oh * ow);
+    for p in 0..n * c {
+        let at = |y: usize, x: usize| v[(p * h + y) * w + x];
+        for y in 0..oh {
+            let (y0, y1, ly) = axis(h, oh, y);
+            for x in 0..ow {
+                let (x0, x1, lx) = axis(w, ow, x);
+                let top = at(y0, x0) * (1.0 - lx) + at(y0, x1) * lx;
+                let bottom = at(y1, x0) * (1.0 - lx) + at(y1, x1) * lx;
+                out.push(top * (1.0 - ly) + bottom * ly);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn bilinear_interpolation_matches_the_reference_on_every_device() {
+    let dims = (2, 3, 9, 5);
+    let x = randn(&[2, 3, 9, 5], DType::F32, 21);
+    let host = values(&x);
+    for device in common::devices() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let xd = x.to_dtype(dtype).unwrap().to(device).unwrap();
+            let hd = values(&xd);
+            for size in [(18, 10), (4, 2), (1, 1), (9, 5), (13, 1)] {
+                for align in [false, true] {
+                    let got = xd.interpolate_bilinear([size.0, size.1], align).unwrap();
+                    assert_eq!(got.shape(), &[2, 3, size.0, size.1]);
+                    assert_eq!(got.dtype(), dtype);
+                    let want = bilinear(&hd, dims, size, align);
+                    let tol = 2.0 * common::eps(dtype).max(1e-6);
+                    let what = format!("{device} {dtype} {size:?} align {align}");
+                    assert_close(&what, &values(&got), &want, tol, tol);
+                }
+            }
+        }
+        assert_eq!(host.len(), 2 * 3 * 9 * 5);
+        let xd = x.to(device).unwrap();
+        assert!(xd.interpolate_bilinear([0, 4], false).is_err());
+        assert!(xd
+            .narrow(0, 0, 1)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .interpolate_bilinear([2, 2], false)
+            .is_err());
+        let ints = xd.to_dtype(DType::I32).unwrap();
+        assert!(matches!(
+            ints.interpolate_bilinear([2, 2], false),
+            Err(Error::UnsupportedDType { .. })
+        ));
+    }
+}

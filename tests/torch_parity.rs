@@ -470,3 +470,25 @@ fn cumsum_matches_torch() {
         );
     }
 }
+
+#[test]
+fn bilinear_interpolation_matches_torch() {
+    let fx = fixtures();
+    for device in devices() {
+        for (h, w) in [(14, 20), (5, 13), (1, 4), (7, 10)] {
+            let case = format!("bilinear_{h}x{w}");
+            let x = get(&fx, &case, "x").to(device).unwrap();
+            for (name, align) in [("out", false), ("out_ac", true)] {
+                let want = get(&fx, &case, name);
+                let got = x.interpolate_bilinear([h, w], align).unwrap();
+                check(&format!("{case} {name} {device:?}"), &got, want);
+                // Channels-last in, channels-last out, same values.
+                let cl = channels_last(&x)
+                    .interpolate_bilinear([h, w], align)
+                    .unwrap();
+                assert_eq!(cl.memory_format(), xpu::MemoryFormat::ChannelsLast);
+                check(&format!("{case} {name} {device:?} cl"), &cl, want);
+            }
+        }
+    }
+}

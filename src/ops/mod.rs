@@ -19,5 +19,6 @@ mod norm;
 mod pool;
 mod reduce;
 mod resize;
+mod resize_linear;
 mod select;
 mod triangle;
