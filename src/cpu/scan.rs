@@ -38,12 +38,14 @@ impl CpuStorage {
         // Blocks of whole [len, inner] slabs: each slab's lines are independent.
         let slab = len * inner;
         parallel::for_each_chunk(&mut out, slab, slab, |start, chunk| {
+            // One accumulator row per chunk (not per slab: a last-dim scan has a slab per row).
+            let mut acc = vec![0f64; inner];
             for (s, dst) in chunk.chunks_exact_mut(slab).enumerate() {
                 let base = start + s * slab;
                 let Some(src) = x.get(base..base + slab) else {
                     continue;
                 };
-                let mut acc = vec![0f64; inner];
+                acc.fill(0.0);
                 for r in 0..len {
                     let row = r * inner..(r + 1) * inner;
                     for ((a, &v), o) in acc.iter_mut().zip(&src[row.clone()]).zip(&mut dst[row]) {
