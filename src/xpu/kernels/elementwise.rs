@@ -51,6 +51,8 @@ pub(crate) struct TransposePlan {
 /// multiple of `dtype`'s elements per 32-bit word (each output word then lies in one tile).
 /// Why: the element-wise gather reads one element per lane at a large stride there, so every
 /// lane of a warp touches its own memory segment; the tile reads and writes whole runs.
+/// The dims are merged by the same `coalesce_joint` that `Params::shape` applies to the
+/// params block, so `contiguous_dim` indexes the shape the kernel sees.
 pub(crate) fn transpose_plan(
     shape: &[usize],
     strides: &[usize],
