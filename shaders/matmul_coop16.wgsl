@@ -193,19 +193,27 @@ fn coop_finish(b: u32, r0: u32, c0: u32, base: u32, gate: u32, lane: u32, width:
 fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
              @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) nsg: u32,
              @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) width: u32) {
+    coop16_staged(wid, lid, sg, nsg, lane, width);
+}
+
+// The number of passes over the eight slots (ceil(8 / subgroups)), workgroup-uniform. It goes
+// through coop_c's last element (no scalar workgroup variable: see the layout note at the top).
+fn coop16_passes(lid: u32, nsg: u32) -> u32 {
+    if (lid == 0u) {
+        coop_c[4095] = f32((8u + nsg - 1u) / nsg);
+    }
+    return u32(workgroupUniformLoad(&coop_c[4095]));
+}
+
+// mm_coop16's body: both operands staged through workgroup memory.
+fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: u32) {
     let b = wid.z + p(39u);
     let ab = a_base(b);
     let bb = b_base(b);
     let row0 = wid.y * 128u;
     let rows_full = row0 + 128u <= dim_m();
     let cf = cols_full(wid.x, 128u);
-    // The pass count goes through coop_c's last element (no scalar workgroup variable: see the
-    // layout note at the top).
-    if (lid == 0u) {
-        coop_c[4095] = f32((8u + nsg - 1u) / nsg);
-    }
-    let passes = u32(workgroupUniformLoad(&coop_c[4095]));
-    let g = is_geglu();
+    let passes = coop16_passes(lid, nsg);
     let mode = pairs_mode(ab, bb);
     var cr = ConvRows(vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<u32>(), vec4<u32>());
     if ((mode & 8u) != 0u) {
@@ -303,73 +311,89 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             // Never in practice (timing variant bit 9 only): keeps the loaded words alive.
             coop_c[lid] = 1.0;
         }
-        // Epilogue through this subgroup's 512 f32 of coop_c (only slots < 8 have one).
-        let base = cs * 512u;
-        let r0 = row0 + ar;
-        if (g) {
-            let oc = wid.x * 64u + (slot % 2u) * 32u;
-            if (has) {
-                coopStoreT(c00, &coop_c[base], 16u);
-                coopStoreT(c02, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0, oc, base, 256u, lane, width, has);
-            workgroupBarrier();
-            if (has) {
-                coopStoreT(c01, &coop_c[base], 16u);
-                coopStoreT(c03, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0, oc + 16u, base, 256u, lane, width, has);
-            workgroupBarrier();
-            if (has) {
-                coopStoreT(c10, &coop_c[base], 16u);
-                coopStoreT(c12, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0 + 16u, oc, base, 256u, lane, width, has);
-            workgroupBarrier();
-            if (has) {
-                coopStoreT(c11, &coop_c[base], 16u);
-                coopStoreT(c13, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0 + 16u, oc + 16u, base, 256u, lane, width, has);
-            workgroupBarrier();
-        } else {
-            let oc = wid.x * 128u + bc;
-            if (has) {
-                coopStoreT(c00, &coop_c[base], 16u);
-                coopStoreT(c01, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0, oc, base, 0u, lane, width, has);
-            coop_finish(b, r0, oc + 16u, base + 256u, 0u, lane, width, has);
-            workgroupBarrier();
-            if (has) {
-                coopStoreT(c02, &coop_c[base], 16u);
-                coopStoreT(c03, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0, oc + 32u, base, 0u, lane, width, has);
-            coop_finish(b, r0, oc + 48u, base + 256u, 0u, lane, width, has);
-            workgroupBarrier();
-            if (has) {
-                coopStoreT(c10, &coop_c[base], 16u);
-                coopStoreT(c11, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0 + 16u, oc, base, 0u, lane, width, has);
-            coop_finish(b, r0 + 16u, oc + 16u, base + 256u, 0u, lane, width, has);
-            workgroupBarrier();
-            if (has) {
-                coopStoreT(c12, &coop_c[base], 16u);
-                coopStoreT(c13, &coop_c[base + 256u], 16u);
-            }
-            workgroupBarrier();
-            coop_finish(b, r0 + 16u, oc + 32u, base, 0u, lane, width, has);
-            coop_finish(b, r0 + 16u, oc + 48u, base + 256u, 0u, lane, width, has);
-            workgroupBarrier();
+        coop16_epilogue(b, wid.x, row0, slot, lane, width, c00, c01, c02, c03, c10, c11, c12,
+                        c13);
+    }
+}
+
+// Writes slot `slot`'s 2x4 accumulator tiles (rows row0 + its 32-row band, columns of column
+// tile `tile`) through its 512 f32 of coop_c and the fused epilogue; a subgroup without a slot
+// (slot >= 8) takes part in the barriers only.
+fn coop16_epilogue(b: u32, tile: u32, row0: u32, slot: u32, lane: u32, width: u32,
+                   c00: coop_mat16x16<f32, C>, c01: coop_mat16x16<f32, C>,
+                   c02: coop_mat16x16<f32, C>, c03: coop_mat16x16<f32, C>,
+                   c10: coop_mat16x16<f32, C>, c11: coop_mat16x16<f32, C>,
+                   c12: coop_mat16x16<f32, C>, c13: coop_mat16x16<f32, C>) {
+    let has = slot < 8u;
+    let cs = min(slot, 7u);
+    let ar = (cs / 2u) * 32u;
+    let bc = (cs % 2u) * 64u;
+    // Epilogue through this subgroup's 512 f32 of coop_c (only slots < 8 have one).
+    let base = cs * 512u;
+    let r0 = row0 + ar;
+    if (is_geglu()) {
+        let oc = tile * 64u + (slot % 2u) * 32u;
+        if (has) {
+            coopStoreT(c00, &coop_c[base], 16u);
+            coopStoreT(c02, &coop_c[base + 256u], 16u);
         }
+        workgroupBarrier();
+        coop_finish(b, r0, oc, base, 256u, lane, width, has);
+        workgroupBarrier();
+        if (has) {
+            coopStoreT(c01, &coop_c[base], 16u);
+            coopStoreT(c03, &coop_c[base + 256u], 16u);
+        }
+        workgroupBarrier();
+        coop_finish(b, r0, oc + 16u, base, 256u, lane, width, has);
+        workgroupBarrier();
+        if (has) {
+            coopStoreT(c10, &coop_c[base], 16u);
+            coopStoreT(c12, &coop_c[base + 256u], 16u);
+        }
+        workgroupBarrier();
+        coop_finish(b, r0 + 16u, oc, base, 256u, lane, width, has);
+        workgroupBarrier();
+        if (has) {
+            coopStoreT(c11, &coop_c[base], 16u);
+            coopStoreT(c13, &coop_c[base + 256u], 16u);
+        }
+        workgroupBarrier();
+        coop_finish(b, r0 + 16u, oc + 16u, base, 256u, lane, width, has);
+        workgroupBarrier();
+    } else {
+        let oc = tile * 128u + bc;
+        if (has) {
+            coopStoreT(c00, &coop_c[base], 16u);
+            coopStoreT(c01, &coop_c[base + 256u], 16u);
+        }
+        workgroupBarrier();
+        coop_finish(b, r0, oc, base, 0u, lane, width, has);
+        coop_finish(b, r0, oc + 16u, base + 256u, 0u, lane, width, has);
+        workgroupBarrier();
+        if (has) {
+            coopStoreT(c02, &coop_c[base], 16u);
+            coopStoreT(c03, &coop_c[base + 256u], 16u);
+        }
+        workgroupBarrier();
+        coop_finish(b, r0, oc + 32u, base, 0u, lane, width, has);
+        coop_finish(b, r0, oc + 48u, base + 256u, 0u, lane, width, has);
+        workgroupBarrier();
+        if (has) {
+            coopStoreT(c10, &coop_c[base], 16u);
+            coopStoreT(c11, &coop_c[base + 256u], 16u);
+        }
+        workgroupBarrier();
+        coop_finish(b, r0 + 16u, oc, base, 0u, lane, width, has);
+        coop_finish(b, r0 + 16u, oc + 16u, base + 256u, 0u, lane, width, has);
+        workgroupBarrier();
+        if (has) {
+            coopStoreT(c12, &coop_c[base], 16u);
+            coopStoreT(c13, &coop_c[base + 256u], 16u);
+        }
+        workgroupBarrier();
+        coop_finish(b, r0 + 16u, oc + 32u, base, 0u, lane, width, has);
+        coop_finish(b, r0 + 16u, oc + 48u, base + 256u, 0u, lane, width, has);
+        workgroupBarrier();
     }
 }

@@ -373,6 +373,10 @@ fn auto_f16_at_tensor_core_sizes() {
         (129, 257, 257),
         (128, 31, 128),
         (300, 1000, 130),
+        // Whole 128x128 tiles with K a multiple of 16 (the direct-load form's case, where it
+        // is on), next to edge tiles.
+        (256, 96, 384),
+        (384, 160, 200),
     ]
     .iter()
     .enumerate()

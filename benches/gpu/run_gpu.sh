@@ -13,8 +13,8 @@
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
 # matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
-# tensor-core kernel's K step taken apart by timing-only variants), pairs (the vec2<f16>
-# staging experiment, XPU_COOP16_PAIRS=1, against the default), profile (the same step's GPU time per kernel,
+# tensor-core kernel's K step taken apart by timing-only variants), direct (the direct
+# cooperative-load experiment, XPU_COOP16_DIRECT=1, against the default), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
@@ -157,30 +157,31 @@ for phase in "$@"; do
             >>"$OUT/anatomy.log" 2>&1
         done
       done
-      echo "=== XPU_COOP16_PAIRS=1 (self-check on)" >>"$OUT/anatomy.log"
-      for s in "4096 4096 4096 f16 coop" "8192 640 640 f16 bt coop"; do
-        XPU_COOP16_PAIRS=1 timeout 60 .devbin/matmul_variants $s >>"$OUT/anatomy.log" 2>&1
-      done
       grep -E '===|CoopMatrix' "$OUT/anatomy.log" | cut -c1-120
       ;;
-    pairs)
-      # The experimental vec2<f16> staging of the tensor-core kernel (XPU_COOP16_PAIRS=1)
-      # against the default: probe, test binaries, f16 matmul/conv rows, the f16 step.
-      XPU_COOP16_PAIRS=1 timeout 60 .devbin/coop_probe >"$OUT/pairs.log" 2>&1
+    direct)
+      # The experimental direct cooperative loads of the tensor-core kernel
+      # (XPU_COOP16_DIRECT=1, shaders/matmul_coop16_direct.wgsl) against the default: probe,
+      # test binaries (in parallel), forced 4096^3 and UNet-shaped products, f16 rows, the step.
+      XPU_COOP16_DIRECT=1 timeout 60 .devbin/coop_probe >"$OUT/direct.log" 2>&1
       for t in .devbin/test-matmul_xpu_variants .devbin/test-conv_xpu .devbin/test-unet_parity \
         .devbin/test-conv_channels_last; do
-        echo "=== XPU_COOP16_PAIRS=1 $t" >>"$OUT/pairs.log"
-        XPU_COOP16_PAIRS=1 timeout 100 "$t" --test-threads 4 2>&1 \
-          | grep -E '^test result|FAILED|panicked' >>"$OUT/pairs.log"
+        (XPU_COOP16_DIRECT=1 timeout 100 "$t" --test-threads 4 >"$OUT/direct-$(basename "$t").log" 2>&1
+         echo "rc=$? $t" >>"$OUT/direct-$(basename "$t").log") &
       done
-      for v in 0 1; do
-        echo "=== XPU_COOP16_PAIRS=$v" >>"$OUT/pairs.log"
-        XPU_COOP16_PAIRS=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
-          --json >>"$OUT/pairs.log" 2>&1
-        XPU_COOP16_PAIRS=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_p$v.safetensors >>"$OUT/pairs.log" 2>&1
+      wait
+      for v in 1 0; do
+        echo "=== XPU_COOP16_DIRECT=$v" >>"$OUT/direct.log"
+        for s in "4096 4096 4096 f16 coop" "8192 640 640 f16 bt coop" "8192 1280 320 f16 bt coop"; do
+          XPU_COOP16_DIRECT=$v timeout 60 .devbin/matmul_variants $s >>"$OUT/direct.log" 2>&1
+        done
+        XPU_COOP16_DIRECT=$v timeout 100 .devbin/bench matmul --device xpu --dtype f16 \
+          --json >>"$OUT/direct.log" 2>&1
+        XPU_COOP16_DIRECT=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_d$v.safetensors >>"$OUT/direct.log" 2>&1
       done
-      grep -E '^(===|f16|test result)|FAILED|coop_matrix|median|rror' "$OUT/pairs.log" | cut -c1-200
+      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/direct-*.log | cut -c1-160
+      grep -E '^(===|f16)|CoopMatrix|"coop_matrix"|median|rror' "$OUT/direct.log" | cut -c1-160
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.

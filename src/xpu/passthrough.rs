@@ -32,7 +32,7 @@ pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
         key.shader,
         ShaderId::MatmulCoop
             | ShaderId::MatmulCoop16
-            | ShaderId::MatmulCoop16Pairs
+            | ShaderId::MatmulCoop16Direct
             | ShaderId::AttentionCoop16
     ) && device
         .features()
@@ -240,13 +240,13 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
             (
-                ShaderId::MatmulCoop16Pairs,
-                "mm_coop16p",
+                ShaderId::MatmulCoop16Direct,
+                "mm_coop16d",
                 constants(256.0, 0.0),
             ),
             (
-                ShaderId::MatmulCoop16Pairs,
-                "mm_coop16p",
+                ShaderId::MatmulCoop16Direct,
+                "mm_coop16d",
                 constants(256.0, 64.0),
             ),
             (
@@ -287,7 +287,7 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
-            ShaderId::MatmulCoop16Pairs,
+            ShaderId::MatmulCoop16Direct,
             ShaderId::AttentionCoop16,
         ] {
             let source = id.source();
