@@ -169,6 +169,9 @@ for phase in "$@"; do
         (XPU_COOP16_DIRECT=1 timeout 100 "$t" --test-threads 4 >"$OUT/direct-$(basename "$t").log" 2>&1
          echo "rc=$? $t" >>"$OUT/direct-$(basename "$t").log") &
       done
+      # The default kernel (refactored into functions the direct form shares) alongside.
+      (timeout 100 .devbin/test-matmul_xpu_variants --test-threads 4 >"$OUT/direct-default-mm.log" 2>&1
+       echo "rc=$? default matmul_xpu_variants" >>"$OUT/direct-default-mm.log") &
       wait
       for v in 1 0; do
         echo "=== XPU_COOP16_DIRECT=$v" >>"$OUT/direct.log"
