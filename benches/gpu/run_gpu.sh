@@ -183,6 +183,9 @@ for phase in "$@"; do
         XPU_COOP16_DIRECT=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
           --steps 4 --output /tmp/sd_d$v.safetensors >>"$OUT/direct.log" 2>&1
       done
+      XPU_PROFILE=1 XPU_COOP16_DIRECT=1 timeout 150 .devbin/sd_unet --device xpu --dtype f16 \
+        --preset sd15 --steps 3 --output /tmp/sd_dp.safetensors >"$OUT/direct-profile.log" 2>&1
+      grep -A12 "GPU kernel time" "$OUT/direct-profile.log" | cut -c1-100
       grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/direct-*.log | cut -c1-160
       grep -E '^(===|f16)|CoopMatrix|"coop_matrix"|median|rror' "$OUT/direct.log" | cut -c1-160
       ;;

@@ -14,8 +14,10 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands), which every dispatch of these pipelines binds in full; any naga or driver failure is
-//! an `Error::Shader`.
+//! operands, and for `matmul_coop16_direct.wgsl` 7 and 8, its f16 views of A and B), which every
+//! dispatch of these pipelines binds in full, and which covers every binding the module declares
+//! (a binding missing from the layout crashed NVIDIA's driver at pipeline creation; a test checks
+//! each module); any naga or driver failure is an `Error::Shader`.
 
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::{Error, Result};
@@ -131,8 +133,19 @@ fn literal_string(words: &[u32]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=6 read-only operands.
-fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
+/// The last read-only binding of `shader`'s layout: 6, or 8 where the module has f16 views of
+/// its operands.
+fn last_binding(shader: ShaderId) -> u32 {
+    if shader == ShaderId::MatmulCoop16Direct {
+        8
+    } else {
+        6
+    }
+}
+
+/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=`last` read-only
+/// operands.
+fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
     let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -154,7 +167,7 @@ fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
         count: None,
     }];
     entries.push(storage(1, false));
-    entries.extend((2..=6).map(|b| storage(b, true)));
+    entries.extend((2..=last).map(|b| storage(b, true)));
     let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("xpu matmul passthrough"),
         entries: &entries,
@@ -191,7 +204,7 @@ pub(crate) fn pipeline(
             ..Default::default()
         })
     };
-    let layout = matmul_layout(device);
+    let layout = matmul_layout(device, last_binding(key.shader));
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(key.entry),
         layout: Some(&layout),
@@ -270,6 +283,30 @@ mod tests {
                 i += count;
             }
             assert_eq!(model, Some(MEMORY_MODEL_GLSL450), "{entry}");
+        }
+    }
+
+    /// Every binding a passthrough module declares is in its explicit layout (passthrough
+    /// modules are not reflected, and the driver is not obliged to report the difference).
+    #[test]
+    fn layouts_cover_every_declared_binding() {
+        for id in [
+            ShaderId::MatmulCoop,
+            ShaderId::MatmulCoop16,
+            ShaderId::MatmulCoop16Direct,
+            ShaderId::AttentionCoop16,
+        ] {
+            let module = naga::front::wgsl::parse_str(&id.source()).unwrap();
+            for (_, var) in module.global_variables.iter() {
+                if let Some(b) = &var.binding {
+                    assert_eq!(b.group, 0, "{id:?}");
+                    assert!(
+                        b.binding <= last_binding(id),
+                        "{id:?} binding {}",
+                        b.binding
+                    );
+                }
+            }
         }
     }
 
