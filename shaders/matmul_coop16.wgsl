@@ -35,6 +35,12 @@
 // -4 bytes, while plain loads and stores were right), so the products came out shifted.
 // Epilogue: each accumulator tile (and its gate tile) goes through the subgroup's 512 f32 of
 // `coop_c`, and the subgroup's lanes finish column pairs with the shared fused epilogue.
+// Staging forms measured slower and removed: `array<vec2<f16>>` views of the operands (H100,
+// twenty-fifth session), `vec2<f16>` workgroup tiles (one 32-bit store per word: H200, 4096^3
+// 2.58 against 2.41 ms, the SD f16 step unchanged) and no staging at all, each subgroup loading
+// its fragments from the storage buffers with the next step's loads ahead of the products (H200:
+// 4096^3 3.59 against 2.43 ms, 8192x640x640 0.30 against 0.24, step 0.111 against 0.103 s;
+// twenty-seventh session, benches/gpu/results/2026-11-27-h200/).
 // The word-pair staging (`Words`, `words_zero`, `fetch_a`, `fetch_b`, `put_words`) comes from
 // the file composed after this one, matmul_coop16_words.wgsl (u32 words).
 

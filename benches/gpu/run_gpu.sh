@@ -13,8 +13,7 @@
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
 # matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
-# tensor-core kernel's K step taken apart by timing-only variants), direct (the direct
-# cooperative-load experiment, XPU_COOP16_DIRECT=1, against the default), profile (the same step's GPU time per kernel,
+# tensor-core kernel's K step taken apart by timing-only variants), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
@@ -158,36 +157,6 @@ for phase in "$@"; do
         done
       done
       grep -E '===|CoopMatrix' "$OUT/anatomy.log" | cut -c1-120
-      ;;
-    direct)
-      # The experimental direct cooperative loads of the tensor-core kernel
-      # (XPU_COOP16_DIRECT=1, shaders/matmul_coop16_direct.wgsl) against the default: probe,
-      # test binaries (in parallel), forced 4096^3 and UNet-shaped products, f16 rows, the step.
-      XPU_COOP16_DIRECT=1 timeout 60 .devbin/coop_probe >"$OUT/direct.log" 2>&1
-      for t in .devbin/test-matmul_xpu_variants .devbin/test-conv_xpu .devbin/test-unet_parity \
-        .devbin/test-conv_channels_last; do
-        (XPU_COOP16_DIRECT=1 timeout 100 "$t" --test-threads 4 >"$OUT/direct-$(basename "$t").log" 2>&1
-         echo "rc=$? $t" >>"$OUT/direct-$(basename "$t").log") &
-      done
-      # The default kernel (refactored into functions the direct form shares) alongside.
-      (timeout 100 .devbin/test-matmul_xpu_variants --test-threads 4 >"$OUT/direct-default-mm.log" 2>&1
-       echo "rc=$? default matmul_xpu_variants" >>"$OUT/direct-default-mm.log") &
-      wait
-      for v in 1 0; do
-        echo "=== XPU_COOP16_DIRECT=$v" >>"$OUT/direct.log"
-        for s in "4096 4096 4096 f16 coop" "8192 640 640 f16 bt coop" "8192 1280 320 f16 bt coop"; do
-          XPU_COOP16_DIRECT=$v timeout 60 .devbin/matmul_variants $s >>"$OUT/direct.log" 2>&1
-        done
-        XPU_COOP16_DIRECT=$v timeout 100 .devbin/bench matmul --device xpu --dtype f16 \
-          --json >>"$OUT/direct.log" 2>&1
-        XPU_COOP16_DIRECT=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_d$v.safetensors >>"$OUT/direct.log" 2>&1
-      done
-      XPU_PROFILE=1 XPU_COOP16_DIRECT=1 timeout 150 .devbin/sd_unet --device xpu --dtype f16 \
-        --preset sd15 --steps 3 --output /tmp/sd_dp.safetensors >"$OUT/direct-profile.log" 2>&1
-      grep -A12 "GPU kernel time" "$OUT/direct-profile.log" | cut -c1-100
-      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/direct-*.log | cut -c1-160
-      grep -E '^(===|f16)|CoopMatrix|"coop_matrix"|median|rror' "$OUT/direct.log" | cut -c1-160
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.

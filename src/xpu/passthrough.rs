@@ -14,10 +14,10 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands, and for `matmul_coop16_direct.wgsl` 7 and 8, its f16 views of A and B), which every
-//! dispatch of these pipelines binds in full, and which covers every binding the module declares
-//! (a binding missing from the layout crashed NVIDIA's driver at pipeline creation; a test checks
-//! each module); any naga or driver failure is an `Error::Shader`.
+//! operands), which every dispatch of these pipelines binds in full, and which covers every
+//! binding the module declares (a binding missing from the layout crashed NVIDIA's driver at
+//! pipeline creation in the twenty-seventh session; a test checks each module); any naga or
+//! driver failure is an `Error::Shader`.
 
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::{Error, Result};
@@ -32,10 +32,7 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
     matches!(
         key.shader,
-        ShaderId::MatmulCoop
-            | ShaderId::MatmulCoop16
-            | ShaderId::MatmulCoop16Direct
-            | ShaderId::AttentionCoop16
+        ShaderId::MatmulCoop | ShaderId::MatmulCoop16 | ShaderId::AttentionCoop16
     ) && device
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -133,19 +130,11 @@ fn literal_string(words: &[u32]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The last read-only binding of `shader`'s layout: 6, or 8 where the module has f16 views of
-/// its operands.
-fn last_binding(shader: ShaderId) -> u32 {
-    if shader == ShaderId::MatmulCoop16Direct {
-        8
-    } else {
-        6
-    }
-}
+/// The last read-only binding of the passthrough layout.
+const LAST_BINDING: u32 = 6;
 
-/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=`last` read-only
-/// operands.
-fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
+/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=6 read-only operands.
+fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
     let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -167,7 +156,7 @@ fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
         count: None,
     }];
     entries.push(storage(1, false));
-    entries.extend((2..=last).map(|b| storage(b, true)));
+    entries.extend((2..=LAST_BINDING).map(|b| storage(b, true)));
     let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("xpu matmul passthrough"),
         entries: &entries,
@@ -204,7 +193,7 @@ pub(crate) fn pipeline(
             ..Default::default()
         })
     };
-    let layout = matmul_layout(device, last_binding(key.shader));
+    let layout = matmul_layout(device);
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(key.entry),
         layout: Some(&layout),
@@ -253,16 +242,6 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
             (
-                ShaderId::MatmulCoop16Direct,
-                "mm_coop16d",
-                constants(256.0, 0.0),
-            ),
-            (
-                ShaderId::MatmulCoop16Direct,
-                "mm_coop16d",
-                constants(256.0, 64.0),
-            ),
-            (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
                 constants(128.0, head_dims_40),
@@ -293,18 +272,13 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
-            ShaderId::MatmulCoop16Direct,
             ShaderId::AttentionCoop16,
         ] {
             let module = naga::front::wgsl::parse_str(&id.source()).unwrap();
             for (_, var) in module.global_variables.iter() {
                 if let Some(b) = &var.binding {
                     assert_eq!(b.group, 0, "{id:?}");
-                    assert!(
-                        b.binding <= last_binding(id),
-                        "{id:?} binding {}",
-                        b.binding
-                    );
+                    assert!(b.binding <= LAST_BINDING, "{id:?} binding {}", b.binding);
                 }
             }
         }
@@ -324,7 +298,6 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
-            ShaderId::MatmulCoop16Direct,
             ShaderId::AttentionCoop16,
         ] {
             let source = id.source();

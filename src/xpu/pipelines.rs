@@ -30,11 +30,6 @@ pub enum ShaderId {
     /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation (NVIDIA
     /// tensor cores through Vulkan).
     MatmulCoop16,
-    /// `shaders/matmul_coop16_direct.wgsl` (after `matmul.wgsl`, `matmul_coop16.wgsl` and its
-    /// word staging): the same products with cooperative loads straight from the operands'
-    /// buffers (bindings 7 and 8 are f16 views of A and B); an experiment chosen only by
-    /// `XPU_COOP16_DIRECT=1`.
-    MatmulCoop16Direct,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -64,14 +59,13 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 16] = [
+    pub const ALL: [ShaderId; 15] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
-        ShaderId::MatmulCoop16Direct,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -92,7 +86,6 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
-            ShaderId::MatmulCoop16Direct => "matmul_coop16_direct.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -126,12 +119,6 @@ impl ShaderId {
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
             ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS],
-            ShaderId::MatmulCoop16Direct => &[
-                MATMUL,
-                COOP16,
-                WORDS,
-                include_str!("../../shaders/matmul_coop16_direct.wgsl"),
-            ],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }

@@ -216,14 +216,9 @@ fn finish(
         return Ok(None);
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
-    let direct = super::matmul_select::coop16_direct();
     let key = PipelineKey {
-        shader: if direct {
-            ShaderId::MatmulCoop16Direct
-        } else {
-            ShaderId::MatmulCoop16
-        },
-        entry: if direct { "mm_coop16d" } else { "mm_coop16" },
+        shader: ShaderId::MatmulCoop16,
+        entry: "mm_coop16",
         dt_in: DType::F16,
         dt_out: DType::F16,
         workgroup: 256,

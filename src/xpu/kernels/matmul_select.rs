@@ -76,22 +76,9 @@ impl Engine {
                 if b_col_major { 8 } else { 64 },
             ),
             Engine::Coop => g(ShaderId::MatmulCoop, "mm_coop", 32, 32),
-            Engine::Coop16 if coop16_direct() => {
-                g(ShaderId::MatmulCoop16Direct, "mm_coop16d", 128, 128)
-            }
             Engine::Coop16 => g(ShaderId::MatmulCoop16, "mm_coop16", 128, 128),
         }
     }
-}
-
-/// Whether the f16 tensor-core products and convolutions take the experimental direct
-/// cooperative loads from the operands' buffers (`shaders/matmul_coop16_direct.wgsl`, no
-/// workgroup staging of B, nor of A where it is a plain aligned matrix): only with
-/// `XPU_COOP16_DIRECT=1` (read once per process), until a GPU measures it
-/// (`benches/gpu/run_gpu.sh direct`).
-pub(crate) fn coop16_direct() -> bool {
-    static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DIRECT.get_or_init(|| std::env::var_os("XPU_COOP16_DIRECT").is_some_and(|v| v == "1"))
 }
 
 /// Whether the subgroup GEMV may run on an adapter with `features`: it needs SUBGROUP, and

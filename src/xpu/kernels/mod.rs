@@ -37,7 +37,6 @@ pub(crate) fn launch(
     for (i, s) in inputs.iter().enumerate() {
         bindings.push((2 + i as u32, &*s.buffer));
     }
-    add_operand_views(key, &mut bindings);
     let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
     stream.dispatch(
         ctx,
@@ -49,26 +48,6 @@ pub(crate) fn launch(
             workgroups,
         },
     )
-}
-
-/// Adds the bindings 7 and 8 of `shaders/matmul_coop16_direct.wgsl` (f16 views of the buffers
-/// at bindings 2 and 3, its A and B) when `key` is that kernel; other kernels have no views.
-pub(crate) fn add_operand_views(
-    key: PipelineKey,
-    bindings: &mut Vec<(u32, &super::allocator::PooledBuffer)>,
-) {
-    if key.shader != ShaderId::MatmulCoop16Direct {
-        return;
-    }
-    let find = |b: u32| {
-        bindings
-            .iter()
-            .find(|(at, _)| *at == b)
-            .map(|(_, buf)| *buf)
-    };
-    if let (Some(a), Some(b)) = (find(2), find(3)) {
-        bindings.extend([(7, a), (8, b)]);
-    }
 }
 
 /// Refuses storages larger than one storage binding may be (the adapter's
