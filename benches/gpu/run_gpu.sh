@@ -172,6 +172,11 @@ for phase in "$@"; do
         >"$OUT/copies.log" 2>&1
       timeout 100 .devbin/bench conv --device xpu --dtype f16 --json >>"$OUT/copies.log" 2>&1
       grep -E 'transpose_copy|channels_last_copy|"conv2d_3x3"' "$OUT/copies.log" | cut -c1-160
+      # Which kernels each f16 conv row runs (the NCHW 2x320x64^2 row read 2.1 ms in two of
+      # three H200 runs, 0.47 in the third; channels-last 0.41): per-call GPU time per pipeline.
+      XPU_PROFILE=1 timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \
+        >"$OUT/conv-profile.log" 2>&1
+      grep -E '"conv2d_3x3"' "$OUT/conv-profile.log" | cut -c1-400
       ;;
     torchsd)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --families "" --unet --dtypes f32,f16 \

@@ -7,8 +7,12 @@
 //! `median_ms`, `gflops` or `gbps`, `peak_fraction`, and for the `attention` family `speedup`
 //! (unfused time / this row's) and `peak_mem_mb` (allocator peak on Xpu, heap peak on Cpu, above
 //! what was in use before). Peaks are measured in the same run: memory bandwidth by a large
-//! copy on each device, and the CPU's FMA rate by a register-only FMA loop.
+//! copy on each device, and the CPU's FMA rate by a register-only FMA loop. With `XPU_PROFILE=1`
+//! each Xpu row also gets `kernels`: the GPU time per call of its pipelines (timestamp queries;
+//! each batch then waits for the GPU, so the row's own timing is not comparable).
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use xpu::{DType, Device, Tensor};
@@ -34,6 +38,38 @@ struct Row {
     peak_fraction: Option<f64>,
     speedup: Option<f64>,
     peak_mem_mb: Option<f64>,
+    /// Per-call GPU time of the row's pipelines (`XPU_PROFILE=1` only).
+    kernels: Option<String>,
+}
+
+thread_local! {
+    /// Kernel profiles of the timings not yet given to a row, oldest first (rows are built in
+    /// the order their timings ran).
+    static PROFILES: RefCell<VecDeque<Option<String>>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// The profile of the oldest timing no row has taken yet.
+fn next_profile() -> Option<String> {
+    PROFILES.with(|p| p.borrow_mut().pop_front()).flatten()
+}
+
+/// The top pipelines of the Xpu profile since the last call, per call of the timed closure.
+fn take_profile(calls: usize) -> Option<String> {
+    let rows = xpu::xpu_profile().ok().flatten()?;
+    let per = |ms: f64| ms / calls.max(1) as f64;
+    let top: Vec<String> = rows
+        .iter()
+        .take(5)
+        .map(|r| {
+            format!(
+                "{} {:.4} ms x{}",
+                r.kernel,
+                per(r.total_ms),
+                r.dispatches / calls.max(1) as u64
+            )
+        })
+        .collect();
+    Some(top.join("; "))
 }
 
 // Row constructors take one argument per table column.
@@ -63,6 +99,7 @@ impl Row {
             peak_fraction: peak.map(|p| gflops / p),
             speedup: None,
             peak_mem_mb: None,
+            kernels: next_profile(),
         }
     }
 
@@ -90,6 +127,7 @@ impl Row {
             peak_fraction: Some(gbps / peak),
             speedup: None,
             peak_mem_mb: None,
+            kernels: next_profile(),
         }
     }
 }
@@ -176,6 +214,9 @@ fn time(
     let once = start.elapsed().as_secs_f64();
     let iters = ((0.05 / once.max(1e-6)) as usize).clamp(1, 100);
     let samples = if quick { 3 } else { 7 };
+    if device == Device::Xpu {
+        take_profile(1); // drops the warm-up's profile
+    }
     let mut times = Vec::with_capacity(samples);
     for _ in 0..samples {
         let start = Instant::now();
@@ -189,6 +230,12 @@ fn time(
         times.push(start.elapsed().as_secs_f64() * 1e3 / iters as f64);
     }
     times.sort_by(|a, b| a.total_cmp(b));
+    let profile = if device == Device::Xpu {
+        take_profile(samples * iters)
+    } else {
+        None
+    };
+    PROFILES.with(|p| p.borrow_mut().push_back(profile));
     Ok(times[times.len() / 2])
 }
 
@@ -224,6 +271,7 @@ fn copy_peak(device: Device, quick: bool) -> xpu::Result<f64> {
     // TB/s (twenty-seventh session), which put kernel rows above "peak".
     let copy_ms = time(device, quick, || x.copy())?;
     let kernel_ms = time(device, quick, || x.neg())?;
+    PROFILES.with(|p| p.borrow_mut().clear()); // no rows for these timings
     Ok(2.0 * 4.0 * n as f64 / (copy_ms.min(kernel_ms) / 1e3) / 1e9)
 }
 
@@ -324,8 +372,9 @@ fn run(o: &Opts) -> xpu::Result<()> {
         let num = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.4}"));
         if o.json {
             println!(
-                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{},\"speedup\":{},\"peak_mem_mb\":{}}}",
-                r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction), num(r.speedup), num(r.peak_mem_mb)
+                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{},\"speedup\":{},\"peak_mem_mb\":{}{}}}",
+                r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction), num(r.speedup), num(r.peak_mem_mb),
+                r.kernels.as_ref().map_or(String::new(), |k| format!(",\"kernels\":{k:?}"))
             );
         } else {
             let rate = r
@@ -353,6 +402,9 @@ fn run(o: &Opts) -> xpu::Result<()> {
                 format!("{:?}", r.shape),
                 r.median_ms
             );
+            if let Some(k) = &r.kernels {
+                println!("    kernels per call: {k}");
+            }
         }
     }
     Ok(())
