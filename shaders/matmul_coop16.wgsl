@@ -120,11 +120,20 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
     let b_k = !b_c && brs == 1u && bcs % 2u == 0u;
     let ok = (a_k || a_r) && (b_c || b_k) && dim_k() % 2u == 0u && ab % 2u == 0u
         && bb % 2u == 0u && (!is_geglu() || dim_n() % 2u == 0u) && (VARIANT & 60u) == 0u;
+    // Quads (4 words, 8 f16 along one tile axis, one 16-byte load) where that axis is
+    // contiguous, the base and the other stride are multiples of 8 and the axis's extent too
+    // (a quad is then inside the matrix or outside it as a whole); read only with VARIANT bit 10.
+    let qa = ab % 8u == 0u && ((a_k && ars % 8u == 0u && dim_k() % 8u == 0u)
+        || (a_r && acs % 8u == 0u && dim_m() % 8u == 0u));
+    let qb = bb % 8u == 0u && ((b_c && brs % 8u == 0u && dim_n() % 8u == 0u)
+        || (b_k && bcs % 8u == 0u && dim_k() % 8u == 0u));
     if (is_conv()) {
-        return 13u;
+        return 13u | select(0u, 32u, qb);
     }
-    // bit 0: on; bit 1: A by rows; bit 2: B by k; bit 3: A gathered by the convolution.
-    return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k), ok);
+    // bit 0: on; bit 1: A by rows; bit 2: B by k; bit 3: A gathered by the convolution; bits 4
+    // and 5: A / B in quads.
+    return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k) | select(0u, 16u, qa)
+        | select(0u, 32u, qb), ok);
 }
 
 // Convolution gather (VARIANT bit 6 and flags bit 4, set by src/xpu/kernels/conv_coop.rs): A is

@@ -3,6 +3,55 @@
 // two f16 converted through `unpack2x16float` (naga 30 cannot bitcast a u32 to vec2<f16>).
 // (Reading the pairs through second `array<vec2<f16>>` views of the operands instead, with no
 // conversions, ran 1.3-2.2x slower on an H100: twenty-fifth session, BENCHMARKS.md.)
+//
+// Quads (experimental, VARIANT bit 10, `XPU_COOP16_WIDE=1`): on an H200 the K step's global
+// loads cost about a third of the 4096^3 product (timing variants, twenty-seventh session), at
+// 16 single-word loads per invocation and step. Where pairs_mode allows (its bits 4 and 5), an
+// invocation instead reads its eight words of A (or B) as two 16-byte quads through second
+// views of the operands (bindings 7 and 8, `array<vec4<u32>>`, the buffers of bindings 2 and
+// 3): quad q holds words 4q..4q+3 of the tile's word order, so the workgroup stores are the
+// same. Every mm_coop16 dispatch binds the views (src/xpu/kernels/mod.rs).
+
+@group(0) @binding(7) var<storage, read> src0_q: array<vec4<u32>>;
+@group(0) @binding(8) var<storage, read> src1_q: array<vec4<u32>>;
+
+fn quads_a(mode: u32) -> bool {
+    return (VARIANT & 1024u) != 0u && (mode & 16u) != 0u;
+}
+
+fn quads_b(mode: u32) -> bool {
+    return (VARIANT & 1024u) != 0u && (mode & 32u) != 0u;
+}
+
+// Quad q of the A tile: A by k, row q/4 and k 8(q%4); A by rows, rows 8(q%16) and k q/16.
+fn quad_a(mode: u32, ab: u32, row0: u32, k0: u32, q: u32) -> vec4<u32> {
+    var r = q / 4u;
+    var kk = 8u * (q % 4u);
+    if ((mode & 2u) != 0u) {
+        r = 8u * (q % 16u);
+        kk = q / 16u;
+    }
+    if (row0 + r >= dim_m() || k0 + kk >= dim_k()) {
+        return vec4<u32>();
+    }
+    return src0_q[(ab + (row0 + r) * p(35u) + (k0 + kk) * p(36u)) / 8u];
+}
+
+// Quad q of the B tile: B by columns, k q/16 and columns 8(q%16); B by k, column q/4 and k
+// 8(q%4).
+fn quad_b(mode: u32, bb: u32, tile: u32, k0: u32, q: u32) -> vec4<u32> {
+    var jj = 8u * (q % 16u);
+    var kk = q / 16u;
+    if ((mode & 4u) != 0u) {
+        jj = q / 4u;
+        kk = 8u * (q % 4u);
+    }
+    let pc = coop_col(tile, jj);
+    if (pc.y == 0u || k0 + kk >= dim_k()) {
+        return vec4<u32>();
+    }
+    return src1_q[(bb + (k0 + kk) * p(37u) + pc.x * p(38u)) / 8u];
+}
 
 fn conv_word(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> u32 {
     let ih = ih0 + dy;
@@ -24,6 +73,35 @@ fn words_zero() -> Words {
 
 // Writes the step's staged words to workgroup memory.
 fn put_words(mode: u32, lid: u32, wa: Words, wb: Words) {
+    if (quads_a(mode)) {
+        put_quad_a(mode, 4u * lid, wa.lo);
+        put_quad_a(mode, 4u * (lid + 256u), wa.hi);
+    } else {
+        put_words_a(mode, lid, wa);
+    }
+    if (quads_b(mode)) {
+        put_quad_b(mode, 4u * lid, wb.lo);
+        put_quad_b(mode, 4u * (lid + 256u), wb.hi);
+    } else {
+        put_words_b(mode, lid, wb);
+    }
+}
+
+fn put_quad_a(mode: u32, e: u32, w: vec4<u32>) {
+    pa_put(mode, e, w.x);
+    pa_put(mode, e + 1u, w.y);
+    pa_put(mode, e + 2u, w.z);
+    pa_put(mode, e + 3u, w.w);
+}
+
+fn put_quad_b(mode: u32, e: u32, w: vec4<u32>) {
+    pb_put(mode, e, w.x);
+    pb_put(mode, e + 1u, w.y);
+    pb_put(mode, e + 2u, w.z);
+    pb_put(mode, e + 3u, w.w);
+}
+
+fn put_words_a(mode: u32, lid: u32, wa: Words) {
     pa_put(mode, lid, wa.lo.x);
     pa_put(mode, lid + 256u, wa.lo.y);
     pa_put(mode, lid + 512u, wa.lo.z);
@@ -32,6 +110,9 @@ fn put_words(mode: u32, lid: u32, wa: Words, wb: Words) {
     pa_put(mode, lid + 1280u, wa.hi.y);
     pa_put(mode, lid + 1536u, wa.hi.z);
     pa_put(mode, lid + 1792u, wa.hi.w);
+}
+
+fn put_words_b(mode: u32, lid: u32, wb: Words) {
     pb_put(mode, lid, wb.lo.x);
     pb_put(mode, lid + 256u, wb.lo.y);
     pb_put(mode, lid + 512u, wb.lo.z);
@@ -63,6 +144,9 @@ fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Wo
                       conv_word(cr.base_hi.z, cr.ih_hi.z, cr.iw_hi.z, dy, dx, ci),
                       conv_word(cr.base_hi.w, cr.ih_hi.w, cr.iw_hi.w, dy, dx, ci)));
     }
+    if (quads_a(mode)) {
+        return Words(quad_a(mode, ab, row0, k0, lid), quad_a(mode, ab, row0, k0, lid + 256u));
+    }
     return Words(
         vec4<u32>(pa_word(mode, ab, row0, k0, lid), pa_word(mode, ab, row0, k0, lid + 256u),
                   pa_word(mode, ab, row0, k0, lid + 512u), pa_word(mode, ab, row0, k0, lid + 768u)),
@@ -72,6 +156,9 @@ fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Wo
 
 // The invocation's eight B words of the K step at k0.
 fn fetch_b(mode: u32, bb: u32, tile: u32, k0: u32, lid: u32) -> Words {
+    if (quads_b(mode)) {
+        return Words(quad_b(mode, bb, tile, k0, lid), quad_b(mode, bb, tile, k0, lid + 256u));
+    }
     return Words(
         vec4<u32>(pb_word(mode, bb, tile, k0, lid), pb_word(mode, bb, tile, k0, lid + 256u),
                   pb_word(mode, bb, tile, k0, lid + 512u), pb_word(mode, bb, tile, k0, lid + 768u)),

@@ -13,7 +13,8 @@
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
 # matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
-# tensor-core kernel's K step taken apart by timing-only variants), profile (the same step's GPU time per kernel,
+# tensor-core kernel's K step taken apart by timing-only variants), wide (the 16-byte quad
+# loads of its staging, XPU_COOP16_WIDE=1, against the default), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
@@ -157,6 +158,29 @@ for phase in "$@"; do
         done
       done
       grep -E '===|CoopMatrix' "$OUT/anatomy.log" | cut -c1-120
+      ;;
+    wide)
+      # The experimental 16-byte quad loads of the tensor-core staging (XPU_COOP16_WIDE=1,
+      # VARIANT bit 10 of shaders/matmul_coop16.wgsl) against the default: probe, test binaries
+      # (in parallel, the default matmul tests beside them), forced products, f16 rows, the step.
+      XPU_COOP16_WIDE=1 timeout 60 .devbin/coop_probe >"$OUT/wide.log" 2>&1
+      for t in .devbin/test-matmul_xpu_variants .devbin/test-conv_xpu .devbin/test-unet_parity \
+        .devbin/test-conv_channels_last; do
+        (XPU_COOP16_WIDE=1 timeout 100 "$t" --test-threads 4 >"$OUT/wide-$(basename "$t").log" 2>&1
+         echo "rc=$? $t" >>"$OUT/wide-$(basename "$t").log") &
+      done
+      (timeout 100 .devbin/test-matmul_xpu_variants --test-threads 4 >"$OUT/wide-default-mm.log" 2>&1
+       echo "rc=$? default matmul_xpu_variants" >>"$OUT/wide-default-mm.log") &
+      wait
+      for v in 1 0; do
+        echo "=== XPU_COOP16_WIDE=$v" >>"$OUT/wide.log"
+        XPU_COOP16_WIDE=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
+          --json >>"$OUT/wide.log" 2>&1
+        XPU_COOP16_WIDE=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_w$v.safetensors >>"$OUT/wide.log" 2>&1
+      done
+      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/wide-*.log | cut -c1-160
+      grep -E '^(===|f16)|"coop_matrix"|"layer_cl"|median|rror' "$OUT/wide.log" | cut -c1-160
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.

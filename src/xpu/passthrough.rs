@@ -14,7 +14,8 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands), which every dispatch of these pipelines binds in full, and which covers every
+//! operands, and for `mm_coop16` 7 and 8, its 16-byte views of A and B), which every dispatch of
+//! these pipelines binds in full, and which covers every
 //! binding the module declares (a binding missing from the layout crashed NVIDIA's driver at
 //! pipeline creation in the twenty-seventh session; a test checks each module); any naga or
 //! driver failure is an `Error::Shader`.
@@ -130,11 +131,19 @@ fn literal_string(words: &[u32]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The last read-only binding of the passthrough layout.
-const LAST_BINDING: u32 = 6;
+/// The last read-only binding of `shader`'s passthrough layout: 6, or 8 for the f16
+/// tensor-core products, whose bindings 7 and 8 are 16-byte views of A and B.
+fn last_binding(shader: ShaderId) -> u32 {
+    if shader == ShaderId::MatmulCoop16 {
+        8
+    } else {
+        6
+    }
+}
 
-/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=6 read-only operands.
-fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
+/// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=`last` read-only
+/// operands.
+fn matmul_layout(device: &wgpu::Device, last: u32) -> wgpu::PipelineLayout {
     let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -156,7 +165,7 @@ fn matmul_layout(device: &wgpu::Device) -> wgpu::PipelineLayout {
         count: None,
     }];
     entries.push(storage(1, false));
-    entries.extend((2..=LAST_BINDING).map(|b| storage(b, true)));
+    entries.extend((2..=last).map(|b| storage(b, true)));
     let group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("xpu matmul passthrough"),
         entries: &entries,
@@ -193,7 +202,7 @@ pub(crate) fn pipeline(
             ..Default::default()
         })
     };
-    let layout = matmul_layout(device);
+    let layout = matmul_layout(device, last_binding(key.shader));
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(key.entry),
         layout: Some(&layout),
@@ -241,6 +250,9 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 896.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
+            // Bit 10: the 16-byte quad loads (with and without the gather).
+            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 1024.0)),
+            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 1088.0)),
             (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
@@ -278,7 +290,11 @@ mod tests {
             for (_, var) in module.global_variables.iter() {
                 if let Some(b) = &var.binding {
                     assert_eq!(b.group, 0, "{id:?}");
-                    assert!(b.binding <= LAST_BINDING, "{id:?} binding {}", b.binding);
+                    assert!(
+                        b.binding <= last_binding(id),
+                        "{id:?} binding {}",
+                        b.binding
+                    );
                 }
             }
         }

@@ -429,6 +429,7 @@ fn dispatch(
     let pipeline = ctx.pipelines.get(&ctx.device, key)?;
     let mut bindings = vec![(1u32, &*out.buffer)];
     bindings.extend(inputs.iter().map(|(b, s)| (*b, &*s.buffer)));
+    super::add_operand_views(key, &mut bindings);
     let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
     stream.dispatch(
         ctx,
