@@ -126,7 +126,8 @@ for phase in "$@"; do
     select)
       # Auto's choices against the alternatives on this GPU: f32 matmul rows (tiled vs cuBLAS
       # from the torch phase), f16 tensor cores against the vec4 FMA tiles on UNet shapes, the
-      # f16 attention on tensor cores or FMAs (XPU_ATTN_COOP=0), and the steps.
+      # f16 attention on tensor cores wherever they fit (XPU_ATTN_COOP=1, head dim 40 included)
+      # or FMAs (XPU_ATTN_COOP=0), and the steps.
       timeout 100 .devbin/bench matmul --device xpu --dtype f32 --json >"$OUT/select.log" 2>&1
       timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 --json >>"$OUT/select.log" 2>&1
       for s in "8192 1280 320 f16 bt" "8192 320 2560 f16 bt" "4096 320 320 f16 bt" \

@@ -251,8 +251,16 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
             // Bit 10: the 16-byte quad loads (with and without the gather).
-            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 1024.0)),
-            (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 1088.0)),
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 1024.0),
+            ),
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 1088.0),
+            ),
             (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
