@@ -170,8 +170,10 @@ for phase in "$@"; do
         (XPU_COOP16_WIDE=1 timeout 100 "$t" --test-threads 4 >"$OUT/wide-$(basename "$t").log" 2>&1
          echo "rc=$? $t" >>"$OUT/wide-$(basename "$t").log") &
       done
-      (timeout 100 .devbin/test-matmul_xpu_variants --test-threads 4 >"$OUT/wide-default-mm.log" 2>&1
-       echo "rc=$? default matmul_xpu_variants" >>"$OUT/wide-default-mm.log") &
+      for t in .devbin/test-matmul_xpu_variants .devbin/test-conv_xpu; do
+        (timeout 100 "$t" --test-threads 4 >"$OUT/wide-default-$(basename "$t").log" 2>&1
+         echo "rc=$? default $t" >>"$OUT/wide-default-$(basename "$t").log") &
+      done
       wait
       for v in 1 0; do
         echo "=== XPU_COOP16_WIDE=$v" >>"$OUT/wide.log"
