@@ -122,7 +122,8 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
         && bb % 2u == 0u && (!is_geglu() || dim_n() % 2u == 0u) && (VARIANT & 60u) == 0u;
     // Quads (4 words, 8 f16 along one tile axis, one 16-byte load) where that axis is
     // contiguous, the base and the other stride are multiples of 8 and the axis's extent too
-    // (a quad is then inside the matrix or outside it as a whole); read only with VARIANT bit 10.
+    // (a quad is then inside the matrix or outside it as a whole); used by the quads form only
+    // (matmul_coop16_quads.wgsl, `XPU_COOP16_WIDE=1`).
     let qa = ab % 8u == 0u && ((a_k && ars % 8u == 0u && dim_k() % 8u == 0u)
         || (a_r && acs % 8u == 0u && dim_m() % 8u == 0u));
     let qb = bb % 8u == 0u && ((b_c && brs % 8u == 0u && dim_n() % 8u == 0u)

@@ -14,8 +14,8 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands, and for `mm_coop16` 7 and 8, its 16-byte views of A and B), which every dispatch of
-//! these pipelines binds in full, and which covers every
+//! operands, and for the quads form of `mm_coop16` 7 and 8, its 16-byte views of A and B), which
+//! every dispatch of these pipelines binds in full, and which covers every
 //! binding the module declares (a binding missing from the layout crashed NVIDIA's driver at
 //! pipeline creation in the twenty-seventh session; a test checks each module); any naga or
 //! driver failure is an `Error::Shader`.
@@ -131,10 +131,10 @@ fn literal_string(words: &[u32]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The last read-only binding of `shader`'s passthrough layout: 6, or 8 for the f16
-/// tensor-core products, whose bindings 7 and 8 are 16-byte views of A and B.
+/// The last read-only binding of `shader`'s passthrough layout: 6, or 8 for the quads form of
+/// the f16 tensor-core products, whose bindings 7 and 8 are 16-byte views of A and B.
 fn last_binding(shader: ShaderId) -> u32 {
-    if shader == ShaderId::MatmulCoop16 {
+    if shader == ShaderId::MatmulCoop16Wide {
         8
     } else {
         6
@@ -292,6 +292,7 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
+            ShaderId::MatmulCoop16Wide,
             ShaderId::AttentionCoop16,
         ] {
             let module = naga::front::wgsl::parse_str(&id.source()).unwrap();
@@ -322,6 +323,7 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
+            ShaderId::MatmulCoop16Wide,
             ShaderId::AttentionCoop16,
         ] {
             let source = id.source();

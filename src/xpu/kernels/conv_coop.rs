@@ -217,7 +217,11 @@ fn finish(
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
     let key = PipelineKey {
-        shader: ShaderId::MatmulCoop16,
+        shader: if super::matmul_select::coop16_wide() {
+            ShaderId::MatmulCoop16Wide
+        } else {
+            ShaderId::MatmulCoop16
+        },
         entry: "mm_coop16",
         dt_in: DType::F16,
         dt_out: DType::F16,

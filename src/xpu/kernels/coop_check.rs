@@ -32,15 +32,9 @@ fn env_u32(name: &str) -> Option<u32> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// `VARIANT` of the f16 cooperative kernel: 0 unless `XPU_COOP16_VARIANT` says otherwise,
-/// with bit 10 (16-byte quad loads, an experiment) where `XPU_COOP16_WIDE=1`.
+/// `VARIANT` of the f16 cooperative kernel: 0 unless `XPU_COOP16_VARIANT` says otherwise.
 pub(crate) fn coop16_variant() -> u32 {
-    let wide = if env_u32("XPU_COOP16_WIDE") == Some(1) {
-        1024
-    } else {
-        0
-    };
-    env_u32("XPU_COOP16_VARIANT").unwrap_or(0) | wide
+    env_u32("XPU_COOP16_VARIANT").unwrap_or(0)
 }
 
 /// Whether the cooperative engines passed the check (running it on first call), or why not.

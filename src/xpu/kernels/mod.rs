@@ -51,14 +51,14 @@ pub(crate) fn launch(
     )
 }
 
-/// Adds the bindings 7 and 8 of `mm_coop16` (`shaders/matmul_coop16_words.wgsl`: 16-byte
-/// views of the buffers at bindings 2 and 3, its A and B) when `key` is that kernel; no other
-/// kernel declares views.
+/// Adds the bindings 7 and 8 of the quads form of `mm_coop16`
+/// (`shaders/matmul_coop16_quads.wgsl`: 16-byte views of the buffers at bindings 2 and 3, its A
+/// and B) when `key` is that kernel; no other kernel declares views.
 pub(crate) fn add_operand_views(
     key: PipelineKey,
     bindings: &mut Vec<(u32, &super::allocator::PooledBuffer)>,
 ) {
-    if key.shader != ShaderId::MatmulCoop16 {
+    if key.shader != ShaderId::MatmulCoop16Wide {
         return;
     }
     let find = |b: u32| {
