@@ -11,8 +11,8 @@
 //! to [`MAX_DIM`], and q/k/v readable two elements per 32-bit word (unit column stride, even
 //! row and head strides and offsets), on an adapter with f16 cooperative matrices whose check
 //! here passed (and `XPU_ATTN_COOP` is not `0`), and, among those, head dims above 48 (all of
-//! them with `XPU_ATTN_COOP=1`; see [`preferred`]); every other call takes the FMA kernel. The check
-//! compares both kernels on a small problem with an odd key tail and two head-dim sizes.
+//! them with `XPU_ATTN_COOP=1`; see [`preferred`]); every other call takes the FMA kernel. The
+//! check compares both kernels on a small problem with an odd key tail and two head-dim sizes.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -57,10 +57,11 @@ pub(crate) fn fits(q: &XpuStorage, layouts: [&Layout; 3], masked: bool, s: &Attn
 /// Whether the tensor-core kernel is the faster choice for head dims `s.d`, `s.dv` (when it
 /// fits): above 48, or at any head dim while the FMA kernel runs its scalar form
 /// (`XPU_TILE_VEC4=0`) or `XPU_ATTN_COOP=1` asks for the tensor cores wherever they fit (to
-/// measure the choice on a GPU: `benches/gpu/run_gpu.sh select` runs `=1` against `=0`). On an H100 (twenty-fifth session, f16, 2×8×4096×40) the vec4 FMA kernel
-/// took 5.04 ms for self-attention against the tensor cores' 5.40 ms, and 0.160 against 0.180
-/// ms for cross-attention, while the SD 1.5 step (head dims 40 and 80) read the same 0.101 s
-/// either way, so the tensor cores keep head dim 80.
+/// measure the choice on a GPU: `benches/gpu/run_gpu.sh select` runs `=1` against `=0`). On an
+/// H100 (twenty-fifth session, f16, 2×8×4096×40) the vec4 FMA kernel took 5.04 ms for
+/// self-attention against the tensor cores' 5.40 ms, and 0.160 against 0.180 ms for
+/// cross-attention, while the SD 1.5 step (head dims 40 and 80) read the same 0.101 s either
+/// way, so the tensor cores keep head dim 80.
 pub(crate) fn preferred(s: &AttnShape) -> bool {
     s.d.max(s.dv) > 48 || !super::matmul_select::vec4_tiles() || forced()
 }
