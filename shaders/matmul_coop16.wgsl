@@ -128,8 +128,12 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
         || (a_r && acs % 8u == 0u && dim_m() % 8u == 0u));
     let qb = bb % 8u == 0u && ((b_c && brs % 8u == 0u && dim_n() % 8u == 0u)
         || (b_k && bcs % 8u == 0u && dim_k() % 8u == 0u));
+    // The convolution's A in quads: 8 channels of one pixel and tap (C, the input base and its
+    // image, row and pixel strides multiples of 8; K = kh kw C then is too).
+    let qa_conv = ab % 8u == 0u && p(12u) % 8u == 0u && p(24u) % 8u == 0u
+        && p(25u) % 8u == 0u && p(26u) % 8u == 0u;
     if (is_conv()) {
-        return 13u | select(0u, 32u, qb);
+        return 13u | select(0u, 16u, qa_conv) | select(0u, 32u, qb);
     }
     // bit 0: on; bit 1: A by rows; bit 2: B by k; bit 3: A gathered by the convolution; bits 4
     // and 5: A / B in quads.
@@ -171,6 +175,23 @@ fn conv_pixel(ab: u32, m: u32) -> vec3<i32> {
     let ow = rem % p(16u);
     return vec3<i32>(i32(ab + img * p(24u)), i32(oh * p(18u)) - i32(p(20u)),
                      i32(ow * p(19u)) - i32(p(21u)));
+}
+
+// The rows an invocation gathers: eight (conv_rows) for word pairs, two for quads
+// (conv_quad_rows: rows lid/4 and lid/4 + 64 in the first two lanes of the lo vectors).
+fn select_conv_rows(mode: u32, ab: u32, row0: u32, lid: u32) -> ConvRows {
+    if (quads_a(mode)) {
+        return conv_quad_rows(ab, row0, lid);
+    }
+    return conv_rows(ab, row0, lid);
+}
+
+fn conv_quad_rows(ab: u32, row0: u32, lid: u32) -> ConvRows {
+    let q0 = conv_pixel(ab, row0 + lid / 4u);
+    let q1 = conv_pixel(ab, row0 + lid / 4u + 64u);
+    let z = vec4<i32>();
+    return ConvRows(vec4<i32>(q0.y, q1.y, 0, 0), z, vec4<i32>(q0.z, q1.z, 0, 0), z,
+                    vec4<u32>(u32(q0.x), u32(q1.x), 0u, 0u), vec4<u32>());
 }
 
 fn conv_rows(ab: u32, row0: u32, lid: u32) -> ConvRows {
@@ -233,7 +254,7 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
     let mode = pairs_mode(ab, bb);
     var cr = ConvRows(vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<u32>(), vec4<u32>());
     if ((mode & 8u) != 0u) {
-        cr = conv_rows(ab, row0, lid);
+        cr = select_conv_rows(mode, ab, row0, lid);
     }
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;

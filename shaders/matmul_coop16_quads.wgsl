@@ -7,7 +7,9 @@
 // invocation instead reads its eight words of A (or B) as two 16-byte quads through second
 // views of the operands (bindings 7 and 8, `array<vec4<u32>>`, the buffers of bindings 2 and
 // 3): quad q holds words 4q..4q+3 of the tile's word order, so the workgroup stores are the
-// same. Every dispatch of this form binds the views (src/xpu/kernels/mod.rs).
+// same. The convolution gather reads its A in quads too (8 channels of one pixel and tap; an
+// invocation then gathers 2 rows instead of 8). Every dispatch of this form binds the views
+// (src/xpu/kernels/mod.rs).
 
 @group(0) @binding(7) var<storage, read> src0_q: array<vec4<u32>>;
 @group(0) @binding(8) var<storage, read> src1_q: array<vec4<u32>>;
@@ -32,6 +34,30 @@ fn quad_a(mode: u32, ab: u32, row0: u32, k0: u32, q: u32) -> vec4<u32> {
         return vec4<u32>();
     }
     return src0_q[(ab + (row0 + r) * p(35u) + (k0 + kk) * p(36u)) / 8u];
+}
+
+// The convolution's A quads of an invocation at the K step k0: channels ci..ci+7 of one tap
+// (k = k0 + 8(lid%4)) for its two rows (select_conv_rows), zero outside the input or past K.
+fn conv_quads(k0: u32, lid: u32, cr: ConvRows) -> Words {
+    let k = k0 + 8u * (lid % 4u);
+    if (k >= dim_k()) {
+        return Words(vec4<u32>(), vec4<u32>());
+    }
+    let tap = k / p(12u);
+    let ci = k % p(12u);
+    let dy = i32((tap / p(17u)) * p(22u));
+    let dx = i32((tap % p(17u)) * p(23u));
+    return Words(conv_quad(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, dy, dx, ci),
+                 conv_quad(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, dy, dx, ci));
+}
+
+fn conv_quad(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> vec4<u32> {
+    let ih = ih0 + dy;
+    let iw = iw0 + dx;
+    if (ih < 0 || iw < 0 || ih >= i32(p(13u)) || iw >= i32(p(14u))) {
+        return vec4<u32>();
+    }
+    return src0_q[(base + u32(ih) * p(25u) + u32(iw) * p(26u) + ci) / 8u];
 }
 
 // Quad q of the B tile: B by columns, k q/16 and columns 8(q%16); B by k, column q/4 and k

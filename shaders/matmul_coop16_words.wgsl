@@ -81,6 +81,9 @@ fn put_words_b(mode: u32, lid: u32, wb: Words) {
 
 // The invocation's eight A words of the K step at k0.
 fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Words {
+    if (quads_a(mode) && (mode & 8u) != 0u) {
+        return conv_quads(k0, lid, cr);
+    }
     if ((mode & 8u) != 0u) {
         let k = k0 + 2u * (lid % 16u);
         if (k >= dim_k()) {
