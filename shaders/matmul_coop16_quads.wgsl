@@ -43,21 +43,17 @@ fn conv_quads(k0: u32, lid: u32, cr: ConvRows) -> Words {
     if (k >= dim_k()) {
         return Words(vec4<u32>(), vec4<u32>());
     }
-    let tap = k / p(12u);
-    let ci = k % p(12u);
-    let dy = i32((tap / p(17u)) * p(22u));
-    let dx = i32((tap % p(17u)) * p(23u));
-    return Words(conv_quad(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, dy, dx, ci),
-                 conv_quad(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, dy, dx, ci));
+    let t = conv_tap(k);
+    return Words(conv_quad(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, t),
+                 conv_quad(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, t));
 }
 
-fn conv_quad(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> vec4<u32> {
-    let ih = ih0 + dy;
-    let iw = iw0 + dx;
-    if (ih < 0 || iw < 0 || ih >= i32(p(13u)) || iw >= i32(p(14u))) {
+fn conv_quad(base: u32, ih0: i32, iw0: i32, t: vec3<i32>) -> vec4<u32> {
+    let at = conv_at(base, ih0, iw0, t);
+    if (at == CONV_OUTSIDE) {
         return vec4<u32>();
     }
-    return src0_q[(base + u32(ih) * p(25u) + u32(iw) * p(26u) + ci) / 8u];
+    return src0_q[at / 8u];
 }
 
 // Quad q of the B tile: B by columns, k q/16 and columns 8(q%16); B by k, column q/4 and k

@@ -9,13 +9,32 @@
 // at bindings 7 and 8) for ShaderId::MatmulCoop16Wide, matmul_coop16_noquads.wgsl (never) for
 // the default kernel, which declares no views.
 
-fn conv_word(base: u32, ih0: i32, iw0: i32, dy: i32, dx: i32, ci: u32) -> u32 {
-    let ih = ih0 + dy;
-    let iw = iw0 + dx;
+// Column k of the implicit im2col matrix: the tap's row and column offsets and the channel.
+fn conv_tap(k: u32) -> vec3<i32> {
+    let tap = k / p(12u);
+    return vec3<i32>(i32((tap / p(17u)) * p(22u)), i32((tap % p(17u)) * p(23u)),
+                     i32(k % p(12u)));
+}
+
+// Input element of channel t.z at tap offsets (t.x, t.y) from a row's top-left position
+// (ih0, iw0), or CONV_OUTSIDE where the tap falls in the padding.
+const CONV_OUTSIDE: u32 = 0xffffffffu;
+
+fn conv_at(base: u32, ih0: i32, iw0: i32, t: vec3<i32>) -> u32 {
+    let ih = ih0 + t.x;
+    let iw = iw0 + t.y;
     if (ih < 0 || iw < 0 || ih >= i32(p(13u)) || iw >= i32(p(14u))) {
+        return CONV_OUTSIDE;
+    }
+    return base + u32(ih) * p(25u) + u32(iw) * p(26u) + u32(t.z);
+}
+
+fn conv_word(base: u32, ih0: i32, iw0: i32, t: vec3<i32>) -> u32 {
+    let at = conv_at(base, ih0, iw0, t);
+    if (at == CONV_OUTSIDE) {
         return 0u;
     }
-    return src0[(base + u32(ih) * p(25u) + u32(iw) * p(26u) + ci) / 2u];
+    return src0[at / 2u];
 }
 
 struct Words {
@@ -89,19 +108,16 @@ fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Wo
         if (k >= dim_k()) {
             return Words(vec4<u32>(), vec4<u32>());
         }
-        let tap = k / p(12u);
-        let ci = k % p(12u);
-        let dy = i32((tap / p(17u)) * p(22u));
-        let dx = i32((tap % p(17u)) * p(23u));
+        let t = conv_tap(k);
         return Words(
-            vec4<u32>(conv_word(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, dy, dx, ci),
-                      conv_word(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, dy, dx, ci),
-                      conv_word(cr.base_lo.z, cr.ih_lo.z, cr.iw_lo.z, dy, dx, ci),
-                      conv_word(cr.base_lo.w, cr.ih_lo.w, cr.iw_lo.w, dy, dx, ci)),
-            vec4<u32>(conv_word(cr.base_hi.x, cr.ih_hi.x, cr.iw_hi.x, dy, dx, ci),
-                      conv_word(cr.base_hi.y, cr.ih_hi.y, cr.iw_hi.y, dy, dx, ci),
-                      conv_word(cr.base_hi.z, cr.ih_hi.z, cr.iw_hi.z, dy, dx, ci),
-                      conv_word(cr.base_hi.w, cr.ih_hi.w, cr.iw_hi.w, dy, dx, ci)));
+            vec4<u32>(conv_word(cr.base_lo.x, cr.ih_lo.x, cr.iw_lo.x, t),
+                      conv_word(cr.base_lo.y, cr.ih_lo.y, cr.iw_lo.y, t),
+                      conv_word(cr.base_lo.z, cr.ih_lo.z, cr.iw_lo.z, t),
+                      conv_word(cr.base_lo.w, cr.ih_lo.w, cr.iw_lo.w, t)),
+            vec4<u32>(conv_word(cr.base_hi.x, cr.ih_hi.x, cr.iw_hi.x, t),
+                      conv_word(cr.base_hi.y, cr.ih_hi.y, cr.iw_hi.y, t),
+                      conv_word(cr.base_hi.z, cr.ih_hi.z, cr.iw_hi.z, t),
+                      conv_word(cr.base_hi.w, cr.ih_hi.w, cr.iw_hi.w, t)));
     }
     if (quads_a(mode)) {
         return Words(quad_a(mode, ab, row0, k0, lid), quad_a(mode, ab, row0, k0, lid + 256u));

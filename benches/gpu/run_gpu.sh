@@ -162,8 +162,8 @@ for phase in "$@"; do
       ;;
     wide)
       # The experimental 16-byte quad loads of the tensor-core staging (XPU_COOP16_WIDE=1,
-      # VARIANT bit 10 of shaders/matmul_coop16.wgsl) against the default: probe, test binaries
-      # (in parallel, the default matmul tests beside them), forced products, f16 rows, the step.
+      # shaders/matmul_coop16_quads.wgsl) against the default: probe, test binaries (in
+      # parallel, the default matmul and conv tests beside them), f16 rows, the step.
       XPU_COOP16_WIDE=1 timeout 60 .devbin/coop_probe >"$OUT/wide.log" 2>&1
       for t in .devbin/test-matmul_xpu_variants .devbin/test-conv_xpu .devbin/test-unet_parity \
         .devbin/test-conv_channels_last; do
