@@ -42,16 +42,23 @@ var<workgroup> av: array<f16, 2816>;
 var<workgroup> as_s: array<f32, 2048>;
 var<workgroup> ap: array<f16, 2560>;
 
-// Stages K (and, in pass 2, V) of the key block at k0, row-major [key][dim].
+// Stages K (and, in pass 2, V) of the key block at k0, row-major [key][dim]: only the head-dim
+// tiles the products read (nt = VARIANT bits 0..4 of K, nv = bits 4..8 of V; zeros past D, Dv).
 fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     let lk = p(33u);
-    for (var e = lid; e < 1280u; e = e + 128u) {
-        let j = e / 40u;
-        let c = 2u * (e % 40u);
+    let kp = (VARIANT & 15u) * 8u;
+    for (var e = lid; e < 32u * kp; e = e + 128u) {
+        let j = e / kp;
+        let c = 2u * (e % kp);
         let hk = pair_h(1u, kb, k0 + j, lk, p(38u), c, p(34u));
         ak[j * AV + c] = hk.x;
         ak[j * AV + c + 1u] = hk.y;
-        if (with_v) {
+    }
+    if (with_v) {
+        let vp = ((VARIANT >> 4u) & 15u) * 8u;
+        for (var e = lid; e < 32u * vp; e = e + 128u) {
+            let j = e / vp;
+            let c = 2u * (e % vp);
             let hv = pair_h(2u, vb, k0 + j, lk, p(40u), c, p(35u));
             av[j * AV + c] = hv.x;
             av[j * AV + c + 1u] = hv.y;
@@ -103,13 +110,23 @@ fn lane_score(sg: u32, lane: u32, i: u32, k0: u32) -> f32 {
     return select(NEG_S, x, k0 + col < p(33u));
 }
 
+// This lane's half row of normalised probabilities exp(s - m) / l (f16) into ap[prow..].
+fn write_probabilities(prow: u32, sg: u32, lane: u32, k0: u32, m: f32, inv_l: f32) {
+    for (var i = 0u; i < 16u; i = i + 1u) {
+        let s = lane_score(sg, lane, i, k0);
+        let pr = select(0.0, exp(s - m) * inv_l, s > NEG_S);
+        ap[prow + (lane / 2u) * AP + lane_col(lane, i)] = f16(pr);
+    }
+}
+
 // Stages the Q block (rows q0.., zero past Lq and D). Loops whose bounds depend on the
 // invocation live in functions: naga's uniformity analysis treats the code after such a loop as
 // non-uniform, and cooperative operations need uniform control flow.
 fn stage_q(qb: u32, q0: u32, lid: u32) {
-    for (var e = lid; e < 2560u; e = e + 128u) {
-        let r = e / 40u;
-        let c = 2u * (e % 40u);
+    let qp = (VARIANT & 15u) * 8u;
+    for (var e = lid; e < 64u * qp; e = e + 128u) {
+        let r = e / qp;
+        let c = 2u * (e % qp);
         let h = pair_h(0u, qb, q0 + r, p(32u), p(36u), c, p(34u));
         aq[r * AQ + c] = h.x;
         aq[r * AQ + c + 1u] = h.y;
@@ -153,6 +170,11 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     // Head-dim tiles of v (VARIANT bits 4..8; q/k's in bits 0..4): pipeline constants, so the
     // branches on them are uniform and fold away.
     let nv = (VARIANT >> 4u) & 15u;
+    // Timing-only VARIANT bits (wrong results; benches/gpu/run_gpu.sh attanat): 256 no K/V
+    // staging in the key loops, 512 no softmax arithmetic, 1024 no products.
+    let staging = (VARIANT & 256u) == 0u;
+    let softmax = (VARIANT & 512u) == 0u;
+    let products = (VARIANT & 1024u) == 0u;
     stage_q(qb, q0, lid);
     workgroupBarrier();
     let qrow = sg * 16u * AQ;
@@ -175,10 +197,17 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let sbase = sg * 512u;
     for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
         workgroupBarrier();
-        stage_kv(kb, vb, k0, lid, false);
+        if (staging) {
+            stage_kv(kb, vb, k0, lid, false);
+        }
         workgroupBarrier();
-        scores(sbase, qa0, qa1, qa2, qa3, qa4);
+        if (products) {
+            scores(sbase, qa0, qa1, qa2, qa3, qa4);
+        }
         workgroupBarrier();
+        if (!softmax) {
+            continue;
+        }
         var mx = NEG_S;
         for (var i = 0u; i < 16u; i = i + 1u) {
             mx = max(mx, lane_score(sg, lane, i, k0));
@@ -198,16 +227,21 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     // Pass 2: normalised probabilities times V.
     for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
         workgroupBarrier();
-        stage_kv(kb, vb, k0, lid, true);
-        workgroupBarrier();
-        scores(sbase, qa0, qa1, qa2, qa3, qa4);
-        workgroupBarrier();
-        for (var i = 0u; i < 16u; i = i + 1u) {
-            let s = lane_score(sg, lane, i, k0);
-            let pr = select(0.0, exp(s - m) * inv_l, s > NEG_S);
-            ap[prow + (lane / 2u) * AP + lane_col(lane, i)] = f16(pr);
+        if (staging) {
+            stage_kv(kb, vb, k0, lid, true);
         }
         workgroupBarrier();
+        if (products) {
+            scores(sbase, qa0, qa1, qa2, qa3, qa4);
+        }
+        workgroupBarrier();
+        if (softmax) {
+            write_probabilities(prow, sg, lane, k0, m, inv_l);
+        }
+        workgroupBarrier();
+        if (!products) {
+            continue;
+        }
         let pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow], AP);
         let pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow + 16u], AP);
         o0 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[0u], AV), o0);

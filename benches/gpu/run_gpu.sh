@@ -13,7 +13,8 @@
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
 # matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
-# tensor-core kernel's K step taken apart by timing-only variants), wide (the 16-byte quad
+# tensor-core kernel's K step taken apart by timing-only variants), attanat (the same for the
+# tensor-core attention), wide (the 16-byte quad
 # loads of its staging, XPU_COOP16_WIDE=1, against the default), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
@@ -40,6 +41,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 summary=()
+# Bench JSON rows (on stdin) as short lines: op variant dtype [shape] median ms (and the
+# per-kernel profile where XPU_PROFILE=1 added one).
+rows() {
+  sed -nE 's/.*"op":"([^"]*)","variant":"([^"]*)","device":"[^"]*","dtype":"([^"]*)","shape":\[([^]]*)\],"median_ms":([0-9.]+).*/\1 \2 \3 [\4] \5 ms/p'
+}
 for phase in "$@"; do
   t0=$(date +%s)
   case $phase in
@@ -183,11 +189,42 @@ for phase in "$@"; do
           --steps 4 --output /tmp/sd_w$v.safetensors >>"$OUT/wide.log" 2>&1
       done
       grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/wide-*.log | cut -c1-160
-      grep -E '^(===|f16)|"coop_matrix"|"layer_cl"|median|rror' "$OUT/wide.log" | cut -c1-160
+      grep -E '^===|median|rror' "$OUT/wide.log" | cut -c1-160
+      grep -E '"coop_matrix"|"layer_cl"' "$OUT/wide.log" | rows
+      ;;
+    widetime)
+      # The timings of `wide` alone (its tests passed on the H200, twenty-eighth session).
+      for v in 1 0; do
+        echo "=== XPU_COOP16_WIDE=$v" | tee -a "$OUT/widetime.log"
+        XPU_COOP16_WIDE=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
+          --json 2>&1 | tee -a "$OUT/widetime.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
+        XPU_COOP16_WIDE=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_w$v.safetensors 2>&1 | tee -a "$OUT/widetime.log" \
+          | grep -E 'median|rror' | cut -c1-160
+      done
+      ;;
+    attntests)
+      # The attention tests with the tensor cores wherever they fit and with the default choice.
+      for c in 1 default; do
+        XPU_ATTN_COOP=$c timeout 120 .devbin/test-attention_parity --test-threads 4 2>&1 \
+          | grep -E '^test result|FAILED|panicked' | sed "s/^/XPU_ATTN_COOP=$c /"
+      done
+      ;;
+    attanat)
+      # Where the tensor-core attention's time goes at SD 1.5's shapes (head dim 40, forced onto
+      # the tensor cores): timing-only VARIANT bits of shaders/attention_coop16.wgsl take one
+      # part out at a time (wrong results, the check is skipped): 256 no K/V staging, 512 no
+      # softmax arithmetic, 1024 no products, and combinations; the FMA kernel for reference.
+      for v in 0 256 512 1024 768 1280 1536 1792 fma; do
+        echo "=== XPU_ATTN_COOP_VARIANT=$v" | tee -a "$OUT/attanat.log"
+        c=1; [ $v = fma ] && c=0
+        XPU_ATTN_COOP=$c XPU_ATTN_COOP_VARIANT=$v timeout 60 .devbin/bench attention \
+          --device xpu --dtype f16 --json 2>&1 | tee -a "$OUT/attanat.log" | grep '"fused"' | rows
+      done
       ;;
     profile)
       # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.
-      for dt in f32 f16; do
+      for dt in ${PROFILE_DTYPES:-f32 f16}; do
         XPU_PROFILE=1 timeout 150 .devbin/sd_unet --device xpu --dtype "$dt" --preset sd15 \
           --steps 3 --output /tmp/sdp_$dt.safetensors >>"$OUT/profile.log" 2>&1
         echo "sd_unet profile $dt rc=$?" >>"$OUT/profile.log"
@@ -198,7 +235,7 @@ for phase in "$@"; do
       timeout 100 .devbin/bench elementwise --device xpu --dtype f32 --dtype f16 --json \
         >"$OUT/copies.log" 2>&1
       timeout 100 .devbin/bench conv --device xpu --dtype f16 --json >>"$OUT/copies.log" 2>&1
-      grep -E 'transpose_copy|channels_last_copy|"conv2d_3x3"' "$OUT/copies.log" | cut -c1-160
+      grep -E 'transpose_copy|channels_last_copy|"conv2d_3x3"' "$OUT/copies.log" | rows
       # Which kernels each f16 conv row runs (the NCHW 2x320x64^2 row read 2.1 ms in two of
       # three H200 runs, 0.47 in the third; channels-last 0.41): per-call GPU time per pipeline.
       XPU_PROFILE=1 timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \

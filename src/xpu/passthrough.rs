@@ -266,6 +266,12 @@ mod tests {
                 "attention_coop16",
                 constants(128.0, head_dims_40),
             ),
+            // Timing-only bits 8-10 of the attention kernel.
+            (
+                ShaderId::AttentionCoop16,
+                "attention_coop16",
+                constants(128.0, head_dims_40 + 1792.0),
+            ),
         ] {
             let words = spirv(id.file(), &id.source(), entry, &c).unwrap();
             let mut i = 5;

@@ -72,12 +72,25 @@ fn forced() -> bool {
     *FORCED.get_or_init(|| std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "1"))
 }
 
+/// Timing-only `VARIANT` bits of the kernel from `XPU_ATTN_COOP_VARIANT` (256 no K/V staging,
+/// 512 no softmax arithmetic, 1024 no products: wrong results, so the check is skipped while
+/// any is set); 0 unless set. `benches/gpu/run_gpu.sh attanat` times them.
+pub(crate) fn timing_variant() -> u32 {
+    static BITS: OnceLock<u32> = OnceLock::new();
+    *BITS.get_or_init(|| {
+        std::env::var("XPU_ATTN_COOP_VARIANT")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .map_or(0, |v| v & (256 | 512 | 1024))
+    })
+}
+
 /// Whether the tensor-core kernel may serve calls in this process (running the check once).
 pub(crate) fn enabled(q: &XpuStorage) -> bool {
     if std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "0") || !coop16(&q.ctx.features) {
         return false;
     }
-    if CHECKING.with(Cell::get) {
+    if CHECKING.with(Cell::get) || timing_variant() != 0 {
         return true;
     }
     VERDICT
