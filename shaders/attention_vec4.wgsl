@@ -224,9 +224,9 @@ fn attention4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let tx = lid % 8u;
     let row = q0 + r;
     let row_ok = in_range && row < lq;
-    // Column groups of 32 (VARIANT bits 0..6 = ceil(Dv / 8) rounded up to 5, 10, 16 or 20, a
-    // pipeline constant, so the unused groups' branches fold away).
-    let groups = (min(VARIANT & 63u, OC) * 8u + 31u) / 32u;
+    // Column groups of 32 (VARIANT = ceil(Dv / 8) rounded up to 5, 10, 16 or 20, a pipeline
+    // constant, so the unused groups' branches fold away).
+    let groups = (min(VARIANT, OC) * 8u + 31u) / 32u;
     let dv4 = (dv + 3u) / 4u;
     // Keys per staged V chunk: a multiple of 4, as many as fit (16 at Dv = 160).
     let vc = min(BK, (640u / max(dv4, 1u)) / 4u * 4u);
@@ -234,11 +234,10 @@ fn attention4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     var l = 0.0;
     let zero = vec4<f32>(0.0);
     var acc = Acc5(zero, zero, zero, zero, zero);
-    // Head dims within one chunk (SD's 40 and below; VARIANT bit 6, a pipeline constant, so
-    // the wider heads' pipelines hold no query registers): each invocation keeps its query row
-    // in registers, read once, and only K is staged per key block (the same values in the same
+    // Head dims within one chunk (SD's 40 and below): each invocation keeps its query row in
+    // registers, read once, and only K is staged per key block (the same values in the same
     // order, so the same bits).
-    let resident = (VARIANT & 64u) != 0u && d <= DC;
+    let resident = d <= DC;
     var qr = Q10(zero, zero, zero, zero, zero, zero, zero, zero, zero, zero);
     if (resident && row_ok) {
         qr = at4_q_row(qb, row);

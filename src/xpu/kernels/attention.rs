@@ -216,13 +216,7 @@ impl XpuStorage {
         } else {
             (ShaderId::Attention, "attention")
         };
-        // attention4's VARIANT bit 6: query rows resident in registers (head dims up to 40).
-        let resident = if entry == "attention4" && s.d <= 40 {
-            64
-        } else {
-            0
-        };
-        let kkey = key(shader, entry, self.dtype, DType::F32, ocn | resident);
+        let kkey = key(shader, entry, self.dtype, DType::F32, ocn);
         let wg = grid(groups, self.ctx.limits.max_compute_workgroups_per_dimension);
         if coop {
             // Head-dim tiles of q/k and v as pipeline constants; bindings 5 and 6 of the
