@@ -18,10 +18,6 @@
 // holds the block's scores, then probabilities, [BQ][BK/4] at slot r*8 + (kg ^ (r & 7)). The
 // xors keep every quarter-warp's 16-byte accesses on distinct banks: staging stores of 8 head
 // dims of one key group, and reads of one slot index by 4 rows at once.
-// Head dims up to DC (SD's 40): the query rows stay in registers (`Q10`, read once from global
-// memory) and each key block stages only K, half the staging loads of the Q-and-K chunk; on an
-// H200 the FMA attention at head dim 40 was 27% of the f16 UNet step (twenty-seventh session;
-// this change is not measured on a GPU yet).
 
 var<workgroup> at4_s: array<vec4<f32>, 640>;
 var<workgroup> at4_p: array<vec4<f32>, 256>;
@@ -36,64 +32,6 @@ fn at4_k_slot(dd: u32, kg: u32) -> u32 {
 
 fn at4_p_slot(r: u32, kg: u32) -> u32 {
     return r * 8u + (kg ^ (r & 7u));
-}
-
-// The query row of one invocation in registers, 4 head dims per vector (head dims up to DC: a
-// struct of vectors, not an array, see the register note in attention.wgsl).
-struct Q10 {
-    q0: vec4<f32>,
-    q1: vec4<f32>,
-    q2: vec4<f32>,
-    q3: vec4<f32>,
-    q4: vec4<f32>,
-    q5: vec4<f32>,
-    q6: vec4<f32>,
-    q7: vec4<f32>,
-    q8: vec4<f32>,
-    q9: vec4<f32>,
-}
-
-// Head dims dd..dd+3 of query row `row` as the Q chunk stages them (zero past D).
-fn at4_q4(qb: u32, row: u32, dd: u32) -> vec4<f32> {
-    let d = p(34u);
-    let cs = p(37u);
-    let at = qb + row * p(36u) + dd * cs;
-    var x = vec4<f32>(0.0);
-    if (dd < d) { x.x = load0(at); }
-    if (dd + 1u < d) { x.y = load0(at + cs); }
-    if (dd + 2u < d) { x.z = load0(at + 2u * cs); }
-    if (dd + 3u < d) { x.w = load0(at + 3u * cs); }
-    return x;
-}
-
-fn at4_q_row(qb: u32, row: u32) -> Q10 {
-    return Q10(at4_q4(qb, row, 0u), at4_q4(qb, row, 4u), at4_q4(qb, row, 8u),
-               at4_q4(qb, row, 12u), at4_q4(qb, row, 16u), at4_q4(qb, row, 20u),
-               at4_q4(qb, row, 24u), at4_q4(qb, row, 28u), at4_q4(qb, row, 32u),
-               at4_q4(qb, row, 36u));
-}
-
-// s + the products of head dims dd..dd+3 (query vector q4) with the staged keys 4tx..4tx+3.
-fn at4_qk4(s: vec4<f32>, q4: vec4<f32>, dd: u32, tx: u32) -> vec4<f32> {
-    var t = fma(vec4<f32>(q4.x), at4_s[at4_k_slot(dd, tx)], s);
-    t = fma(vec4<f32>(q4.y), at4_s[at4_k_slot(dd + 1u, tx)], t);
-    t = fma(vec4<f32>(q4.z), at4_s[at4_k_slot(dd + 2u, tx)], t);
-    return fma(vec4<f32>(q4.w), at4_s[at4_k_slot(dd + 3u, tx)], t);
-}
-
-// The scores of a resident query row (head dims below dn, in order).
-fn at4_qk_resident(q: Q10, tx: u32, dn: u32) -> vec4<f32> {
-    var s = at4_qk4(vec4<f32>(0.0), q.q0, 0u, tx);
-    if (dn > 4u) { s = at4_qk4(s, q.q1, 4u, tx); }
-    if (dn > 8u) { s = at4_qk4(s, q.q2, 8u, tx); }
-    if (dn > 12u) { s = at4_qk4(s, q.q3, 12u, tx); }
-    if (dn > 16u) { s = at4_qk4(s, q.q4, 16u, tx); }
-    if (dn > 20u) { s = at4_qk4(s, q.q5, 20u, tx); }
-    if (dn > 24u) { s = at4_qk4(s, q.q6, 24u, tx); }
-    if (dn > 28u) { s = at4_qk4(s, q.q7, 28u, tx); }
-    if (dn > 32u) { s = at4_qk4(s, q.q8, 32u, tx); }
-    if (dn > 36u) { s = at4_qk4(s, q.q9, 36u, tx); }
-    return s;
 }
 
 // Staged value columns 4(tx + 8g)..+3 of key row kk (zero past Dv).
@@ -142,14 +80,12 @@ fn at4_store(out: u32, tx: u32, g: u32, dv: u32, v: vec4<f32>) {
     if (c + 3u < dv) { dst[out + c + 3u] = bitcast<u32>(v.w); }
 }
 
-// Stages the Q chunk of head dims d0.. (unless the query rows are resident) and the K chunk of
-// keys k0.. (transposed).
-fn at4_stage_qk(lid: u32, in_range: bool, qb: u32, kb: u32, q0: u32, k0: u32, d0: u32,
-                resident: bool) {
+// Stages the Q chunk of head dims d0.. and the K chunk of keys k0.. (transposed).
+fn at4_stage_qk(lid: u32, in_range: bool, qb: u32, kb: u32, q0: u32, k0: u32, d0: u32) {
     let lq = p(32u);
     let lk = p(33u);
     let d = p(34u);
-    for (var e = select(lid, QN, resident); e < QN; e = e + 256u) {
+    for (var e = lid; e < QN; e = e + 256u) {
         let rr = e / DC4;
         let dd = d0 + 4u * (e % DC4);
         let cs = p(37u);
@@ -234,14 +170,6 @@ fn attention4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     var l = 0.0;
     let zero = vec4<f32>(0.0);
     var acc = Acc5(zero, zero, zero, zero, zero);
-    // Head dims within one chunk (SD's 40 and below): each invocation keeps its query row in
-    // registers, read once, and only K is staged per key block (the same values in the same
-    // order, so the same bits).
-    let resident = d <= DC;
-    var qr = Q10(zero, zero, zero, zero, zero, zero, zero, zero, zero, zero);
-    if (resident && row_ok) {
-        qr = at4_q_row(qb, row);
-    }
     for (var k0 = 0u; k0 < lk; k0 = k0 + BK) {
         // Scores of keys k0 + 4tx + i in s.
         var s = vec4<f32>(0.0);
@@ -250,16 +178,16 @@ fn attention4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
             if (k0 > 0u || d0 > 0u) {
                 workgroupBarrier();
             }
-            at4_stage_qk(lid, in_range, qb, kb, q0, k0, d0, resident);
+            at4_stage_qk(lid, in_range, qb, kb, q0, k0, d0);
             workgroupBarrier();
             let dn = min(DC, d - d0);
-            if (resident) {
-                s = at4_qk_resident(qr, tx, dn);
-            } else {
-                for (var dd = 0u; dd < dn; dd = dd + 4u) {
-                    // Head dims past dn are zero in both chunks (DC is a multiple of 4).
-                    s = at4_qk4(s, at4_s[r * DC4 + dd / 4u], dd, tx);
-                }
+            for (var dd = 0u; dd < dn; dd = dd + 4u) {
+                // Head dims past dn are zero in both chunks (DC is a multiple of 4).
+                let q4 = at4_s[r * DC4 + dd / 4u];
+                s = fma(vec4<f32>(q4.x), at4_s[at4_k_slot(dd, tx)], s);
+                s = fma(vec4<f32>(q4.y), at4_s[at4_k_slot(dd + 1u, tx)], s);
+                s = fma(vec4<f32>(q4.z), at4_s[at4_k_slot(dd + 2u, tx)], s);
+                s = fma(vec4<f32>(q4.w), at4_s[at4_k_slot(dd + 3u, tx)], s);
             }
         }
         // Scale, mask, and the block's row maximum.
