@@ -12,6 +12,10 @@
 // stride, [46] residual col stride, [47] bias offset, [48] bias stride, [49] output row pitch
 // (elements; even for 16-bit outputs, so a word never straddles rows), [50] product columns,
 // [51..51+rank) C batch strides, [51+rank..51+2*rank) residual batch strides.
+// Split K ([2] splits S > 1, [3] K per split, a multiple of 32; kernels that read them say so):
+// workgroup z is (batch in the dispatch) * S + split, the split's K range its own, and its f32
+// partial product goes to output batch b * S + split of a [batch, S, M, params[50]] buffer,
+// with the identity epilogue; the `epilogue` pass then sums the S partials of each output.
 // GEGLU: the product has 2N columns [h | g]; a tile of TN virtual columns holds TN/2 columns of
 // h then the same TN/2 columns of g, so one invocation owns both halves of its outputs.
 
@@ -35,6 +39,17 @@ fn load_at(word: u32, i: u32) -> f32 {
 fn load_c(i: u32) -> f32 { return load_at(src_c[i / epw(DT_IN)], i); }
 fn load_bias(i: u32) -> f32 { return load_at(src_bias[i / epw(DT_IN)], i); }
 fn load_res(i: u32) -> f32 { return load_at(src_res[i / epw(DT_IN)], i); }
+
+// Split K of workgroup z (see the header): (batch, output batch, first k, end k); without a
+// split (S <= 1) the batch z + first, the same output batch and the whole K.
+fn split_k(z: u32) -> vec4<u32> {
+    let s = max(p(2u), 1u);
+    let j = z % s;
+    let b = z / s + p(39u);
+    let kb = select(0u, j * p(3u), s > 1u);
+    let ke = select(dim_k(), min(dim_k(), kb + p(3u)), s > 1u);
+    return vec4<u32>(b, b * s + j, kb, ke);
+}
 
 // Storage offsets of batch `b` in A and B.
 fn a_base(b: u32) -> u32 { return strided(b, 12u) + p(28u); }
@@ -164,19 +179,21 @@ fn finish_pair(b: u32, r: u32, c: u32, h0: f32, h1: f32, g0: f32, g1: f32) {
 // The simple engine: a 16x16 workgroup computes a 64x64 tile of the f32 product (all product
 // columns, contiguous [batch, M, params[50]]), each invocation a 4x4 register block, with
 // [16][64] tiles of A and B staged per K step. The `epilogue` entry point then finishes it.
+// Reads split K (see the header): f32 partials per split, summed by the epilogue pass.
 @compute @workgroup_size(16, 16)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     let m = dim_m();
     let np = p(50u);
     let k = dim_k();
-    let batch = wid.z + p(39u);
+    let sk = split_k(wid.z);
+    let batch = sk.x;
     let ab = a_base(batch);
     let bb = b_base(batch);
     let row0 = wid.y * 64u;
     let col0 = wid.x * 64u;
     var acc: array<f32, 16>;
-    for (var k0 = 0u; k0 < k; k0 = k0 + 16u) {
+    for (var k0 = sk.z; k0 < sk.w; k0 = k0 + 16u) {
         // Plain bounds-checked loads over the product columns (no GEGLU mapping here).
         for (var e = lid; e < 1024u; e = e + 256u) {
             let ar = e / 16u;
@@ -210,14 +227,15 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
         for (var j = 0u; j < 4u; j = j + 1u) {
             let c = col0 + lid3.x + 16u * j;
             if (r < m && c < np) {
-                dst[(batch * m + r) * np + c] = bitcast<u32>(acc[i * 4u + j]);
+                dst[(sk.y * m + r) * np + c] = bitcast<u32>(acc[i * 4u + j]);
             }
         }
     }
 }
 
-// The unfused epilogue pass over an f32 product in src0 (contiguous [batch, M, params[50]]):
-// one invocation per output word (one element, or two adjacent columns of one row for 16-bit
+// The unfused epilogue pass over an f32 product in src0 (contiguous [batch, M, params[50]], or
+// [batch, S, M, params[50]] partial products summed here when params[2] = S > 1): one
+// invocation per output word (one element, or two adjacent columns of one row for 16-bit
 // outputs). params[0] is the number of output words.
 @compute @workgroup_size(WG)
 fn epilogue(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -234,14 +252,20 @@ fn epilogue(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let b = row / dim_m();
     let np = p(50u);
     let gsh = select(0u, dim_n(), is_geglu());
-    let src = row * np + c;
-    let h0 = bitcast<f32>(src0[src]);
-    let g0 = bitcast<f32>(src0[src + gsh]);
+    let splits = max(p(2u), 1u);
+    let pair = c + 1u < dim_n();
+    var h0 = 0.0;
+    var g0 = 0.0;
     var h1 = 0.0;
     var g1 = 0.0;
-    if (c + 1u < dim_n()) {
-        h1 = bitcast<f32>(src0[src + 1u]);
-        g1 = bitcast<f32>(src0[src + 1u + gsh]);
+    for (var j = 0u; j < splits; j = j + 1u) {
+        let src = ((b * splits + j) * dim_m() + r) * np + c;
+        h0 = h0 + bitcast<f32>(src0[src]);
+        g0 = g0 + bitcast<f32>(src0[src + gsh]);
+        if (pair) {
+            h1 = h1 + bitcast<f32>(src0[src + 1u]);
+            g1 = g1 + bitcast<f32>(src0[src + 1u + gsh]);
+        }
     }
     if (DT_OUT == 0u) {
         if (c < dim_n()) {

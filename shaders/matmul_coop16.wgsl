@@ -244,7 +244,9 @@ fn coop16_passes(lid: u32, nsg: u32) -> u32 {
 
 // mm_coop16's body: both operands staged through workgroup memory.
 fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: u32) {
-    let b = wid.z + p(39u);
+    // Split K (matmul.wgsl's header): this workgroup's batch, output batch and K range.
+    let sk = split_k(wid.z);
+    let b = sk.x;
     let ab = a_base(b);
     let bb = b_base(b);
     let row0 = wid.y * 128u;
@@ -286,8 +288,8 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
         var wa = words_zero();
         var wb = wa;
         if (mode != 0u) {
-            wa = fetch_a(mode, ab, row0, 0u, lid, cr);
-            wb = fetch_b(mode, bb, wid.x, 0u, lid);
+            wa = fetch_a(mode, ab, row0, sk.z, lid, cr);
+            wb = fetch_b(mode, bb, wid.x, sk.z, lid);
         }
         // Timing-only variants (bits 7-9, see the header).
         var sink = 0u;
@@ -305,7 +307,7 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
             b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[bc + 32u], CB);
             b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[bc + 48u], CB);
         }
-        for (var k0 = 0u; k0 < dim_k(); k0 = k0 + 32u) {
+        for (var k0 = sk.z; k0 < sk.w; k0 = k0 + 32u) {
             if (mode != 0u && (VARIANT & 512u) != 0u) {
                 let x = wa.lo ^ wa.hi ^ wb.lo ^ wb.hi;
                 sink = sink ^ x.x ^ x.y ^ x.z ^ x.w;
@@ -316,10 +318,10 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
             }
             workgroupBarrier();
             let kn = k0 + 32u;
-            if (mode != 0u && kn < dim_k() && (VARIANT & 256u) != 0u) {
+            if (mode != 0u && kn < sk.w && (VARIANT & 256u) != 0u) {
                 wa = Words(vec4<u32>(kn), vec4<u32>(kn + lid));
                 wb = wa;
-            } else if (mode != 0u && kn < dim_k()) {
+            } else if (mode != 0u && kn < sk.w) {
                 wa = fetch_a(mode, ab, row0, kn, lid, cr);
                 wb = fetch_b(mode, bb, wid.x, kn, lid);
             }
@@ -348,7 +350,7 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
             // Never in practice (timing variant bit 9 only): keeps the loaded words alive.
             coop_c[lid] = 1.0;
         }
-        coop16_epilogue(b, wid.x, row0, slot, lane, width, c00, c01, c02, c03, c10, c11, c12,
+        coop16_epilogue(sk.y, wid.x, row0, slot, lane, width, c00, c01, c02, c03, c10, c11, c12,
                         c13);
     }
 }

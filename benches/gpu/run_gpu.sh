@@ -210,12 +210,53 @@ for phase in "$@"; do
           | grep -E '^test result|FAILED|panicked' | sed "s/^/XPU_ATTN_COOP=$c /"
       done
       ;;
+    split)
+      # Split K of the f16 tensor-core products and convolutions (src/xpu/kernels/split_k.rs):
+      # the tests with XPU_SPLIT_K=3 (every tile split in three) and the attention tests, in
+      # parallel; then f16 rows and the step with Auto's splits against none (XPU_SPLIT_K=0).
+      # (conv_xpu's memory tests bound the bytes a convolution allocates: the forced partial
+      # products exceed them by design, so they are skipped here.)
+      for t in matmul_split_k conv_xpu matmul_xpu_variants unet_parity attention_parity; do
+        (XPU_SPLIT_K=3 timeout 150 .devbin/test-$t --test-threads 4 --skip memory \
+          >"$OUT/split-$t.log" 2>&1
+         echo "rc=$? $t" >>"$OUT/split-$t.log") &
+      done
+      wait
+      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/split-*.log | cut -c1-160
+      for v in auto 0; do
+        echo "=== XPU_SPLIT_K=$v" | tee -a "$OUT/split.log"
+        XPU_SPLIT_K=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
+          --json 2>&1 | tee -a "$OUT/split.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
+        XPU_SPLIT_K=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_s$v.safetensors 2>&1 | tee -a "$OUT/split.log" \
+          | grep -E 'median|rror' | cut -c1-160
+      done
+      ;;
+    final)
+      # After split K and the tensor-core attention at every head dim: the tests that cover
+      # them with the default choices (in parallel), the f16 attention and conv rows, and the
+      # f16 step (8 steps) with Auto's splits and without.
+      for t in matmul_split_k conv_xpu unet_parity attention_parity; do
+        (timeout 150 .devbin/test-$t --test-threads 4 >"$OUT/final-$t.log" 2>&1
+         echo "rc=$? $t" >>"$OUT/final-$t.log") &
+      done
+      wait
+      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/final-*.log | cut -c1-160
+      timeout 100 .devbin/bench attention conv --device xpu --dtype f16 --json 2>&1 \
+        | tee -a "$OUT/final.log" | grep -E '"fused"|"layer_cl"' | rows
+      for v in auto 0; do
+        echo "=== XPU_SPLIT_K=$v" | tee -a "$OUT/final.log"
+        XPU_SPLIT_K=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 8 --output /tmp/sd_f$v.safetensors 2>&1 | tee -a "$OUT/final.log" \
+          | grep -E 'median|rror' | cut -c1-160
+      done
+      ;;
     attanat)
       # Where the tensor-core attention's time goes at SD 1.5's shapes (head dim 40, forced onto
       # the tensor cores): timing-only VARIANT bits of shaders/attention_coop16.wgsl take one
       # part out at a time (wrong results, the check is skipped): 256 no K/V staging, 512 no
       # softmax arithmetic, 1024 no products, and combinations; the FMA kernel for reference.
-      for v in 0 256 512 1024 768 1280 1536 1792 fma; do
+      for v in ${ATTANAT:-0 256 512 1024 768 1280 1536 1792 2048 4096 6144 fma}; do
         echo "=== XPU_ATTN_COOP_VARIANT=$v" | tee -a "$OUT/attanat.log"
         c=1; [ $v = fma ] && c=0
         XPU_ATTN_COOP=$c XPU_ATTN_COOP_VARIANT=$v timeout 60 .devbin/bench attention \

@@ -1,6 +1,7 @@
 //! The two forms of the Xpu FMA attention kernel, `attention.wgsl` (`XPU_TILE_VEC4=0`) and
-//! `attention_vec4.wgsl` (the default), give the same bits: this test runs its cases, then runs
-//! itself again in a child process with `XPU_TILE_VEC4=0` and compares the outputs' bits.
+//! `attention_vec4.wgsl` (the default), give the same bits: this test runs itself again in two
+//! child processes, `XPU_TILE_VEC4=0` and `=1`, both with `XPU_ATTN_COOP=0` (the tensor-core
+//! kernel would otherwise take the f16 cases on adapters that have it), and compares the bits.
 //! (Each form is also checked against the Cpu by the other tests of this binary; CI runs them
 //! on the default form.)
 
@@ -50,27 +51,34 @@ fn scalar_and_vec4_kernels_give_the_same_bits() {
     if !common::xpu() {
         return;
     }
-    let bits = case_bits();
     if let Some(path) = std::env::var_os("XPU_TEST_BITS_OUT") {
-        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        let bytes: Vec<u8> = case_bits().iter().flat_map(|b| b.to_le_bytes()).collect();
         std::fs::write(path, bytes).unwrap();
         return;
     }
-    let path = std::env::temp_dir().join(format!("xpu_attention_bits_{}", std::process::id()));
-    common::rerun_with_env(
-        NAME,
-        &[
-            ("XPU_TILE_VEC4", "0".as_ref()),
-            ("XPU_TEST_BITS_OUT", path.as_os_str()),
-        ],
-    );
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).ok();
-    let scalar: Vec<u32> = bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(scalar.len(), bits.len());
-    let first = scalar.iter().zip(&bits).position(|(a, b)| a != b);
+    // Both forms in child processes with the tensor-core kernel off (f16 calls take it by
+    // default where the adapter has one), so each form serves every case.
+    let form_bits = |vec4: &str| -> Vec<u32> {
+        let path =
+            std::env::temp_dir().join(format!("xpu_attention_bits_{}_{vec4}", std::process::id()));
+        common::rerun_with_env(
+            NAME,
+            &[
+                ("XPU_TILE_VEC4", vec4.as_ref()),
+                ("XPU_ATTN_COOP", "0".as_ref()),
+                ("XPU_TEST_BITS_OUT", path.as_os_str()),
+            ],
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let (scalar, vec4) = (form_bits("0"), form_bits("1"));
+    assert!(!scalar.is_empty());
+    assert_eq!(scalar.len(), vec4.len());
+    let first = scalar.iter().zip(&vec4).position(|(a, b)| a != b);
     assert!(first.is_none(), "forms differ first at output {first:?}");
 }

@@ -275,6 +275,19 @@ fn odd_sizes_every_dtype_layout_and_epilogue() {
     }
 }
 
+/// The cases of `f16_even_channels_on_every_path` with split K forced (`XPU_SPLIT_K=3`, read
+/// once per process, so in a child process): on the tensor-core kernel each tile's K range
+/// runs as three f32 partial products that the epilogue pass sums.
+#[test]
+fn f16_even_channels_split_k() {
+    if common::xpu() {
+        common::rerun_with_env(
+            "f16_even_channels_on_every_path",
+            &[("XPU_SPLIT_K", "3".as_ref())],
+        );
+    }
+}
+
 /// f16 with even input and output channels: the shapes the tensor-core path takes where the
 /// adapter has one (NCHW and channels-last inputs and outputs, weights repacked or not, every
 /// epilogue, strides, padding, dilation, 1x1 and 3x3, several row and column tiles); elsewhere

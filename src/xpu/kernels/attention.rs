@@ -81,8 +81,7 @@ impl XpuStorage {
                 ),
             ));
         }
-        let coop = attention_coop::preferred(s)
-            && attention_coop::fits(self, [ql, k.1, v.1], mask.is_some(), s)
+        let coop = attention_coop::fits(self, [ql, k.1, v.1], mask.is_some(), s)
             && attention_coop::enabled(self);
         let out = self.attention_on(ql, k, v, mask, s, coop)?;
         if self.dtype == DType::F32 {

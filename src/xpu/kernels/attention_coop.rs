@@ -10,9 +10,14 @@
 //! Invariants: the kernel serves only f16 calls without a mask, with `0 < Lk`, even head dims up
 //! to [`MAX_DIM`], and q/k/v readable two elements per 32-bit word (unit column stride, even
 //! row and head strides and offsets), on an adapter with f16 cooperative matrices whose check
-//! here passed (and `XPU_ATTN_COOP` is not `0`), and, among those, head dims above 48 (all of
-//! them with `XPU_ATTN_COOP=1`; see [`preferred`]); every other call takes the FMA kernel. The
+//! here passed (and `XPU_ATTN_COOP` is not `0`); every other call takes the FMA kernel. The
 //! check compares both kernels on a small problem with an odd key tail and two head-dim sizes.
+//!
+//! Head dims up to 48 used to stay on the FMA kernel (H100, twenty-fifth session: 5.04 against
+//! 5.40 ms at 2×8×4096×40). Since the kernel stages only the head-dim tiles its products read,
+//! the tensor cores take them too (H200, twenty-eighth session, f16 2×8×4096×40: 3.57 ms
+//! against the vec4 FMA kernel's 5.09 for self-attention, 0.152 against 0.166 ms for
+//! cross-attention to 77 tokens).
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -54,34 +59,17 @@ pub(crate) fn fits(q: &XpuStorage, layouts: [&Layout; 3], masked: bool, s: &Attn
         && layouts.iter().all(|l| word_pairs(l))
 }
 
-/// Whether the tensor-core kernel is the faster choice for head dims `s.d`, `s.dv` (when it
-/// fits): above 48, or at any head dim while the FMA kernel runs its scalar form
-/// (`XPU_TILE_VEC4=0`) or `XPU_ATTN_COOP=1` asks for the tensor cores wherever they fit (to
-/// measure the choice on a GPU: `benches/gpu/run_gpu.sh select` runs `=1` against `=0`). On an
-/// H100 (twenty-fifth session, f16, 2×8×4096×40) the vec4 FMA kernel took 5.04 ms for
-/// self-attention against the tensor cores' 5.40 ms, and 0.160 against 0.180 ms for
-/// cross-attention, while the SD 1.5 step (head dims 40 and 80) read the same 0.101 s either
-/// way, so the tensor cores keep head dim 80.
-pub(crate) fn preferred(s: &AttnShape) -> bool {
-    s.d.max(s.dv) > 48 || !super::matmul_select::vec4_tiles() || forced()
-}
-
-/// `XPU_ATTN_COOP=1`: the tensor cores for every call they fit (read once per process).
-fn forced() -> bool {
-    static FORCED: OnceLock<bool> = OnceLock::new();
-    *FORCED.get_or_init(|| std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "1"))
-}
-
 /// Timing-only `VARIANT` bits of the kernel from `XPU_ATTN_COOP_VARIANT` (256 no K/V staging,
 /// 512 no softmax arithmetic, 1024 no products: wrong results, so the check is skipped while
-/// any is set); 0 unless set. `benches/gpu/run_gpu.sh attanat` times them.
+/// any is set; 2048 the earlier all-columns staging, 4096 query fragments reloaded per key
+/// block: right results, other timing); 0 unless set. `benches/gpu/run_gpu.sh attanat` times them.
 pub(crate) fn timing_variant() -> u32 {
     static BITS: OnceLock<u32> = OnceLock::new();
     *BITS.get_or_init(|| {
         std::env::var("XPU_ATTN_COOP_VARIANT")
             .ok()
             .and_then(|v| v.parse::<u32>().ok())
-            .map_or(0, |v| v & (256 | 512 | 1024))
+            .map_or(0, |v| v & (256 | 512 | 1024 | 2048 | 4096))
     })
 }
 
@@ -170,28 +158,5 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
         Err(e) => Err(format!(
             "tensor-core attention failed in xpu's self-check: {e}; the FMA kernel is used"
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tensor_cores_keep_the_wider_heads() {
-        let shape = |d, dv| AttnShape {
-            lead: vec![2, 8],
-            lq: 4096,
-            lk: 4096,
-            d,
-            dv,
-            scale: 1.0,
-        };
-        let fma = super::super::matmul_select::vec4_tiles() && !forced();
-        assert_eq!(preferred(&shape(40, 40)), !fma);
-        assert_eq!(preferred(&shape(48, 48)), !fma);
-        assert!(preferred(&shape(64, 64)));
-        assert!(preferred(&shape(80, 80)));
-        assert!(preferred(&shape(40, 80)));
     }
 }

@@ -17,8 +17,9 @@
 
 use super::coop_check;
 use super::launch;
+use super::matmul::SPLITS;
 use super::matmul_select::coop16;
-use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK};
+use super::params::{grid as grid_for, u32_arg, Params, COUNT, EXTRA, OFFSET0, OFFSET1, RANK};
 use crate::layout::Layout;
 use crate::xpu::kernels::conv::{activation_code, ConvLaunch};
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
@@ -216,7 +217,7 @@ fn finish(
         return Ok(None);
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
-    let key = PipelineKey {
+    let mut key = PipelineKey {
         shader: if super::matmul_select::coop16_wide() {
             ShaderId::MatmulCoop16Wide
         } else {
@@ -231,13 +232,39 @@ fn finish(
     };
     let bias = l.bias.map_or(x, |(b, _)| b);
     let res_st = res.map_or(x, |(r, ..)| r);
-    launch(
-        &out,
-        key,
-        p,
-        &[x, w, x, bias, res_st],
-        [grid[0] as u32, grid[1] as u32, 1],
-    )?;
+    if let Some((splits, kc)) = super::split_k::plan(grid[0] * grid[1], k) {
+        // Split K: f32 partial products (the gather only, identity epilogue), then the matmul
+        // family's epilogue pass sums them with bias, activation and residual.
+        let prod = XpuStorage::alloc(&x.ctx, DType::F32, splits * m * o)?;
+        let mut raw = p.clone();
+        raw.0[EXTRA + 8] = CONV_GATHER;
+        raw.set(SPLITS, splits, op)?.set(SPLITS + 1, kc, op)?;
+        key.dt_out = DType::F32;
+        let groups = [grid[0] as u32, grid[1] as u32, u32_arg(op, splits)?];
+        launch(&prod, key, raw, &[x, w, x, x, x], groups)?;
+        let words = m * o / 2;
+        let mut sum = p;
+        sum.set(COUNT, words, op)?.set(SPLITS, splits, op)?;
+        let key = PipelineKey {
+            shader: ShaderId::Matmul,
+            entry: "epilogue",
+            dt_in: DType::F16,
+            dt_out: DType::F16,
+            workgroup: 256,
+            variant: 0,
+        };
+        let g = grid_for(words.div_ceil(256), max as u32);
+        let bindings = [(2, &prod), (4, x), (5, bias), (6, res_st)];
+        super::dispatch(&out, key, sum, &bindings, g.map(|v| v as usize), op)?;
+    } else {
+        launch(
+            &out,
+            key,
+            p,
+            &[x, w, x, bias, res_st],
+            [grid[0] as u32, grid[1] as u32, 1],
+        )?;
+    }
     if l.out_strides == [s.ho * s.wo * o, 1, o] {
         return Ok(Some(out));
     }

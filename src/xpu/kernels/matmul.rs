@@ -4,13 +4,15 @@
 //!
 //! Invariants: A and B are read in place through their strides (transposed or broadcast
 //! operands need no copy); the product accumulates in f32; the epilogue runs in the kernel's
-//! store, except on the `Simple` engine (an f32 product, then one `epilogue` pass). Output
+//! store, except on the `Simple` engine (an f32 product, then one `epilogue` pass) and for
+//! split-K tensor-core products (`super::split_k`: f32 partials the same pass sums). Output
 //! words are written by exactly one invocation: 16-bit outputs are stored in column pairs with
 //! an even row pitch, so for odd N the kernel writes rows of N+1 (the last lane zero) and one
 //! strided copy packs them. C and residual arrive broadcast to `[..batch, M, N]`, bias as a
 //! 1-D view; operands that are absent are bound to A's buffer and never read. All indices are
 //! 32-bit: every buffer involved is checked to fit.
 
+use super::dispatch;
 use super::matmul_select::{choose, subgroup_gemv, Engine};
 use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1};
 use crate::cpu::gemm::Activation;
@@ -18,12 +20,13 @@ use crate::layout::Layout;
 use crate::ops::fused::MatmulKernel;
 use crate::storage::{FusedArgs, Storage};
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
-use crate::xpu::stream::Dispatch;
-use crate::xpu::{poisoned, XpuStorage};
+use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
 /// First parameter word of the C / residual batch strides (see `shaders/matmul.wgsl`).
 const EPI_BATCH_STRIDES: usize = 51;
+/// Parameter words of split K: the number of splits, then K per split (`shaders/matmul.wgsl`).
+pub(crate) const SPLITS: usize = 2;
 
 type Operand<'a> = Option<(&'a XpuStorage, &'a Layout)>;
 
@@ -254,7 +257,6 @@ impl XpuStorage {
         };
         let tile_cols = if ep.geglu { geo.tile_n / 2 } else { geo.tile_n };
         let groups = [pr.n.div_ceil(tile_cols), pr.m.div_ceil(geo.tile_m)];
-        let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
         let key = PipelineKey {
             shader: geo.shader,
             entry: geo.entry,
@@ -267,8 +269,16 @@ impl XpuStorage {
                 u32::from(geo.entry == "mm_gemv" && b_col_major)
             },
         };
+        if engine == Engine::Coop16 {
+            let tiles = groups[0] * groups[1] * pr.batch;
+            if let Some((splits, kc)) = super::split_k::plan(tiles, pr.k) {
+                let tiles = [geo.tile_n, geo.tile_m];
+                return self.matmul_split(rhs, pr, ep, key, tiles, (splits, kc));
+            }
+        }
+        let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
         let bindings = self.bindings(rhs, ep);
-        self.per_batch_chunk(ep.op, pr.batch, |first, count| {
+        self.per_batch_chunk(ep.op, pr.batch, 1, |first, count| {
             let p = params(pr, ep, pr.batch, first)?;
             let grid = [groups[0], groups[1], count];
             dispatch(&out, key, p, &bindings, grid, ep.op)
@@ -276,10 +286,57 @@ impl XpuStorage {
         Ok(out)
     }
 
+    /// Split K (`super::split_k`): `splits.0` f32 partial products of `splits.1` K each, one
+    /// workgroup per (tile, split), then the epilogue pass sums them and applies `ep`.
+    fn matmul_split(
+        &self,
+        rhs: &XpuStorage,
+        pr: &Problem,
+        ep: &Epilogue,
+        key: PipelineKey,
+        tile: [usize; 2],
+        (splits, kc): (usize, usize),
+    ) -> Result<XpuStorage> {
+        // The raw product over all (virtual) product columns, in f32.
+        let raw = Epilogue {
+            op: ep.op,
+            alpha: 1.0,
+            beta: 0.0,
+            c: None,
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+            geglu: false,
+            kernel: ep.kernel,
+            out_dtype: DType::F32,
+        };
+        let whole = Problem {
+            n: pr.np,
+            pitch: pr.np,
+            ..*pr
+        };
+        let prod = XpuStorage::alloc(&self.ctx, DType::F32, pr.batch * splits * pr.m * pr.np)?;
+        let key = PipelineKey {
+            dt_out: DType::F32,
+            ..key
+        };
+        let groups = [pr.np.div_ceil(tile[0]), pr.m.div_ceil(tile[1])];
+        let bindings = self.bindings(rhs, &raw);
+        self.per_batch_chunk(ep.op, pr.batch, splits, |first, count| {
+            let mut p = params(&whole, &raw, pr.batch, first)?;
+            p.set(SPLITS, splits, ep.op)?.set(SPLITS + 1, kc, ep.op)?;
+            let grid = [groups[0], groups[1], count * splits];
+            dispatch(&prod, key, p, &bindings, grid, ep.op)
+        })?;
+        self.epilogue_pass(&prod, rhs, pr, ep, splits)
+    }
+
     /// The simple engine: the f32 product, then the epilogue pass (skipped when it is the
     /// identity on an f32 output).
     fn matmul_simple(&self, rhs: &XpuStorage, pr: &Problem, ep: &Epilogue) -> Result<XpuStorage> {
-        let prod = XpuStorage::alloc(&self.ctx, DType::F32, pr.batch * pr.m * pr.np)?;
+        // Split K only when forced (`XPU_SPLIT_K`): it covers the split path on any adapter.
+        let (splits, kc) = super::split_k::forced_plan(pr.k).unwrap_or((1, 0));
+        let prod = XpuStorage::alloc(&self.ctx, DType::F32, pr.batch * splits * pr.m * pr.np)?;
         let key = |entry, dt_out| PipelineKey {
             shader: ShaderId::Matmul,
             entry,
@@ -289,20 +346,43 @@ impl XpuStorage {
             variant: 0,
         };
         let groups = [pr.np.div_ceil(64), pr.m.div_ceil(64)];
-        self.per_batch_chunk(ep.op, pr.batch, |first, count| {
-            let p = params(pr, ep, pr.batch, first)?;
-            let grid = [groups[0], groups[1], count];
+        self.per_batch_chunk(ep.op, pr.batch, splits, |first, count| {
+            let mut p = params(pr, ep, pr.batch, first)?;
+            p.set(SPLITS, splits, ep.op)?.set(SPLITS + 1, kc, ep.op)?;
+            let grid = [groups[0], groups[1], count * splits];
             let bindings = [(2, self), (3, rhs)];
             dispatch(&prod, key("matmul", DType::F32), p, &bindings, grid, ep.op)
         })?;
-        if ep.out_dtype == DType::F32 && ep.is_identity() {
+        if splits == 1 && ep.out_dtype == DType::F32 && ep.is_identity() {
             return Ok(prod);
         }
+        self.epilogue_pass(&prod, rhs, pr, ep, splits)
+    }
+
+    /// The epilogue pass over an f32 product `prod` (`[batch, splits, M, np]`, the partials
+    /// summed when `splits > 1`) into a new output.
+    fn epilogue_pass(
+        &self,
+        prod: &XpuStorage,
+        rhs: &XpuStorage,
+        pr: &Problem,
+        ep: &Epilogue,
+        splits: usize,
+    ) -> Result<XpuStorage> {
+        let key = |entry, dt_out| PipelineKey {
+            shader: ShaderId::Matmul,
+            entry,
+            dt_in: self.dtype,
+            dt_out,
+            workgroup: 256,
+            variant: 0,
+        };
         let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
         let words = pr.batch * pr.m * pr.pitch / if ep.out_dtype == DType::F32 { 1 } else { 2 };
-        let p = params(pr, ep, words, 0)?;
+        let mut p = params(pr, ep, words, 0)?;
+        p.set(SPLITS, splits, ep.op)?;
         let mut bindings = self.bindings(rhs, ep);
-        bindings[0] = (2, &prod);
+        bindings[0] = (2, prod);
         bindings.remove(1);
         let max = self.ctx.limits.max_compute_workgroups_per_dimension;
         let grid = super::params::grid(words.div_ceil(256), max);
@@ -334,14 +414,17 @@ impl XpuStorage {
         ]
     }
 
-    /// Calls `f(first, count)` over the batch in chunks the z dimension allows.
+    /// Calls `f(first, count)` over the batch in chunks the z dimension allows (`per_batch`
+    /// workgroups along z per batch).
     fn per_batch_chunk(
         &self,
         op: &'static str,
         batch: usize,
+        per_batch: usize,
         mut f: impl FnMut(usize, usize) -> Result<()>,
     ) -> Result<()> {
-        let max = self.ctx.limits.max_compute_workgroups_per_dimension as usize;
+        let max =
+            (self.ctx.limits.max_compute_workgroups_per_dimension as usize / per_batch).max(1);
         let mut first = 0;
         while first < batch {
             let count = (batch - first).min(max);
@@ -406,39 +489,4 @@ fn params(pr: &Problem, ep: &Epilogue, count: usize, first: usize) -> Result<Par
     p.set(EXTRA + 17, pr.pitch, op)?
         .set(EXTRA + 18, pr.np, op)?;
     Ok(p)
-}
-
-/// Records one dispatch with explicit bindings (binding 1 is `out`).
-fn dispatch(
-    out: &XpuStorage,
-    key: PipelineKey,
-    params: Params,
-    inputs: &[(u32, &XpuStorage)],
-    groups: [usize; 3],
-    op: &'static str,
-) -> Result<()> {
-    let ctx = &out.ctx;
-    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
-    if groups.iter().any(|&g| g > max) {
-        return Err(Error::invalid(
-            op,
-            format!("a grid of {groups:?} workgroups exceeds the adapter's {max} per dimension"),
-        ));
-    }
-    super::check_bindings(std::iter::once(out).chain(inputs.iter().map(|(_, s)| *s)))?;
-    let pipeline = ctx.pipelines.get(&ctx.device, key)?;
-    let mut bindings = vec![(1u32, &*out.buffer)];
-    bindings.extend(inputs.iter().map(|(b, s)| (*b, &*s.buffer)));
-    super::add_operand_views(key, &mut bindings);
-    let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
-    stream.dispatch(
-        ctx,
-        Dispatch {
-            key,
-            pipeline,
-            params: params.0,
-            bindings: &bindings,
-            workgroups: groups.map(|g| g as u32),
-        },
-    )
 }

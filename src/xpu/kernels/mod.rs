@@ -15,12 +15,13 @@ pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod reduce;
 pub(crate) mod select;
+pub(crate) mod split_k;
 pub(crate) mod winograd;
 
 use super::pipelines::{PipelineKey, ShaderId};
 use super::stream::Dispatch;
 use super::{poisoned, XpuStorage};
-use crate::{DType, Result};
+use crate::{DType, Error, Result};
 
 /// Records one dispatch of `key` over `bindings` (binding 1 is the output).
 pub(crate) fn launch(
@@ -107,4 +108,39 @@ pub(crate) fn key(
         workgroup: 256,
         variant,
     }
+}
+
+/// Records one dispatch with explicit bindings (binding 1 is `out`).
+pub(crate) fn dispatch(
+    out: &XpuStorage,
+    key: PipelineKey,
+    params: params::Params,
+    inputs: &[(u32, &XpuStorage)],
+    groups: [usize; 3],
+    op: &'static str,
+) -> Result<()> {
+    let ctx = &out.ctx;
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    if groups.iter().any(|&g| g > max) {
+        return Err(Error::invalid(
+            op,
+            format!("a grid of {groups:?} workgroups exceeds the adapter's {max} per dimension"),
+        ));
+    }
+    check_bindings(std::iter::once(out).chain(inputs.iter().map(|(_, s)| *s)))?;
+    let pipeline = ctx.pipelines.get(&ctx.device, key)?;
+    let mut bindings = vec![(1u32, &*out.buffer)];
+    bindings.extend(inputs.iter().map(|(b, s)| (*b, &*s.buffer)));
+    add_operand_views(key, &mut bindings);
+    let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
+    stream.dispatch(
+        ctx,
+        Dispatch {
+            key,
+            pipeline,
+            params: params.0,
+            bindings: &bindings,
+            workgroups: groups.map(|g| g as u32),
+        },
+    )
 }

@@ -20,6 +20,7 @@ pub(crate) const SCALARS: usize = 30;
 pub(crate) const EXTRA: usize = 32;
 
 /// A parameter block under construction.
+#[derive(Clone)]
 pub(crate) struct Params(pub [u32; PARAM_WORDS]);
 
 /// Converts a size to a u32 kernel argument, or explains the limit.

@@ -1,0 +1,118 @@
+//! Split-K products (`XPU_SPLIT_K=n`: each output tile's K range cut into `n` f32 partial
+//! products, summed by the epilogue pass) against the Cpu: the simple engine (which splits only
+//! when forced, so any adapter runs this path), the tensor-core kernel where the driver has one,
+//! and Auto; edge sizes with K below, at and past the split, broadcast batches, each epilogue
+//! (GEGLU included) and each float dtype. The switch is read once per process, so each test
+//! runs itself again in a child process with it set.
+
+mod common;
+
+use common::{assert_close, eps, randn, values, FLOATS};
+use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
+
+/// Runs `name` again with `XPU_SPLIT_K=3` unless this process has it; true in the child.
+fn in_split_child(name: &str) -> bool {
+    if std::env::var("XPU_SPLIT_K").is_ok_and(|v| v == "3") {
+        return true;
+    }
+    common::rerun_with_env(name, &[("XPU_SPLIT_K", "3".as_ref())]);
+    false
+}
+
+/// `[batch?, m, k] @ [k, np]` with epilogue `e` under `kernel` on `device`.
+fn product(
+    (m, k, n): (usize, usize, usize),
+    batch: Option<usize>,
+    e: usize,
+    dtype: DType,
+    device: Device,
+    kernel: MatmulKernel,
+) -> xpu::Result<Tensor> {
+    let seed = (m * 31 + k * 17 + n + e) as u64;
+    let on = |t: Tensor| t.to(device).unwrap();
+    let mut ashape: Vec<usize> = batch.into_iter().collect();
+    ashape.extend([m, k]);
+    let np = if e == 3 { 2 * n } else { n };
+    let a = on(randn(&ashape, dtype, seed));
+    // B transposed in storage for odd epilogues (a column-major operand).
+    let b = if e % 2 == 1 {
+        on(randn(&[np, k], dtype, seed + 1).t().unwrap())
+    } else {
+        on(randn(&[k, np], dtype, seed + 1))
+    };
+    let bias = on(randn(&[np], dtype, seed + 2));
+    let mut oshape: Vec<usize> = batch.into_iter().collect();
+    oshape.extend([m, n]);
+    let c = on(randn(&oshape, dtype, seed + 3));
+    let f = a.matmul_fused(&b).kernel(kernel);
+    match e {
+        0 => f.run(),
+        1 => f
+            .bias(&bias)
+            .activation(Activation::Silu)
+            .residual(&c)
+            .run(),
+        2 => f
+            .alpha(0.5)
+            .add_scaled(-0.25, &c)
+            .out_dtype(DType::F32)
+            .run(),
+        _ => f.bias(&bias).geglu().residual(&c).run(),
+    }
+}
+
+fn tol(dtype: DType, k: usize) -> f64 {
+    let e = if dtype == DType::F32 {
+        2e-6
+    } else {
+        2.0 * eps(dtype)
+    };
+    e * (k.max(1) as f64).sqrt() * 4.0 + 1e-5
+}
+
+const SHAPES: [(usize, usize, usize); 6] = [
+    (1, 1, 1),
+    (7, 33, 63),
+    (65, 64, 17),
+    (17, 257, 129),
+    (63, 1000, 65),
+    (130, 96, 257),
+];
+
+fn check(kernel: MatmulKernel, dtypes: &[DType]) {
+    for (di, &dtype) in dtypes.iter().enumerate() {
+        for (i, &mkn) in SHAPES.iter().enumerate() {
+            let e = (i + di) % 4;
+            let batch = (i % 2 == 1).then_some(2);
+            let want = product(mkn, batch, e, dtype, Device::Cpu, MatmulKernel::Auto).unwrap();
+            let got = product(mkn, batch, e, dtype, Device::Xpu, kernel).unwrap();
+            assert_eq!(got.shape(), want.shape());
+            assert_eq!(got.dtype(), want.dtype());
+            let t = tol(dtype, mkn.1);
+            let what = format!("split {kernel:?} {dtype} {mkn:?} batch {batch:?} epilogue {e}");
+            assert_close(&what, &values(&got), &values(&want), t, t);
+        }
+    }
+}
+
+#[test]
+fn simple_engine_split_k_matches_the_cpu() {
+    if !common::xpu() || !in_split_child("simple_engine_split_k_matches_the_cpu") {
+        return;
+    }
+    check(MatmulKernel::Simple, &FLOATS);
+}
+
+/// The f16 tensor-core kernel (where the driver reports 16x16x16 f16 cooperative matrices) and
+/// Auto's f16 choice, both split.
+#[test]
+fn tensor_core_split_k_matches_the_cpu() {
+    if !common::xpu() || !in_split_child("tensor_core_split_k_matches_the_cpu") {
+        return;
+    }
+    let f = xpu::xpu_features().unwrap();
+    if f.subgroup && f.coop_f16_16x16 {
+        check(MatmulKernel::CoopMatrix, &[DType::F16]);
+    }
+    check(MatmulKernel::Auto, &[DType::F16]);
+}
