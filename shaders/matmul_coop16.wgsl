@@ -40,7 +40,11 @@
 // 2.58 against 2.41 ms, the SD f16 step unchanged) and no staging at all, each subgroup loading
 // its fragments from the storage buffers with the next step's loads ahead of the products (H200:
 // 4096^3 3.59 against 2.43 ms, 8192x640x640 0.30 against 0.24, step 0.111 against 0.103 s;
-// twenty-seventh session, benches/gpu/results/2026-11-27-h200/).
+// twenty-seventh session, benches/gpu/results/2026-11-27-h200/), and 16-byte quads of 8 f16
+// through `array<vec4<u32>>` views of A and B and the convolution gather (H200: 4096^3 2.72
+// against 2.51 ms, convolutions 3-10% faster, the step 0.111 s both ways; twenty-eighth session).
+// Split K (matmul.wgsl's header, src/xpu/kernels/split_k.rs): a workgroup may cover one K range
+// of its tile and write f32 partials.
 // The word-pair staging (`Words`, `words_zero`, `fetch_a`, `fetch_b`, `put_words`) comes from
 // the file composed after this one, matmul_coop16_words.wgsl (u32 words).
 
@@ -120,25 +124,11 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
     let b_k = !b_c && brs == 1u && bcs % 2u == 0u;
     let ok = (a_k || a_r) && (b_c || b_k) && dim_k() % 2u == 0u && ab % 2u == 0u
         && bb % 2u == 0u && (!is_geglu() || dim_n() % 2u == 0u) && (VARIANT & 60u) == 0u;
-    // Quads (4 words, 8 f16 along one tile axis, one 16-byte load) where that axis is
-    // contiguous, the base and the other stride are multiples of 8 and the axis's extent too
-    // (a quad is then inside the matrix or outside it as a whole); used by the quads form only
-    // (matmul_coop16_quads.wgsl, `XPU_COOP16_WIDE=1`).
-    let qa = ab % 8u == 0u && ((a_k && ars % 8u == 0u && dim_k() % 8u == 0u)
-        || (a_r && acs % 8u == 0u && dim_m() % 8u == 0u));
-    let qb = bb % 8u == 0u && ((b_c && brs % 8u == 0u && dim_n() % 8u == 0u)
-        || (b_k && bcs % 8u == 0u && dim_k() % 8u == 0u));
-    // The convolution's A in quads: 8 channels of one pixel and tap (C, the input base and its
-    // image, row and pixel strides multiples of 8; K = kh kw C then is too).
-    let qa_conv = ab % 8u == 0u && p(12u) % 8u == 0u && p(24u) % 8u == 0u
-        && p(25u) % 8u == 0u && p(26u) % 8u == 0u;
     if (is_conv()) {
-        return 13u | select(0u, 16u, qa_conv) | select(0u, 32u, qb);
+        return 13u;
     }
-    // bit 0: on; bit 1: A by rows; bit 2: B by k; bit 3: A gathered by the convolution; bits 4
-    // and 5: A / B in quads.
-    return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k) | select(0u, 16u, qa)
-        | select(0u, 32u, qb), ok);
+    // bit 0: on; bit 1: A by rows; bit 2: B by k; bit 3: A gathered by the convolution.
+    return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k), ok);
 }
 
 // Convolution gather (VARIANT bit 6 and flags bit 4, set by src/xpu/kernels/conv_coop.rs): A is
@@ -177,23 +167,7 @@ fn conv_pixel(ab: u32, m: u32) -> vec3<i32> {
                      i32(ow * p(19u)) - i32(p(21u)));
 }
 
-// The rows an invocation gathers: eight (conv_rows) for word pairs, two for quads
-// (conv_quad_rows: rows lid/4 and lid/4 + 64 in the first two lanes of the lo vectors).
-fn select_conv_rows(mode: u32, ab: u32, row0: u32, lid: u32) -> ConvRows {
-    if (quads_a(mode)) {
-        return conv_quad_rows(ab, row0, lid);
-    }
-    return conv_rows(ab, row0, lid);
-}
-
-fn conv_quad_rows(ab: u32, row0: u32, lid: u32) -> ConvRows {
-    let q0 = conv_pixel(ab, row0 + lid / 4u);
-    let q1 = conv_pixel(ab, row0 + lid / 4u + 64u);
-    let z = vec4<i32>();
-    return ConvRows(vec4<i32>(q0.y, q1.y, 0, 0), z, vec4<i32>(q0.z, q1.z, 0, 0), z,
-                    vec4<u32>(u32(q0.x), u32(q1.x), 0u, 0u), vec4<u32>());
-}
-
+// The eight rows an invocation gathers (lid/16 + 16i): their input bases and top-left positions.
 fn conv_rows(ab: u32, row0: u32, lid: u32) -> ConvRows {
     let r = row0 + lid / 16u;
     let q0 = conv_pixel(ab, r);
@@ -256,7 +230,7 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
     let mode = pairs_mode(ab, bb);
     var cr = ConvRows(vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<i32>(), vec4<u32>(), vec4<u32>());
     if ((mode & 8u) != 0u) {
-        cr = select_conv_rows(mode, ab, row0, lid);
+        cr = conv_rows(ab, row0, lid);
     }
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;

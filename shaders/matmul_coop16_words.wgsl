@@ -2,12 +2,9 @@
 // matmul_coop16.wgsl, whose header describes the layouts): A and B read as u32 words, each word's
 // two f16 converted through `unpack2x16float` (naga 30 cannot bitcast a u32 to vec2<f16>).
 // (Reading the pairs through second `array<vec2<f16>>` views of the operands instead, with no
-// conversions, ran 1.3-2.2x slower on an H100: twenty-fifth session, BENCHMARKS.md.)
-//
-// Quads (experimental, `XPU_COOP16_WIDE=1`): `quads_a`, `quads_b`, `quad_a` and `quad_b` come
-// from the file composed after this one: matmul_coop16_quads.wgsl (16-byte loads through views
-// at bindings 7 and 8) for ShaderId::MatmulCoop16Wide, matmul_coop16_noquads.wgsl (never) for
-// the default kernel, which declares no views.
+// conversions, ran 1.3-2.2x slower on an H100: twenty-fifth session, BENCHMARKS.md; 16-byte
+// quads of 8 f16 through `array<vec4<u32>>` views were right and no faster on an H200:
+// twenty-eighth session.)
 
 // Column k of the implicit im2col matrix: the tap's row and column offsets and the channel.
 fn conv_tap(k: u32) -> vec3<i32> {
@@ -48,32 +45,8 @@ fn words_zero() -> Words {
 
 // Writes the step's staged words to workgroup memory.
 fn put_words(mode: u32, lid: u32, wa: Words, wb: Words) {
-    if (quads_a(mode)) {
-        put_quad_a(mode, 4u * lid, wa.lo);
-        put_quad_a(mode, 4u * (lid + 256u), wa.hi);
-    } else {
-        put_words_a(mode, lid, wa);
-    }
-    if (quads_b(mode)) {
-        put_quad_b(mode, 4u * lid, wb.lo);
-        put_quad_b(mode, 4u * (lid + 256u), wb.hi);
-    } else {
-        put_words_b(mode, lid, wb);
-    }
-}
-
-fn put_quad_a(mode: u32, e: u32, w: vec4<u32>) {
-    pa_put(mode, e, w.x);
-    pa_put(mode, e + 1u, w.y);
-    pa_put(mode, e + 2u, w.z);
-    pa_put(mode, e + 3u, w.w);
-}
-
-fn put_quad_b(mode: u32, e: u32, w: vec4<u32>) {
-    pb_put(mode, e, w.x);
-    pb_put(mode, e + 1u, w.y);
-    pb_put(mode, e + 2u, w.z);
-    pb_put(mode, e + 3u, w.w);
+    put_words_a(mode, lid, wa);
+    put_words_b(mode, lid, wb);
 }
 
 fn put_words_a(mode: u32, lid: u32, wa: Words) {
@@ -100,9 +73,6 @@ fn put_words_b(mode: u32, lid: u32, wb: Words) {
 
 // The invocation's eight A words of the K step at k0.
 fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Words {
-    if (quads_a(mode) && (mode & 8u) != 0u) {
-        return conv_quads(k0, lid, cr);
-    }
     if ((mode & 8u) != 0u) {
         let k = k0 + 2u * (lid % 16u);
         if (k >= dim_k()) {
@@ -119,9 +89,6 @@ fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Wo
                       conv_word(cr.base_hi.z, cr.ih_hi.z, cr.iw_hi.z, t),
                       conv_word(cr.base_hi.w, cr.ih_hi.w, cr.iw_hi.w, t)));
     }
-    if (quads_a(mode)) {
-        return Words(quad_a(mode, ab, row0, k0, lid), quad_a(mode, ab, row0, k0, lid + 256u));
-    }
     return Words(
         vec4<u32>(pa_word(mode, ab, row0, k0, lid), pa_word(mode, ab, row0, k0, lid + 256u),
                   pa_word(mode, ab, row0, k0, lid + 512u), pa_word(mode, ab, row0, k0, lid + 768u)),
@@ -131,9 +98,6 @@ fn fetch_a(mode: u32, ab: u32, row0: u32, k0: u32, lid: u32, cr: ConvRows) -> Wo
 
 // The invocation's eight B words of the K step at k0.
 fn fetch_b(mode: u32, bb: u32, tile: u32, k0: u32, lid: u32) -> Words {
-    if (quads_b(mode)) {
-        return Words(quad_b(mode, bb, tile, k0, lid), quad_b(mode, bb, tile, k0, lid + 256u));
-    }
     return Words(
         vec4<u32>(pb_word(mode, bb, tile, k0, lid), pb_word(mode, bb, tile, k0, lid + 256u),
                   pb_word(mode, bb, tile, k0, lid + 512u), pb_word(mode, bb, tile, k0, lid + 768u)),

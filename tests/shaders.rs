@@ -112,11 +112,7 @@ fn tensor_core_workgroup_memory_fits_48_kib() {
     // The tensor-core kernels run where NVIDIA's Vulkan driver reports 48 KiB of workgroup
     // memory (and WebGPU guarantees only 16 KiB: these run only on adapters that report
     // cooperative matrices, after requesting the adapter's own limit).
-    for name in [
-        "matmul_coop16.wgsl",
-        "matmul_coop16_quads.wgsl",
-        "attention_coop16.wgsl",
-    ] {
+    for name in ["matmul_coop16.wgsl", "attention_coop16.wgsl"] {
         for (entry, bytes) in workgroup_bytes(name) {
             if entry.contains("coop16") {
                 assert!(
@@ -130,12 +126,6 @@ fn tensor_core_workgroup_memory_fits_48_kib() {
     assert!(
         mm.iter().any(|(e, b)| e == "mm_coop16" && *b == 35328),
         "{mm:?}"
-    );
-    // The quads form stages into the same tiles.
-    let quads = workgroup_bytes("matmul_coop16_quads.wgsl");
-    assert!(
-        quads.iter().any(|(e, b)| e == "mm_coop16" && *b == 35328),
-        "{quads:?}"
     );
 }
 

@@ -14,8 +14,8 @@
 # matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
 # tensor-core kernel's K step taken apart by timing-only variants), attanat (the same for the
-# tensor-core attention), wide (the 16-byte quad
-# loads of its staging, XPU_COOP16_WIDE=1, against the default), profile (the same step's GPU time per kernel,
+# tensor-core attention), split (split K: the tensor-core tests with every tile split, Auto's
+# splits against none), final (the default choices' tests, rows and step), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
@@ -132,15 +132,15 @@ for phase in "$@"; do
     select)
       # Auto's choices against the alternatives on this GPU: f32 matmul rows (tiled vs cuBLAS
       # from the torch phase), f16 tensor cores against the vec4 FMA tiles on UNet shapes, the
-      # f16 attention on tensor cores wherever they fit (XPU_ATTN_COOP=1, head dim 40 included)
-      # or FMAs (XPU_ATTN_COOP=0), and the steps.
+      # f16 attention on tensor cores wherever they fit (the default) or FMAs (XPU_ATTN_COOP=0),
+      # and the steps.
       timeout 100 .devbin/bench matmul --device xpu --dtype f32 --json >"$OUT/select.log" 2>&1
       timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 --json >>"$OUT/select.log" 2>&1
       for s in "8192 1280 320 f16 bt" "8192 320 2560 f16 bt" "4096 320 320 f16 bt" \
                "2048 2048 2048 f16" "154 768 640 f16 bt" "2048 640 640 bt"; do
         timeout 60 .devbin/matmul_variants $s >>"$OUT/select.log" 2>&1
       done
-      for a in 1 0; do
+      for a in default 0; do
         echo "=== XPU_ATTN_COOP=$a" >>"$OUT/select.log"
         XPU_ATTN_COOP=$a timeout 100 .devbin/bench attention --device xpu --dtype f16 --json \
           >>"$OUT/select.log" 2>&1
@@ -165,50 +165,6 @@ for phase in "$@"; do
         done
       done
       grep -E '===|CoopMatrix' "$OUT/anatomy.log" | cut -c1-120
-      ;;
-    wide)
-      # The experimental 16-byte quad loads of the tensor-core staging (XPU_COOP16_WIDE=1,
-      # shaders/matmul_coop16_quads.wgsl) against the default: probe, test binaries (in
-      # parallel, the default matmul and conv tests beside them), f16 rows, the step.
-      XPU_COOP16_WIDE=1 timeout 60 .devbin/coop_probe >"$OUT/wide.log" 2>&1
-      for t in .devbin/test-matmul_xpu_variants .devbin/test-conv_xpu .devbin/test-unet_parity \
-        .devbin/test-conv_channels_last; do
-        (XPU_COOP16_WIDE=1 timeout 100 "$t" --test-threads 4 >"$OUT/wide-$(basename "$t").log" 2>&1
-         echo "rc=$? $t" >>"$OUT/wide-$(basename "$t").log") &
-      done
-      for t in .devbin/test-matmul_xpu_variants .devbin/test-conv_xpu; do
-        (timeout 100 "$t" --test-threads 4 >"$OUT/wide-default-$(basename "$t").log" 2>&1
-         echo "rc=$? default $t" >>"$OUT/wide-default-$(basename "$t").log") &
-      done
-      wait
-      for v in 1 0; do
-        echo "=== XPU_COOP16_WIDE=$v" >>"$OUT/wide.log"
-        XPU_COOP16_WIDE=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
-          --json >>"$OUT/wide.log" 2>&1
-        XPU_COOP16_WIDE=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_w$v.safetensors >>"$OUT/wide.log" 2>&1
-      done
-      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/wide-*.log | cut -c1-160
-      grep -E '^===|median|rror' "$OUT/wide.log" | cut -c1-160
-      grep -E '"coop_matrix"|"layer_cl"' "$OUT/wide.log" | rows
-      ;;
-    widetime)
-      # The timings of `wide` alone (its tests passed on the H200, twenty-eighth session).
-      for v in 1 0; do
-        echo "=== XPU_COOP16_WIDE=$v" | tee -a "$OUT/widetime.log"
-        XPU_COOP16_WIDE=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
-          --json 2>&1 | tee -a "$OUT/widetime.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
-        XPU_COOP16_WIDE=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_w$v.safetensors 2>&1 | tee -a "$OUT/widetime.log" \
-          | grep -E 'median|rror' | cut -c1-160
-      done
-      ;;
-    attntests)
-      # The attention tests with the tensor cores wherever they fit and with the default choice.
-      for c in 1 default; do
-        XPU_ATTN_COOP=$c timeout 120 .devbin/test-attention_parity --test-threads 4 2>&1 \
-          | grep -E '^test result|FAILED|panicked' | sed "s/^/XPU_ATTN_COOP=$c /"
-      done
       ;;
     split)
       # Split K of the f16 tensor-core products and convolutions (src/xpu/kernels/split_k.rs):
@@ -236,7 +192,8 @@ for phase in "$@"; do
       # After split K and the tensor-core attention at every head dim: the tests that cover
       # them with the default choices (in parallel), the f16 attention and conv rows, and the
       # f16 step (8 steps) with Auto's splits and without.
-      for t in matmul_split_k conv_xpu unet_parity attention_parity; do
+      for t in matmul_split_k conv_xpu unet_parity attention_parity matmul_xpu_variants \
+        conv_channels_last; do
         (timeout 150 .devbin/test-$t --test-threads 4 >"$OUT/final-$t.log" 2>&1
          echo "rc=$? $t" >>"$OUT/final-$t.log") &
       done

@@ -14,8 +14,7 @@
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands, and for the quads form of `mm_coop16` 7 and 8, its 16-byte views of A and B), which
-//! every dispatch of these pipelines binds in full, and which covers every
+//! operands), which every dispatch of these pipelines binds in full, and which covers every
 //! binding the module declares (a binding missing from the layout crashed NVIDIA's driver at
 //! pipeline creation in the twenty-seventh session; a test checks each module); any naga or
 //! driver failure is an `Error::Shader`.
@@ -131,15 +130,8 @@ fn literal_string(words: &[u32]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The last read-only binding of `shader`'s passthrough layout: 6, or 8 for the quads form of
-/// the f16 tensor-core products, whose bindings 7 and 8 are 16-byte views of A and B.
-fn last_binding(shader: ShaderId) -> u32 {
-    if shader == ShaderId::MatmulCoop16Wide {
-        8
-    } else {
-        6
-    }
-}
+/// The last read-only binding of every passthrough layout (2..=6: the matmul family's operands).
+const LAST_BINDING: u32 = 6;
 
 /// The matmul family's bind-group layout: 0 uniform params, 1 output, 2..=`last` read-only
 /// operands.
@@ -202,7 +194,7 @@ pub(crate) fn pipeline(
             ..Default::default()
         })
     };
-    let layout = matmul_layout(device, last_binding(key.shader));
+    let layout = matmul_layout(device, LAST_BINDING);
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(key.entry),
         layout: Some(&layout),
@@ -241,6 +233,14 @@ mod tests {
                 ("VARIANT", variant),
             ]
         };
+        let split_constants = |variant: f64| {
+            [
+                ("DT_IN", 1.0),
+                ("DT_OUT", 0.0),
+                ("WG", 256.0),
+                ("VARIANT", variant),
+            ]
+        };
         let head_dims_40 = f64::from(3 | (3 << 4));
         for (id, entry, c) in [
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 0.0)),
@@ -250,17 +250,9 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 896.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
-            // Bit 10: the 16-byte quad loads (with and without the gather).
-            (
-                ShaderId::MatmulCoop16,
-                "mm_coop16",
-                constants(256.0, 1024.0),
-            ),
-            (
-                ShaderId::MatmulCoop16,
-                "mm_coop16",
-                constants(256.0, 1088.0),
-            ),
+            // The f32 output of split-K partial products, with and without the gather.
+            (ShaderId::MatmulCoop16, "mm_coop16", split_constants(0.0)),
+            (ShaderId::MatmulCoop16, "mm_coop16", split_constants(64.0)),
             (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
@@ -304,18 +296,13 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
-            ShaderId::MatmulCoop16Wide,
             ShaderId::AttentionCoop16,
         ] {
             let module = naga::front::wgsl::parse_str(&id.source()).unwrap();
             for (_, var) in module.global_variables.iter() {
                 if let Some(b) = &var.binding {
                     assert_eq!(b.group, 0, "{id:?}");
-                    assert!(
-                        b.binding <= last_binding(id),
-                        "{id:?} binding {}",
-                        b.binding
-                    );
+                    assert!(b.binding <= LAST_BINDING, "{id:?} binding {}", b.binding);
                 }
             }
         }
@@ -335,7 +322,6 @@ mod tests {
         for id in [
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
-            ShaderId::MatmulCoop16Wide,
             ShaderId::AttentionCoop16,
         ] {
             let source = id.source();

@@ -30,10 +30,6 @@ pub enum ShaderId {
     /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation (NVIDIA
     /// tensor cores through Vulkan).
     MatmulCoop16,
-    /// The same composition with `shaders/matmul_coop16_quads.wgsl` in place of
-    /// `matmul_coop16_noquads.wgsl`: aligned operands staged with 16-byte loads through views
-    /// at bindings 7 and 8; an experiment chosen only by `XPU_COOP16_WIDE=1`.
-    MatmulCoop16Wide,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -63,14 +59,13 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 16] = [
+    pub const ALL: [ShaderId; 15] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
-        ShaderId::MatmulCoop16Wide,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -91,7 +86,6 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
-            ShaderId::MatmulCoop16Wide => "matmul_coop16_quads.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -124,18 +118,7 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[
-                MATMUL,
-                COOP16,
-                WORDS,
-                include_str!("../../shaders/matmul_coop16_noquads.wgsl"),
-            ],
-            ShaderId::MatmulCoop16Wide => &[
-                MATMUL,
-                COOP16,
-                WORDS,
-                include_str!("../../shaders/matmul_coop16_quads.wgsl"),
-            ],
+            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }

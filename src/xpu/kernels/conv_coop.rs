@@ -218,11 +218,7 @@ fn finish(
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
     let mut key = PipelineKey {
-        shader: if super::matmul_select::coop16_wide() {
-            ShaderId::MatmulCoop16Wide
-        } else {
-            ShaderId::MatmulCoop16
-        },
+        shader: ShaderId::MatmulCoop16,
         entry: "mm_coop16",
         dt_in: DType::F16,
         dt_out: DType::F16,

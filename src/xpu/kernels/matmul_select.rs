@@ -76,18 +76,9 @@ impl Engine {
                 if b_col_major { 8 } else { 64 },
             ),
             Engine::Coop => g(ShaderId::MatmulCoop, "mm_coop", 32, 32),
-            Engine::Coop16 if coop16_wide() => g(ShaderId::MatmulCoop16Wide, "mm_coop16", 128, 128),
             Engine::Coop16 => g(ShaderId::MatmulCoop16, "mm_coop16", 128, 128),
         }
     }
-}
-
-/// Whether the f16 tensor-core products and convolutions take the experimental 16-byte quad
-/// staging (`shaders/matmul_coop16_quads.wgsl`): only with `XPU_COOP16_WIDE=1` (read once per
-/// process), until a GPU measures it (`benches/gpu/run_gpu.sh wide`).
-pub(crate) fn coop16_wide() -> bool {
-    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WIDE.get_or_init(|| std::env::var_os("XPU_COOP16_WIDE").is_some_and(|v| v == "1"))
 }
 
 /// Whether the subgroup GEMV may run on an adapter with `features`: it needs SUBGROUP, and

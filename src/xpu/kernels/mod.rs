@@ -38,7 +38,6 @@ pub(crate) fn launch(
     for (i, s) in inputs.iter().enumerate() {
         bindings.push((2 + i as u32, &*s.buffer));
     }
-    add_operand_views(key, &mut bindings);
     let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
     stream.dispatch(
         ctx,
@@ -50,27 +49,6 @@ pub(crate) fn launch(
             workgroups,
         },
     )
-}
-
-/// Adds the bindings 7 and 8 of the quads form of `mm_coop16`
-/// (`shaders/matmul_coop16_quads.wgsl`: 16-byte views of the buffers at bindings 2 and 3, its A
-/// and B) when `key` is that kernel; no other kernel declares views.
-pub(crate) fn add_operand_views(
-    key: PipelineKey,
-    bindings: &mut Vec<(u32, &super::allocator::PooledBuffer)>,
-) {
-    if key.shader != ShaderId::MatmulCoop16Wide {
-        return;
-    }
-    let find = |b: u32| {
-        bindings
-            .iter()
-            .find(|(at, _)| *at == b)
-            .map(|(_, buf)| *buf)
-    };
-    if let (Some(a), Some(b)) = (find(2), find(3)) {
-        bindings.extend([(7, a), (8, b)]);
-    }
 }
 
 /// Refuses storages larger than one storage binding may be (the adapter's
@@ -131,7 +109,6 @@ pub(crate) fn dispatch(
     let pipeline = ctx.pipelines.get(&ctx.device, key)?;
     let mut bindings = vec![(1u32, &*out.buffer)];
     bindings.extend(inputs.iter().map(|(b, s)| (*b, &*s.buffer)));
-    add_operand_views(key, &mut bindings);
     let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
     stream.dispatch(
         ctx,
