@@ -24,7 +24,9 @@
 // Q [64][88] f16, K [32 keys][88] f16, V [32 keys][88] f16, S [4][16][32] f32, P [4][16][40]
 // f16: 35 KiB. VARIANT: bits 0..4 head-dim tiles of q/k, 4..8 of v. K is staged like V and its
 // transposed tiles are column-major cooperative loads (staging K^T instead, with 16-bit stores,
-// measured the same on the H100 and took a second copy of the product code).
+// measured the same on the H100 and took a second copy of the product code). Measured on an H200
+// and dropped (twenty-eighth session, head dim 40): staging all 80 columns whatever the head
+// dims (4.98 against 3.57 ms), reloading the query fragments per key block (3.60).
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -46,22 +48,6 @@ var<workgroup> ap: array<f16, 2560>;
 // tiles the products read (nt = VARIANT bits 0..4 of K, nv = bits 4..8 of V; zeros past D, Dv).
 fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     let lk = p(33u);
-    if ((VARIANT & 2048u) != 0u) {
-        // Timing comparison (XPU_ATTN_COOP_VARIANT=2048): all 80 columns, K and V together.
-        for (var e = lid; e < 1280u; e = e + 128u) {
-            let j = e / 40u;
-            let c = 2u * (e % 40u);
-            let hk = pair_h(1u, kb, k0 + j, lk, p(38u), c, p(34u));
-            ak[j * AV + c] = hk.x;
-            ak[j * AV + c + 1u] = hk.y;
-            if (with_v) {
-                let hv = pair_h(2u, vb, k0 + j, lk, p(40u), c, p(35u));
-                av[j * AV + c] = hv.x;
-                av[j * AV + c + 1u] = hv.y;
-            }
-        }
-        return;
-    }
     let kp = (VARIANT & 15u) * 8u;
     for (var e = lid; e < 32u * kp; e = e + 128u) {
         let j = e / kp;
@@ -194,16 +180,11 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     stage_q(qb, q0, lid);
     workgroupBarrier();
     let qrow = sg * 16u * AQ;
-    var qa0 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow], AQ);
-    var qa1 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 16u], AQ);
-    var qa2 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 32u], AQ);
-    var qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
-    var qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
-    // Timing comparison (XPU_ATTN_COOP_VARIANT=4096): the query fragments reloaded from
-    // workgroup memory before each key block's scores instead of held in registers.
-    // (Set only with the products on: one condition, since naga lowers `&&` to a local
-    // variable its uniformity analysis does not follow.)
-    let reload_q = (VARIANT & 5120u) == 4096u;
+    let qa0 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow], AQ);
+    let qa1 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 16u], AQ);
+    let qa2 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 32u], AQ);
+    let qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
+    let qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
     // Pass 1 keeps the row max and sum (both lanes of a row hold the same values); pass 2
     // turns the scores into normalised probabilities and accumulates P V. (Cooperative
     // operations must sit in control flow naga proves uniform: no branch on a local variable.)
@@ -222,13 +203,6 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             stage_kv(kb, vb, k0, lid, false);
         }
         workgroupBarrier();
-        if (reload_q) {
-            qa0 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow], AQ);
-            qa1 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 16u], AQ);
-            qa2 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 32u], AQ);
-            qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
-            qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
-        }
         if (products) {
             scores(sbase, qa0, qa1, qa2, qa3, qa4);
         }
@@ -259,13 +233,6 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             stage_kv(kb, vb, k0, lid, true);
         }
         workgroupBarrier();
-        if (reload_q) {
-            qa0 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow], AQ);
-            qa1 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 16u], AQ);
-            qa2 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 32u], AQ);
-            qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
-            qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
-        }
         if (products) {
             scores(sbase, qa0, qa1, qa2, qa3, qa4);
         }

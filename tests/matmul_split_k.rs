@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_close, eps, randn, values, FLOATS};
+use common::{assert_close, matmul_tol, randn, values, FLOATS};
 use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
 
 /// Runs `name` again with `XPU_SPLIT_K=3` unless this process has it; true in the child.
@@ -61,15 +61,6 @@ fn product(
     }
 }
 
-fn tol(dtype: DType, k: usize) -> f64 {
-    let e = if dtype == DType::F32 {
-        2e-6
-    } else {
-        2.0 * eps(dtype)
-    };
-    e * (k.max(1) as f64).sqrt() * 4.0 + 1e-5
-}
-
 const SHAPES: [(usize, usize, usize); 6] = [
     (1, 1, 1),
     (7, 33, 63),
@@ -88,7 +79,7 @@ fn check(kernel: MatmulKernel, dtypes: &[DType]) {
             let got = product(mkn, batch, e, dtype, Device::Xpu, kernel).unwrap();
             assert_eq!(got.shape(), want.shape());
             assert_eq!(got.dtype(), want.dtype());
-            let t = tol(dtype, mkn.1);
+            let t = matmul_tol(dtype, mkn.1);
             let what = format!("split {kernel:?} {dtype} {mkn:?} batch {batch:?} epilogue {e}");
             assert_close(&what, &values(&got), &values(&want), t, t);
         }

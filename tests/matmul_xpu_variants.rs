@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_close, eps, randn, values, FLOATS};
+use common::{assert_close, matmul_tol, randn, values, FLOATS};
 use xpu::{Activation, DType, Device, Error, MatmulKernel, Tensor, TileConfig};
 
 const SIZES: [usize; 9] = [1, 3, 17, 63, 64, 65, 127, 129, 257];
@@ -19,15 +19,6 @@ const KERNELS: [MatmulKernel; 7] = [
     MatmulKernel::Tiled(TileConfig::Skinny),
     MatmulKernel::Tiled(TileConfig::Gemv),
 ];
-
-fn tol(dtype: DType, k: usize) -> f64 {
-    let e = if dtype == DType::F32 {
-        2e-6
-    } else {
-        2.0 * eps(dtype)
-    };
-    e * (k.max(1) as f64).sqrt() * 4.0 + 1e-5
-}
 
 /// A `[rows, cols]` operand (or `[batch, rows, cols]`), stored transposed when `t`.
 fn operand(
@@ -154,7 +145,7 @@ fn every_forced_kernel_matches_the_cpu() {
                 let got = run(&gpu, e, kernel).unwrap();
                 assert_eq!(got.shape(), want.shape());
                 assert_eq!(got.dtype(), want.dtype());
-                let t = tol(dtype, k);
+                let t = matmul_tol(dtype, k);
                 assert_close(
                     &format!("{kernel:?} {dtype} {m}x{k}x{n} case {ci} epilogue {e}"),
                     &values(&got),
@@ -237,7 +228,7 @@ fn auto_matches_the_cpu_on_every_epilogue_and_k_zero() {
                 let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
                 let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
                 let got = run(&gpu, e, MatmulKernel::Auto).unwrap();
-                let t = tol(dtype, k);
+                let t = matmul_tol(dtype, k);
                 assert_close(
                     &format!("auto {dtype} {m}x{k}x{n} case {ci} epilogue {e}"),
                     &values(&got),
@@ -269,7 +260,7 @@ fn gemv_col_major_cases() {
                 let gpu = case(m, k, n, ci, e, dtype, Device::Xpu);
                 let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
                 let got = run(&gpu, e, MatmulKernel::Tiled(TileConfig::Gemv)).unwrap();
-                let t = tol(dtype, k);
+                let t = matmul_tol(dtype, k);
                 assert_close(
                     &format!("gemv {dtype} {m}x{k}x{n} case {ci} epilogue {e}"),
                     &values(&got),
@@ -354,7 +345,7 @@ fn coop_matrix_runs_where_reported_else_is_refused() {
                     return;
                 }
             };
-            let t = tol(dtype, k);
+            let t = matmul_tol(dtype, k);
             let what = format!("coop {dtype} {m}x{k}x{n} case {ci} epilogue {e}");
             assert_close(&what, &values(&got), &values(&want), t, t);
         }
@@ -387,7 +378,7 @@ fn auto_f16_at_tensor_core_sizes() {
             let gpu = case(m, k, n, ci, e, DType::F16, Device::Xpu);
             let want = run(&cpu, e, MatmulKernel::Auto).unwrap();
             let got = run(&gpu, e, MatmulKernel::Auto).unwrap();
-            let t = tol(DType::F16, k);
+            let t = matmul_tol(DType::F16, k);
             let what = format!("auto f16 {m}x{k}x{n} case {ci} epilogue {e}");
             assert_close(&what, &values(&got), &values(&want), t, t);
         }

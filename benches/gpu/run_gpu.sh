@@ -213,7 +213,7 @@ for phase in "$@"; do
       # the tensor cores): timing-only VARIANT bits of shaders/attention_coop16.wgsl take one
       # part out at a time (wrong results, the check is skipped): 256 no K/V staging, 512 no
       # softmax arithmetic, 1024 no products, and combinations; the FMA kernel for reference.
-      for v in ${ATTANAT:-0 256 512 1024 768 1280 1536 1792 2048 4096 6144 fma}; do
+      for v in ${ATTANAT:-0 256 512 1024 768 1280 1536 1792 fma}; do
         echo "=== XPU_ATTN_COOP_VARIANT=$v" | tee -a "$OUT/attanat.log"
         c=1; [ $v = fma ] && c=0
         XPU_ATTN_COOP=$c XPU_ATTN_COOP_VARIANT=$v timeout 60 .devbin/bench attention \

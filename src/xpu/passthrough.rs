@@ -264,12 +264,6 @@ mod tests {
                 "attention_coop16",
                 constants(128.0, head_dims_40 + 1792.0),
             ),
-            // Its staging and query-fragment comparisons (bits 11 and 12).
-            (
-                ShaderId::AttentionCoop16,
-                "attention_coop16",
-                constants(128.0, head_dims_40 + 6144.0),
-            ),
         ] {
             let words = spirv(id.file(), &id.source(), entry, &c).unwrap();
             let mut i = 5;

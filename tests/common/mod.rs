@@ -97,6 +97,17 @@ pub fn eps(dtype: DType) -> f64 {
     }
 }
 
+/// Tolerance of an Xpu product over `k` against the Cpu's: f32 accumulation-order differences
+/// growing like sqrt(k), plus two roundings of a 16-bit output.
+pub fn matmul_tol(dtype: DType, k: usize) -> f64 {
+    let e = if dtype == DType::F32 {
+        2e-6
+    } else {
+        2.0 * eps(dtype)
+    };
+    e * (k.max(1) as f64).sqrt() * 4.0 + 1e-5
+}
+
 /// Asserts |a - b| <= atol + rtol * |b| elementwise (NaNs must match, infinities must be equal).
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64) {
     assert_eq!(

@@ -61,15 +61,14 @@ pub(crate) fn fits(q: &XpuStorage, layouts: [&Layout; 3], masked: bool, s: &Attn
 
 /// Timing-only `VARIANT` bits of the kernel from `XPU_ATTN_COOP_VARIANT` (256 no K/V staging,
 /// 512 no softmax arithmetic, 1024 no products: wrong results, so the check is skipped while
-/// any is set; 2048 the earlier all-columns staging, 4096 query fragments reloaded per key
-/// block: right results, other timing); 0 unless set. `benches/gpu/run_gpu.sh attanat` times them.
+/// any is set); 0 unless set. `benches/gpu/run_gpu.sh attanat` times them.
 pub(crate) fn timing_variant() -> u32 {
     static BITS: OnceLock<u32> = OnceLock::new();
     *BITS.get_or_init(|| {
         std::env::var("XPU_ATTN_COOP_VARIANT")
             .ok()
             .and_then(|v| v.parse::<u32>().ok())
-            .map_or(0, |v| v & (256 | 512 | 1024 | 2048 | 4096))
+            .map_or(0, |v| v & (256 | 512 | 1024))
     })
 }
 

@@ -45,6 +45,22 @@ struct Epilogue<'a> {
 }
 
 impl Epilogue<'_> {
+    /// No epilogue: the product itself, as `out_dtype`.
+    fn identity(op: &'static str, kernel: MatmulKernel, out_dtype: DType) -> Self {
+        Epilogue {
+            op,
+            alpha: 1.0,
+            beta: 0.0,
+            c: None,
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+            geglu: false,
+            kernel,
+            out_dtype,
+        }
+    }
+
     fn flags(&self) -> u32 {
         let act = super::conv::activation_code(self.activation);
         u32::from(self.c.is_some())
@@ -94,18 +110,7 @@ impl XpuStorage {
         rhs: &XpuStorage,
         rhs_layout: &Layout,
     ) -> Result<XpuStorage> {
-        let ep = Epilogue {
-            op: "matmul",
-            alpha: 1.0,
-            beta: 0.0,
-            c: None,
-            bias: None,
-            residual: None,
-            activation: Activation::None,
-            geglu: false,
-            kernel: MatmulKernel::Auto,
-            out_dtype: self.dtype,
-        };
+        let ep = Epilogue::identity("matmul", MatmulKernel::Auto, self.dtype);
         self.matmul_engine(lhs, rhs, rhs_layout, &ep)
     }
 
@@ -298,18 +303,7 @@ impl XpuStorage {
         (splits, kc): (usize, usize),
     ) -> Result<XpuStorage> {
         // The raw product over all (virtual) product columns, in f32.
-        let raw = Epilogue {
-            op: ep.op,
-            alpha: 1.0,
-            beta: 0.0,
-            c: None,
-            bias: None,
-            residual: None,
-            activation: Activation::None,
-            geglu: false,
-            kernel: ep.kernel,
-            out_dtype: DType::F32,
-        };
+        let raw = Epilogue::identity(ep.op, ep.kernel, DType::F32);
         let whole = Problem {
             n: pr.np,
             pitch: pr.np,

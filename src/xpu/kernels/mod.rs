@@ -31,24 +31,9 @@ pub(crate) fn launch(
     inputs: &[&XpuStorage],
     workgroups: [u32; 3],
 ) -> Result<()> {
-    let ctx = &out.ctx;
-    check_bindings(std::iter::once(out).chain(inputs.iter().copied()))?;
-    let pipeline = ctx.pipelines.get(&ctx.device, key)?;
-    let mut bindings = vec![(1u32, &*out.buffer)];
-    for (i, s) in inputs.iter().enumerate() {
-        bindings.push((2 + i as u32, &*s.buffer));
-    }
-    let mut stream = ctx.stream.lock().map_err(|_| poisoned())?;
-    stream.dispatch(
-        ctx,
-        Dispatch {
-            key,
-            pipeline,
-            params: params.0,
-            bindings: &bindings,
-            workgroups,
-        },
-    )
+    let bindings: Vec<(u32, &XpuStorage)> = (2..).zip(inputs.iter().copied()).collect();
+    let groups = workgroups.map(|g| g as usize);
+    dispatch(out, key, params, &bindings, groups, "launch")
 }
 
 /// Refuses storages larger than one storage binding may be (the adapter's
