@@ -331,26 +331,38 @@ impl XpuStorage {
         // Split K only when forced (`XPU_SPLIT_K`): it covers the split path on any adapter.
         let (splits, kc) = super::split_k::forced_plan(pr.k).unwrap_or((1, 0));
         let prod = XpuStorage::alloc(&self.ctx, DType::F32, pr.batch * splits * pr.m * pr.np)?;
-        let key = |entry, dt_out| PipelineKey {
-            shader: ShaderId::Matmul,
-            entry,
-            dt_in: self.dtype,
-            dt_out,
-            workgroup: 256,
-            variant: 0,
-        };
         let groups = [pr.np.div_ceil(64), pr.m.div_ceil(64)];
         self.per_batch_chunk(ep.op, pr.batch, splits, |first, count| {
             let mut p = params(pr, ep, pr.batch, first)?;
             p.set(SPLITS, splits, ep.op)?.set(SPLITS + 1, kc, ep.op)?;
             let grid = [groups[0], groups[1], count * splits];
             let bindings = [(2, self), (3, rhs)];
-            dispatch(&prod, key("matmul", DType::F32), p, &bindings, grid, ep.op)
+            dispatch(
+                &prod,
+                self.simple_key("matmul", DType::F32),
+                p,
+                &bindings,
+                grid,
+                ep.op,
+            )
         })?;
         if splits == 1 && ep.out_dtype == DType::F32 && ep.is_identity() {
             return Ok(prod);
         }
         self.epilogue_pass(&prod, rhs, pr, ep, splits)
+    }
+
+    /// A pipeline of `shaders/matmul.wgsl` itself (the simple engine's product or the epilogue
+    /// pass) reading this storage's dtype.
+    fn simple_key(&self, entry: &'static str, dt_out: DType) -> PipelineKey {
+        PipelineKey {
+            shader: ShaderId::Matmul,
+            entry,
+            dt_in: self.dtype,
+            dt_out,
+            workgroup: 256,
+            variant: 0,
+        }
     }
 
     /// The epilogue pass over an f32 product `prod` (`[batch, splits, M, np]`, the partials
@@ -363,14 +375,6 @@ impl XpuStorage {
         ep: &Epilogue,
         splits: usize,
     ) -> Result<XpuStorage> {
-        let key = |entry, dt_out| PipelineKey {
-            shader: ShaderId::Matmul,
-            entry,
-            dt_in: self.dtype,
-            dt_out,
-            workgroup: 256,
-            variant: 0,
-        };
         let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
         let words = pr.batch * pr.m * pr.pitch / if ep.out_dtype == DType::F32 { 1 } else { 2 };
         let mut p = params(pr, ep, words, 0)?;
@@ -383,7 +387,7 @@ impl XpuStorage {
         let grid = [grid[0] as usize, grid[1] as usize, 1];
         dispatch(
             &out,
-            key("epilogue", ep.out_dtype),
+            self.simple_key("epilogue", ep.out_dtype),
             p,
             &bindings,
             grid,
