@@ -68,6 +68,52 @@ fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     }
 }
 
+// Prefetch form (VARIANT bit 2048, `XPU_ATTN_PREFETCH=1`): each invocation holds the next key
+// block's K (and, in pass 2, V) words in registers, loaded while this block's products and
+// softmax run, and writes them to workgroup memory at the top of the next block (the words
+// and layout of stage_kv; at most 10 words of each per invocation: 32 keys x 40 pairs / 128).
+struct KvWords {
+    k: array<u32, 10>,
+    v: array<u32, 10>,
+}
+
+fn fetch_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) -> KvWords {
+    var w: KvWords;
+    let lk = p(33u);
+    let kp = (VARIANT & 15u) * 8u;
+    let vp = ((VARIANT >> 4u) & 15u) * 8u;
+    for (var i = 0u; i < 10u; i = i + 1u) {
+        let e = lid + 128u * i;
+        if (e < 32u * kp) {
+            w.k[i] = pair_word(1u, kb, k0 + e / kp, lk, p(38u), 2u * (e % kp), p(34u));
+        }
+        if (with_v && e < 32u * vp) {
+            w.v[i] = pair_word(2u, vb, k0 + e / vp, lk, p(40u), 2u * (e % vp), p(35u));
+        }
+    }
+    return w;
+}
+
+fn put_kv(w: KvWords, lid: u32, with_v: bool) {
+    let kp = (VARIANT & 15u) * 8u;
+    let vp = ((VARIANT >> 4u) & 15u) * 8u;
+    for (var i = 0u; i < 10u; i = i + 1u) {
+        let e = lid + 128u * i;
+        if (e < 32u * kp) {
+            let at = (e / kp) * AV + 2u * (e % kp);
+            let h = vec2<f16>(unpack2x16float(w.k[i]));
+            ak[at] = h.x;
+            ak[at + 1u] = h.y;
+        }
+        if (with_v && e < 32u * vp) {
+            let at = (e / vp) * AV + 2u * (e % vp);
+            let h = vec2<f16>(unpack2x16float(w.v[i]));
+            av[at] = h.x;
+            av[at + 1u] = h.y;
+        }
+    }
+}
+
 // This subgroup's 16 x 32 scores of the staged key block into as_s[sbase..] ([16][32]);
 // nt (VARIANT bits 0..4) head-dim tiles.
 fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
@@ -177,6 +223,11 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let staging = (VARIANT & 256u) == 0u;
     let softmax = (VARIANT & 512u) == 0u;
     let products = (VARIANT & 1024u) == 0u;
+    let prefetch = (VARIANT & 2048u) != 0u;
+    var kv = KvWords();
+    if (prefetch) {
+        kv = fetch_kv(kb, vb, 0u, lid, false);
+    }
     stage_q(qb, q0, lid);
     workgroupBarrier();
     let qrow = sg * 16u * AQ;
@@ -199,10 +250,15 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let sbase = sg * 512u;
     for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
         workgroupBarrier();
-        if (staging) {
+        if (staging && prefetch) {
+            put_kv(kv, lid, false);
+        } else if (staging) {
             stage_kv(kb, vb, k0, lid, false);
         }
         workgroupBarrier();
+        if (prefetch && k0 + 32u < lk) {
+            kv = fetch_kv(kb, vb, k0 + 32u, lid, false);
+        }
         if (products) {
             scores(sbase, qa0, qa1, qa2, qa3, qa4);
         }
@@ -227,12 +283,20 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     }
     let inv_l = select(0.0, 1.0 / l, l > 0.0);
     // Pass 2: normalised probabilities times V.
+    if (prefetch) {
+        kv = fetch_kv(kb, vb, 0u, lid, true);
+    }
     for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
         workgroupBarrier();
-        if (staging) {
+        if (staging && prefetch) {
+            put_kv(kv, lid, true);
+        } else if (staging) {
             stage_kv(kb, vb, k0, lid, true);
         }
         workgroupBarrier();
+        if (prefetch && k0 + 32u < lk) {
+            kv = fetch_kv(kb, vb, k0 + 32u, lid, true);
+        }
         if (products) {
             scores(sbase, qa0, qa1, qa2, qa3, qa4);
         }

@@ -15,7 +15,8 @@
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
 # tensor-core kernel's K step taken apart by timing-only variants), attanat (the same for the
 # tensor-core attention), split (split K: the tensor-core tests with every tile split, Auto's
-# splits against none), final (the default choices' tests, rows and step), profile (the same step's GPU time per kernel,
+# splits against none), final (the default choices' tests, rows and step), prefetch (the
+# tensor-core attention's prefetch form, XPU_ATTN_PREFETCH=1, against the default), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
@@ -206,6 +207,26 @@ for phase in "$@"; do
         XPU_SPLIT_K=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
           --steps 8 --output /tmp/sd_f$v.safetensors 2>&1 | tee -a "$OUT/final.log" \
           | grep -E 'median|rror' | cut -c1-160
+      done
+      ;;
+    prefetch)
+      # The tensor-core attention's prefetch form (XPU_ATTN_PREFETCH=1: the next key block's
+      # K/V words in registers while the current block computes; the default stages each block
+      # after a barrier): the attention and UNet tests with it, the f16 attention rows and the
+      # f16 step (8 steps) with and without.
+      for t in attention_parity unet_parity; do
+        (XPU_ATTN_PREFETCH=1 timeout 150 .devbin/test-$t --test-threads 4 \
+          >"$OUT/prefetch-$t.log" 2>&1; echo "rc=$? $t" >>"$OUT/prefetch-$t.log") &
+      done
+      wait
+      grep -hE '^test result|FAILED|panicked|^rc=|self-check' "$OUT"/prefetch-*.log | cut -c1-160
+      for v in 1 0; do
+        echo "=== XPU_ATTN_PREFETCH=$v" | tee -a "$OUT/prefetch.log"
+        XPU_ATTN_PREFETCH=$v timeout 60 .devbin/bench attention --device xpu --dtype f16 \
+          --json 2>&1 | tee -a "$OUT/prefetch.log" | grep '"fused"' | rows
+        XPU_ATTN_PREFETCH=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 8 --output /tmp/sd_p$v.safetensors 2>&1 | tee -a "$OUT/prefetch.log" \
+          | grep -E 'median|rror|self-check' | cut -c1-160
       done
       ;;
     attanat)

@@ -258,6 +258,17 @@ mod tests {
                 "attention_coop16",
                 constants(128.0, head_dims_40),
             ),
+            // The prefetch form (bit 11), head dims 40 and 80.
+            (
+                ShaderId::AttentionCoop16,
+                "attention_coop16",
+                constants(128.0, head_dims_40 + 2048.0),
+            ),
+            (
+                ShaderId::AttentionCoop16,
+                "attention_coop16",
+                constants(128.0, f64::from(5 | (5 << 4) | 2048)),
+            ),
             // Timing-only bits 8-10 of the attention kernel.
             (
                 ShaderId::AttentionCoop16,

@@ -72,6 +72,20 @@ pub(crate) fn timing_variant() -> u32 {
     })
 }
 
+/// `VARIANT` bit 2048, the kernel's prefetch form (the next key block's K/V words loaded into
+/// registers while the current block computes), with `XPU_ATTN_PREFETCH=1` (read once per
+/// process); an experiment until a GPU measures it (`benches/gpu/run_gpu.sh prefetch`). Same
+/// results; the once-per-process check runs the form in use.
+pub(crate) fn prefetch_variant() -> u32 {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var_os("XPU_ATTN_PREFETCH").is_some_and(|v| v == "1"));
+    if on {
+        2048
+    } else {
+        0
+    }
+}
+
 /// Whether the tensor-core kernel may serve calls in this process (running the check once).
 pub(crate) fn enabled(q: &XpuStorage) -> bool {
     if std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "0") || !coop16(&q.ctx.features) {
