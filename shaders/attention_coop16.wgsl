@@ -1,16 +1,19 @@
 // attention_coop16.wgsl: fused scaled dot-product attention on 16x16x16 f16 cooperative
 // matrices with f32 accumulation (NVIDIA tensor cores through Vulkan); composed as common.wgsl +
 // this file + its pair loads (attention_coop16_words.wgsl: u32 words through unpack2x16float;
-// second `array<vec2<f16>>` views of q/k/v measured slower on an H100). The Lq x Lk
-// score matrix never exists: a workgroup of 128 invocations (four
-// subgroups of 32) takes BQ = 64 query rows of one head, each subgroup 16 of them, and walks the
-// keys in blocks of BK = 32 twice:
+// second `array<vec2<f16>>` views of q/k/v measured slower on an H100) + a workgroup layout:
+// attention_coop16_rows64.wgsl (the default: 128 invocations, 64 query rows, head dims up to
+// 80) or attention_coop16_rows128.wgsl (`XPU_ATTN_ROWS128=1`, an experiment: 256 invocations,
+// 128 query rows, head dims up to 48, so each staged key block serves twice the rows). The
+// Lq x Lk score matrix never exists: a workgroup of THREADS invocations (SUBGROUPS subgroups of
+// 32) takes ROWS = 16 * SUBGROUPS query rows of one head, each subgroup 16 of them, and walks
+// the keys in blocks of BK = 32 twice:
 //   pass 1: S = Q K^T on the tensor cores, scaled; the row max m and the row sum
 //           l = sum exp(s - m) are kept online (f32, two lanes per row);
 //   pass 2: S again, P = exp(s - m) / l (final probabilities, rounded to f16) and O += P V on
 //           the tensor cores, so the f32 accumulators never need rescaling (the price is the
 //           second Q K^T, a third more products than one pass).
-// Head dims up to 80 (D and Dv; padded to whole 16-column tiles with zeros). The launcher
+// Head dims up to MAX_TILES * 16 (D and Dv; padded to whole 16-column tiles with zeros). The launcher
 // (src/xpu/kernels/attention_coop.rs) sends only f16, no mask, Lk > 0, and q/k/v read two
 // elements per 32-bit word: column stride 1, even row strides, head strides, offsets, D and Dv.
 // A once-per-process self-check against the FMA kernel (attention.wgsl) guards every use.
@@ -20,9 +23,9 @@
 // head dims, [12..) q / [20..) k / [48..) v head strides, [28] q offset, [29] k offset,
 // [30] scale, [32] Lq, [33] Lk, [34] D, [35] Dv, [36] q row stride, [38] k row stride,
 // [40] v row stride, [42] v offset, [47] q tiles per head.
-// Workgroup memory (every array a whole number of 16-byte lines, see matmul_coop16.wgsl):
-// Q [64][88] f16, K [32 keys][88] f16, V [32 keys][88] f16, S [4][16][32] f32, P [4][16][40]
-// f16: 35 KiB. VARIANT: bits 0..4 head-dim tiles of q/k, 4..8 of v. K is staged like V and its
+// Workgroup memory: the layout file's (every array a whole number of 16-byte lines, see
+// matmul_coop16.wgsl): Q [ROWS][AQ] f16, K and V [32 keys][AV] f16, S [SUBGROUPS][16][32] f32,
+// P [SUBGROUPS][16][AP] f16. VARIANT: bits 0..4 head-dim tiles of q/k, 4..8 of v. K is staged like V and its
 // transposed tiles are column-major cooperative loads (staging K^T instead, with 16-bit stores,
 // measured the same on the H100 and took a second copy of the product code). Measured on an H200
 // and dropped (twenty-eighth session, head dim 40): staging all 80 columns whatever the head
@@ -33,23 +36,16 @@ enable wgpu_cooperative_matrix;
 
 @group(0) @binding(4) var<storage, read> src_v: array<u32>;
 
-const AQ: u32 = 88u;
-const AV: u32 = 88u;
-const AP: u32 = 40u;
 const NEG_S: f32 = -3.0e38;
-
-var<workgroup> aq: array<f16, 5632>;
-var<workgroup> ak: array<f16, 2816>;
-var<workgroup> av: array<f16, 2816>;
-var<workgroup> as_s: array<f32, 2048>;
-var<workgroup> ap: array<f16, 2560>;
+// K and V words of one key block per invocation, at most (32 keys x MAX_TILES * 8 pairs).
+const KV_WORDS: u32 = (32u * MAX_TILES * 8u + THREADS - 1u) / THREADS;
 
 // Stages K (and, in pass 2, V) of the key block at k0, row-major [key][dim]: only the head-dim
 // tiles the products read (nt = VARIANT bits 0..4 of K, nv = bits 4..8 of V; zeros past D, Dv).
 fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     let lk = p(33u);
     let kp = (VARIANT & 15u) * 8u;
-    for (var e = lid; e < 32u * kp; e = e + 128u) {
+    for (var e = lid; e < 32u * kp; e = e + THREADS) {
         let j = e / kp;
         let c = 2u * (e % kp);
         let hk = pair_h(1u, kb, k0 + j, lk, p(38u), c, p(34u));
@@ -58,7 +54,7 @@ fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
     }
     if (with_v) {
         let vp = ((VARIANT >> 4u) & 15u) * 8u;
-        for (var e = lid; e < 32u * vp; e = e + 128u) {
+        for (var e = lid; e < 32u * vp; e = e + THREADS) {
             let j = e / vp;
             let c = 2u * (e % vp);
             let hv = pair_h(2u, vb, k0 + j, lk, p(40u), c, p(35u));
@@ -71,10 +67,10 @@ fn stage_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) {
 // Prefetch form (VARIANT bit 2048, `XPU_ATTN_PREFETCH=1`): each invocation holds the next key
 // block's K (and, in pass 2, V) words in registers, loaded while this block's products and
 // softmax run, and writes them to workgroup memory at the top of the next block (the words
-// and layout of stage_kv; at most 10 words of each per invocation: 32 keys x 40 pairs / 128).
+// and layout of stage_kv; at most KV_WORDS of each per invocation).
 struct KvWords {
-    k: array<u32, 10>,
-    v: array<u32, 10>,
+    k: array<u32, KV_WORDS>,
+    v: array<u32, KV_WORDS>,
 }
 
 fn fetch_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) -> KvWords {
@@ -82,8 +78,8 @@ fn fetch_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) -> KvWords {
     let lk = p(33u);
     let kp = (VARIANT & 15u) * 8u;
     let vp = ((VARIANT >> 4u) & 15u) * 8u;
-    for (var i = 0u; i < 10u; i = i + 1u) {
-        let e = lid + 128u * i;
+    for (var i = 0u; i < KV_WORDS; i = i + 1u) {
+        let e = lid + THREADS * i;
         if (e < 32u * kp) {
             w.k[i] = pair_word(1u, kb, k0 + e / kp, lk, p(38u), 2u * (e % kp), p(34u));
         }
@@ -97,8 +93,8 @@ fn fetch_kv(kb: u32, vb: u32, k0: u32, lid: u32, with_v: bool) -> KvWords {
 fn put_kv(w: KvWords, lid: u32, with_v: bool) {
     let kp = (VARIANT & 15u) * 8u;
     let vp = ((VARIANT >> 4u) & 15u) * 8u;
-    for (var i = 0u; i < 10u; i = i + 1u) {
-        let e = lid + 128u * i;
+    for (var i = 0u; i < KV_WORDS; i = i + 1u) {
+        let e = lid + THREADS * i;
         if (e < 32u * kp) {
             let at = (e / kp) * AV + 2u * (e % kp);
             let h = vec2<f16>(unpack2x16float(w.k[i]));
@@ -172,7 +168,7 @@ fn write_probabilities(prow: u32, sg: u32, lane: u32, k0: u32, m: f32, inv_l: f3
 // non-uniform, and cooperative operations need uniform control flow.
 fn stage_q(qb: u32, q0: u32, lid: u32) {
     let qp = (VARIANT & 15u) * 8u;
-    for (var e = lid; e < 64u * qp; e = e + 128u) {
+    for (var e = lid; e < ROWS * qp; e = e + THREADS) {
         let r = e / qp;
         let c = 2u * (e % qp);
         let h = pair_h(0u, qb, q0 + r, p(32u), p(36u), c, p(34u));
@@ -194,7 +190,7 @@ fn write_tile(bh: u32, r0: u32, c0: u32, sbase: u32, lane: u32) {
     }
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(THREADS)
 fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32,
                     @builtin(subgroup_invocation_id) lane_id: u32,
@@ -204,7 +200,7 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let gg = select(0u, g, in_range);
     let qtiles = max(p(47u), 1u);
     let bh = gg / qtiles;
-    let q0 = (gg % qtiles) * 64u;
+    let q0 = (gg % qtiles) * ROWS;
     let lq = p(32u);
     let lk = p(33u);
     let d = p(34u);
@@ -212,8 +208,8 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let qb = strided(bh, 12u) + p(28u);
     let kb = strided(bh, 20u) + p(29u);
     let vb = strided(bh, 48u) + p(42u);
-    // Subgroups of 32 (four per workgroup; the self-check rejects any other arrangement).
-    let sg = min(sg_id, 3u);
+    // Subgroups of 32 (SUBGROUPS per workgroup; the self-check rejects any other arrangement).
+    let sg = min(sg_id, SUBGROUPS - 1u);
     let lane = lane_id % 32u;
     // Head-dim tiles of v (VARIANT bits 4..8; q/k's in bits 0..4): pipeline constants, so the
     // branches on them are uniform and fold away.
@@ -234,8 +230,15 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let qa0 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow], AQ);
     let qa1 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 16u], AQ);
     let qa2 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 32u], AQ);
-    let qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
-    let qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
+    // Tiles past the layout's MAX_TILES lie outside its Q rows (never multiplied).
+    var qa3 = coop_mat16x16<f16, A>();
+    var qa4 = coop_mat16x16<f16, A>();
+    if (MAX_TILES > 3u) {
+        qa3 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 48u], AQ);
+    }
+    if (MAX_TILES > 4u) {
+        qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
+    }
     // Pass 1 keeps the row max and sum (both lanes of a row hold the same values); pass 2
     // turns the scores into normalised probabilities and accumulates P V. (Cooperative
     // operations must sit in control flow naga proves uniform: no branch on a local variable.)

@@ -112,7 +112,11 @@ fn tensor_core_workgroup_memory_fits_48_kib() {
     // The tensor-core kernels run where NVIDIA's Vulkan driver reports 48 KiB of workgroup
     // memory (and WebGPU guarantees only 16 KiB: these run only on adapters that report
     // cooperative matrices, after requesting the adapter's own limit).
-    for name in ["matmul_coop16.wgsl", "attention_coop16.wgsl"] {
+    for name in [
+        "matmul_coop16.wgsl",
+        "attention_coop16.wgsl",
+        "attention_coop16_rows128.wgsl",
+    ] {
         for (entry, bytes) in workgroup_bytes(name) {
             if entry.contains("coop16") {
                 assert!(

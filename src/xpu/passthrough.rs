@@ -32,7 +32,10 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
     matches!(
         key.shader,
-        ShaderId::MatmulCoop | ShaderId::MatmulCoop16 | ShaderId::AttentionCoop16
+        ShaderId::MatmulCoop
+            | ShaderId::MatmulCoop16
+            | ShaderId::AttentionCoop16
+            | ShaderId::AttentionCoop16Rows128
     ) && device
         .features()
         .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -269,6 +272,17 @@ mod tests {
                 "attention_coop16",
                 constants(128.0, f64::from(5 | (5 << 4) | 2048)),
             ),
+            // The 128-row layout at head dims 40, plain and prefetching.
+            (
+                ShaderId::AttentionCoop16Rows128,
+                "attention_coop16",
+                constants(256.0, head_dims_40),
+            ),
+            (
+                ShaderId::AttentionCoop16Rows128,
+                "attention_coop16",
+                constants(256.0, head_dims_40 + 2048.0),
+            ),
             // Timing-only bits 8-10 of the attention kernel.
             (
                 ShaderId::AttentionCoop16,
@@ -302,6 +316,7 @@ mod tests {
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
             ShaderId::AttentionCoop16,
+            ShaderId::AttentionCoop16Rows128,
         ] {
             let module = naga::front::wgsl::parse_str(&id.source()).unwrap();
             for (_, var) in module.global_variables.iter() {
@@ -328,6 +343,7 @@ mod tests {
             ShaderId::MatmulCoop,
             ShaderId::MatmulCoop16,
             ShaderId::AttentionCoop16,
+            ShaderId::AttentionCoop16Rows128,
         ] {
             let source = id.source();
             let module = naga::front::wgsl::parse_str(&source).unwrap();

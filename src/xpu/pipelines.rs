@@ -50,16 +50,20 @@ pub enum ShaderId {
     /// `shaders/attention_vec4.wgsl` (after `attention.wgsl`): the same kernel with vec4
     /// workgroup tiles.
     AttentionVec4,
-    /// `shaders/attention_coop16.wgsl` (before its pair loads `attention_coop16_words.wgsl`):
-    /// fused attention on 16x16 f16 cooperative matrices.
+    /// `shaders/attention_coop16.wgsl` (before its pair loads `attention_coop16_words.wgsl`
+    /// and the workgroup layout `attention_coop16_rows64.wgsl`): fused attention on 16x16 f16
+    /// cooperative matrices.
     AttentionCoop16,
+    /// The same kernel with the layout `attention_coop16_rows128.wgsl` (128 query rows per
+    /// workgroup, head dims up to 48); an experiment chosen only by `XPU_ATTN_ROWS128=1`.
+    AttentionCoop16Rows128,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 15] = [
+    pub const ALL: [ShaderId; 16] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -75,6 +79,7 @@ impl ShaderId {
         ShaderId::Attention,
         ShaderId::AttentionVec4,
         ShaderId::AttentionCoop16,
+        ShaderId::AttentionCoop16Rows128,
     ];
 
     /// File name under `shaders/`.
@@ -95,6 +100,7 @@ impl ShaderId {
             ShaderId::Attention => "attention.wgsl",
             ShaderId::AttentionVec4 => "attention_vec4.wgsl",
             ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
+            ShaderId::AttentionCoop16Rows128 => "attention_coop16_rows128.wgsl",
         }
     }
 
@@ -107,6 +113,8 @@ impl ShaderId {
         const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
         const WORDS: &str = include_str!("../../shaders/matmul_coop16_words.wgsl");
         const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
+        const ATTENTION_COOP16_WORDS: &str =
+            include_str!("../../shaders/attention_coop16_words.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
             ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
@@ -132,7 +140,13 @@ impl ShaderId {
             }
             ShaderId::AttentionCoop16 => &[
                 ATTENTION_COOP16,
-                include_str!("../../shaders/attention_coop16_words.wgsl"),
+                ATTENTION_COOP16_WORDS,
+                include_str!("../../shaders/attention_coop16_rows64.wgsl"),
+            ],
+            ShaderId::AttentionCoop16Rows128 => &[
+                ATTENTION_COOP16,
+                ATTENTION_COOP16_WORDS,
+                include_str!("../../shaders/attention_coop16_rows128.wgsl"),
             ],
         }
     }

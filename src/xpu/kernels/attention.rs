@@ -21,7 +21,8 @@ use crate::{DType, Device, Error, Result};
 pub(crate) const MAX_DV: usize = 160;
 /// Query rows per workgroup.
 const BQ: usize = 32;
-/// Query rows per workgroup of the tensor-core kernel.
+/// Query rows per workgroup of the tensor-core kernel (its default layout; 128 in the
+/// experimental one, `attention_coop::rows128`).
 const BQ_COOP: usize = 64;
 /// Most head dims after coalescing (params has room for four stride vectors of 6).
 const MAX_HEAD_DIMS: usize = 6;
@@ -145,7 +146,13 @@ impl XpuStorage {
             ));
         }
         let heads = s.heads();
-        let qtiles = s.lq.div_ceil(if coop { BQ_COOP } else { BQ });
+        let rows128 = coop && attention_coop::rows128(s);
+        let bq = match (coop, rows128) {
+            (true, true) => 2 * BQ_COOP,
+            (true, false) => BQ_COOP,
+            _ => BQ,
+        };
+        let qtiles = s.lq.div_ceil(bq);
         let groups = heads * qtiles;
         u32_arg(op, heads * s.lq * s.dv)?;
         let mut p = Params::new(groups, op)?;
@@ -220,12 +227,17 @@ impl XpuStorage {
         if coop {
             // Head-dim tiles of q/k and v as pipeline constants; bindings 5 and 6 of the
             // passthrough layout are bound and unused.
+            let (shader, workgroup) = if rows128 {
+                (ShaderId::AttentionCoop16Rows128, 256)
+            } else {
+                (ShaderId::AttentionCoop16, 128)
+            };
             let key = PipelineKey {
-                shader: ShaderId::AttentionCoop16,
+                shader,
                 entry: "attention_coop16",
                 dt_in: DType::F16,
                 dt_out: DType::F32,
-                workgroup: 128,
+                workgroup,
                 variant: (s.d.div_ceil(16) | s.dv.div_ceil(16) << 4) as u32
                     | attention_coop::timing_variant()
                     | attention_coop::prefetch_variant(),

@@ -86,6 +86,16 @@ pub(crate) fn prefetch_variant() -> u32 {
     }
 }
 
+/// Whether this call takes the experimental 128-row layout (`XPU_ATTN_ROWS128=1`, read once per
+/// process; head dims up to 48): `shaders/attention_coop16_rows128.wgsl`, until a GPU measures
+/// it (`benches/gpu/run_gpu.sh prefetch`). Same results; the once-per-process check runs the
+/// layout its head dims take.
+pub(crate) fn rows128(s: &AttnShape) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("XPU_ATTN_ROWS128").is_some_and(|v| v == "1"))
+        && s.d.max(s.dv) <= 48
+}
+
 /// Whether the tensor-core kernel may serve calls in this process (running the check once).
 pub(crate) fn enabled(q: &XpuStorage) -> bool {
     if std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "0") || !coop16(&q.ctx.features) {

@@ -1,0 +1,20 @@
+// attention_coop16_rows128.wgsl: the experimental workgroup layout of attention_coop16.wgsl
+// (`XPU_ATTN_ROWS128=1`, composed after it and its pair loads): 256 invocations in eight
+// subgroups of 32, 128 query rows, head dims up to 48 (three 16-column tiles: SD 1.5's first
+// level). Each staged key block then serves twice the query rows of the default layout, with
+// half the loads per invocation. Q [128][56] f16, K and V [32 keys][56] f16, S [8][16][32] f32,
+// P [8][16][40] f16: 47 KiB (rows of 112 bytes keep every tile 16-byte aligned).
+
+const THREADS: u32 = 256u;
+const SUBGROUPS: u32 = 8u;
+const ROWS: u32 = 128u;
+const MAX_TILES: u32 = 3u;
+const AQ: u32 = 56u;
+const AV: u32 = 56u;
+const AP: u32 = 40u;
+
+var<workgroup> aq: array<f16, 7168>;
+var<workgroup> ak: array<f16, 1792>;
+var<workgroup> av: array<f16, 1792>;
+var<workgroup> as_s: array<f32, 4096>;
+var<workgroup> ap: array<f16, 5120>;
