@@ -23,7 +23,8 @@ use super::stream::Dispatch;
 use super::{poisoned, XpuStorage};
 use crate::{DType, Error, Result};
 
-/// Records one dispatch of `key` over `bindings` (binding 1 is the output).
+/// Records one dispatch of `key` with `inputs` at bindings 2, 3, … (binding 1 is the output);
+/// errors name the kernel's entry point.
 pub(crate) fn launch(
     out: &XpuStorage,
     key: PipelineKey,
@@ -33,7 +34,7 @@ pub(crate) fn launch(
 ) -> Result<()> {
     let bindings: Vec<(u32, &XpuStorage)> = (2..).zip(inputs.iter().copied()).collect();
     let groups = workgroups.map(|g| g as usize);
-    dispatch(out, key, params, &bindings, groups, "launch")
+    dispatch(out, key, params, &bindings, groups, key.entry)
 }
 
 /// Refuses storages larger than one storage binding may be (the adapter's
