@@ -61,13 +61,16 @@ fn finish_row4(b: u32, r: u32, tile: u32, lx: u32, gap: u32, v: vec4<f32>) {
 @compute @workgroup_size(16, 16)
 fn mm_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-    let b = wid.z + p(39u);
+    // Split K (matmul.wgsl's header): this workgroup's batch, output batch and K range.
+    let sk = split_k(wid.z);
+    let b = sk.x;
     let ab = a_base(b);
     let bb = b_base(b);
     let row0 = wid.y * 128u;
     let rows_full = row0 + 128u <= dim_m();
     let cf = cols_full(wid.x, 128u);
-    let nt = (dim_k() + 7u) / 8u;
+    let t0 = sk.z / 8u;
+    let nt = (sk.w + 7u) / 8u;
     var c0l = vec4<f32>(0.0);
     var c0h = vec4<f32>(0.0);
     var c1l = vec4<f32>(0.0);
@@ -84,10 +87,10 @@ fn mm_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id)
     var c6h = vec4<f32>(0.0);
     var c7l = vec4<f32>(0.0);
     var c7h = vec4<f32>(0.0);
-    stage_a(0u, ab, row0, 0u, 128u, 8u, lid, full_step(0u, 8u, rows_full, true));
-    stage_b(0u, bb, wid.x, 0u, 128u, 8u, lid, full_step(0u, 8u, true, cf));
+    stage_a(t0 & 1u, ab, row0, t0 * 8u, 128u, 8u, lid, full_step(t0 * 8u, 8u, rows_full, true));
+    stage_b(t0 & 1u, bb, wid.x, t0 * 8u, 128u, 8u, lid, full_step(t0 * 8u, 8u, true, cf));
     workgroupBarrier();
-    for (var t = 0u; t < nt; t = t + 1u) {
+    for (var t = t0; t < nt; t = t + 1u) {
         let cur = (t & 1u) * 1024u;
         if (t + 1u < nt) {
             let k1 = (t + 1u) * 8u;
@@ -126,34 +129,37 @@ fn mm_large(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id)
         }
         workgroupBarrier();
     }
-    finish_row8(b, row0 + l.y + 0u, wid.x, l.x, c0l, c0h);
-    finish_row8(b, row0 + l.y + 16u, wid.x, l.x, c1l, c1h);
-    finish_row8(b, row0 + l.y + 32u, wid.x, l.x, c2l, c2h);
-    finish_row8(b, row0 + l.y + 48u, wid.x, l.x, c3l, c3h);
-    finish_row8(b, row0 + l.y + 64u, wid.x, l.x, c4l, c4h);
-    finish_row8(b, row0 + l.y + 80u, wid.x, l.x, c5l, c5h);
-    finish_row8(b, row0 + l.y + 96u, wid.x, l.x, c6l, c6h);
-    finish_row8(b, row0 + l.y + 112u, wid.x, l.x, c7l, c7h);
+    finish_row8(sk.y, row0 + l.y + 0u, wid.x, l.x, c0l, c0h);
+    finish_row8(sk.y, row0 + l.y + 16u, wid.x, l.x, c1l, c1h);
+    finish_row8(sk.y, row0 + l.y + 32u, wid.x, l.x, c2l, c2h);
+    finish_row8(sk.y, row0 + l.y + 48u, wid.x, l.x, c3l, c3h);
+    finish_row8(sk.y, row0 + l.y + 64u, wid.x, l.x, c4l, c4h);
+    finish_row8(sk.y, row0 + l.y + 80u, wid.x, l.x, c5l, c5h);
+    finish_row8(sk.y, row0 + l.y + 96u, wid.x, l.x, c6l, c6h);
+    finish_row8(sk.y, row0 + l.y + 112u, wid.x, l.x, c7l, c7h);
 }
 
 @compute @workgroup_size(16, 16)
 fn mm_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let b = wid.z + p(39u);
+    // Split K (matmul.wgsl's header): this workgroup's batch, output batch and K range.
+    let sk = split_k(wid.z);
+    let b = sk.x;
     let ab = a_base(b);
     let bb = b_base(b);
     let row0 = wid.y * 64u;
     let rows_full = row0 + 64u <= dim_m();
     let cf = cols_full(wid.x, 64u);
-    let nt = (dim_k() + 15u) / 16u;
+    let t0 = sk.z / 16u;
+    let nt = (sk.w + 15u) / 16u;
     var c0l = vec4<f32>(0.0);
     var c1l = vec4<f32>(0.0);
     var c2l = vec4<f32>(0.0);
     var c3l = vec4<f32>(0.0);
-    stage_a(0u, ab, row0, 0u, 64u, 16u, lid, full_step(0u, 16u, rows_full, true));
-    stage_b(0u, bb, wid.x, 0u, 64u, 16u, lid, full_step(0u, 16u, true, cf));
+    stage_a(t0 & 1u, ab, row0, t0 * 16u, 64u, 16u, lid, full_step(t0 * 16u, 16u, rows_full, true));
+    stage_b(t0 & 1u, bb, wid.x, t0 * 16u, 64u, 16u, lid, full_step(t0 * 16u, 16u, true, cf));
     workgroupBarrier();
-    for (var t = 0u; t < nt; t = t + 1u) {
+    for (var t = t0; t < nt; t = t + 1u) {
         let cur = (t & 1u) * 1024u;
         if (t + 1u < nt) {
             let k1 = (t + 1u) * 16u;
@@ -175,10 +181,10 @@ fn mm_medium(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
         }
         workgroupBarrier();
     }
-    finish_row4(b, row0 + l.y + 0u, wid.x, l.x, 32u, c0l);
-    finish_row4(b, row0 + l.y + 16u, wid.x, l.x, 32u, c1l);
-    finish_row4(b, row0 + l.y + 32u, wid.x, l.x, 32u, c2l);
-    finish_row4(b, row0 + l.y + 48u, wid.x, l.x, 32u, c3l);
+    finish_row4(sk.y, row0 + l.y + 0u, wid.x, l.x, 32u, c0l);
+    finish_row4(sk.y, row0 + l.y + 16u, wid.x, l.x, 32u, c1l);
+    finish_row4(sk.y, row0 + l.y + 32u, wid.x, l.x, 32u, c2l);
+    finish_row4(sk.y, row0 + l.y + 48u, wid.x, l.x, 32u, c3l);
 }
 
 @compute @workgroup_size(32, 8)

@@ -83,22 +83,25 @@ fn v4_fetch_b(bb: u32, tile: u32, tn: u32, k0: u32, pos: vec2<u32>, full: bool) 
 @compute @workgroup_size(16, 16)
 fn mm_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let b = wid.z + p(39u);
+    // Split K (matmul.wgsl's header): this workgroup's batch, output batch and K range.
+    let sk = split_k(wid.z);
+    let b = sk.x;
     let ab = a_base(b);
     let bb = b_base(b);
     let row0 = wid.y * 128u;
     let rows_full = row0 + 128u <= dim_m();
     let cf = cols_full(wid.x, 128u);
-    let nt = (dim_k() + 7u) / 8u;
+    let t0 = sk.z / 8u;
+    let nt = (sk.w + 7u) / 8u;
     let pa = v4_pos(lid, 8u, 32u, p(36u) == 1u);
     let pb = v4_pos(lid, 8u, 32u, p(37u) == 1u && p(38u) != 1u);
-    var na = v4_fetch_a(ab, row0, 0u, pa, full_step(0u, 8u, rows_full, true));
-    var nb = v4_fetch_b(bb, wid.x, 128u, 0u, pb, full_step(0u, 8u, true, cf));
-    va[v4_slot(0u, pa.x, pa.y, 32u)] = na;
-    vb[v4_slot(0u, pb.x, pb.y, 32u)] = nb;
+    var na = v4_fetch_a(ab, row0, t0 * 8u, pa, full_step(t0 * 8u, 8u, rows_full, true));
+    var nb = v4_fetch_b(bb, wid.x, 128u, t0 * 8u, pb, full_step(t0 * 8u, 8u, true, cf));
+    va[v4_slot(t0 & 1u, pa.x, pa.y, 32u)] = na;
+    vb[v4_slot(t0 & 1u, pb.x, pb.y, 32u)] = nb;
     workgroupBarrier();
     var acc = block8_zero();
-    for (var t = 0u; t < nt; t = t + 1u) {
+    for (var t = t0; t < nt; t = t + 1u) {
         let cur = t & 1u;
         let more = t + 1u < nt;
         if (more) {
@@ -120,38 +123,41 @@ fn mm_large4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
         workgroupBarrier();
     }
     let r = row0 + 4u * l.y;
-    finish_row8(b, r, wid.x, l.x, acc.c0l, acc.c0h);
-    finish_row8(b, r + 1u, wid.x, l.x, acc.c1l, acc.c1h);
-    finish_row8(b, r + 2u, wid.x, l.x, acc.c2l, acc.c2h);
-    finish_row8(b, r + 3u, wid.x, l.x, acc.c3l, acc.c3h);
-    finish_row8(b, r + 64u, wid.x, l.x, acc.c4l, acc.c4h);
-    finish_row8(b, r + 65u, wid.x, l.x, acc.c5l, acc.c5h);
-    finish_row8(b, r + 66u, wid.x, l.x, acc.c6l, acc.c6h);
-    finish_row8(b, r + 67u, wid.x, l.x, acc.c7l, acc.c7h);
+    finish_row8(sk.y, r, wid.x, l.x, acc.c0l, acc.c0h);
+    finish_row8(sk.y, r + 1u, wid.x, l.x, acc.c1l, acc.c1h);
+    finish_row8(sk.y, r + 2u, wid.x, l.x, acc.c2l, acc.c2h);
+    finish_row8(sk.y, r + 3u, wid.x, l.x, acc.c3l, acc.c3h);
+    finish_row8(sk.y, r + 64u, wid.x, l.x, acc.c4l, acc.c4h);
+    finish_row8(sk.y, r + 65u, wid.x, l.x, acc.c5l, acc.c5h);
+    finish_row8(sk.y, r + 66u, wid.x, l.x, acc.c6l, acc.c6h);
+    finish_row8(sk.y, r + 67u, wid.x, l.x, acc.c7l, acc.c7h);
 }
 
 @compute @workgroup_size(16, 16)
 fn mm_medium4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let b = wid.z + p(39u);
+    // Split K (matmul.wgsl's header): this workgroup's batch, output batch and K range.
+    let sk = split_k(wid.z);
+    let b = sk.x;
     let ab = a_base(b);
     let bb = b_base(b);
     let row0 = wid.y * 64u;
     let rows_full = row0 + 64u <= dim_m();
     let cf = cols_full(wid.x, 64u);
-    let nt = (dim_k() + 15u) / 16u;
+    let t0 = sk.z / 16u;
+    let nt = (sk.w + 15u) / 16u;
     let pa = v4_pos(lid, 16u, 16u, p(36u) == 1u);
     let pb = v4_pos(lid, 16u, 16u, p(37u) == 1u && p(38u) != 1u);
-    var na = v4_fetch_a(ab, row0, 0u, pa, full_step(0u, 16u, rows_full, true));
-    var nb = v4_fetch_b(bb, wid.x, 64u, 0u, pb, full_step(0u, 16u, true, cf));
-    va[v4_slot(0u, pa.x, pa.y, 16u)] = na;
-    vb[v4_slot(0u, pb.x, pb.y, 16u)] = nb;
+    var na = v4_fetch_a(ab, row0, t0 * 16u, pa, full_step(t0 * 16u, 16u, rows_full, true));
+    var nb = v4_fetch_b(bb, wid.x, 64u, t0 * 16u, pb, full_step(t0 * 16u, 16u, true, cf));
+    va[v4_slot(t0 & 1u, pa.x, pa.y, 16u)] = na;
+    vb[v4_slot(t0 & 1u, pb.x, pb.y, 16u)] = nb;
     workgroupBarrier();
     var c0 = vec4<f32>(0.0);
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
     var c3 = vec4<f32>(0.0);
-    for (var t = 0u; t < nt; t = t + 1u) {
+    for (var t = t0; t < nt; t = t + 1u) {
         let cur = t & 1u;
         let more = t + 1u < nt;
         if (more) {
@@ -174,8 +180,8 @@ fn mm_medium4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         workgroupBarrier();
     }
     let r = row0 + 4u * l.y;
-    finish_row4(b, r, wid.x, l.x, 32u, c0);
-    finish_row4(b, r + 1u, wid.x, l.x, 32u, c1);
-    finish_row4(b, r + 2u, wid.x, l.x, 32u, c2);
-    finish_row4(b, r + 3u, wid.x, l.x, 32u, c3);
+    finish_row4(sk.y, r, wid.x, l.x, 32u, c0);
+    finish_row4(sk.y, r + 1u, wid.x, l.x, 32u, c1);
+    finish_row4(sk.y, r + 2u, wid.x, l.x, 32u, c2);
+    finish_row4(sk.y, r + 3u, wid.x, l.x, 32u, c3);
 }

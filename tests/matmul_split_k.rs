@@ -1,14 +1,14 @@
 //! Split-K products (`XPU_SPLIT_K=n`: each output tile's K range cut into `n` f32 partial
-//! products, summed by the epilogue pass) against the Cpu: the simple engine (which splits only
-//! when forced, so any adapter runs this path), the tensor-core kernel where the driver has one,
-//! and Auto; edge sizes with K below, at and past the split, broadcast batches, each epilogue
+//! products, summed by the epilogue pass) against the Cpu: the simple engine and the large and
+//! medium FMA tiles, scalar and vec4 (which split only when forced, so any adapter runs these
+//! paths), the tensor-core kernel where the driver has one, and Auto; edge sizes with K below, at and past the split, broadcast batches, each epilogue
 //! (GEGLU included) and each float dtype. The switch is read once per process, so each test
 //! runs itself again in a child process with it set.
 
 mod common;
 
 use common::{assert_close, matmul_tol, randn, values, FLOATS};
-use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
+use xpu::{Activation, DType, Device, MatmulKernel, Tensor, TileConfig};
 
 /// Runs `name` again with `XPU_SPLIT_K=3` unless this process has it; true in the child.
 fn in_split_child(name: &str) -> bool {
@@ -92,6 +92,21 @@ fn simple_engine_split_k_matches_the_cpu() {
         return;
     }
     check(MatmulKernel::Simple, &FLOATS);
+}
+
+#[test]
+fn fma_tiles_split_k_match_the_cpu() {
+    if !common::xpu() || !in_split_child("fma_tiles_split_k_match_the_cpu") {
+        return;
+    }
+    for tile in [
+        TileConfig::Large,
+        TileConfig::Medium,
+        TileConfig::LargeVec4,
+        TileConfig::MediumVec4,
+    ] {
+        check(MatmulKernel::Tiled(tile), &FLOATS);
+    }
 }
 
 /// The f16 tensor-core kernel (where the driver reports 16x16x16 f16 cooperative matrices) and

@@ -181,6 +181,12 @@ for phase in "$@"; do
       done
       wait
       grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/split-*.log | cut -c1-160
+      # The FMA tiles split only when forced: f32 products whole and in four splits.
+      for v in 0 4; do
+        echo "=== f32 XPU_SPLIT_K=$v" | tee -a "$OUT/split.log"
+        XPU_SPLIT_K=$v timeout 100 .devbin/bench matmul --device xpu --dtype f32 --json 2>&1 \
+          | tee -a "$OUT/split.log" | grep -E '"(tiled|auto)' | rows
+      done
       for v in auto 0; do
         echo "=== XPU_SPLIT_K=$v" | tee -a "$OUT/split.log"
         XPU_SPLIT_K=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \

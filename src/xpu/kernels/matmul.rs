@@ -17,7 +17,7 @@ use super::matmul_select::{choose, subgroup_gemv, Engine};
 use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1};
 use crate::cpu::gemm::Activation;
 use crate::layout::Layout;
-use crate::ops::fused::MatmulKernel;
+use crate::ops::fused::{MatmulKernel, TileConfig};
 use crate::storage::{FusedArgs, Storage};
 use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::xpu::XpuStorage;
@@ -274,12 +274,22 @@ impl XpuStorage {
                 u32::from(geo.entry == "mm_gemv" && b_col_major)
             },
         };
-        if engine == Engine::Coop16 {
-            let tiles = groups[0] * groups[1] * pr.batch;
-            if let Some((splits, kc)) = super::split_k::plan(tiles, pr.k) {
-                let tiles = [geo.tile_n, geo.tile_m];
-                return self.matmul_split(rhs, pr, ep, key, tiles, (splits, kc));
-            }
+        // Split K: Auto's plan on the tensor-core kernel (measured), only a forced one
+        // (`XPU_SPLIT_K=n`) on the large and medium FMA tiles (not yet measured on a GPU).
+        let tiles = groups[0] * groups[1] * pr.batch;
+        let split = match engine {
+            Engine::Coop16 => super::split_k::plan(tiles, pr.k),
+            Engine::Tiled(
+                TileConfig::Large
+                | TileConfig::Medium
+                | TileConfig::LargeVec4
+                | TileConfig::MediumVec4,
+            ) => super::split_k::forced_plan(pr.k),
+            _ => None,
+        };
+        if let Some(split) = split {
+            let tiles = [geo.tile_n, geo.tile_m];
+            return self.matmul_split(rhs, pr, ep, key, tiles, split);
         }
         let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
         let bindings = self.bindings(rhs, ep);

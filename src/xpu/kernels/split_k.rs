@@ -8,6 +8,10 @@
 //! 0.81 ms at 16x16 against 0.43 ms for the same FLOPs at 64x64 (twenty-eighth session). The
 //! partials cost one f32 write and read of `S * M * N` words, small beside the product.
 //!
+//! Auto plans split only the tensor-core kernel (the case measured); the large and medium FMA
+//! tiles (`shaders/matmul_tiled.wgsl`, `matmul_vec4.wgsl`) and the simple engine read the same
+//! K ranges but split only when forced, until a GPU measures them (`run_gpu.sh split`).
+//!
 //! Invariants: a plan has `S >= 2` splits of `kc` K each (a multiple of the kernel's K step of
 //! 32, the last split shorter), so no split is empty; `XPU_SPLIT_K=0` turns splitting off and
 //! `XPU_SPLIT_K=n` asks for `n` splits wherever K allows (tests use it to cover the path).
