@@ -23,6 +23,8 @@ use crate::xpu::pipelines::{PipelineKey, ShaderId};
 use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
+mod split;
+
 /// First parameter word of the C / residual batch strides (see `shaders/matmul.wgsl`).
 const EPI_BATCH_STRIDES: usize = 51;
 /// Parameter words of split K: the number of splits, then K per split (`shaders/matmul.wgsl`).
@@ -299,40 +301,6 @@ impl XpuStorage {
             dispatch(&out, key, p, &bindings, grid, ep.op)
         })?;
         Ok(out)
-    }
-
-    /// Split K (`super::split_k`): `splits.0` f32 partial products of `splits.1` K each, one
-    /// workgroup per (tile, split), then the epilogue pass sums them and applies `ep`.
-    fn matmul_split(
-        &self,
-        rhs: &XpuStorage,
-        pr: &Problem,
-        ep: &Epilogue,
-        key: PipelineKey,
-        tile: [usize; 2],
-        (splits, kc): (usize, usize),
-    ) -> Result<XpuStorage> {
-        // The raw product over all (virtual) product columns, in f32.
-        let raw = Epilogue::identity(ep.op, ep.kernel, DType::F32);
-        let whole = Problem {
-            n: pr.np,
-            pitch: pr.np,
-            ..*pr
-        };
-        let prod = XpuStorage::alloc(&self.ctx, DType::F32, pr.batch * splits * pr.m * pr.np)?;
-        let key = PipelineKey {
-            dt_out: DType::F32,
-            ..key
-        };
-        let groups = [pr.np.div_ceil(tile[0]), pr.m.div_ceil(tile[1])];
-        let bindings = self.bindings(rhs, &raw);
-        self.per_batch_chunk(ep.op, pr.batch, splits, |first, count| {
-            let mut p = params(&whole, &raw, pr.batch, first)?;
-            p.set(SPLITS, splits, ep.op)?.set(SPLITS + 1, kc, ep.op)?;
-            let grid = [groups[0], groups[1], count * splits];
-            dispatch(&prod, key, p, &bindings, grid, ep.op)
-        })?;
-        self.epilogue_pass(&prod, rhs, pr, ep, splits)
     }
 
     /// The simple engine: the f32 product, then the epilogue pass (skipped when it is the
