@@ -241,14 +241,7 @@ fn finish(
         let words = m * o / 2;
         let mut sum = p;
         sum.set(COUNT, words, op)?.set(SPLITS, splits, op)?;
-        let key = PipelineKey {
-            shader: ShaderId::Matmul,
-            entry: "epilogue",
-            dt_in: DType::F16,
-            dt_out: DType::F16,
-            workgroup: 256,
-            variant: 0,
-        };
+        let key = x.simple_key("epilogue", DType::F16);
         let g = grid_for(words.div_ceil(256), max as u32);
         let bindings = [(2, &prod), (4, x), (5, bias), (6, res_st)];
         super::dispatch(&out, key, sum, &bindings, g.map(|v| v as usize), op)?;

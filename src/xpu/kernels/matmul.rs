@@ -332,7 +332,7 @@ impl XpuStorage {
 
     /// A pipeline of `shaders/matmul.wgsl` itself (the simple engine's product or the epilogue
     /// pass) reading this storage's dtype.
-    fn simple_key(&self, entry: &'static str, dt_out: DType) -> PipelineKey {
+    pub(crate) fn simple_key(&self, entry: &'static str, dt_out: DType) -> PipelineKey {
         PipelineKey {
             shader: ShaderId::Matmul,
             entry,
