@@ -62,6 +62,9 @@ pub struct XpuFeatures {
     pub coop_f16_16x16: bool,
     /// GPU timestamps.
     pub timestamp_query: bool,
+    /// The adapter's subgroup size where it is fixed (the driver's smallest and largest are
+    /// equal: 32 on NVIDIA, 8 on lavapipe); 0 where it varies or is unknown.
+    pub fixed_subgroup_size: u32,
 }
 
 const WANTED: [(wgpu::Features, &str); 5] = [
@@ -115,6 +118,7 @@ fn type_rank(t: wgpu::DeviceType) -> u8 {
 fn adapter_features(adapter: &wgpu::Adapter) -> XpuFeatures {
     let has = adapter.features();
     let limits = adapter.limits();
+    let info = adapter.get_info();
     let coop = has.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
     let configs = if coop {
         adapter.cooperative_matrix_properties()
@@ -135,11 +139,26 @@ fn adapter_features(adapter: &wgpu::Adapter) -> XpuFeatures {
         subgroup: has.contains(wgpu::Features::SUBGROUP),
         cooperative_matrix: coop,
         coop_f32_8x8: reports(8, Coop::F32, Coop::F32),
-        coop_f16_16x16: reports(16, Coop::F16, Coop::F32)
+        coop_f16_16x16: (reports(16, Coop::F16, Coop::F32)
+            || (assume_coop16() && reports(8, Coop::F16, Coop::F32)))
             && shader_f16
             && limits.max_compute_workgroup_storage_size >= COOP16_WORKGROUP_BYTES,
         timestamp_query: has.contains(wgpu::Features::TIMESTAMP_QUERY),
+        fixed_subgroup_size: if info.subgroup_min_size == info.subgroup_max_size {
+            info.subgroup_min_size
+        } else {
+            0
+        },
     }
+}
+
+/// `XPU_COOP16_ASSUME=1`: a driver that reports 8x8x8 f16->f32 cooperative matrices is taken
+/// to run the 16x16x16 ones too. Lavapipe 26 does (it also offers NV flexible dimensions of
+/// granularity 8), so the tensor-core kernels and their tests run on the CPU
+/// (`benches/lavapipe_coop/`); a development switch, and the kernels' self-checks still guard
+/// every use.
+fn assume_coop16() -> bool {
+    std::env::var_os("XPU_COOP16_ASSUME").is_some_and(|v| v == "1")
 }
 
 fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
