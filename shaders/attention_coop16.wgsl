@@ -1,15 +1,16 @@
 // attention_coop16.wgsl: fused scaled dot-product attention on 16x16x16 f16 cooperative
 // matrices with f32 accumulation (NVIDIA tensor cores through Vulkan); composed as common.wgsl +
 // this file + its pair loads (attention_coop16_words.wgsl: u32 words through unpack2x16float;
-// second `array<vec2<f16>>` views of q/k/v measured slower on an H100) + a workgroup layout:
-// attention_coop16_rows64.wgsl (the default: 128 invocations, 64 query rows, head dims up to
-// 80) or attention_coop16_rows128.wgsl (`XPU_ATTN_ROWS128=1`, an experiment: 256 invocations,
-// 128 query rows, head dims up to 48, so each staged key block serves twice the rows). The
-// Lq x Lk score matrix never exists: a workgroup of THREADS invocations (SUBGROUPS subgroups of
-// 32) takes ROWS = 16 * SUBGROUPS query rows of one head, each subgroup 16 of them, and walks
-// the keys in blocks of BK = 32 twice:
+// second `array<vec2<f16>>` views of q/k/v measured slower on an H100) + the subgroup size SG
+// (attention_coop16_sg32.wgsl: NVIDIA; attention_coop16_sg8.wgsl: lavapipe, where the tests
+// run the kernel on the CPU) + a workgroup layout: attention_coop16_rows64.wgsl (the default:
+// four subgroups, 64 query rows, head dims up to 80) or attention_coop16_rows128.wgsl
+// (`XPU_ATTN_ROWS128=1`, an experiment: eight subgroups, 128 query rows, head dims up to 48,
+// so each staged key block serves twice the rows). The Lq x Lk score matrix never exists: a
+// workgroup of THREADS = SUBGROUPS * SG invocations takes ROWS = 16 * SUBGROUPS query rows of
+// one head, each subgroup 16 of them, and walks the keys in blocks of BK = 32 twice:
 //   pass 1: S = Q K^T on the tensor cores, scaled; the row max m and the row sum
-//           l = sum exp(s - m) are kept online (f32, two lanes per row);
+//           l = sum exp(s - m) are kept online (f32; at SG 32 two lanes per row);
 //   pass 2: S again, P = exp(s - m) / l (final probabilities, rounded to f16) and O += P V on
 //           the tensor cores, so the f32 accumulators never need rescaling (the price is the
 //           second Q K^T, a third more products than one pass).
@@ -37,6 +38,14 @@ enable wgpu_cooperative_matrix;
 @group(0) @binding(4) var<storage, read> src_v: array<u32>;
 
 const NEG_S: f32 = -3.0e38;
+// Lanes per subgroup SG (the layout file's; the host picks the layout whose SG is the adapter's
+// fixed subgroup size). A subgroup's 16 x 32 score block is split over its lanes: LPR lanes per
+// row (CPL columns each) and RPL rows per lane (ROW_STEP apart): SG 32 gives 2 lanes of 16
+// columns per row, SG 8 one lane for two whole rows, SG 64 four lanes of 8 columns.
+const LPR: u32 = select(1u, SG / 16u, SG >= 16u);
+const RPL: u32 = 16u * LPR / SG;
+const CPL: u32 = 32u / LPR;
+const ROW_STEP: u32 = SG / LPR;
 // K and V words of one key block per invocation, at most (32 keys x MAX_TILES * 8 pairs).
 const KV_WORDS: u32 = (32u * MAX_TILES * 8u + THREADS - 1u) / THREADS;
 
@@ -140,26 +149,80 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
     coopStoreT(s1, &as_s[sbase + 16u], 32u);
 }
 
-// Scaled score i (0..16, rotated, see lane_col) of this lane's half row, NEG_S past Lk.
-// Lane (row r, half h) visits its columns in the rotated order h*16 + (i + r) % 16: the 32 lanes
-// then read 32 different banks of the [16][32] f32 scores (in plain order all 16 rows of a half
-// hit one bank: 16-way conflicts).
-fn lane_col(lane: u32, i: u32) -> u32 {
-    return (lane % 2u) * 16u + (i + lane / 2u) % 16u;
+// Row j (0..RPL) of this lane's rows.
+fn lane_row(lane: u32, j: u32) -> u32 {
+    return lane / LPR + j * ROW_STEP;
 }
 
-fn lane_score(sg: u32, lane: u32, i: u32, k0: u32) -> f32 {
-    let col = lane_col(lane, i);
-    let x = as_s[sg * 512u + (lane / 2u) * 32u + col] * pf(30u);
+// Column i (0..CPL) of this lane's part of row r, rotated: part*CPL + (i + r) % CPL. At SG 32
+// (rows of two halves) the 32 lanes then read 32 different banks of the [16][32] f32 scores (in
+// plain order all 16 rows of a half hit one bank: 16-way conflicts); at SG 8 the 8 rows too.
+fn lane_col(lane: u32, r: u32, i: u32) -> u32 {
+    return (lane % LPR) * CPL + (i + r) % CPL;
+}
+
+// Scaled score of row r, column col of the subgroup's block, NEG_S past Lk.
+fn lane_score(sg: u32, r: u32, col: u32, k0: u32) -> f32 {
+    let x = as_s[sg * 512u + r * 32u + col] * pf(30u);
     return select(NEG_S, x, k0 + col < p(33u));
 }
 
-// This lane's half row of normalised probabilities exp(s - m) / l (f16) into ap[prow..].
-fn write_probabilities(prow: u32, sg: u32, lane: u32, k0: u32, m: f32, inv_l: f32) {
-    for (var i = 0u; i < 16u; i = i + 1u) {
-        let s = lane_score(sg, lane, i, k0);
-        let pr = select(0.0, exp(s - m) * inv_l, s > NEG_S);
-        ap[prow + (lane / 2u) * AP + lane_col(lane, i)] = f16(pr);
+// Max (or sum) over the LPR lanes of a row (uniform branches: LPR is a constant).
+fn row_max(x: f32) -> f32 {
+    var v = x;
+    if (LPR > 1u) {
+        v = max(v, subgroupShuffleXor(v, 1u));
+    }
+    if (LPR > 2u) {
+        v = max(v, subgroupShuffleXor(v, 2u));
+    }
+    return v;
+}
+
+fn row_sum(x: f32) -> f32 {
+    var v = x;
+    if (LPR > 1u) {
+        v = v + subgroupShuffleXor(v, 1u);
+    }
+    if (LPR > 2u) {
+        v = v + subgroupShuffleXor(v, 2u);
+    }
+    return v;
+}
+
+// Pass 1 for this lane's rows: the running max m and sum l (per row j) over the key block.
+fn update_stats(sg: u32, lane: u32, k0: u32, m: ptr<function, array<f32, RPL>>,
+                l: ptr<function, array<f32, RPL>>) {
+    for (var j = 0u; j < RPL; j = j + 1u) {
+        let r = lane_row(lane, j);
+        var mx = NEG_S;
+        for (var i = 0u; i < CPL; i = i + 1u) {
+            mx = max(mx, lane_score(sg, r, lane_col(lane, r, i), k0));
+        }
+        mx = row_max(mx);
+        let m_new = max((*m)[j], mx);
+        var sum = 0.0;
+        for (var i = 0u; i < CPL; i = i + 1u) {
+            let s = lane_score(sg, r, lane_col(lane, r, i), k0);
+            sum = sum + select(0.0, exp(s - m_new), s > NEG_S);
+        }
+        sum = row_sum(sum);
+        (*l)[j] = (*l)[j] * exp((*m)[j] - m_new) + sum;
+        (*m)[j] = m_new;
+    }
+}
+
+// This lane's parts of its rows as normalised probabilities exp(s - m) / l (f16) into ap[prow..].
+fn write_probabilities(prow: u32, sg: u32, lane: u32, k0: u32, m: array<f32, RPL>,
+                       inv_l: array<f32, RPL>) {
+    for (var j = 0u; j < RPL; j = j + 1u) {
+        let r = lane_row(lane, j);
+        for (var i = 0u; i < CPL; i = i + 1u) {
+            let col = lane_col(lane, r, i);
+            let s = lane_score(sg, r, col, k0);
+            let pr = select(0.0, exp(s - m[j]) * inv_l[j], s > NEG_S);
+            ap[prow + r * AP + col] = f16(pr);
+        }
     }
 }
 
@@ -181,7 +244,7 @@ fn stage_q(qb: u32, q0: u32, lid: u32) {
 fn write_tile(bh: u32, r0: u32, c0: u32, sbase: u32, lane: u32) {
     let lq = p(32u);
     let dv = p(35u);
-    for (var q = lane; q < 256u; q = q + 32u) {
+    for (var q = lane; q < 256u; q = q + SG) {
         let row = r0 + q / 16u;
         let col = c0 + q % 16u;
         if (row < lq && col < dv) {
@@ -208,9 +271,10 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let qb = strided(bh, 12u) + p(28u);
     let kb = strided(bh, 20u) + p(29u);
     let vb = strided(bh, 48u) + p(42u);
-    // Subgroups of 32 (SUBGROUPS per workgroup; the self-check rejects any other arrangement).
+    // SUBGROUPS subgroups of SG lanes (the host checks the adapter's subgroup size; the
+    // self-check rejects any other arrangement).
     let sg = min(sg_id, SUBGROUPS - 1u);
-    let lane = lane_id % 32u;
+    let lane = lane_id % SG;
     // Head-dim tiles of v (VARIANT bits 4..8; q/k's in bits 0..4): pipeline constants, so the
     // branches on them are uniform and fold away.
     let nv = (VARIANT >> 4u) & 15u;
@@ -242,8 +306,12 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     // Pass 1 keeps the row max and sum (both lanes of a row hold the same values); pass 2
     // turns the scores into normalised probabilities and accumulates P V. (Cooperative
     // operations must sit in control flow naga proves uniform: no branch on a local variable.)
-    var m = NEG_S;
-    var l = 0.0;
+    var m: array<f32, RPL>;
+    var l: array<f32, RPL>;
+    for (var j = 0u; j < RPL; j = j + 1u) {
+        m[j] = NEG_S;
+        l[j] = 0.0;
+    }
     var o0 = coop_mat16x16<f32, C>();
     var o1 = coop_mat16x16<f32, C>();
     var o2 = coop_mat16x16<f32, C>();
@@ -269,22 +337,12 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         if (!softmax) {
             continue;
         }
-        var mx = NEG_S;
-        for (var i = 0u; i < 16u; i = i + 1u) {
-            mx = max(mx, lane_score(sg, lane, i, k0));
-        }
-        mx = max(mx, subgroupShuffleXor(mx, 1u));
-        let m_new = max(m, mx);
-        var sum = 0.0;
-        for (var i = 0u; i < 16u; i = i + 1u) {
-            let s = lane_score(sg, lane, i, k0);
-            sum = sum + select(0.0, exp(s - m_new), s > NEG_S);
-        }
-        sum = sum + subgroupShuffleXor(sum, 1u);
-        l = l * exp(m - m_new) + sum;
-        m = m_new;
+        update_stats(sg, lane, k0, &m, &l);
     }
-    let inv_l = select(0.0, 1.0 / l, l > 0.0);
+    var inv_l: array<f32, RPL>;
+    for (var j = 0u; j < RPL; j = j + 1u) {
+        inv_l[j] = select(0.0, 1.0 / l[j], l[j] > 0.0);
+    }
     // Pass 2: normalised probabilities times V.
     if (prefetch) {
         kv = fetch_kv(kb, vb, 0u, lid, true);

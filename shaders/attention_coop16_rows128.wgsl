@@ -1,12 +1,12 @@
 // attention_coop16_rows128.wgsl: the experimental workgroup layout of attention_coop16.wgsl
-// (`XPU_ATTN_ROWS128=1`, composed after it and its pair loads): 256 invocations in eight
-// subgroups of 32, 128 query rows, head dims up to 48 (three 16-column tiles: SD 1.5's first
+// (`XPU_ATTN_ROWS128=1`, composed after it and its pair loads): eight subgroups (256
+// invocations at 32 lanes), 128 query rows, head dims up to 48 (three 16-column tiles: SD 1.5's first
 // level). Each staged key block then serves twice the query rows of the default layout, with
 // half the loads per invocation. Q [128][56] f16, K and V [32 keys][56] f16, S [8][16][32] f32,
 // P [8][16][40] f16: 47 KiB (rows of 112 bytes keep every tile 16-byte aligned).
 
-const THREADS: u32 = 256u;
 const SUBGROUPS: u32 = 8u;
+const THREADS: u32 = SUBGROUPS * SG;
 const ROWS: u32 = 128u;
 const MAX_TILES: u32 = 3u;
 const AQ: u32 = 56u;

@@ -1,10 +1,10 @@
 // attention_coop16_rows64.wgsl: the default workgroup layout of attention_coop16.wgsl (composed
-// after it and its pair loads): 128 invocations in four subgroups of 32, 64 query rows, head
-// dims up to 80 (five 16-column tiles). Q [64][88] f16, K and V [32 keys][88] f16,
+// after it and its pair loads): four subgroups (128 invocations at 32 lanes), 64 query rows,
+// head dims up to 80 (five 16-column tiles). Q [64][88] f16, K and V [32 keys][88] f16,
 // S [4][16][32] f32, P [4][16][40] f16: 35 KiB.
 
-const THREADS: u32 = 128u;
 const SUBGROUPS: u32 = 4u;
+const THREADS: u32 = SUBGROUPS * SG;
 const ROWS: u32 = 64u;
 const MAX_TILES: u32 = 5u;
 const AQ: u32 = 88u;

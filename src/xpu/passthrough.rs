@@ -30,15 +30,11 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 
 /// Whether `key` is compiled through this module on `device`.
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
-    matches!(
-        key.shader,
-        ShaderId::MatmulCoop
-            | ShaderId::MatmulCoop16
-            | ShaderId::AttentionCoop16
-            | ShaderId::AttentionCoop16Rows128
-    ) && device
-        .features()
-        .contains(wgpu::Features::PASSTHROUGH_SHADERS)
+    (matches!(key.shader, ShaderId::MatmulCoop | ShaderId::MatmulCoop16)
+        || ShaderId::ATTENTION_COOP16.contains(&key.shader))
+        && device
+            .features()
+            .contains(wgpu::Features::PASSTHROUGH_SHADERS)
 }
 
 /// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
@@ -283,6 +279,17 @@ mod tests {
                 "attention_coop16",
                 constants(256.0, head_dims_40 + 2048.0),
             ),
+            // Subgroups of 8 lanes (lavapipe), both layouts, plain and prefetching.
+            (
+                ShaderId::AttentionCoop16Sg8,
+                "attention_coop16",
+                constants(32.0, f64::from(5 | (5 << 4) | 2048)),
+            ),
+            (
+                ShaderId::AttentionCoop16Rows128Sg8,
+                "attention_coop16",
+                constants(64.0, head_dims_40),
+            ),
             // Timing-only bits 8-10 of the attention kernel.
             (
                 ShaderId::AttentionCoop16,
@@ -312,12 +319,10 @@ mod tests {
     /// modules are not reflected, and the driver is not obliged to report the difference).
     #[test]
     fn layouts_cover_every_declared_binding() {
-        for id in [
-            ShaderId::MatmulCoop,
-            ShaderId::MatmulCoop16,
-            ShaderId::AttentionCoop16,
-            ShaderId::AttentionCoop16Rows128,
-        ] {
+        for id in [ShaderId::MatmulCoop, ShaderId::MatmulCoop16]
+            .into_iter()
+            .chain(ShaderId::ATTENTION_COOP16)
+        {
             let module = naga::front::wgsl::parse_str(&id.source()).unwrap();
             for (_, var) in module.global_variables.iter() {
                 if let Some(b) = &var.binding {
@@ -339,12 +344,10 @@ mod tests {
     /// (a 4-byte scalar shifted every tile address by -4 bytes on the H100's driver).
     #[test]
     fn coop_workgroup_variables_keep_16_byte_alignment() {
-        for id in [
-            ShaderId::MatmulCoop,
-            ShaderId::MatmulCoop16,
-            ShaderId::AttentionCoop16,
-            ShaderId::AttentionCoop16Rows128,
-        ] {
+        for id in [ShaderId::MatmulCoop, ShaderId::MatmulCoop16]
+            .into_iter()
+            .chain(ShaderId::ATTENTION_COOP16)
+        {
             let source = id.source();
             let module = naga::front::wgsl::parse_str(&source).unwrap();
             let mut layouter = naga::proc::Layouter::default();

@@ -50,20 +50,25 @@ pub enum ShaderId {
     /// `shaders/attention_vec4.wgsl` (after `attention.wgsl`): the same kernel with vec4
     /// workgroup tiles.
     AttentionVec4,
-    /// `shaders/attention_coop16.wgsl` (before its pair loads `attention_coop16_words.wgsl`
-    /// and the workgroup layout `attention_coop16_rows64.wgsl`): fused attention on 16x16 f16
-    /// cooperative matrices.
+    /// `shaders/attention_coop16.wgsl` (before its pair loads `attention_coop16_words.wgsl`,
+    /// the subgroup size `attention_coop16_sg32.wgsl` and the workgroup layout
+    /// `attention_coop16_rows64.wgsl`): fused attention on 16x16 f16 cooperative matrices.
     AttentionCoop16,
     /// The same kernel with the layout `attention_coop16_rows128.wgsl` (128 query rows per
     /// workgroup, head dims up to 48); an experiment chosen only by `XPU_ATTN_ROWS128=1`.
     AttentionCoop16Rows128,
+    /// [`ShaderId::AttentionCoop16`] for subgroups of 8 lanes (`attention_coop16_sg8.wgsl`:
+    /// lavapipe).
+    AttentionCoop16Sg8,
+    /// [`ShaderId::AttentionCoop16Rows128`] for subgroups of 8 lanes.
+    AttentionCoop16Rows128Sg8,
 }
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 16] = [
+    pub const ALL: [ShaderId; 18] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -80,6 +85,16 @@ impl ShaderId {
         ShaderId::AttentionVec4,
         ShaderId::AttentionCoop16,
         ShaderId::AttentionCoop16Rows128,
+        ShaderId::AttentionCoop16Sg8,
+        ShaderId::AttentionCoop16Rows128Sg8,
+    ];
+
+    /// The tensor-core attention kernels (compiled through `xpu::passthrough`).
+    pub const ATTENTION_COOP16: [ShaderId; 4] = [
+        ShaderId::AttentionCoop16,
+        ShaderId::AttentionCoop16Rows128,
+        ShaderId::AttentionCoop16Sg8,
+        ShaderId::AttentionCoop16Rows128Sg8,
     ];
 
     /// File name under `shaders/`.
@@ -101,6 +116,8 @@ impl ShaderId {
             ShaderId::AttentionVec4 => "attention_vec4.wgsl",
             ShaderId::AttentionCoop16 => "attention_coop16.wgsl",
             ShaderId::AttentionCoop16Rows128 => "attention_coop16_rows128.wgsl",
+            ShaderId::AttentionCoop16Sg8 => "attention_coop16_sg8.wgsl",
+            ShaderId::AttentionCoop16Rows128Sg8 => "attention_coop16_rows128.wgsl (sg8)",
         }
     }
 
@@ -115,6 +132,10 @@ impl ShaderId {
         const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
         const ATTENTION_COOP16_WORDS: &str =
             include_str!("../../shaders/attention_coop16_words.wgsl");
+        const SG32: &str = include_str!("../../shaders/attention_coop16_sg32.wgsl");
+        const SG8: &str = include_str!("../../shaders/attention_coop16_sg8.wgsl");
+        const ROWS64: &str = include_str!("../../shaders/attention_coop16_rows64.wgsl");
+        const ROWS128: &str = include_str!("../../shaders/attention_coop16_rows128.wgsl");
         match self {
             ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
             ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
@@ -138,16 +159,16 @@ impl ShaderId {
             ShaderId::AttentionVec4 => {
                 &[ATTENTION, include_str!("../../shaders/attention_vec4.wgsl")]
             }
-            ShaderId::AttentionCoop16 => &[
-                ATTENTION_COOP16,
-                ATTENTION_COOP16_WORDS,
-                include_str!("../../shaders/attention_coop16_rows64.wgsl"),
-            ],
-            ShaderId::AttentionCoop16Rows128 => &[
-                ATTENTION_COOP16,
-                ATTENTION_COOP16_WORDS,
-                include_str!("../../shaders/attention_coop16_rows128.wgsl"),
-            ],
+            ShaderId::AttentionCoop16 => &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG32, ROWS64],
+            ShaderId::AttentionCoop16Rows128 => {
+                &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG32, ROWS128]
+            }
+            ShaderId::AttentionCoop16Sg8 => {
+                &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG8, ROWS64]
+            }
+            ShaderId::AttentionCoop16Rows128Sg8 => {
+                &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG8, ROWS128]
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod coop;
 mod errors;
 mod forms;
 

@@ -227,11 +227,8 @@ impl XpuStorage {
         if coop {
             // Head-dim tiles of q/k and v as pipeline constants; bindings 5 and 6 of the
             // passthrough layout are bound and unused.
-            let (shader, workgroup) = if rows128 {
-                (ShaderId::AttentionCoop16Rows128, 256)
-            } else {
-                (ShaderId::AttentionCoop16, 128)
-            };
+            let (shader, workgroup) =
+                attention_coop::shader(rows128, self.ctx.features.fixed_subgroup_size)?;
             let key = PipelineKey {
                 shader,
                 entry: "attention_coop16",

@@ -1,0 +1,94 @@
+//! The tensor-core attention (`shaders/attention_coop16.wgsl`) in each of its forms: the
+//! default, the prefetch form (`XPU_ATTN_PREFETCH=1`) and the 128-row layout
+//! (`XPU_ATTN_ROWS128=1`), alone and together. Each form runs in a child process (the switches
+//! are read once per process) with the kernel profiler on, so the child can tell that the
+//! tensor-core kernel served its f16 calls (its self-check passed) and that every output is
+//! within f16 tolerance of the f64 reference.
+//!
+//! On adapters without f16 cooperative matrices and a fixed subgroup size of 32 or 8 lanes
+//! (lavapipe 22 in CI) the children instead check that the same calls ran on the FMA kernel:
+//! the test then covers the routing, and the kernel's numbers need an adapter that has one
+//! (an NVIDIA GPU, or lavapipe 26 through `benches/lavapipe_coop/`).
+
+use super::common::{self, assert_close, values};
+use super::{qkv, reference, tol, xpu_lock};
+use xpu::{DType, Device};
+
+const NAME: &str = "coop::every_form_matches_the_reference";
+
+/// `[Lq, Lk, D, Dv]`: head dims 40 (one and both 128-row layouts), 64, 80, Dv != D, key tails
+/// of 1 and 13 past a block of 32, one query row, cross-attention to 77 tokens.
+const CASES: [[usize; 4]; 6] = [
+    [257, 257, 40, 40],
+    [130, 77, 40, 40],
+    [65, 33, 64, 64],
+    [33, 45, 80, 80],
+    [70, 97, 64, 24],
+    [1, 40, 48, 48],
+];
+
+/// Whether this adapter's f16 attention should take the tensor cores.
+fn tensor_cores() -> bool {
+    let f = xpu::xpu_features().unwrap();
+    f.cooperative_matrix
+        && f.coop_f16_16x16
+        && f.subgroup
+        && matches!(f.fixed_subgroup_size, 8 | 32)
+        && std::env::var_os("XPU_ATTN_COOP").is_none_or(|v| v != "0")
+        && std::env::var_os("XPU_MATMUL_COOP").is_none_or(|v| v != "0")
+}
+
+/// The child's work: every case on the Xpu against the f64 reference, and the kernel that ran.
+fn run_cases() {
+    for (ci, &[lq, lk, d, dv]) in CASES.iter().enumerate() {
+        let [q, k, v] = qkv([1, 3, lq, lk, d, dv], DType::F16, 60 + ci as u64);
+        let want = reference(&q, &k, &v, None, 1.0 / (d as f64).sqrt());
+        let [qx, kx, vx] = [&q, &k, &v].map(|t| t.to(Device::Xpu).unwrap());
+        xpu::synchronize().unwrap();
+        xpu::xpu_profile().unwrap();
+        let y = qx
+            .scaled_dot_product_attention(&kx, &vx, None, None)
+            .unwrap();
+        let got = values(&y.to(Device::Cpu).unwrap());
+        let rows = xpu::xpu_profile()
+            .unwrap()
+            .expect("the profiler runs (XPU_PROFILE=1 and timestamp queries)");
+        let what = format!("case {ci}: {lq}x{lk} head dims {d}/{dv}");
+        let t = tol(DType::F16);
+        assert_close(&what, &got, &want, t, t);
+        let coop = rows.iter().any(|r| r.kernel.contains("attention_coop16"));
+        assert_eq!(coop, tensor_cores(), "{what}: kernels {rows:?}");
+    }
+}
+
+#[test]
+fn every_form_matches_the_reference() {
+    let _g = xpu_lock();
+    if !common::xpu() {
+        return;
+    }
+    if std::env::var_os("XPU_TEST_COOP_CHILD").is_some() {
+        run_cases();
+        return;
+    }
+    let has_timestamps = xpu::xpu_features().unwrap().timestamp_query;
+    assert!(
+        has_timestamps || !common::adapter_required(),
+        "CI's adapter profiles with timestamp queries"
+    );
+    if !has_timestamps {
+        eprintln!("skipped: this adapter has no timestamp queries to tell the kernels apart");
+        return;
+    }
+    for (prefetch, rows128) in [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")] {
+        common::rerun_with_env(
+            NAME,
+            &[
+                ("XPU_TEST_COOP_CHILD", "1".as_ref()),
+                ("XPU_PROFILE", "1".as_ref()),
+                ("XPU_ATTN_PREFETCH", prefetch.as_ref()),
+                ("XPU_ATTN_ROWS128", rows128.as_ref()),
+            ],
+        );
+    }
+}
