@@ -145,10 +145,15 @@ pub(crate) fn enabled(q: &XpuStorage) -> bool {
         .is_ok()
 }
 
-/// Small multiples of 1/16 (exact in f16).
-fn values(len: usize, seed: usize) -> Vec<half::f16> {
+/// Multiples of 1/16 in [-span/16, span/16] (exact in f16). Queries take a wide span so the
+/// rows' score maxima differ by several units: a kernel that mixed up rows' softmax statistics
+/// would then be far off (with spans of 8 everywhere, one that used another row's max passed).
+fn values(len: usize, seed: usize, span: usize) -> Vec<half::f16> {
     (0..len)
-        .map(|i| half::f16::from_f32((((i * 11 + seed * 5) % 17) as f32 - 8.0) / 16.0))
+        .map(|i| {
+            let x = (i * 11 + seed * 5) % (2 * span + 1);
+            half::f16::from_f32((x as f32 - span as f32) / 16.0)
+        })
         .collect()
 }
 
@@ -160,10 +165,17 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
             (1, 65, 97, 64, 24),
             (1, 33, 40, 80, 80),
         ] {
-            let upload = |rows: usize, cols: usize, seed: usize| {
-                XpuStorage::upload(ctx, &CpuStorage::F16(values(heads * rows * cols, seed)))
+            let upload = |rows: usize, cols: usize, seed: usize, span: usize| {
+                XpuStorage::upload(
+                    ctx,
+                    &CpuStorage::F16(values(heads * rows * cols, seed, span)),
+                )
             };
-            let (q, k, v) = (upload(lq, d, 1)?, upload(lk, d, 2)?, upload(lk, dv, 3)?);
+            let (q, k, v) = (
+                upload(lq, d, 1, 61)?,
+                upload(lk, d, 2, 8)?,
+                upload(lk, dv, 3, 8)?,
+            );
             let (ql, kl, vl) = (
                 Layout::contiguous(&[heads, lq, d]),
                 Layout::contiguous(&[heads, lk, d]),
