@@ -14,6 +14,10 @@
 //   pass 2: S again, P = exp(s - m) / l (final probabilities, rounded to f16) and O += P V on
 //           the tensor cores, so the f32 accumulators never need rescaling (the price is the
 //           second Q K^T, a third more products than one pass).
+// The one-pass form (VARIANT bit 4096, `XPU_ATTN_ONEPASS=1`, an experiment) skips pass 1: its
+// probabilities are taken against a row max raised only when a block's scores pass it by more
+// than LAZY = 8 (then every subgroup rescales its f32 accumulators through workgroup memory, a
+// branch made uniform by workgroupUniformLoad), and O is divided by the row sums at the end.
 // Head dims up to MAX_TILES * 16 (D and Dv; padded to whole 16-column tiles with zeros). The launcher
 // (src/xpu/kernels/attention_coop.rs) sends only f16, no mask, Lk > 0, and q/k/v read two
 // elements per 32-bit word: column stride 1, even row strides, head strides, offsets, D and Dv.
@@ -38,14 +42,6 @@ enable wgpu_cooperative_matrix;
 @group(0) @binding(4) var<storage, read> src_v: array<u32>;
 
 const NEG_S: f32 = -3.0e38;
-// Lanes per subgroup SG (the layout file's; the host picks the layout whose SG is the adapter's
-// fixed subgroup size). A subgroup's 16 x 32 score block is split over its lanes: LPR lanes per
-// row (CPL columns each) and RPL rows per lane (ROW_STEP apart): SG 32 gives 2 lanes of 16
-// columns per row, SG 8 one lane for two whole rows, SG 64 four lanes of 8 columns.
-const LPR: u32 = select(1u, SG / 16u, SG >= 16u);
-const RPL: u32 = 16u * LPR / SG;
-const CPL: u32 = 32u / LPR;
-const ROW_STEP: u32 = SG / LPR;
 // K and V words of one key block per invocation, at most (32 keys x MAX_TILES * 8 pairs).
 const KV_WORDS: u32 = (32u * MAX_TILES * 8u + THREADS - 1u) / THREADS;
 
@@ -149,83 +145,6 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
     coopStoreT(s1, &as_s[sbase + 16u], 32u);
 }
 
-// Row j (0..RPL) of this lane's rows.
-fn lane_row(lane: u32, j: u32) -> u32 {
-    return lane / LPR + j * ROW_STEP;
-}
-
-// Column i (0..CPL) of this lane's part of row r, rotated: part*CPL + (i + r) % CPL. At SG 32
-// (rows of two halves) the 32 lanes then read 32 different banks of the [16][32] f32 scores (in
-// plain order all 16 rows of a half hit one bank: 16-way conflicts); at SG 8 the 8 rows too.
-fn lane_col(lane: u32, r: u32, i: u32) -> u32 {
-    return (lane % LPR) * CPL + (i + r) % CPL;
-}
-
-// Scaled score of row r, column col of the subgroup's block, NEG_S past Lk.
-fn lane_score(sg: u32, r: u32, col: u32, k0: u32) -> f32 {
-    let x = as_s[sg * 512u + r * 32u + col] * pf(30u);
-    return select(NEG_S, x, k0 + col < p(33u));
-}
-
-// Max (or sum) over the LPR lanes of a row (uniform branches: LPR is a constant).
-fn row_max(x: f32) -> f32 {
-    var v = x;
-    if (LPR > 1u) {
-        v = max(v, subgroupShuffleXor(v, 1u));
-    }
-    if (LPR > 2u) {
-        v = max(v, subgroupShuffleXor(v, 2u));
-    }
-    return v;
-}
-
-fn row_sum(x: f32) -> f32 {
-    var v = x;
-    if (LPR > 1u) {
-        v = v + subgroupShuffleXor(v, 1u);
-    }
-    if (LPR > 2u) {
-        v = v + subgroupShuffleXor(v, 2u);
-    }
-    return v;
-}
-
-// Pass 1 for this lane's rows: the running max m and sum l (per row j) over the key block.
-fn update_stats(sg: u32, lane: u32, k0: u32, m: ptr<function, array<f32, RPL>>,
-                l: ptr<function, array<f32, RPL>>) {
-    for (var j = 0u; j < RPL; j = j + 1u) {
-        let r = lane_row(lane, j);
-        var mx = NEG_S;
-        for (var i = 0u; i < CPL; i = i + 1u) {
-            mx = max(mx, lane_score(sg, r, lane_col(lane, r, i), k0));
-        }
-        mx = row_max(mx);
-        let m_new = max((*m)[j], mx);
-        var sum = 0.0;
-        for (var i = 0u; i < CPL; i = i + 1u) {
-            let s = lane_score(sg, r, lane_col(lane, r, i), k0);
-            sum = sum + select(0.0, exp(s - m_new), s > NEG_S);
-        }
-        sum = row_sum(sum);
-        (*l)[j] = (*l)[j] * exp((*m)[j] - m_new) + sum;
-        (*m)[j] = m_new;
-    }
-}
-
-// This lane's parts of its rows as normalised probabilities exp(s - m) / l (f16) into ap[prow..].
-fn write_probabilities(prow: u32, sg: u32, lane: u32, k0: u32, m: array<f32, RPL>,
-                       inv_l: array<f32, RPL>) {
-    for (var j = 0u; j < RPL; j = j + 1u) {
-        let r = lane_row(lane, j);
-        for (var i = 0u; i < CPL; i = i + 1u) {
-            let col = lane_col(lane, r, i);
-            let s = lane_score(sg, r, col, k0);
-            let pr = select(0.0, exp(s - m[j]) * inv_l[j], s > NEG_S);
-            ap[prow + r * AP + col] = f16(pr);
-        }
-    }
-}
-
 // Stages the Q block (rows q0.., zero past Lq and D). Loops whose bounds depend on the
 // invocation live in functions: naga's uniformity analysis treats the code after such a loop as
 // non-uniform, and cooperative operations need uniform control flow.
@@ -238,6 +157,18 @@ fn stage_q(qb: u32, q0: u32, lid: u32) {
         aq[r * AQ + c] = h.x;
         aq[r * AQ + c + 1u] = h.y;
     }
+}
+
+// One-pass form: the accumulator tile o with its rows scaled by a_scale, through the
+// subgroup's 512 f32 of as_s (called in uniform control flow; three workgroup barriers: the
+// slab's earlier readers, the store, the scaling).
+fn rescaled(o: coop_mat16x16<f32, C>, sbase: u32, sg: u32, lane: u32) -> coop_mat16x16<f32, C> {
+    workgroupBarrier();
+    coopStoreT(o, &as_s[sbase], 16u);
+    workgroupBarrier();
+    scale_tile_rows(sbase, sg, lane);
+    workgroupBarrier();
+    return coopLoadT<coop_mat16x16<f32, C>>(&as_s[sbase], 16u);
 }
 
 // Writes the 16 x 16 output tile in as_s[sbase..] (rows r0.., columns c0..) inside Lq and Dv.
@@ -284,9 +215,10 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let softmax = (VARIANT & 512u) == 0u;
     let products = (VARIANT & 1024u) == 0u;
     let prefetch = (VARIANT & 2048u) != 0u;
+    let onepass = (VARIANT & 4096u) != 0u;
     var kv = KvWords();
     if (prefetch) {
-        kv = fetch_kv(kb, vb, 0u, lid, false);
+        kv = fetch_kv(kb, vb, 0u, lid, onepass);
     }
     stage_q(qb, q0, lid);
     workgroupBarrier();
@@ -303,9 +235,11 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     if (MAX_TILES > 4u) {
         qa4 = coopLoadT<coop_mat16x16<f16, A>>(&aq[qrow + 64u], AQ);
     }
-    // Pass 1 keeps the row max and sum (both lanes of a row hold the same values); pass 2
-    // turns the scores into normalised probabilities and accumulates P V. (Cooperative
-    // operations must sit in control flow naga proves uniform: no branch on a local variable.)
+    // Pass 1 keeps the row max and sum (the lanes of a row hold the same values); pass 2
+    // turns the scores into normalised probabilities and accumulates P V. The one-pass form
+    // skips pass 1 and keeps a lazily raised max instead (attention_coop16_softmax.wgsl).
+    // (Cooperative operations must sit in control flow naga proves uniform: no branch on a
+    // local variable; workgroupUniformLoad gives the one data-dependent branch a uniform value.)
     var m: array<f32, RPL>;
     var l: array<f32, RPL>;
     for (var j = 0u; j < RPL; j = j + 1u) {
@@ -319,7 +253,7 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     var o4 = coop_mat16x16<f32, C>();
     let prow = sg * 16u * AP;
     let sbase = sg * 512u;
-    for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
+    for (var k0 = 0u; k0 < select(lk, 0u, onepass); k0 = k0 + 32u) {
         workgroupBarrier();
         if (staging && prefetch) {
             put_kv(kv, lid, false);
@@ -343,8 +277,8 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     for (var j = 0u; j < RPL; j = j + 1u) {
         inv_l[j] = select(0.0, 1.0 / l[j], l[j] > 0.0);
     }
-    // Pass 2: normalised probabilities times V.
-    if (prefetch) {
+    // Pass 2: normalised probabilities times V (one-pass form: the only pass).
+    if (prefetch && !onepass) {
         kv = fetch_kv(kb, vb, 0u, lid, true);
     }
     for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
@@ -362,10 +296,40 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             scores(sbase, qa0, qa1, qa2, qa3, qa4);
         }
         workgroupBarrier();
-        if (softmax) {
-            write_probabilities(prow, sg, lane, k0, m, inv_l);
+        if (onepass) {
+            var raised = false;
+            if (softmax) {
+                raised = online_probabilities(prow, sg, lane, k0, &m, &l);
+            }
+            atomicOr(&a_flag[0], select(0u, 1u, raised));
+            // A barrier, the load, a barrier: P and a_scale are complete after it.
+            if (workgroupUniformLoad(&a_flag[0]) != 0u) {
+                // Some row raised its max: every subgroup scales its O rows by a_scale, each
+                // tile through its 512 f32 of as_s (the scores are in ap by now).
+                o0 = rescaled(o0, sbase, sg, lane);
+                if (nv > 1u) {
+                    o1 = rescaled(o1, sbase, sg, lane);
+                }
+                if (nv > 2u) {
+                    o2 = rescaled(o2, sbase, sg, lane);
+                }
+                if (nv > 3u) {
+                    o3 = rescaled(o3, sbase, sg, lane);
+                }
+                if (nv > 4u) {
+                    o4 = rescaled(o4, sbase, sg, lane);
+                }
+                // Every invocation has read the flag (the load's trailing barrier).
+                if (lid == 0u) {
+                    atomicStore(&a_flag[0], 0u);
+                }
+            }
+        } else {
+            if (softmax) {
+                write_probabilities(prow, sg, lane, k0, m, inv_l);
+            }
+            workgroupBarrier();
         }
-        workgroupBarrier();
         if (!products) {
             continue;
         }
@@ -390,6 +354,14 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             o4 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV + 64u], AV), o4);
         }
     }
+    // One-pass form: the rows' 1 / l, applied as each tile is written (by the lanes that write).
+    if (onepass) {
+        for (var j = 0u; j < RPL; j = j + 1u) {
+            if (lane % LPR == 0u) {
+                a_scale[sg * 16u + lane_row(lane, j)] = select(0.0, 1.0 / l[j], l[j] > 0.0);
+            }
+        }
+    }
     // Output tiles through this subgroup's 512 f32 of as_s, 16 columns at a time.
     for (var j = 0u; j < 5u; j = j + 1u) {
         workgroupBarrier();
@@ -403,6 +375,9 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             }
         }
         workgroupBarrier();
+        if (j < nv && onepass) {
+            scale_tile_rows(sbase, sg, lane);
+        }
         if (j < nv && in_range) {
             write_tile(bh, q0 + sg * 16u, j * 16u, sbase, lane);
         }

@@ -1,7 +1,7 @@
 // attention_coop16_rows64.wgsl: the default workgroup layout of attention_coop16.wgsl (composed
 // after it and its pair loads): four subgroups (128 invocations at 32 lanes), 64 query rows,
 // head dims up to 80 (five 16-column tiles). Q [64][88] f16, K and V [32 keys][88] f16,
-// S [4][16][32] f32, P [4][16][40] f16: 35 KiB.
+// S [4][16][32] f32, P [4][16][40] f16, the one-pass form's row scales and flag: 35.3 KiB.
 
 const SUBGROUPS: u32 = 4u;
 const THREADS: u32 = SUBGROUPS * SG;
@@ -16,3 +16,6 @@ var<workgroup> ak: array<f16, 2816>;
 var<workgroup> av: array<f16, 2816>;
 var<workgroup> as_s: array<f32, 2048>;
 var<workgroup> ap: array<f16, 2560>;
+// One-pass form: each row's O scale, and whether any row raised its max this block.
+var<workgroup> a_scale: array<f32, 64>;
+var<workgroup> a_flag: array<atomic<u32>, 4>;

@@ -16,8 +16,8 @@
 # tensor-core kernel's K step taken apart by timing-only variants), attanat (the same for the
 # tensor-core attention), split (split K: the tensor-core tests with every tile split, Auto's
 # splits against none), final (the default choices' tests, rows and step), prefetch (the
-# tensor-core attention's experiments XPU_ATTN_PREFETCH=1 and XPU_ATTN_ROWS128=1 against the
-# default), profile (the same step's GPU time per kernel,
+# tensor-core attention's experiments XPU_ATTN_PREFETCH=1, XPU_ATTN_ROWS128=1 and
+# XPU_ATTN_ONEPASS=1 against the default), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
@@ -218,28 +218,34 @@ for phase in "$@"; do
       ;;
     prefetch)
       # The tensor-core attention's experiments: its prefetch form (XPU_ATTN_PREFETCH=1: the
-      # next key block's K/V words in registers while the current block computes) and its
-      # 128-row layout (XPU_ATTN_ROWS128=1, head dims up to 48): the attention and UNet tests
-      # with each (in parallel), then the f16 attention rows and the f16 step (8 steps) for
-      # every combination.
-      for pr in "1 0" "0 1" "1 1"; do
-        set -- $pr
-        for t in attention_parity unet_parity; do
-          (XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2 timeout 150 .devbin/test-$t \
-            --test-threads 2 >"$OUT/prefetch-$1$2-$t.log" 2>&1
-           echo "rc=$? prefetch=$1 rows128=$2 $t" >>"$OUT/prefetch-$1$2-$t.log") &
-        done
+      # next key block's K/V words in registers while the current block computes), its 128-row
+      # layout (XPU_ATTN_ROWS128=1, head dims up to 48) and its one-pass form
+      # (XPU_ATTN_ONEPASS=1: no statistics pass, a lazily raised row max). attention_parity's
+      # coop test checks all eight combinations against the f64 reference (and that the
+      # tensor-core kernel served them); the UNet tests run with all three on. Then the f16
+      # attention rows for every combination, and the f16 step (8 steps) for four.
+      timeout 200 .devbin/test-attention_parity --test-threads 2 >"$OUT/prefetch-tests.log" 2>&1
+      echo "rc=$? attention_parity" >>"$OUT/prefetch-tests.log"
+      XPU_ATTN_PREFETCH=1 XPU_ATTN_ROWS128=1 XPU_ATTN_ONEPASS=1 timeout 150 \
+        .devbin/test-unet_parity --test-threads 2 >>"$OUT/prefetch-tests.log" 2>&1
+      echo "rc=$? unet_parity, all three on" >>"$OUT/prefetch-tests.log"
+      grep -hE '^test result|FAILED|panicked|^rc=|self-check' "$OUT/prefetch-tests.log" | cut -c1-160
+      for pro in "0 0 0" "1 0 0" "0 1 0" "1 1 0" "0 0 1" "1 0 1" "0 1 1" "1 1 1"; do
+        set -- $pro
+        echo "=== XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2 XPU_ATTN_ONEPASS=$3" \
+          | tee -a "$OUT/prefetch.log"
+        XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2 XPU_ATTN_ONEPASS=$3 timeout 60 .devbin/bench \
+          attention --device xpu --dtype f16 --json 2>&1 | tee -a "$OUT/prefetch.log" \
+          | grep '"fused"' | rows
       done
-      wait
-      grep -hE '^test result|FAILED|panicked|^rc=|self-check' "$OUT"/prefetch-*.log | cut -c1-160
-      for pr in "0 0" "1 0" "0 1" "1 1"; do
-        set -- $pr
-        echo "=== XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2" | tee -a "$OUT/prefetch.log"
-        XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2 timeout 60 .devbin/bench attention --device xpu \
-          --dtype f16 --json 2>&1 | tee -a "$OUT/prefetch.log" | grep '"fused"' | rows
-        XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2 timeout 150 .devbin/sd_unet --device xpu \
-          --dtype f16 --preset sd15 --steps 8 --output /tmp/sd_p$1$2.safetensors 2>&1 \
-          | tee -a "$OUT/prefetch.log" | grep -E 'median|rror|self-check' | cut -c1-160
+      for pro in "0 0 0" "0 0 1" "0 1 1" "1 1 1"; do
+        set -- $pro
+        echo "=== step XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2 XPU_ATTN_ONEPASS=$3" \
+          | tee -a "$OUT/prefetch.log"
+        XPU_ATTN_PREFETCH=$1 XPU_ATTN_ROWS128=$2 XPU_ATTN_ONEPASS=$3 timeout 150 \
+          .devbin/sd_unet --device xpu --dtype f16 --preset sd15 --steps 8 \
+          --output /tmp/sd_p$1$2$3.safetensors 2>&1 | tee -a "$OUT/prefetch.log" \
+          | grep -E 'median|rror|self-check' | cut -c1-160
       done
       ;;
     attanat)

@@ -290,6 +290,22 @@ mod tests {
                 "attention_coop16",
                 constants(64.0, head_dims_40),
             ),
+            // The one-pass form (bit 12), alone and with the prefetch form, both layouts.
+            (
+                ShaderId::AttentionCoop16,
+                "attention_coop16",
+                constants(128.0, f64::from(5 | (5 << 4) | 4096)),
+            ),
+            (
+                ShaderId::AttentionCoop16Rows128,
+                "attention_coop16",
+                constants(256.0, head_dims_40 + 2048.0 + 4096.0),
+            ),
+            (
+                ShaderId::AttentionCoop16Sg8,
+                "attention_coop16",
+                constants(32.0, head_dims_40 + 2048.0 + 4096.0),
+            ),
             // Timing-only bits 8-10 of the attention kernel.
             (
                 ShaderId::AttentionCoop16,

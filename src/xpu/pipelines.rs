@@ -132,6 +132,7 @@ impl ShaderId {
         const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
         const ATTENTION_COOP16_WORDS: &str =
             include_str!("../../shaders/attention_coop16_words.wgsl");
+        const SOFTMAX: &str = include_str!("../../shaders/attention_coop16_softmax.wgsl");
         const SG32: &str = include_str!("../../shaders/attention_coop16_sg32.wgsl");
         const SG8: &str = include_str!("../../shaders/attention_coop16_sg8.wgsl");
         const ROWS64: &str = include_str!("../../shaders/attention_coop16_rows64.wgsl");
@@ -159,16 +160,34 @@ impl ShaderId {
             ShaderId::AttentionVec4 => {
                 &[ATTENTION, include_str!("../../shaders/attention_vec4.wgsl")]
             }
-            ShaderId::AttentionCoop16 => &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG32, ROWS64],
-            ShaderId::AttentionCoop16Rows128 => {
-                &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG32, ROWS128]
-            }
-            ShaderId::AttentionCoop16Sg8 => {
-                &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG8, ROWS64]
-            }
-            ShaderId::AttentionCoop16Rows128Sg8 => {
-                &[ATTENTION_COOP16, ATTENTION_COOP16_WORDS, SG8, ROWS128]
-            }
+            ShaderId::AttentionCoop16 => &[
+                ATTENTION_COOP16,
+                ATTENTION_COOP16_WORDS,
+                SOFTMAX,
+                SG32,
+                ROWS64,
+            ],
+            ShaderId::AttentionCoop16Rows128 => &[
+                ATTENTION_COOP16,
+                ATTENTION_COOP16_WORDS,
+                SOFTMAX,
+                SG32,
+                ROWS128,
+            ],
+            ShaderId::AttentionCoop16Sg8 => &[
+                ATTENTION_COOP16,
+                ATTENTION_COOP16_WORDS,
+                SOFTMAX,
+                SG8,
+                ROWS64,
+            ],
+            ShaderId::AttentionCoop16Rows128Sg8 => &[
+                ATTENTION_COOP16,
+                ATTENTION_COOP16_WORDS,
+                SOFTMAX,
+                SG8,
+                ROWS128,
+            ],
         }
     }
 

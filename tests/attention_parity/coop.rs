@@ -1,6 +1,6 @@
 //! The tensor-core attention (`shaders/attention_coop16.wgsl`) in each of its forms: the
-//! default, the prefetch form (`XPU_ATTN_PREFETCH=1`) and the 128-row layout
-//! (`XPU_ATTN_ROWS128=1`), alone and together. Each form runs in a child process (the switches
+//! default, the prefetch form (`XPU_ATTN_PREFETCH=1`), the 128-row layout
+//! (`XPU_ATTN_ROWS128=1`) and the one-pass form (`XPU_ATTN_ONEPASS=1`), in every combination. Each form runs in a child process (the switches
 //! are read once per process) with the kernel profiler on, so the child can tell that the
 //! tensor-core kernel served its f16 calls (its self-check passed) and that every output is
 //! within f16 tolerance of the f64 reference.
@@ -16,15 +16,19 @@ use xpu::{DType, Device};
 
 const NAME: &str = "coop::every_form_matches_the_reference";
 
-/// `[Lq, Lk, D, Dv]`: head dims 40 (one and both 128-row layouts), 64, 80, Dv != D, key tails
-/// of 1 and 13 past a block of 32, one query row, cross-attention to 77 tokens.
-const CASES: [[usize; 4]; 6] = [
-    [257, 257, 40, 40],
-    [130, 77, 40, 40],
-    [65, 33, 64, 64],
-    [33, 45, 80, 80],
-    [70, 97, 64, 24],
-    [1, 40, 48, 48],
+/// `[Lq, Lk, D, Dv, ramp]`: head dims 40 (one and both 128-row layouts), 64, 80, Dv != D, key
+/// tails of 1 and 13 past a block of 32, one query row, cross-attention to 77 tokens; `ramp`
+/// scales key j by 1 + j/4, so each block's scores pass the last block's maxima by far more
+/// than the one-pass form's lazy margin (it then rescales its accumulators in every block).
+const CASES: [[usize; 5]; 8] = [
+    [257, 257, 40, 40, 0],
+    [130, 77, 40, 40, 0],
+    [65, 33, 64, 64, 0],
+    [33, 45, 80, 80, 0],
+    [70, 97, 64, 24, 0],
+    [1, 40, 48, 48, 0],
+    [100, 200, 40, 40, 1],
+    [17, 150, 80, 64, 1],
 ];
 
 /// Whether this adapter's f16 attention should take the tensor cores.
@@ -44,8 +48,15 @@ fn run_cases() {
     // not count as the cases' below.
     let [q, k, v] = qkv([1, 1, 16, 16, 40, 40], DType::F16, 59).map(|t| t.to(Device::Xpu).unwrap());
     q.scaled_dot_product_attention(&k, &v, None, None).unwrap();
-    for (ci, &[lq, lk, d, dv]) in CASES.iter().enumerate() {
+    for (ci, &[lq, lk, d, dv, ramp]) in CASES.iter().enumerate() {
         let [q, k, v] = qkv([1, 3, lq, lk, d, dv], DType::F16, 60 + ci as u64);
+        let k = if ramp == 1 {
+            let r: Vec<f32> = (0..lk).map(|j| 1.0 + j as f32 / 4.0).collect();
+            let r = xpu::Tensor::from_vec(r, &[lk, 1], Device::Cpu).unwrap();
+            k.mul(&r.to_dtype(DType::F16).unwrap()).unwrap()
+        } else {
+            k
+        };
         let want = reference(&q, &k, &v, None, 1.0 / (d as f64).sqrt());
         let [qx, kx, vx] = [&q, &k, &v].map(|t| t.to(Device::Xpu).unwrap());
         xpu::synchronize().unwrap();
@@ -84,14 +95,16 @@ fn every_form_matches_the_reference() {
         eprintln!("skipped: this adapter has no timestamp queries to tell the kernels apart");
         return;
     }
-    for (prefetch, rows128) in [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")] {
+    for form in 0..8 {
+        let bit = |b: usize| if form & b != 0 { "1" } else { "0" };
         common::rerun_with_env(
             NAME,
             &[
                 ("XPU_TEST_COOP_CHILD", "1".as_ref()),
                 ("XPU_PROFILE", "1".as_ref()),
-                ("XPU_ATTN_PREFETCH", prefetch.as_ref()),
-                ("XPU_ATTN_ROWS128", rows128.as_ref()),
+                ("XPU_ATTN_PREFETCH", bit(1).as_ref()),
+                ("XPU_ATTN_ROWS128", bit(2).as_ref()),
+                ("XPU_ATTN_ONEPASS", bit(4).as_ref()),
             ],
         );
     }

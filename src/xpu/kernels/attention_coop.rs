@@ -87,6 +87,22 @@ pub(crate) fn prefetch_variant() -> u32 {
     }
 }
 
+/// `VARIANT` bit 4096, the kernel's one-pass form with `XPU_ATTN_ONEPASS=1` (read once per
+/// process): no statistics pass; probabilities against a row max raised lazily (only when a
+/// block's scores pass it by more than 8, when the O accumulators are rescaled through
+/// workgroup memory), O divided by the row sums at the end. It stages K once instead of twice
+/// and computes Q Kᵀ once; an experiment until a GPU measures it. The once-per-process check
+/// runs the form in use.
+pub(crate) fn onepass_variant() -> u32 {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var_os("XPU_ATTN_ONEPASS").is_some_and(|v| v == "1"));
+    if on {
+        4096
+    } else {
+        0
+    }
+}
+
 /// Whether this call takes the experimental 128-row layout (`XPU_ATTN_ROWS128=1`, read once per
 /// process; head dims up to 48): `shaders/attention_coop16_rows128.wgsl`, until a GPU measures
 /// it (`benches/gpu/run_gpu.sh prefetch`). Same results; the once-per-process check runs the
@@ -160,10 +176,14 @@ fn values(len: usize, seed: usize, span: usize) -> Vec<half::f16> {
 fn run_check(like: &XpuStorage) -> Result<(), String> {
     let check = || -> crate::Result<Result<(), String>> {
         let ctx = &like.ctx;
-        for (heads, lq, lk, d, dv) in [
-            (2, 70, 45, 40, 40),
-            (1, 65, 97, 64, 24),
-            (1, 33, 40, 80, 80),
+        // The last case's keys grow along the sequence (key j times 1 + j/4, still exact in
+        // f16), so every block's scores pass the last block's maxima by far more than the
+        // one-pass form's lazy margin: its accumulator rescale runs in every block.
+        for (heads, lq, lk, d, dv, ramp) in [
+            (2, 70, 45, 40, 40, false),
+            (1, 65, 97, 64, 24, false),
+            (1, 33, 40, 80, 80, false),
+            (1, 20, 100, 40, 40, true),
         ] {
             let upload = |rows: usize, cols: usize, seed: usize, span: usize| {
                 XpuStorage::upload(
@@ -171,9 +191,16 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
                     &CpuStorage::F16(values(heads * rows * cols, seed, span)),
                 )
             };
+            let mut keys = values(heads * lk * d, 2, 8);
+            if ramp {
+                for (i, x) in keys.iter_mut().enumerate() {
+                    let j = (i / d) % lk;
+                    *x = half::f16::from_f32(x.to_f32() * (1.0 + j as f32 / 4.0));
+                }
+            }
             let (q, k, v) = (
                 upload(lq, d, 1, 61)?,
-                upload(lk, d, 2, 8)?,
+                XpuStorage::upload(ctx, &CpuStorage::F16(keys))?,
                 upload(lk, dv, 3, 8)?,
             );
             let (ql, kl, vl) = (
