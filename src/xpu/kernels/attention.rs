@@ -228,7 +228,7 @@ impl XpuStorage {
             // Head-dim tiles of q/k and v as pipeline constants; bindings 5 and 6 of the
             // passthrough layout are bound and unused.
             let (shader, workgroup) =
-                attention_coop::shader(rows128, self.ctx.features.fixed_subgroup_size)?;
+                attention_coop::shader(rows128, self.ctx.features.fixed_subgroup_size);
             let key = PipelineKey {
                 shader,
                 entry: "attention_coop16",

@@ -113,35 +113,23 @@ pub(crate) fn rows128(s: &AttnShape) -> bool {
         && s.d.max(s.dv) <= 48
 }
 
-/// The kernel's shader and workgroup size (invocations) for a fixed subgroup size of 32 lanes
-/// (NVIDIA) or 8 (lavapipe): four subgroups, or eight in the 128-row layout. Any other subgroup
-/// size is an error ([`enabled`] keeps such adapters on the FMA kernel).
-pub(crate) fn shader(rows128: bool, subgroup: u32) -> crate::Result<(ShaderId, u32)> {
+/// The kernel's shader and workgroup size (invocations) for the adapter's fixed subgroup size:
+/// 8 lanes (lavapipe) takes the 8-lane form, anything else the 32-lane one (NVIDIA's; where
+/// the size is not fixed or differs, the once-per-process check decides, as before the 8-lane
+/// form existed): four subgroups, or eight in the 128-row layout.
+pub(crate) fn shader(rows128: bool, subgroup: u32) -> (ShaderId, u32) {
     let subgroups = if rows128 { 8 } else { 4 };
-    let id = match (subgroup, rows128) {
-        (32, false) => ShaderId::AttentionCoop16,
-        (32, true) => ShaderId::AttentionCoop16Rows128,
-        (8, false) => ShaderId::AttentionCoop16Sg8,
-        (8, true) => ShaderId::AttentionCoop16Rows128Sg8,
-        _ => {
-            return Err(crate::Error::invalid(
-                "scaled_dot_product_attention",
-                format!(
-                    "the tensor-core attention needs a fixed subgroup size of 32 or 8 lanes, \
-                     this adapter's is {subgroup} (0: not fixed)"
-                ),
-            ))
-        }
-    };
-    Ok((id, subgroups * subgroup))
+    match (subgroup, rows128) {
+        (8, false) => (ShaderId::AttentionCoop16Sg8, subgroups * 8),
+        (8, true) => (ShaderId::AttentionCoop16Rows128Sg8, subgroups * 8),
+        (_, false) => (ShaderId::AttentionCoop16, subgroups * 32),
+        (_, true) => (ShaderId::AttentionCoop16Rows128, subgroups * 32),
+    }
 }
 
 /// Whether the tensor-core kernel may serve calls in this process (running the check once).
 pub(crate) fn enabled(q: &XpuStorage) -> bool {
-    if std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "0")
-        || !coop16(&q.ctx.features)
-        || shader(false, q.ctx.features.fixed_subgroup_size).is_err()
-    {
+    if std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "0") || !coop16(&q.ctx.features) {
         return false;
     }
     if CHECKING.with(Cell::get) || timing_variant() != 0 {
