@@ -26,7 +26,8 @@
 // only (wrong products; run with XPU_COOP_CHECK=0, `benches/gpu/run_gpu.sh anatomy`): bit 7 loads
 // the six cooperative fragments once per pass instead of per K step, bit 8 replaces the word
 // pairs' global loads by constants, bit 9 drops their workgroup stores (the loaded words are
-// folded into a value the epilogue depends on, so the loads stay).
+// folded into a value the epilogue depends on, so the loads stay). Bit 10 fetches the word
+// pairs two K steps ahead instead of one (an experiment, see the K loop).
 // Workgroup layout: every workgroup variable is an array whose size is a multiple of 16 bytes, so
 // every tile a cooperative load or store addresses is 16-byte aligned whatever order the driver
 // lays the variables out in. On the H100 a 4-byte `u32` workgroup scalar (the pass count) put the
@@ -265,6 +266,16 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
             wa = fetch_a(mode, ab, row0, sk.z, lid, cr);
             wb = fetch_b(mode, bb, wid.x, sk.z, lid);
         }
+        // VARIANT bit 10 (`XPU_COOP16_VARIANT=1024`, an experiment): the words of the step after
+        // next are fetched too, so each step's global loads have two steps of products to
+        // arrive in (16 more registers of words).
+        let ahead = (VARIANT & 1024u) != 0u;
+        var wa2 = wa;
+        var wb2 = wb;
+        if (mode != 0u && ahead && sk.z + 32u < sk.w) {
+            wa2 = fetch_a(mode, ab, row0, sk.z + 32u, lid, cr);
+            wb2 = fetch_b(mode, bb, wid.x, sk.z + 32u, lid);
+        }
         // Timing-only variants (bits 7-9, see the header).
         var sink = 0u;
         var a0 = coop_mat16x16<f16, A>();
@@ -295,6 +306,13 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
             if (mode != 0u && kn < sk.w && (VARIANT & 256u) != 0u) {
                 wa = Words(vec4<u32>(kn), vec4<u32>(kn + lid));
                 wb = wa;
+            } else if (mode != 0u && ahead) {
+                wa = wa2;
+                wb = wb2;
+                if (kn + 32u < sk.w) {
+                    wa2 = fetch_a(mode, ab, row0, kn + 32u, lid, cr);
+                    wb2 = fetch_b(mode, bb, wid.x, kn + 32u, lid);
+                }
             } else if (mode != 0u && kn < sk.w) {
                 wa = fetch_a(mode, ab, row0, kn, lid, cr);
                 wb = fetch_b(mode, bb, wid.x, kn, lid);

@@ -341,6 +341,11 @@ fn coop_matrix_runs_where_reported_else_is_refused() {
                 Err(err) => {
                     let msg = err.to_string();
                     assert!(msg.contains("self-check"), "{msg}");
+                    // benches/lavapipe_coop/run.sh sets it: there the kernels must pass.
+                    assert!(
+                        std::env::var_os("XPU_EXPECT_COOP").is_none_or(|v| v != "1"),
+                        "XPU_EXPECT_COOP=1 but the cooperative kernel was refused: {msg}"
+                    );
                     eprintln!("cooperative matrices refused after the self-check: {msg}");
                     return;
                 }

@@ -15,7 +15,8 @@
 # alternatives: f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), anatomy (the
 # tensor-core kernel's K step taken apart by timing-only variants), attanat (the same for the
 # tensor-core attention), split (split K: the tensor-core tests with every tile split, Auto's
-# splits against none), final (the default choices' tests, rows and step), prefetch (the
+# splits against none), ahead (mm_coop16's word pairs fetched two K steps ahead against one),
+# final (the default choices' tests, rows and step), prefetch (the
 # tensor-core attention's experiments XPU_ATTN_PREFETCH=1, XPU_ATTN_ROWS128=1 and
 # XPU_ATTN_ONEPASS=1 against the default), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
@@ -193,6 +194,28 @@ for phase in "$@"; do
           --json 2>&1 | tee -a "$OUT/split.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
         XPU_SPLIT_K=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
           --steps 4 --output /tmp/sd_s$v.safetensors 2>&1 | tee -a "$OUT/split.log" \
+          | grep -E 'median|rror' | cut -c1-160
+      done
+      ;;
+    ahead)
+      # mm_coop16 fetching its word pairs two K steps ahead (XPU_COOP16_VARIANT=1024: each
+      # step's global loads get two steps of products to arrive in; the anatomy put ~0.9 ms of
+      # the 4096^3 product's 2.6 in those loads): the tensor-core tests with it (in parallel,
+      # XPU_EXPECT_COOP=1 so a refused kernel fails), then f16 rows and the step, 0 against 1024
+      # twice.
+      for t in matmul_xpu_variants matmul_split_k conv_xpu unet_parity; do
+        (XPU_COOP16_VARIANT=1024 XPU_EXPECT_COOP=1 timeout 150 .devbin/test-$t \
+          --test-threads 4 >"$OUT/ahead-$t.log" 2>&1
+         echo "rc=$? $t" >>"$OUT/ahead-$t.log") &
+      done
+      wait
+      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/ahead-*.log | cut -c1-160
+      for v in 0 1024 0 1024; do
+        echo "=== XPU_COOP16_VARIANT=$v" | tee -a "$OUT/ahead.log"
+        XPU_COOP16_VARIANT=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
+          --json 2>&1 | tee -a "$OUT/ahead.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
+        XPU_COOP16_VARIANT=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_a$v.safetensors 2>&1 | tee -a "$OUT/ahead.log" \
           | grep -E 'median|rror' | cut -c1-160
       done
       ;;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs a command inside the chroot of setup.sh (default /tmp/trixie-root, or $LAVAPIPE_ROOT)
 # from this repository's root, bound at the same path, on lavapipe 26 with cooperative matrices
-# and xpu's 16x16 kernels allowed (`XPU_COOP16_ASSUME=1`). Examples:
+# and xpu's 16x16 kernels allowed (`XPU_COOP16_ASSUME=1`; `XPU_EXPECT_COOP=1` makes the forced
+# cooperative-matrix test fail where the kernel's self-check refuses it). Examples:
 #   bash benches/lavapipe_coop/run.sh ./target/release/examples/coop_probe
 #   bash benches/lavapipe_coop/run.sh tests   # every test binary of `cargo test --no-run`
 # Build on the host first (`cargo test --no-run`, `cargo build --release --examples`): the
@@ -16,7 +17,7 @@ for fs in proc dev sys; do
 done
 mkdir -p "$ROOT$REPO"
 mountpoint -q "$ROOT$REPO" || mount --bind "$REPO" "$ROOT$REPO"
-ENVS="XPU_COOP16_ASSUME=1 VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.json CI=true XPU_REQUIRE_ADAPTER=1"
+ENVS="XPU_COOP16_ASSUME=1 XPU_EXPECT_COOP=1 VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.json CI=true XPU_REQUIRE_ADAPTER=1"
 if [ "${1:-}" = tests ]; then
   shift
   bins=$(cd "$REPO" && cargo test --no-run 2>&1 | grep -oE "target/[a-z]+/deps/[a-z0-9_]+-[0-9a-f]+" | sort -u)

@@ -249,6 +249,17 @@ mod tests {
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 896.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 960.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", constants(256.0, 34.0)),
+            // Word pairs fetched two K steps ahead (bit 10), with and without the gather.
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 1024.0),
+            ),
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 1088.0),
+            ),
             // The f32 output of split-K partial products, with and without the gather.
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(0.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(64.0)),

@@ -61,7 +61,8 @@ fn exact(len: usize, seed: usize) -> Vec<f32> {
 
 fn run_check() -> std::result::Result<(), String> {
     // Odd K takes the per-element staging; even K the word-pair staging, with B row-major
-    // (pairs along columns) and transposed (pairs along k).
+    // (pairs along columns) and transposed (pairs along k); K = 110 runs four K steps, so the
+    // words carried from step to step are checked too (two steps ran only the first fetch).
     let (m, n) = (70, 83);
     let check = || -> crate::Result<std::result::Result<(), String>> {
         let dtypes = {
@@ -72,9 +73,14 @@ fn run_check() -> std::result::Result<(), String> {
                 vec![DType::F16]
             }
         };
-        let cases = dtypes
-            .iter()
-            .flat_map(|&d| [(d, 45, false), (d, 46, false), (d, 46, true)]);
+        let cases = dtypes.iter().flat_map(|&d| {
+            [
+                (d, 45, false),
+                (d, 46, false),
+                (d, 46, true),
+                (d, 110, true),
+            ]
+        });
         for (dtype, k, b_transposed) in cases {
             let a = Tensor::from_vec(exact(m * k, 1), &[m, k], Device::Cpu)?
                 .to_dtype(dtype)?
