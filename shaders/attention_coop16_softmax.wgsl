@@ -52,16 +52,21 @@ fn row_sum(x: f32) -> f32 {
     return v;
 }
 
+// The max of row r's scores in this key block (over the row's LPR lanes).
+fn block_max(sg: u32, lane: u32, r: u32, k0: u32) -> f32 {
+    var mx = NEG_S;
+    for (var i = 0u; i < CPL; i = i + 1u) {
+        mx = max(mx, lane_score(sg, r, lane_col(lane, r, i), k0));
+    }
+    return row_max(mx);
+}
+
 // Pass 1 for this lane's rows: the running max m and sum l (per row j) over the key block.
 fn update_stats(sg: u32, lane: u32, k0: u32, m: ptr<function, array<f32, RPL>>,
                 l: ptr<function, array<f32, RPL>>) {
     for (var j = 0u; j < RPL; j = j + 1u) {
         let r = lane_row(lane, j);
-        var mx = NEG_S;
-        for (var i = 0u; i < CPL; i = i + 1u) {
-            mx = max(mx, lane_score(sg, r, lane_col(lane, r, i), k0));
-        }
-        mx = row_max(mx);
+        let mx = block_max(sg, lane, r, k0);
         let m_new = max((*m)[j], mx);
         var sum = 0.0;
         for (var i = 0u; i < CPL; i = i + 1u) {
@@ -102,11 +107,7 @@ fn online_probabilities(prow: u32, sg: u32, lane: u32, k0: u32,
     var raised = false;
     for (var j = 0u; j < RPL; j = j + 1u) {
         let r = lane_row(lane, j);
-        var mx = NEG_S;
-        for (var i = 0u; i < CPL; i = i + 1u) {
-            mx = max(mx, lane_score(sg, r, lane_col(lane, r, i), k0));
-        }
-        mx = row_max(mx);
+        let mx = block_max(sg, lane, r, k0);
         let old = (*mu)[j];
         var alpha = 1.0;
         if (mx > old + LAZY) {

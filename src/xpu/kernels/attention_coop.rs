@@ -79,12 +79,16 @@ pub(crate) fn timing_variant() -> u32 {
 /// results; the once-per-process check runs the form in use.
 pub(crate) fn prefetch_variant() -> u32 {
     static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var_os("XPU_ATTN_PREFETCH").is_some_and(|v| v == "1"));
-    if on {
+    if switched_on(&ON, "XPU_ATTN_PREFETCH") {
         2048
     } else {
         0
     }
+}
+
+/// Whether the experiment switch `name` is `1`, read once per process into `cell`.
+fn switched_on(cell: &OnceLock<bool>, name: &str) -> bool {
+    *cell.get_or_init(|| std::env::var_os(name).is_some_and(|v| v == "1"))
 }
 
 /// `VARIANT` bit 4096, the kernel's one-pass form with `XPU_ATTN_ONEPASS=1` (read once per
@@ -95,8 +99,7 @@ pub(crate) fn prefetch_variant() -> u32 {
 /// runs the form in use.
 pub(crate) fn onepass_variant() -> u32 {
     static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var_os("XPU_ATTN_ONEPASS").is_some_and(|v| v == "1"));
-    if on {
+    if switched_on(&ON, "XPU_ATTN_ONEPASS") {
         4096
     } else {
         0
@@ -109,8 +112,7 @@ pub(crate) fn onepass_variant() -> u32 {
 /// layout its head dims take.
 pub(crate) fn rows128(s: &AttnShape) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("XPU_ATTN_ROWS128").is_some_and(|v| v == "1"))
-        && s.d.max(s.dv) <= 48
+    switched_on(&ON, "XPU_ATTN_ROWS128") && s.d.max(s.dv) <= 48
 }
 
 /// The kernel's shader and workgroup size (invocations) for the adapter's fixed subgroup size:
