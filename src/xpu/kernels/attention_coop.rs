@@ -11,7 +11,13 @@
 //! to [`MAX_DIM`], and q/k/v readable two elements per 32-bit word (unit column stride, even
 //! row and head strides and offsets), on an adapter with f16 cooperative matrices whose check
 //! here passed (and `XPU_ATTN_COOP` is not `0`); every other call takes the FMA kernel. The
-//! check compares both kernels on a small problem with an odd key tail and two head-dim sizes.
+//! check compares both kernels on small problems with odd key tails, head dims 40 to 80, query
+//! rows whose score maxima differ, and keys that grow along the sequence (so the one-pass
+//! form's rescale runs); every form in use is the one checked.
+//!
+//! Subgroups: the kernel's lane softmax is written for a fixed subgroup size, 32 lanes (NVIDIA)
+//! or 8 (lavapipe 26, where `benches/lavapipe_coop/` runs the tests on the CPU); [`shader`]
+//! picks the form from the adapter's fixed size, the 32-lane one wherever it is not 8.
 //!
 //! Head dims up to 48 used to stay on the FMA kernel (H100, twenty-fifth session: 5.04 against
 //! 5.40 ms at 2×8×4096×40). Since the kernel stages only the head-dim tiles its products read,
