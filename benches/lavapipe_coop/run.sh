@@ -9,9 +9,17 @@
 # chroot has no Rust toolchain; binaries built on Debian 12 run on trixie's newer libc.
 # Lavapipe's default 256-bit vectors give subgroups of 8 lanes (LP_NATIVE_VECTOR_WIDTH=512 or
 # 1024 give 16 or 32, but its cooperative-matrix code crashed there: stack smashing).
+# The repository is bind-mounted inside the chroot: `bash run.sh unmount` before deleting the
+# chroot's folder (a plain `rm -rf` of it would go through the mount into the repository).
 set -uo pipefail
 ROOT=${LAVAPIPE_ROOT:-/tmp/trixie-root}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
+if [ "${1:-}" = unmount ]; then
+  for m in "$ROOT$REPO" "$ROOT/sys" "$ROOT/dev" "$ROOT/proc"; do
+    mountpoint -q "$m" && umount "$m"
+  done
+  exit 0
+fi
 for fs in proc dev sys; do
   mountpoint -q "$ROOT/$fs" || mount --bind "/$fs" "$ROOT/$fs"
 done

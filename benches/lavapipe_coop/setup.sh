@@ -21,13 +21,16 @@ if [ ! -x "$ROOT/usr/bin/apt-get" ]; then
     http://deb.debian.org/debian
 fi
 echo "deb http://deb.debian.org/debian trixie-backports main" > "$ROOT/etc/apt/sources.list.d/bp.list"
-chroot "$ROOT" bash -c "apt-get update -q && apt-get install -y -q -t trixie-backports mesa-vulkan-drivers=26.1.6-1~bpo13+1"
+# Tested with 26.1.6-1~bpo13+1; a later backport is patched only if the constant below is
+# found exactly once.
+chroot "$ROOT" bash -c "apt-get update -q && apt-get install -y -q -t trixie-backports mesa-vulkan-drivers"
+chroot "$ROOT" dpkg-query -W mesa-vulkan-drivers
 python3 - "$ROOT/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so" <<'PY'
 import hashlib, struct, sys
 path = sys.argv[1]
 data = bytearray(open(path, "rb").read())
-# llvmpipe's compute caps constant {max_threads_per_block, max_local_size, clock, units} in
-# the 26.1.6-1~bpo13+1 build; the only .rodata entry of that shape.
+# llvmpipe's compute caps constant {max_threads_per_block, max_local_size, clock, units}: in
+# the 26.1.6-1~bpo13+1 build the only .rodata entry of that shape.
 at = data.find(struct.pack("<4I", 0x400, 0x8000, 0x12C, 8))
 done = data.find(struct.pack("<4I", 0x400, 0x10000, 0x12C, 8))
 if done >= 0 and at < 0:
