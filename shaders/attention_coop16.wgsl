@@ -301,7 +301,10 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
             if (softmax) {
                 raised = online_probabilities(prow, sg, lane, k0, &m, &l);
             }
-            atomicOr(&a_flag[0], select(0u, 1u, raised));
+            // Rare (a row's max rose by more than LAZY): most blocks make no atomic at all.
+            if (raised) {
+                atomicOr(&a_flag[0], 1u);
+            }
             // A barrier, the load, a barrier: P and a_scale are complete after it.
             if (workgroupUniformLoad(&a_flag[0]) != 0u) {
                 // Some row raised its max: every subgroup scales its O rows by a_scale, each
