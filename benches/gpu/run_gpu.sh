@@ -5,6 +5,10 @@
 #
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
+# Next GPU (after the twenty-ninth session): `prefetch ahead` in one call (~7-8 min: the
+# attention experiments and mm_coop16's two-step fetch, all verified on lavapipe 26 but never
+# timed), then `final` if device time is left.
+#
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
 # tests (every test binary with XPU_REQUIRE_ADAPTER=1), bench (examples/bench on the Xpu in
