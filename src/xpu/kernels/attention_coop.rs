@@ -245,3 +245,20 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lavapipe's 8 lanes take the 8-lane forms; every other size (NVIDIA's 32, a size that is
+    /// not fixed, 64) the 32-lane ones, with four or eight subgroups of invocations.
+    #[test]
+    fn forms_follow_the_fixed_subgroup_size() {
+        assert_eq!(shader(false, 8), (ShaderId::AttentionCoop16Sg8, 32));
+        assert_eq!(shader(true, 8), (ShaderId::AttentionCoop16Rows128Sg8, 64));
+        for size in [32, 0, 64] {
+            assert_eq!(shader(false, size), (ShaderId::AttentionCoop16, 128));
+            assert_eq!(shader(true, size), (ShaderId::AttentionCoop16Rows128, 256));
+        }
+    }
+}
