@@ -24,8 +24,8 @@ fn main() -> xpu::Result<()> {
         }
         if !a.cooperative_matrix_configs.is_empty() {
             println!(
-                "      cooperative matrices: {:?}",
-                a.cooperative_matrix_configs
+                "      cooperative matrices: {:?}, subgroups of {}..{} lanes",
+                a.cooperative_matrix_configs, a.subgroup_sizes.0, a.subgroup_sizes.1
             );
         }
     }

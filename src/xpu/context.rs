@@ -44,6 +44,9 @@ pub struct AdapterSummary {
     /// Cooperative-matrix shapes the driver reports, as `MxNxK ab->cr` (e.g. `16x16x16
     /// F16->F32`); empty without `EXPERIMENTAL_COOPERATIVE_MATRIX`.
     pub cooperative_matrix_configs: Vec<String>,
+    /// Smallest and largest subgroup size the driver reports (32 and 32 on NVIDIA, 8 and 8 on
+    /// lavapipe; wgpu's 4 and 128 where the driver does not say).
+    pub subgroup_sizes: (u32, u32),
 }
 
 /// Features that `xpu` can use when present.
@@ -194,6 +197,7 @@ fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
                 )
             })
             .collect(),
+        subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
     }
 }
 
