@@ -10,6 +10,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod coop;
 mod errors;
 mod memory;
 mod vec4;

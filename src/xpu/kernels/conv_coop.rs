@@ -11,10 +11,11 @@
 //! the output is written channels-last and transposed only when NCHW is asked for.
 //!
 //! Invariants: used only for `ConvTile::Auto`, f16, one group, even C and O, when the adapter's
-//! f16 cooperative matrices passed the once-per-process self-check and `XPU_CONV_COOP` is not
-//! `0`; otherwise [`conv2d`] returns `None` and the FMA kernels run. The epilogue is the matmul
+//! f16 cooperative matrices passed the once-per-process self-checks (the matmul's and the
+//! gather's own, `conv_coop_check`) and `XPU_CONV_COOP` is not `0`; otherwise [`conv2d`] returns `None` and the FMA kernels run. The epilogue is the matmul
 //! family's: `act(acc + bias) + residual`, rounded once.
 
+use super::conv_coop_check;
 use super::coop_check;
 use super::launch;
 use super::matmul::SPLITS;
@@ -38,6 +39,7 @@ pub(crate) fn active() -> bool {
         std::env::var_os("XPU_CONV_COOP").is_none_or(|v| v != "0")
             && coop16(&ctx.features)
             && coop_check::verdict().is_ok()
+            && conv_coop_check::verdict().is_ok()
     })
 }
 
@@ -57,6 +59,7 @@ pub(crate) fn eligible(l: &ConvLaunch) -> bool {
         && std::env::var_os("XPU_CONV_COOP").is_none_or(|v| v != "0")
         && coop16(&x.ctx.features)
         && coop_check::verdict().is_ok()
+        && conv_coop_check::verdict().is_ok()
 }
 
 /// `st` viewed through `layout` if that view has unit stride along `inner` and even offset and

@@ -6,6 +6,7 @@ pub(crate) mod attention;
 pub(crate) mod attention_coop;
 pub(crate) mod conv;
 pub(crate) mod conv_coop;
+pub(crate) mod conv_coop_check;
 pub(crate) mod coop_check;
 pub(crate) mod elementwise;
 pub(crate) mod index;

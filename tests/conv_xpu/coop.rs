@@ -1,0 +1,75 @@
+//! Routing of f16 convolutions: where the adapter has f16 cooperative matrices, the
+//! tensor-core convolution (`mm_coop16` in its gather mode) serves them, i.e. both self-checks
+//! (the matmul's and the gather's) passed; elsewhere the FMA kernels do. A child process with
+//! the kernel profiler on tells the kernels apart. (The values of every path are checked
+//! against the Cpu by `f16_even_channels_on_every_path`.)
+
+use super::common;
+use xpu::ops::conv::Conv2dParams;
+use xpu::ops::conv_xpu::{conv2d_xpu, ConvXpuArgs};
+use xpu::{DType, Device};
+
+const NAME: &str = "coop::tensor_core_convolutions_serve_where_reported";
+
+fn tensor_cores() -> bool {
+    let f = xpu::xpu_features().unwrap();
+    let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "0");
+    f.cooperative_matrix
+        && f.coop_f16_16x16
+        && f.subgroup
+        && !off("XPU_CONV_COOP")
+        && !off("XPU_MATMUL_COOP")
+}
+
+fn conv_kernels() -> Vec<String> {
+    let x = common::randn(&[1, 8, 13, 11], DType::F16, 3)
+        .to(Device::Xpu)
+        .unwrap();
+    let w = common::randn(&[6, 8, 3, 3], DType::F16, 4)
+        .to(Device::Xpu)
+        .unwrap();
+    let p = Conv2dParams {
+        padding: (1, 1),
+        ..Conv2dParams::default()
+    };
+    let args = ConvXpuArgs {
+        channels_last_out: true,
+        ..ConvXpuArgs::default()
+    };
+    conv2d_xpu(&x, &w, p, &args).unwrap();
+    xpu::synchronize().unwrap();
+    let rows = xpu::xpu_profile()
+        .unwrap()
+        .expect("XPU_PROFILE=1 and timestamp queries");
+    rows.into_iter().map(|r| r.kernel).collect()
+}
+
+#[test]
+fn tensor_core_convolutions_serve_where_reported() {
+    if !common::xpu() {
+        return;
+    }
+    if std::env::var_os("XPU_TEST_CONV_CHILD").is_none() {
+        if !xpu::xpu_features().unwrap().timestamp_query {
+            assert!(
+                !common::adapter_required(),
+                "CI's adapter profiles with timestamps"
+            );
+            eprintln!("skipped: no timestamp queries to tell the kernels apart");
+            return;
+        }
+        common::rerun_with_env(
+            NAME,
+            &[
+                ("XPU_TEST_CONV_CHILD", "1".as_ref()),
+                ("XPU_PROFILE", "1".as_ref()),
+            ],
+        );
+        return;
+    }
+    // The first call runs the once-per-process self-checks (their dispatches are not counted).
+    conv_kernels();
+    let kernels = conv_kernels();
+    let coop = kernels.iter().any(|k| k.contains("mm_coop16"));
+    assert_eq!(coop, tensor_cores(), "kernels: {kernels:?}");
+}
