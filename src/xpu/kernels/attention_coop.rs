@@ -28,6 +28,7 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+use super::coop_check;
 use super::matmul_select::coop16;
 use crate::cpu::CpuStorage;
 use crate::layout::Layout;
@@ -140,21 +141,18 @@ pub(crate) fn enabled(q: &XpuStorage) -> bool {
     if std::env::var_os("XPU_ATTN_COOP").is_some_and(|v| v == "0") || !coop16(&q.ctx.features) {
         return false;
     }
-    if CHECKING.with(Cell::get) || timing_variant() != 0 {
+    if timing_variant() != 0 {
         return true;
     }
-    VERDICT
-        .get_or_init(|| {
-            CHECKING.with(|c| c.set(true));
-            let r = run_check(q);
-            CHECKING.with(|c| c.set(false));
-            if let Err(why) = &r {
-                // Once per process: the user loses the tensor cores, not correctness.
-                eprintln!("xpu: {why}");
-            }
-            r
-        })
-        .is_ok()
+    coop_check::once(&VERDICT, &CHECKING, || {
+        let r = run_check(q);
+        if let Err(why) = &r {
+            // Once per process: the user loses the tensor cores, not correctness.
+            eprintln!("xpu: {why}");
+        }
+        r
+    })
+    .is_ok()
 }
 
 /// Multiples of 1/16 in [-span/16, span/16] (exact in f16). Queries take a wide span so the
@@ -220,14 +218,7 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
                 }
             };
             let (coop, fma) = (run(true)?, run(false)?);
-            let worst = coop
-                .iter()
-                .zip(&fma)
-                .map(|(a, b)| (a - b).abs())
-                .fold(
-                    0.0f32,
-                    |w, e| if e.is_nan() { f32::INFINITY } else { w.max(e) },
-                );
+            let worst = coop_check::max_abs_diff(&coop, &fma);
             if worst > 1e-2 {
                 return Ok(Err(format!(
                     "tensor-core attention disagreed with the FMA kernel in xpu's self-check \

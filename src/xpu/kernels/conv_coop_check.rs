@@ -16,6 +16,7 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+use super::coop_check;
 use crate::ops::conv::Conv2dParams;
 use crate::ops::conv_xpu::{conv2d_xpu, ConvTile, ConvXpuArgs};
 use crate::{DType, Device, Tensor};
@@ -29,28 +30,14 @@ static VERDICT: OnceLock<Result<(), String>> = OnceLock::new();
 
 /// Whether the gather passed the check (running it on first call), or why not.
 pub(crate) fn verdict() -> Result<(), String> {
-    if CHECKING.with(Cell::get) {
-        return Ok(());
-    }
-    VERDICT
-        .get_or_init(|| {
-            CHECKING.with(|c| c.set(true));
-            let r = run_check();
-            CHECKING.with(|c| c.set(false));
-            if let Err(why) = &r {
-                // Once per process: the user loses the tensor cores, not correctness.
-                eprintln!("xpu: {why}");
-            }
-            r
-        })
-        .clone()
-}
-
-/// Multiples of 1/8 in [-6/8, 6/8].
-fn exact(len: usize, seed: usize) -> Vec<f32> {
-    (0..len)
-        .map(|i| (((i * 7 + seed * 3) % 13) as f32 - 6.0) / 8.0)
-        .collect()
+    coop_check::once(&VERDICT, &CHECKING, || {
+        let r = run_check();
+        if let Err(why) = &r {
+            // Once per process: the user loses the tensor cores, not correctness.
+            eprintln!("xpu: {why}");
+        }
+        r
+    })
 }
 
 fn run_check() -> Result<(), String> {
@@ -65,12 +52,16 @@ fn run_check() -> Result<(), String> {
     let check = || -> crate::Result<Result<(), String>> {
         for (ci, &(shape, o, k, stride, padding, dilation)) in cases.iter().enumerate() {
             let [n, c, h, w] = shape;
-            let x = Tensor::from_vec(exact(n * c * h * w, ci), &shape, Device::Cpu)?
+            let x = Tensor::from_vec(coop_check::exact(n * c * h * w, ci), &shape, Device::Cpu)?
                 .to_dtype(DType::F16)?
                 .to(Device::Xpu)?;
-            let wt = Tensor::from_vec(exact(o * c * k * k, ci + 5), &[o, c, k, k], Device::Cpu)?
-                .to_dtype(DType::F16)?
-                .to(Device::Xpu)?;
+            let wt = Tensor::from_vec(
+                coop_check::exact(o * c * k * k, ci + 5),
+                &[o, c, k, k],
+                Device::Cpu,
+            )?
+            .to_dtype(DType::F16)?
+            .to(Device::Xpu)?;
             let p = Conv2dParams {
                 stride: (stride, stride),
                 padding: (padding, padding),
@@ -88,14 +79,7 @@ fn run_check() -> Result<(), String> {
                     .to_vec::<f32>()
             };
             let (coop, fma) = (run(ConvTile::Auto)?, run(ConvTile::Medium)?);
-            let worst = coop
-                .iter()
-                .zip(&fma)
-                .map(|(a, b)| (a - b).abs())
-                .fold(
-                    0.0f32,
-                    |m, e| if e.is_nan() { f32::INFINITY } else { m.max(e) },
-                );
+            let worst = coop_check::max_abs_diff(&coop, &fma);
             if worst > 1e-3 {
                 return Ok(Err(format!(
                     "the tensor-core convolution disagreed with the FMA kernel in xpu's \

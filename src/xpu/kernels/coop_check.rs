@@ -39,21 +39,47 @@ pub(crate) fn coop16_variant() -> u32 {
 
 /// Whether the cooperative engines passed the check (running it on first call), or why not.
 pub(crate) fn verdict() -> std::result::Result<(), String> {
-    if CHECKING.with(Cell::get) || env_u32("XPU_COOP_CHECK") == Some(0) {
+    if env_u32("XPU_COOP_CHECK") == Some(0) {
         return Ok(());
     }
-    VERDICT
+    once(&VERDICT, &CHECKING, run_check)
+}
+
+/// The shared shape of xpu's once-per-process kernel checks: the first call runs `check` with
+/// `checking` set on this thread (so the check's own calls, which ask again, get `Ok` and never
+/// re-enter the cell) and keeps its verdict in `verdict`; later calls return the kept verdict.
+pub(crate) fn once(
+    verdict: &'static OnceLock<std::result::Result<(), String>>,
+    checking: &'static std::thread::LocalKey<Cell<bool>>,
+    check: impl FnOnce() -> std::result::Result<(), String>,
+) -> std::result::Result<(), String> {
+    if checking.with(Cell::get) {
+        return Ok(());
+    }
+    verdict
         .get_or_init(|| {
-            CHECKING.with(|c| c.set(true));
-            let r = run_check();
-            CHECKING.with(|c| c.set(false));
+            checking.with(|c| c.set(true));
+            let r = check();
+            checking.with(|c| c.set(false));
             r
         })
         .clone()
 }
 
-/// Small integers over 8: exact in f16 and in every partial sum of the products below.
-fn exact(len: usize, seed: usize) -> Vec<f32> {
+/// The largest |a - b| over the pairs (infinite if any difference is NaN).
+pub(crate) fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(
+            0.0f32,
+            |w, d| if d.is_nan() { f32::INFINITY } else { w.max(d) },
+        )
+}
+
+/// Small integers over 8: exact in f16 and in every partial sum of the products below (also
+/// the convolution check's values).
+pub(crate) fn exact(len: usize, seed: usize) -> Vec<f32> {
     (0..len)
         .map(|i| (((i * 7 + seed * 3) % 13) as f32 - 6.0) / 8.0)
         .collect()
@@ -104,14 +130,7 @@ fn run_check() -> std::result::Result<(), String> {
             };
             let coop = run(MatmulKernel::CoopMatrix)?;
             let tiled = run(MatmulKernel::Tiled(TileConfig::Medium))?;
-            let worst = coop
-                .iter()
-                .zip(&tiled)
-                .map(|(x, y)| (x - y).abs())
-                .fold(
-                    0.0f32,
-                    |w, d| if d.is_nan() { f32::INFINITY } else { w.max(d) },
-                );
+            let worst = max_abs_diff(&coop, &tiled);
             if worst > 1e-3 {
                 return Ok(Err(format!(
                     "the adapter's cooperative-matrix kernel gave wrong results in xpu's \
