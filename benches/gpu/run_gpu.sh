@@ -5,9 +5,10 @@
 #
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
-# Next GPU (after the twenty-ninth session): `prefetch ahead` in one call (~7-8 min: the
-# attention experiments and mm_coop16's two-step fetch, all verified on lavapipe 26 but never
-# timed), then `final` if device time is left.
+# Next GPU (after the thirtieth session): `stats prefetch ahead stats` in one call (~8-9 min:
+# register counts and occupancy of every pipeline, then the attention experiments and
+# mm_coop16's two-step fetch, all verified on lavapipe 26 but never timed, then the
+# experiments' register counts), then `final` if device time is left.
 #
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
@@ -25,7 +26,8 @@
 # XPU_ATTN_ONEPASS=1 against the default), profile (the same step's GPU time per kernel,
 # XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
-# NCHW calls copy NCHW <-> NHWC around the tensor-core kernel).
+# NCHW calls copy NCHW <-> NHWC around the tensor-core kernel), stats (the driver's register
+# count and the occupancy it allows for every pipeline the run created so far).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -41,6 +43,8 @@ export VK_DRIVER_FILES=${icd:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.js
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 echo "VK_DRIVER_FILES=$VK_DRIVER_FILES"; cat "$VK_DRIVER_FILES" 2>&1 | head -n 8
 export XPU_REQUIRE_ADAPTER=1
+# Every pipeline of the run is dumped as SPIR-V for the `stats` phase (src/xpu/spirv_dump.rs).
+export XPU_DUMP_SPIRV=${XPU_DUMP_SPIRV:-/tmp/spv}
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -306,6 +310,25 @@ for phase in "$@"; do
       XPU_PROFILE=1 timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \
         >"$OUT/conv-profile.log" 2>&1
       grep -E '"conv2d_3x3"' "$OUT/conv-profile.log" | cut -c1-400
+      ;;
+    stats)
+      # The driver's register counts and the occupancy they allow (examples/pipeline_stats)
+      # for every pipeline this run created: XPU_DUMP_SPIRV is set for the whole run (see the
+      # top), so a `stats` phase after others covers their experiments too; on an empty folder
+      # it first runs one f16 and one f32 SD 1.5 step.
+      if ! ls "$XPU_DUMP_SPIRV"/*.spv >/dev/null 2>&1; then
+        for dt in f16 f32; do
+          timeout 120 .devbin/sd_unet --device xpu --dtype $dt --preset sd15 --steps 1 \
+            --output /tmp/sds_$dt.safetensors >>"$OUT/stats-runs.log" 2>&1
+          echo "sd_unet $dt rc=$?" | tee -a "$OUT/stats-runs.log"
+        done
+      fi
+      timeout 120 .devbin/pipeline_stats "$XPU_DUMP_SPIRV" >"$OUT/stats.txt" 2>&1
+      echo "pipeline_stats rc=$?" | tee -a "$OUT/stats.txt"
+      head -n 3 "$OUT/stats.txt"
+      # One line per module: its name, then the occupancy (or the first statistics line).
+      awk '/^[A-Z][A-Za-z0-9]*-/ {n=$1} /Hopper SM:/ {sub(/^ +/, ""); print n, $0; n=""}' \
+        "$OUT/stats.txt" | cut -c1-200
       ;;
     torchsd)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --families "" --unet --dtypes f32,f16 \

@@ -12,6 +12,7 @@ pub(crate) mod kernels;
 pub(crate) mod passthrough;
 pub(crate) mod pipelines;
 pub(crate) mod profile;
+pub(crate) mod spirv_dump;
 pub(crate) mod stream;
 
 use std::sync::Arc;

@@ -37,14 +37,14 @@ pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
             .contains(wgpu::Features::PASSTHROUGH_SHADERS)
 }
 
-/// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
-/// memory model.
-pub(crate) fn spirv(
+/// `source` parsed and validated, with `constants` applied for entry point `entry` (what wgpu
+/// does per pipeline before it writes SPIR-V).
+pub(crate) fn resolve(
     file: &'static str,
     source: &str,
     entry: &str,
     constants: &[(&str, f64)],
-) -> Result<Vec<u32>> {
+) -> Result<(naga::Module, naga::valid::ModuleInfo)> {
     let fail = |msg: String| Error::Shader { shader: file, msg };
     let module =
         naga::front::wgsl::parse_str(source).map_err(|e| fail(e.emit_to_string(source)))?;
@@ -58,21 +58,33 @@ pub(crate) fn spirv(
     for (name, v) in constants {
         values.insert((*name).to_string(), *v);
     }
-    let stage = naga::ShaderStage::Compute;
     let (module, info) = naga::back::pipeline_constants::process_overrides(
         &module,
         &info,
-        Some((stage, entry)),
+        Some((naga::ShaderStage::Compute, entry)),
         &values,
     )
     .map_err(|e| fail(format!("overrides: {e}")))?;
+    Ok((module.into_owned(), info.into_owned()))
+}
+
+/// SPIR-V 1.6 words of the resolved `module`'s compute entry point `entry`, with `buffer` as the
+/// bounds-check policy of storage and uniform buffers (indices into arrays are always
+/// restricted).
+pub(crate) fn write_spirv(
+    file: &'static str,
+    module: &naga::Module,
+    info: &naga::valid::ModuleInfo,
+    entry: &str,
+    buffer: naga::proc::BoundsCheckPolicy,
+) -> Result<Vec<u32>> {
     use naga::back::spv;
     use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
     let options = spv::Options {
         lang_version: (1, 6),
         bounds_check_policies: BoundsCheckPolicies {
             index: BoundsCheckPolicy::Restrict,
-            buffer: BoundsCheckPolicy::Restrict,
+            buffer,
             image_load: BoundsCheckPolicy::Restrict,
             binding_array: BoundsCheckPolicy::Unchecked,
         },
@@ -81,12 +93,32 @@ pub(crate) fn spirv(
         ..spv::Options::default()
     };
     let pipeline = spv::PipelineOptions {
-        shader_stage: stage,
+        shader_stage: naga::ShaderStage::Compute,
         entry_point: entry.to_string(),
     };
-    let words = spv::write_vec(&module, &info, &options, Some(&pipeline))
-        .map_err(|e| fail(format!("SPIR-V: {e}")))?;
-    glsl450_memory_model(&words).map_err(fail)
+    spv::write_vec(module, info, &options, Some(&pipeline)).map_err(|e| Error::Shader {
+        shader: file,
+        msg: format!("SPIR-V: {e}"),
+    })
+}
+
+/// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
+/// memory model.
+pub(crate) fn spirv(
+    file: &'static str,
+    source: &str,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> Result<Vec<u32>> {
+    let (module, info) = resolve(file, source, entry, constants)?;
+    let words = write_spirv(
+        file,
+        &module,
+        &info,
+        entry,
+        naga::proc::BoundsCheckPolicy::Restrict,
+    )?;
+    glsl450_memory_model(&words).map_err(|msg| Error::Shader { shader: file, msg })
 }
 
 /// The module with `OpMemoryModel ... Vulkan` turned into GLSL450 and the Vulkan memory model's

@@ -316,7 +316,12 @@ impl PipelineCache {
             ("WG", key.workgroup as f64),
             ("VARIANT", key.variant as f64),
         ];
-        if super::passthrough::applies(device, &key) {
+        let through_passthrough = super::passthrough::applies(device, &key);
+        if let Some(dir) = super::spirv_dump::folder() {
+            let source = key.shader.source();
+            super::spirv_dump::dump(&dir, &key, &source, &constants, through_passthrough)?;
+        }
+        if through_passthrough {
             let pipeline =
                 super::passthrough::pipeline(device, &key, &key.shader.source(), &constants)?;
             self.pipelines
