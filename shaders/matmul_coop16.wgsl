@@ -1,8 +1,8 @@
 // matmul_coop16.wgsl: f16 cooperative-matrix products with f32 accumulation (composed as
-// common.wgsl + matmul.wgsl + this file + a staging file, see below; the runtime hoists the
-// `enable` lines). Needs the
+// common.wgsl + matmul.wgsl + this file + a staging file + a layout file, see below; the
+// runtime hoists the `enable` lines). Needs the
 // adapter features EXPERIMENTAL_COOPERATIVE_MATRIX (reporting 16x16x16 F16->F32), SHADER_F16
-// and SUBGROUP, and 34.5 KiB of workgroup memory. This is the path NVIDIA's Vulkan driver
+// and SUBGROUP, and 34.5 KiB of workgroup memory (45 KiB for the double-buffered layout). This is the path NVIDIA's Vulkan driver
 // exposes (tensor cores); the 8x8 f32 kernel of matmul_coop.wgsl is for adapters that report
 // 8x8 f32 (Apple).
 //
@@ -54,10 +54,14 @@ enable wgpu_cooperative_matrix;
 
 const CA: u32 = 40u;
 const CB: u32 = 136u;
+// One staged A tile (128 rows of stride CA) and one B tile (32 k rows of stride CB), in f16.
+const A_TILE: u32 = 5120u;
+const B_TILE: u32 = 4352u;
 
-var<workgroup> coop_a: array<f16, 5120>;
-var<workgroup> coop_b: array<f16, 4352>;
-var<workgroup> coop_c: array<f32, 4096>;
+// The workgroup arrays come from the layout file composed last: matmul_coop16_single.wgsl
+// (one A and one B tile, 512 f32 of coop_c per subgroup) or matmul_coop16_double.wgsl (two of
+// each tile, 256 f32 per subgroup). Each layout file also holds the entry point `mm_coop16`
+// and says how many tiles (NBUF) and how much of coop_c per subgroup (C_PER_SG) it has.
 
 // Output column and whether it is inside N for virtual column jj of column tile `tile`.
 fn coop_col(tile: u32, jj: u32) -> vec2<u32> {
@@ -71,8 +75,9 @@ fn coop_col(tile: u32, jj: u32) -> vec2<u32> {
     return vec2<u32>(oc, u32(oc < n));
 }
 
-// Stages the K step at k0: A rows row0.. and B virtual columns of tile `tile`, as f16.
-fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: bool) {
+// Stages the K step at k0: A rows row0.. and B virtual columns of tile `tile`, as f16, into
+// tile pair `buf`.
+fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: bool, buf: u32) {
     let ars = p(35u);
     let acs = p(36u);
     let a_by_k = acs == 1u;
@@ -86,7 +91,7 @@ fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: b
         // Diagnostic VARIANT bit 2: A tiles replaced by identities (the product shows B as
         // the driver loaded it).
         let eye_a = f16(select(0.0, 1.0, r % 16u == kk && kk < 16u));
-        coop_a[r * CA + kk] = select(f16(v), eye_a, (VARIANT & 4u) != 0u);
+        coop_a[buf * A_TILE + r * CA + kk] = select(f16(v), eye_a, (VARIANT & 4u) != 0u);
     }
     let brs = p(37u);
     let bcs = p(38u);
@@ -101,7 +106,7 @@ fn coop_stage(ab: u32, bb: u32, row0: u32, tile: u32, k0: u32, lid: u32, full: b
         }
         // Diagnostic VARIANT bit 3: B tiles replaced by identities (the product shows A).
         let eye_b = f16(select(0.0, 1.0, jj % 16u == kk && kk < 16u));
-        coop_b[kk * CB + jj] = select(f16(v), eye_b, (VARIANT & 8u) != 0u);
+        coop_b[buf * B_TILE + kk * CB + jj] = select(f16(v), eye_b, (VARIANT & 8u) != 0u);
     }
 }
 
@@ -201,20 +206,13 @@ fn coop_finish(b: u32, r0: u32, c0: u32, base: u32, gate: u32, lane: u32, width:
     }
 }
 
-@compute @workgroup_size(256)
-fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
-             @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) nsg: u32,
-             @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) width: u32) {
-    coop16_staged(wid, lid, sg, nsg, lane, width);
-}
-
 // The number of passes over the eight slots (ceil(8 / subgroups)), workgroup-uniform. It goes
 // through coop_c's last element (no scalar workgroup variable: see the layout note at the top).
 fn coop16_passes(lid: u32, nsg: u32) -> u32 {
     if (lid == 0u) {
-        coop_c[4095] = f32((8u + nsg - 1u) / nsg);
+        coop_c[8u * C_PER_SG - 1u] = f32((8u + nsg - 1u) / nsg);
     }
-    return u32(workgroupUniformLoad(&coop_c[4095]));
+    return u32(workgroupUniformLoad(&coop_c[8u * C_PER_SG - 1u]));
 }
 
 // mm_coop16's body: both operands staged through workgroup memory.
@@ -244,11 +242,11 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
         var c00 = coop_mat16x16<f32, C>();
         if ((VARIANT & 1u) != 0u) {
             // Diagnostic: zero accumulators loaded from memory instead of a null constant.
-            for (var e = lid; e < 4096u; e = e + 256u) {
+            for (var e = lid; e < 8u * C_PER_SG; e = e + 256u) {
                 coop_c[e] = 0.0;
             }
             workgroupBarrier();
-            c00 = coopLoadT<coop_mat16x16<f32, C>>(&coop_c[cs * 512u], 16u);
+            c00 = coopLoadT<coop_mat16x16<f32, C>>(&coop_c[cs * C_PER_SG], 16u);
             workgroupBarrier();
         }
         var c01 = c00;
@@ -297,9 +295,9 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
                 let x = wa.lo ^ wa.hi ^ wb.lo ^ wb.hi;
                 sink = sink ^ x.x ^ x.y ^ x.z ^ x.w;
             } else if (mode != 0u) {
-                put_words(mode, lid, wa, wb);
+                put_words(mode, lid, wa, wb, 0u);
             } else if ((VARIANT & 32u) == 0u) {
-                coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k());
+                coop_stage(ab, bb, row0, wid.x, k0, lid, rows_full && cf && k0 + 32u <= dim_k(), 0u);
             }
             workgroupBarrier();
             let kn = k0 + 32u;
@@ -359,8 +357,9 @@ fn coop16_epilogue(b: u32, tile: u32, row0: u32, slot: u32, lane: u32, width: u3
     let cs = min(slot, 7u);
     let ar = (cs / 2u) * 32u;
     let bc = (cs % 2u) * 64u;
-    // Epilogue through this subgroup's 512 f32 of coop_c (only slots < 8 have one).
-    let base = cs * 512u;
+    // Epilogue through this subgroup's 512 f32 of coop_c (only slots < 8 have one; the single
+    // layout, C_PER_SG = 512).
+    let base = cs * C_PER_SG;
     let r0 = row0 + ar;
     if (is_geglu()) {
         let oc = tile * 64u + (slot % 2u) * 32u;

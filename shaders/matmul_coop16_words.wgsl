@@ -43,32 +43,32 @@ fn words_zero() -> Words {
     return Words(vec4<u32>(), vec4<u32>());
 }
 
-// Writes the step's staged words to workgroup memory.
-fn put_words(mode: u32, lid: u32, wa: Words, wb: Words) {
-    put_words_a(mode, lid, wa);
-    put_words_b(mode, lid, wb);
+// Writes the step's staged words to workgroup memory, tile pair `buf`.
+fn put_words(mode: u32, lid: u32, wa: Words, wb: Words, buf: u32) {
+    put_words_a(mode, lid, wa, buf * A_TILE);
+    put_words_b(mode, lid, wb, buf * B_TILE);
 }
 
-fn put_words_a(mode: u32, lid: u32, wa: Words) {
-    pa_put(mode, lid, wa.lo.x);
-    pa_put(mode, lid + 256u, wa.lo.y);
-    pa_put(mode, lid + 512u, wa.lo.z);
-    pa_put(mode, lid + 768u, wa.lo.w);
-    pa_put(mode, lid + 1024u, wa.hi.x);
-    pa_put(mode, lid + 1280u, wa.hi.y);
-    pa_put(mode, lid + 1536u, wa.hi.z);
-    pa_put(mode, lid + 1792u, wa.hi.w);
+fn put_words_a(mode: u32, lid: u32, wa: Words, o: u32) {
+    pa_put(mode, lid, wa.lo.x, o);
+    pa_put(mode, lid + 256u, wa.lo.y, o);
+    pa_put(mode, lid + 512u, wa.lo.z, o);
+    pa_put(mode, lid + 768u, wa.lo.w, o);
+    pa_put(mode, lid + 1024u, wa.hi.x, o);
+    pa_put(mode, lid + 1280u, wa.hi.y, o);
+    pa_put(mode, lid + 1536u, wa.hi.z, o);
+    pa_put(mode, lid + 1792u, wa.hi.w, o);
 }
 
-fn put_words_b(mode: u32, lid: u32, wb: Words) {
-    pb_put(mode, lid, wb.lo.x);
-    pb_put(mode, lid + 256u, wb.lo.y);
-    pb_put(mode, lid + 512u, wb.lo.z);
-    pb_put(mode, lid + 768u, wb.lo.w);
-    pb_put(mode, lid + 1024u, wb.hi.x);
-    pb_put(mode, lid + 1280u, wb.hi.y);
-    pb_put(mode, lid + 1536u, wb.hi.z);
-    pb_put(mode, lid + 1792u, wb.hi.w);
+fn put_words_b(mode: u32, lid: u32, wb: Words, o: u32) {
+    pb_put(mode, lid, wb.lo.x, o);
+    pb_put(mode, lid + 256u, wb.lo.y, o);
+    pb_put(mode, lid + 512u, wb.lo.z, o);
+    pb_put(mode, lid + 768u, wb.lo.w, o);
+    pb_put(mode, lid + 1024u, wb.hi.x, o);
+    pb_put(mode, lid + 1280u, wb.hi.y, o);
+    pb_put(mode, lid + 1536u, wb.hi.z, o);
+    pb_put(mode, lid + 1792u, wb.hi.w, o);
 }
 
 // The invocation's eight A words of the K step at k0.
@@ -118,15 +118,15 @@ fn pa_word(mode: u32, ab: u32, row0: u32, k0: u32, e: u32) -> u32 {
     return src0[(ab + (row0 + r) * p(35u) + (k0 + kk) * p(36u)) / 2u];
 }
 
-fn pa_put(mode: u32, e: u32, w: u32) {
+fn pa_put(mode: u32, e: u32, w: u32, o: u32) {
     let h = vec2<f16>(unpack2x16float(w));
     if ((mode & 2u) != 0u) {
         let r = 2u * (e % 64u);
         let kk = e / 64u;
-        coop_a[r * CA + kk] = h.x;
-        coop_a[(r + 1u) * CA + kk] = h.y;
+        coop_a[o + r * CA + kk] = h.x;
+        coop_a[o + (r + 1u) * CA + kk] = h.y;
     } else {
-        let at = (e / 16u) * CA + 2u * (e % 16u);
+        let at = o + (e / 16u) * CA + 2u * (e % 16u);
         coop_a[at] = h.x;
         coop_a[at + 1u] = h.y;
     }
@@ -146,15 +146,15 @@ fn pb_word(mode: u32, bb: u32, tile: u32, k0: u32, e: u32) -> u32 {
     return src1[(bb + (k0 + kk) * p(37u) + pc.x * p(38u)) / 2u];
 }
 
-fn pb_put(mode: u32, e: u32, w: u32) {
+fn pb_put(mode: u32, e: u32, w: u32, o: u32) {
     let h = vec2<f16>(unpack2x16float(w));
     if ((mode & 4u) != 0u) {
         let jj = e / 16u;
         let kk = 2u * (e % 16u);
-        coop_b[kk * CB + jj] = h.x;
-        coop_b[(kk + 1u) * CB + jj] = h.y;
+        coop_b[o + kk * CB + jj] = h.x;
+        coop_b[o + (kk + 1u) * CB + jj] = h.y;
     } else {
-        let at = (e / 64u) * CB + 2u * (e % 64u);
+        let at = o + (e / 64u) * CB + 2u * (e % 64u);
         coop_b[at] = h.x;
         coop_b[at + 1u] = h.y;
     }

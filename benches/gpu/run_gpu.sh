@@ -5,10 +5,10 @@
 #
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
-# Next GPU (after the thirtieth session): `stats prefetch ahead stats` in one call (~8-9 min:
-# register counts and occupancy of every pipeline, then the attention experiments and
-# mm_coop16's two-step fetch, all verified on lavapipe 26 but never timed, then the
-# experiments' register counts), then `final` if device time is left.
+# Next GPU (after the thirtieth session): `stats ahead double stats` in one call (~5-6 min:
+# register counts and occupancy of every pipeline, mm_coop16's two-step fetch and its
+# double-buffered layout, then the experiments' register counts), then `prefetch` (~4-5 min:
+# the attention experiments); all verified on lavapipe 26, never timed. `final` if time is left.
 #
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
@@ -21,6 +21,7 @@
 # tensor-core kernel's K step taken apart by timing-only variants), attanat (the same for the
 # tensor-core attention), split (split K: the tensor-core tests with every tile split, Auto's
 # splits against none), ahead (mm_coop16's word pairs fetched two K steps ahead against one),
+# double (mm_coop16's double-buffered layout against the default),
 # final (the default choices' tests, rows and step), prefetch (the
 # tensor-core attention's experiments XPU_ATTN_PREFETCH=1, XPU_ATTN_ROWS128=1 and
 # XPU_ATTN_ONEPASS=1 against the default), profile (the same step's GPU time per kernel,
@@ -224,6 +225,28 @@ for phase in "$@"; do
           --json 2>&1 | tee -a "$OUT/ahead.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
         XPU_COOP16_VARIANT=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
           --steps 4 --output /tmp/sd_a$v.safetensors 2>&1 | tee -a "$OUT/ahead.log" \
+          | grep -E 'median|rror' | cut -c1-160
+      done
+      ;;
+    double)
+      # mm_coop16's double-buffered layout (XPU_COOP16_DOUBLE=1: two tile pairs, one barrier
+      # per K step, the next step's stores beside this step's products; the H200's anatomy
+      # found staging and products adding up, not overlapping): its tests (in parallel,
+      # XPU_EXPECT_COOP=1 so a refused kernel fails), then f16 rows and the step, 0 against 1
+      # (DOUBLE="0 1 0 1" for a second round).
+      for t in matmul_coop16_double matmul_xpu_variants matmul_split_k conv_xpu unet_parity; do
+        (XPU_COOP16_DOUBLE=1 XPU_EXPECT_COOP=1 timeout 150 .devbin/test-$t \
+          --test-threads 4 >"$OUT/double-$t.log" 2>&1
+         echo "rc=$? $t" >>"$OUT/double-$t.log") &
+      done
+      wait
+      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/double-*.log | cut -c1-160
+      for v in ${DOUBLE:-0 1}; do
+        echo "=== XPU_COOP16_DOUBLE=$v" | tee -a "$OUT/double.log"
+        XPU_COOP16_DOUBLE=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
+          --json 2>&1 | tee -a "$OUT/double.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
+        XPU_COOP16_DOUBLE=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_d$v.safetensors 2>&1 | tee -a "$OUT/double.log" \
           | grep -E 'median|rror' | cut -c1-160
       done
       ;;

@@ -85,6 +85,10 @@ const WANTED: [(wgpu::Features, &str); 5] = [
 /// Workgroup memory of `matmul_coop16.wgsl`: f16 A and B tiles and the f32 epilogue scratch.
 pub(crate) const COOP16_WORKGROUP_BYTES: u32 = 2 * (5120 + 4352) + 4 * 4096 + 4;
 
+/// Workgroup memory of the double-buffered layout (`matmul_coop16_double.wgsl`): two tile pairs
+/// and half the epilogue scratch.
+pub(crate) const COOP16_DOUBLE_WORKGROUP_BYTES: u32 = 2 * 2 * (5120 + 4352) + 4 * 2048;
+
 /// The process-wide GPU context.
 pub struct Context {
     pub(crate) device: wgpu::Device,

@@ -30,7 +30,8 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 
 /// Whether `key` is compiled through this module on `device`.
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
-    (matches!(key.shader, ShaderId::MatmulCoop | ShaderId::MatmulCoop16)
+    (key.shader == ShaderId::MatmulCoop
+        || ShaderId::MATMUL_COOP16.contains(&key.shader)
         || ShaderId::ATTENTION_COOP16.contains(&key.shader))
         && device
             .features()
@@ -295,6 +296,22 @@ mod tests {
             // The f32 output of split-K partial products, with and without the gather.
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(0.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(64.0)),
+            // The double-buffered layout: products, the gather, split-K partials.
+            (
+                ShaderId::MatmulCoop16Double,
+                "mm_coop16",
+                constants(256.0, 0.0),
+            ),
+            (
+                ShaderId::MatmulCoop16Double,
+                "mm_coop16",
+                constants(256.0, 64.0),
+            ),
+            (
+                ShaderId::MatmulCoop16Double,
+                "mm_coop16",
+                split_constants(64.0),
+            ),
             (
                 ShaderId::AttentionCoop16,
                 "attention_coop16",
@@ -378,8 +395,9 @@ mod tests {
     /// modules are not reflected, and the driver is not obliged to report the difference).
     #[test]
     fn layouts_cover_every_declared_binding() {
-        for id in [ShaderId::MatmulCoop, ShaderId::MatmulCoop16]
+        for id in [ShaderId::MatmulCoop]
             .into_iter()
+            .chain(ShaderId::MATMUL_COOP16)
             .chain(ShaderId::ATTENTION_COOP16)
         {
             let module = naga::front::wgsl::parse_str(&id.source()).unwrap();
@@ -403,8 +421,9 @@ mod tests {
     /// (a 4-byte scalar shifted every tile address by -4 bytes on the H100's driver).
     #[test]
     fn coop_workgroup_variables_keep_16_byte_alignment() {
-        for id in [ShaderId::MatmulCoop, ShaderId::MatmulCoop16]
+        for id in [ShaderId::MatmulCoop]
             .into_iter()
+            .chain(ShaderId::MATMUL_COOP16)
             .chain(ShaderId::ATTENTION_COOP16)
         {
             let source = id.source();

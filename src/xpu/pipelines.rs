@@ -27,9 +27,12 @@ pub enum ShaderId {
     /// `shaders/matmul_coop.wgsl` (after `matmul.wgsl`): hardware cooperative matrices, 8x8 f32.
     MatmulCoop,
     /// `shaders/matmul_coop16.wgsl` (after `matmul.wgsl`, before its word staging
-    /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation (NVIDIA
-    /// tensor cores through Vulkan).
+    /// `matmul_coop16_words.wgsl` and its workgroup layout `matmul_coop16_single.wgsl`): 16x16
+    /// f16 cooperative matrices with f32 accumulation (NVIDIA tensor cores through Vulkan).
     MatmulCoop16,
+    /// The same kernel with the layout `matmul_coop16_double.wgsl` (two tile pairs, one barrier
+    /// per K step; no GEGLU); an experiment chosen only by `XPU_COOP16_DOUBLE=1`.
+    MatmulCoop16Double,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -68,13 +71,14 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 18] = [
+    pub const ALL: [ShaderId; 19] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
+        ShaderId::MatmulCoop16Double,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -88,6 +92,9 @@ impl ShaderId {
         ShaderId::AttentionCoop16Sg8,
         ShaderId::AttentionCoop16Rows128Sg8,
     ];
+
+    /// The tensor-core matmul kernels (compiled through `xpu::passthrough`).
+    pub const MATMUL_COOP16: [ShaderId; 2] = [ShaderId::MatmulCoop16, ShaderId::MatmulCoop16Double];
 
     /// The tensor-core attention kernels (compiled through `xpu::passthrough`).
     pub const ATTENTION_COOP16: [ShaderId; 4] = [
@@ -106,6 +113,7 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
+            ShaderId::MatmulCoop16Double => "matmul_coop16_double.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -129,6 +137,8 @@ impl ShaderId {
         const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
         const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
         const WORDS: &str = include_str!("../../shaders/matmul_coop16_words.wgsl");
+        const SINGLE: &str = include_str!("../../shaders/matmul_coop16_single.wgsl");
+        const DOUBLE: &str = include_str!("../../shaders/matmul_coop16_double.wgsl");
         const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
         const ATTENTION_COOP16_WORDS: &str =
             include_str!("../../shaders/attention_coop16_words.wgsl");
@@ -148,7 +158,8 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS],
+            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS, SINGLE],
+            ShaderId::MatmulCoop16Double => &[MATMUL, COOP16, WORDS, DOUBLE],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }

@@ -23,7 +23,7 @@ use super::matmul_select::coop16;
 use super::params::{grid as grid_for, u32_arg, Params, COUNT, EXTRA, OFFSET0, OFFSET1, RANK};
 use crate::layout::Layout;
 use crate::xpu::kernels::conv::{activation_code, ConvLaunch};
-use crate::xpu::pipelines::{PipelineKey, ShaderId};
+use crate::xpu::pipelines::PipelineKey;
 use crate::xpu::XpuStorage;
 use crate::{DType, Result};
 
@@ -220,8 +220,9 @@ fn finish(
         return Ok(None);
     }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
+    let bytes = x.ctx.limits.max_compute_workgroup_storage_size;
     let mut key = PipelineKey {
-        shader: ShaderId::MatmulCoop16,
+        shader: coop_check::coop16_shader(bytes, false),
         entry: "mm_coop16",
         dt_in: DType::F16,
         dt_out: DType::F16,

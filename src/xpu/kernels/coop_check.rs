@@ -16,6 +16,8 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
+use crate::xpu::context::COOP16_DOUBLE_WORKGROUP_BYTES;
+use crate::xpu::pipelines::ShaderId;
 use crate::{DType, Device, MatmulKernel, Tensor, TileConfig};
 
 thread_local! {
@@ -35,6 +37,20 @@ fn env_u32(name: &str) -> Option<u32> {
 /// `VARIANT` of the f16 cooperative kernel: 0 unless `XPU_COOP16_VARIANT` says otherwise.
 pub(crate) fn coop16_variant() -> u32 {
     env_u32("XPU_COOP16_VARIANT").unwrap_or(0)
+}
+
+/// The tensor-core matmul module for a product (`geglu`: with the GEGLU epilogue) on a device
+/// whose workgroup memory is `workgroup_bytes`: the double-buffered layout where
+/// `XPU_COOP16_DOUBLE=1` asks for it (an experiment until a GPU measures it), the product has
+/// no GEGLU epilogue (its tiles finish one at a time) and the memory fits; else the default.
+pub(crate) fn coop16_shader(workgroup_bytes: u32, geglu: bool) -> ShaderId {
+    static DOUBLE: OnceLock<bool> = OnceLock::new();
+    let asked = *DOUBLE.get_or_init(|| env_u32("XPU_COOP16_DOUBLE") == Some(1));
+    if asked && !geglu && workgroup_bytes >= COOP16_DOUBLE_WORKGROUP_BYTES {
+        ShaderId::MatmulCoop16Double
+    } else {
+        ShaderId::MatmulCoop16
+    }
 }
 
 /// Whether the cooperative engines passed the check (running it on first call), or why not.

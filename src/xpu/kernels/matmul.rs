@@ -264,8 +264,14 @@ impl XpuStorage {
         };
         let tile_cols = if ep.geglu { geo.tile_n / 2 } else { geo.tile_n };
         let groups = [pr.n.div_ceil(tile_cols), pr.m.div_ceil(geo.tile_m)];
+        let shader = if engine == Engine::Coop16 {
+            let bytes = self.ctx.limits.max_compute_workgroup_storage_size;
+            super::coop_check::coop16_shader(bytes, ep.geglu)
+        } else {
+            geo.shader
+        };
         let key = PipelineKey {
-            shader: geo.shader,
+            shader,
             entry: geo.entry,
             dt_in: self.dtype,
             dt_out: ep.out_dtype,

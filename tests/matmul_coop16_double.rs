@@ -1,0 +1,176 @@
+//! The double-buffered tensor-core layout (`XPU_COOP16_DOUBLE=1`,
+//! `shaders/matmul_coop16_double.wgsl`): in a child process (the switch is read once per
+//! process) with the kernel profiler on, f16 products over edge sizes, transposes, broadcast
+//! batches and every epilogue, a split-K product and a channels-last convolution, each against
+//! the Cpu and each checked for the kernel that served it. Where the adapter has f16 cooperative
+//! matrices, the double layout must serve everything but GEGLU products (their tiles finish
+//! beside their gate tiles, which only the single layout does); elsewhere (lavapipe 22 in CI)
+//! the FMA kernels serve and the test covers the routing. On lavapipe 26
+//! (`benches/lavapipe_coop/run.sh`) the layout's numbers are checked.
+
+mod common;
+
+use common::{assert_close, matmul_tol, randn, values};
+use xpu::ops::conv::Conv2dParams;
+use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
+
+const NAME: &str = "double_layout_matches_the_cpu_where_it_serves";
+const DOUBLE: &str = "matmul_coop16_double.wgsl";
+const SINGLE: &str = "matmul_coop16.wgsl";
+
+fn tensor_cores() -> bool {
+    let f = xpu::xpu_features().unwrap();
+    let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "0");
+    f.cooperative_matrix && f.coop_f16_16x16 && f.subgroup && !off("XPU_MATMUL_COOP")
+}
+
+/// `f`'s result moved to the Cpu, and the kernels its dispatches ran.
+fn profiled(f: impl FnOnce() -> Tensor) -> (Tensor, Vec<String>) {
+    xpu::synchronize().unwrap();
+    xpu::xpu_profile().unwrap();
+    let y = f().to(Device::Cpu).unwrap();
+    let rows = xpu::xpu_profile()
+        .unwrap()
+        .expect("XPU_PROFILE=1 and timestamp queries");
+    (y, rows.into_iter().map(|r| r.kernel).collect())
+}
+
+/// Epilogue `e` (5 is GEGLU) of `a @ b` with `kernel`.
+fn product(
+    a: &Tensor,
+    b: &Tensor,
+    bias: &Tensor,
+    res: &Tensor,
+    e: usize,
+    k: MatmulKernel,
+) -> Tensor {
+    let p = a.matmul_fused(b).kernel(k);
+    match e {
+        0 => p.run(),
+        1 => p.bias(bias).activation(Activation::Gelu).run(),
+        2 => p
+            .alpha(0.5)
+            .add_scaled(0.25, res)
+            .activation(Activation::Silu)
+            .run(),
+        3 => p.bias(bias).residual(res).out_dtype(DType::F32).run(),
+        4 => p
+            .alpha(2.0)
+            .bias(bias)
+            .activation(Activation::Relu)
+            .residual(res)
+            .run(),
+        _ => p.bias(bias).geglu().residual(res).run(),
+    }
+    .unwrap()
+}
+
+fn child() {
+    let coop = tensor_cores();
+    let kernel = if coop {
+        MatmulKernel::CoopMatrix
+    } else {
+        MatmulKernel::Auto
+    };
+    // The once-per-process self-check runs first (its dispatches are not counted below).
+    let a = randn(&[64, 32], DType::F16, 1).to(Device::Xpu).unwrap();
+    a.matmul_fused(&a.transpose(0, 1).unwrap()).run().unwrap();
+    // [m, k, n, transposes (bit 0 A, bit 1 B), batch layout (0 none, 1 A batched, 2 B)]
+    let cases = [
+        [257, 65, 129, 0, 0],
+        [129, 257, 257, 1, 1],
+        [300, 1000, 130, 2, 2],
+        [1, 17, 3, 3, 0],
+        [65, 63, 257, 2, 1],
+        [128, 96, 256, 0, 0],
+    ];
+    for (ci, &[m, k, n, t, bl]) in cases.iter().enumerate() {
+        let e = ci % 6;
+        let np = if e == 5 { 2 * n } else { n };
+        let operand = |batch: Option<usize>, r: usize, c: usize, tr: bool, seed: u64| {
+            let mut shape: Vec<usize> = batch.into_iter().collect();
+            shape.extend(if tr { [c, r] } else { [r, c] });
+            let x = randn(&shape, DType::F16, seed);
+            if tr {
+                x.transpose(-1, -2).unwrap()
+            } else {
+                x
+            }
+        };
+        let a = operand((bl == 1).then_some(2), m, k, t & 1 == 1, 10 + ci as u64);
+        let b = operand((bl == 2).then_some(3), k, np, t & 2 == 2, 20 + ci as u64);
+        let bias = randn(&[np], DType::F16, 30 + ci as u64);
+        let res = randn(&[m, n], DType::F16, 40 + ci as u64);
+        let want = product(&a, &b, &bias, &res, e, MatmulKernel::Auto);
+        let [ax, bx, biasx, resx] = [&a, &b, &bias, &res].map(|x| x.to(Device::Xpu).unwrap());
+        let (got, kernels) = profiled(|| product(&ax, &bx, &biasx, &resx, e, kernel));
+        let what = format!("{m}x{k}x{n} case {ci} epilogue {e}");
+        let tol = matmul_tol(DType::F16, k);
+        assert_close(&what, &values(&got), &values(&want), tol, tol);
+        let ran = |file: &str| kernels.iter().any(|k| k.starts_with(file));
+        let want_double = coop && e != 5;
+        assert_eq!(ran(DOUBLE), want_double, "{what}: {kernels:?}");
+        assert_eq!(ran(SINGLE), coop && e == 5, "{what}: {kernels:?}");
+    }
+    // Few output tiles and a long K: Auto splits K into f32 partial products.
+    let a = randn(&[256, 4096], DType::F16, 50);
+    let b = randn(&[4096, 200], DType::F16, 51);
+    let want = a.matmul(&b).unwrap();
+    let [ax, bx] = [&a, &b].map(|x| x.to(Device::Xpu).unwrap());
+    let (got, kernels) = profiled(|| ax.matmul(&bx).unwrap());
+    let tol = matmul_tol(DType::F16, 4096);
+    assert_close("split K", &values(&got), &values(&want), tol, tol);
+    let partials = kernels
+        .iter()
+        .any(|k| k.starts_with(DOUBLE) && k.contains("->F32"));
+    assert_eq!(partials, coop, "split K: {kernels:?}");
+    // A padded 3x3 convolution on channels-last f16 input (the gather).
+    let x = randn(&[2, 16, 13, 11], DType::F16, 60);
+    let w = randn(&[24, 16, 3, 3], DType::F16, 61);
+    let bias = randn(&[24], DType::F16, 62);
+    let p = Conv2dParams {
+        padding: (1, 1),
+        ..Conv2dParams::default()
+    };
+    let want = x.conv2d(&w, Some(&bias), p).unwrap();
+    let xl = x.to(Device::Xpu).unwrap();
+    let xl = xl
+        .to_memory_format(xpu::MemoryFormat::ChannelsLast)
+        .unwrap();
+    let [wx, bx] = [&w, &bias].map(|t| t.to(Device::Xpu).unwrap());
+    let (got, kernels) = profiled(|| xl.conv2d(&wx, Some(&bx), p).unwrap());
+    let tol = matmul_tol(DType::F16, 16 * 9);
+    assert_close("conv 3x3", &values(&got), &values(&want), tol, tol);
+    assert_eq!(
+        kernels.iter().any(|k| k.starts_with(DOUBLE)),
+        coop,
+        "conv: {kernels:?}"
+    );
+}
+
+#[test]
+fn double_layout_matches_the_cpu_where_it_serves() {
+    if !common::xpu() {
+        return;
+    }
+    if std::env::var_os("XPU_TEST_DOUBLE_CHILD").is_some() {
+        child();
+        return;
+    }
+    if !xpu::xpu_features().unwrap().timestamp_query {
+        assert!(
+            !common::adapter_required(),
+            "CI's adapter profiles with timestamps"
+        );
+        eprintln!("skipped: no timestamp queries to tell the kernels apart");
+        return;
+    }
+    common::rerun_with_env(
+        NAME,
+        &[
+            ("XPU_TEST_DOUBLE_CHILD", "1".as_ref()),
+            ("XPU_PROFILE", "1".as_ref()),
+            ("XPU_COOP16_DOUBLE", "1".as_ref()),
+        ],
+    );
+}
