@@ -7,13 +7,15 @@
 #
 # Next GPU (after the thirtieth session): `stats ahead double stats` in one call (~5-6 min:
 # register counts and occupancy of every pipeline, mm_coop16's two-step fetch and its
-# double-buffered layout, then the experiments' register counts), then `prefetch` (~4-5 min:
-# the attention experiments); all verified on lavapipe 26, never timed. `final` if time is left.
+# double-buffered layout, then the experiments' register counts), then `prefetch winograd`
+# (~5-6 min: the attention experiments, and f16 Winograd layers on the tensor cores). The
+# experiments are verified on lavapipe 26 and were never timed. `final` if time is left.
 #
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
 # tests (every test binary with XPU_REQUIRE_ADAPTER=1), bench (examples/bench on the Xpu in
-# f32/f16/bf16), winograd (SD step with the Xpu Winograd choice off / everywhere), torch
+# f32/f16/bf16), winograd (f16 conv rows and step with every 3x3 layer on Winograd against
+# the default tensor-core implicit GEMM), torch
 # (benches/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU),
 # sd (SD 1.5 UNet steps on the Xpu in f32 and f16), vec4 (scalar against vec4 tiles: forced
 # matmuls, f32 convolutions and attention, the f32 step), select (Auto's choices against the
@@ -103,12 +105,17 @@ for phase in "$@"; do
       tail -n 5 "$OUT/bench.err"
       ;;
     winograd)
-      # The SD 1.5 step with the Xpu Winograd choice off (f32) and on for every 3x3 layer (f16).
-      XPU_CONV_WINOGRAD=0 timeout 150 .devbin/sd_unet --device xpu --dtype f32 --preset sd15 \
-        --steps 4 --output /tmp/sd_w0.safetensors >>"$OUT/sd_winograd.log" 2>&1
-      XPU_CONV_WINOGRAD=1 timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-        --steps 4 --output /tmp/sd_w1.safetensors >>"$OUT/sd_winograd.log" 2>&1
-      grep -E 'median|rc=' "$OUT/sd_winograd.log"
+      # f16 3x3 layers on Winograd F(2,3) (XPU_CONV_WINOGRAD=1: its 16 point products take the
+      # tensor cores where Auto's shape rule allows, e.g. 640 channels at 32x32) against the
+      # default tensor-core implicit GEMM: the f16 conv rows and the f16 step, 0 against 1.
+      for v in 0 1; do
+        echo "=== XPU_CONV_WINOGRAD=$v" | tee -a "$OUT/sd_winograd.log"
+        XPU_CONV_WINOGRAD=$v timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \
+          2>&1 | tee -a "$OUT/sd_winograd.log" | grep -E '"layer_cl"' | rows
+        XPU_CONV_WINOGRAD=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 4 --output /tmp/sd_w$v.safetensors 2>&1 | tee -a "$OUT/sd_winograd.log" \
+          | grep -E 'median|rror' | cut -c1-160
+      done
       ;;
     torch)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --dtypes f32,f16,bf16 >"$OUT/torch.jsonl" 2>&1
