@@ -157,19 +157,10 @@ fn double_layout_matches_the_cpu_where_it_serves() {
         child();
         return;
     }
-    if !xpu::xpu_features().unwrap().timestamp_query {
-        assert!(
-            !common::adapter_required(),
-            "CI's adapter profiles with timestamps"
-        );
-        eprintln!("skipped: no timestamp queries to tell the kernels apart");
-        return;
-    }
-    common::rerun_with_env(
+    common::rerun_profiled(
         NAME,
         &[
             ("XPU_TEST_DOUBLE_CHILD", "1".as_ref()),
-            ("XPU_PROFILE", "1".as_ref()),
             ("XPU_COOP16_DOUBLE", "1".as_ref()),
         ],
     );

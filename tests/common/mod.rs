@@ -138,6 +138,23 @@ pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     Tensor::randn(shape, dtype, Device::Cpu, seed).unwrap()
 }
 
+/// Runs test `name` again in a child process with the kernel profiler on (`XPU_PROFILE=1`)
+/// and `envs`, so the child can tell which kernels served its calls. Where the adapter has no
+/// timestamp queries it says so and runs nothing (CI's adapter has them: there it fails).
+pub fn rerun_profiled(name: &str, envs: &[(&str, &std::ffi::OsStr)]) {
+    if !xpu::xpu_features().unwrap().timestamp_query {
+        assert!(
+            !adapter_required(),
+            "CI's adapter profiles with timestamp queries"
+        );
+        eprintln!("skipped: no timestamp queries to tell the kernels apart");
+        return;
+    }
+    let mut all = vec![("XPU_PROFILE", std::ffi::OsStr::new("1"))];
+    all.extend_from_slice(envs);
+    rerun_with_env(name, &all);
+}
+
 /// Runs test `name` of this test binary again in a child process with the environment `envs`
 /// (for process-wide switches a test cannot set in its own process); fails unless the child
 /// ran exactly that test and it passed.

@@ -50,21 +50,7 @@ fn tensor_core_convolutions_serve_where_reported() {
         return;
     }
     if std::env::var_os("XPU_TEST_CONV_CHILD").is_none() {
-        if !xpu::xpu_features().unwrap().timestamp_query {
-            assert!(
-                !common::adapter_required(),
-                "CI's adapter profiles with timestamps"
-            );
-            eprintln!("skipped: no timestamp queries to tell the kernels apart");
-            return;
-        }
-        common::rerun_with_env(
-            NAME,
-            &[
-                ("XPU_TEST_CONV_CHILD", "1".as_ref()),
-                ("XPU_PROFILE", "1".as_ref()),
-            ],
-        );
+        common::rerun_profiled(NAME, &[("XPU_TEST_CONV_CHILD", "1".as_ref())]);
         return;
     }
     // The first call runs the once-per-process self-checks (their dispatches are not counted).
