@@ -27,7 +27,8 @@
 // the six cooperative fragments once per pass instead of per K step, bit 8 replaces the word
 // pairs' global loads by constants, bit 9 drops their workgroup stores (the loaded words are
 // folded into a value the epilogue depends on, so the loads stay). Bit 10 fetches the word
-// pairs two K steps ahead instead of one (an experiment, see the K loop).
+// pairs two K steps ahead instead of one (an experiment, see the K loop); bit 11 holds no words
+// in registers at all (an experiment: 16 registers fewer).
 // Workgroup layout: every workgroup variable is an array whose size is a multiple of 16 bytes, so
 // every tile a cooperative load or store addresses is 16-byte aligned whatever order the driver
 // lays the variables out in. On the H100 a 4-byte `u32` workgroup scalar (the pass count) put the
@@ -260,7 +261,12 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
         // products of this step, written to workgroup memory after them).
         var wa = words_zero();
         var wb = wa;
-        if (mode != 0u) {
+        // VARIANT bit 11 (`XPU_COOP16_VARIANT=2048`, an experiment): no words held in
+        // registers; each K step loads its words and stores them at once (16 registers fewer,
+        // the loads' latency exposed): does a lower register count let more workgroups share
+        // an SM and hide it better?
+        let late = (VARIANT & 2048u) != 0u;
+        if (mode != 0u && !late) {
             wa = fetch_a(mode, ab, row0, sk.z, lid, cr);
             wb = fetch_b(mode, bb, wid.x, sk.z, lid);
         }
@@ -294,6 +300,9 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
             if (mode != 0u && (VARIANT & 512u) != 0u) {
                 let x = wa.lo ^ wa.hi ^ wb.lo ^ wb.hi;
                 sink = sink ^ x.x ^ x.y ^ x.z ^ x.w;
+            } else if (mode != 0u && late) {
+                put_words(mode, lid, fetch_a(mode, ab, row0, k0, lid, cr),
+                          fetch_b(mode, bb, wid.x, k0, lid), 0u);
             } else if (mode != 0u) {
                 put_words(mode, lid, wa, wb, 0u);
             } else if ((VARIANT & 32u) == 0u) {
@@ -311,7 +320,7 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
                     wa2 = fetch_a(mode, ab, row0, kn + 32u, lid, cr);
                     wb2 = fetch_b(mode, bb, wid.x, kn + 32u, lid);
                 }
-            } else if (mode != 0u && kn < sk.w) {
+            } else if (mode != 0u && kn < sk.w && !late) {
                 wa = fetch_a(mode, ab, row0, kn, lid, cr);
                 wb = fetch_b(mode, bb, wid.x, kn, lid);
             }

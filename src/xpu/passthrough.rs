@@ -293,6 +293,17 @@ mod tests {
                 "mm_coop16",
                 constants(256.0, 1088.0),
             ),
+            // No words held in registers (bit 11), with and without the gather.
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 2048.0),
+            ),
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 2112.0),
+            ),
             // The f32 output of split-K partial products, with and without the gather.
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(0.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(64.0)),
