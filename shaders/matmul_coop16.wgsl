@@ -28,7 +28,8 @@
 // pairs' global loads by constants, bit 9 drops their workgroup stores (the loaded words are
 // folded into a value the epilogue depends on, so the loads stay). Bit 10 fetches the word
 // pairs two K steps ahead instead of one (an experiment, see the K loop); bit 11 holds no words
-// in registers at all (an experiment: 16 registers fewer).
+// in registers at all (an experiment: 16 registers fewer); bit 12 packs the convolution
+// gather's row positions two to a register (matmul_coop16_words.wgsl: 8 registers fewer).
 // Workgroup layout: every workgroup variable is an array whose size is a multiple of 16 bytes, so
 // every tile a cooperative load or store addresses is 16-byte aligned whatever order the driver
 // lays the variables out in. On the H100 a 4-byte `u32` workgroup scalar (the pass count) put the
@@ -185,6 +186,13 @@ fn conv_rows(ab: u32, row0: u32, lid: u32) -> ConvRows {
     let q5 = conv_pixel(ab, r + 80u);
     let q6 = conv_pixel(ab, r + 96u);
     let q7 = conv_pixel(ab, r + 112u);
+    let base_lo = vec4<u32>(u32(q0.x), u32(q1.x), u32(q2.x), u32(q3.x));
+    let base_hi = vec4<u32>(u32(q4.x), u32(q5.x), u32(q6.x), u32(q7.x));
+    if (conv_packed()) {
+        return ConvRows(vec4<i32>(conv_pack(q0), conv_pack(q1), conv_pack(q2), conv_pack(q3)),
+                        vec4<i32>(conv_pack(q4), conv_pack(q5), conv_pack(q6), conv_pack(q7)),
+                        vec4<i32>(), vec4<i32>(), base_lo, base_hi);
+    }
     return ConvRows(vec4<i32>(q0.y, q1.y, q2.y, q3.y), vec4<i32>(q4.y, q5.y, q6.y, q7.y),
                     vec4<i32>(q0.z, q1.z, q2.z, q3.z), vec4<i32>(q4.z, q5.z, q6.z, q7.z),
                     vec4<u32>(u32(q0.x), u32(q1.x), u32(q2.x), u32(q3.x)),

@@ -11,7 +11,8 @@
 // before the barrier ending step i-1.
 // The epilogue finishes one 16x16 tile per round (256 f32 per subgroup), so GEGLU products,
 // whose tiles need their gate tile beside them, never come here (the host sends them to the
-// single layout). VARIANT bits 2, 3 (identity tiles) and 6 (the convolution gather) apply as
+// single layout). VARIANT bits 2, 3 (identity tiles), 6 (the convolution gather) and 12 (its
+// packed rows) apply as
 // in the single layout; the single layout's timing-only bits do not.
 
 const NBUF: u32 = 2u;

@@ -26,8 +26,26 @@ fn conv_at(base: u32, ih0: i32, iw0: i32, t: vec3<i32>) -> u32 {
     return base + u32(ih) * p(25u) + u32(iw) * p(26u) + u32(t.z);
 }
 
+// VARIANT bit 12 (`XPU_COOP16_VARIANT=4096`, an experiment): ConvRows keeps each row's top and
+// left input position packed in `ih` as (top + 32768) << 16 | (left + 32768), `iw` unused (8
+// registers fewer through the K loop). The host sets it only where every position fits 16 bits
+// (src/xpu/kernels/conv_coop.rs); a row past M packs as top -32768, which no tap reaches.
+fn conv_packed() -> bool { return (VARIANT & 4096u) != 0u; }
+
+fn conv_pack(q: vec3<i32>) -> i32 {
+    let top = u32(clamp(q.y + 32768, 0, 65535));
+    let left = u32(clamp(q.z + 32768, 0, 65535));
+    return i32((top << 16u) | left);
+}
+
 fn conv_word(base: u32, ih0: i32, iw0: i32, t: vec3<i32>) -> u32 {
-    let at = conv_at(base, ih0, iw0, t);
+    var top = ih0;
+    var left = iw0;
+    if (conv_packed()) {
+        top = i32(u32(ih0) >> 16u) - 32768;
+        left = i32(u32(ih0) & 0xffffu) - 32768;
+    }
+    let at = conv_at(base, top, left, t);
     if (at == CONV_OUTSIDE) {
         return 0u;
     }

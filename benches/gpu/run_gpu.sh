@@ -218,10 +218,11 @@ for phase in "$@"; do
       # step's global loads get two steps of products to arrive in; the anatomy put ~0.9 ms of
       # the 4096^3 product's 2.6 in those loads): the tensor-core tests with it (in parallel,
       # XPU_EXPECT_COOP=1 so a refused kernel fails), then f16 rows and the step, 0 against
-      # 1024, and 2048 (no words in registers at all: 16 registers fewer, for more workgroups
-      # per SM if registers limit them; AHEAD="0 1024 2048 0 1024 2048" for a second round).
+      # 1024, 2048 (no words in registers at all: 16 registers fewer, for more workgroups per
+      # SM if registers limit them), 4096 (the convolution gather's row positions packed: 8
+      # fewer) and 6144 (both; AHEAD="..." to choose, e.g. a second round).
       for t in matmul_xpu_variants matmul_split_k conv_xpu unet_parity; do
-        for v in 1024 2048; do
+        for v in 1024 2048 6144; do
           (XPU_COOP16_VARIANT=$v XPU_EXPECT_COOP=1 timeout 150 .devbin/test-$t \
             --test-threads 2 >"$OUT/ahead-$v-$t.log" 2>&1
            echo "rc=$? $t $v" >>"$OUT/ahead-$v-$t.log") &
@@ -229,7 +230,7 @@ for phase in "$@"; do
       done
       wait
       grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/ahead-*.log | cut -c1-160
-      for v in ${AHEAD:-0 1024 2048}; do
+      for v in ${AHEAD:-0 1024 2048 4096 6144}; do
         echo "=== XPU_COOP16_VARIANT=$v" | tee -a "$OUT/ahead.log"
         XPU_COOP16_VARIANT=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
           --json 2>&1 | tee -a "$OUT/ahead.log" | grep -E '"coop_matrix"|"layer_cl"' | rows

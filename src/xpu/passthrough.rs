@@ -304,6 +304,17 @@ mod tests {
                 "mm_coop16",
                 constants(256.0, 2112.0),
             ),
+            // Packed convolution rows (bit 12), alone and with bit 11.
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 4160.0),
+            ),
+            (
+                ShaderId::MatmulCoop16,
+                "mm_coop16",
+                constants(256.0, 6208.0),
+            ),
             // The f32 output of split-K partial products, with and without the gather.
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(0.0)),
             (ShaderId::MatmulCoop16, "mm_coop16", split_constants(64.0)),

@@ -219,6 +219,18 @@ fn finish(
     if grid.iter().any(|&g| g > max) {
         return Ok(None);
     }
+    // VARIANT bit 12 (`XPU_COOP16_VARIANT=4096`, an experiment) packs row positions in 16
+    // bits each: only where every position fits.
+    let fits_i16 = [
+        s.ho * s.p.stride.0,
+        s.wo * s.p.stride.1,
+        s.p.padding.0,
+        s.p.padding.1,
+    ]
+    .iter()
+    .all(|&v| v < 32768);
+    let variant = coop_check::coop16_variant() | 64;
+    let variant = if fits_i16 { variant } else { variant & !4096 };
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
     let bytes = x.ctx.limits.max_compute_workgroup_storage_size;
     let mut key = PipelineKey {
@@ -228,7 +240,7 @@ fn finish(
         dt_out: DType::F16,
         workgroup: 256,
         // Bit 6: the convolution gather (a pipeline constant of `mm_coop16`).
-        variant: coop_check::coop16_variant() | 64,
+        variant,
     };
     let bias = l.bias.map_or(x, |(b, _)| b);
     let res_st = res.map_or(x, |(r, ..)| r);
