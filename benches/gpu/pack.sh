@@ -6,15 +6,21 @@
 #                           share most of their code: about 26 MB instead of 380 MB; a default
 #                           8 MiB dictionary gave 67 MB, over the 64 MiB carry limit)
 # and diffusers' wheel (pure Python) in .whl/ for torch_gpu_ref.py --unet.
-# `bash benches/gpu/pack.sh --check` tells whether an existing pack matches HEAD and the tree.
+# `bash benches/gpu/pack.sh --check` tells whether an existing pack matches the build inputs.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 mkdir -p .git/info .gpupack
 for d in .gpupack .whl; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >>.git/info/exclude; done
+# A digest of what the binaries are built from (committed and uncommitted), not of the docs.
+build_inputs() {
+  local paths=(src shaders examples tests 'benches/*.rs' Cargo.toml Cargo.lock)
+  { git ls-tree -r HEAD -- "${paths[@]}"; git diff HEAD -- "${paths[@]}"
+    git ls-files --others --exclude-standard -z -- "${paths[@]}" | xargs -0 -r sha1sum
+  } | sha1sum | cut -d' ' -f1
+}
 if [ "${1:-}" = --check ]; then
-  now=$({ git rev-parse HEAD; git status --porcelain --untracked-files=no | sha1sum; })
-  if [ -f .gpupack/devbin.tar.xz ] && [ "$now" = "$(cat .gpupack/built-from 2>/dev/null)" ]; then
-    echo "pack is current: built from $(head -n 1 .gpupack/built-from)"; exit 0
+  if [ -f .gpupack/devbin.tar.xz ] && [ "$(build_inputs)" = "$(tail -n 1 .gpupack/built-from 2>/dev/null)" ]; then
+    echo "pack is current: built at $(head -n 1 .gpupack/built-from)"; exit 0
   fi
   echo "pack is missing or stale: run bash benches/gpu/pack.sh"; exit 1
 fi
@@ -30,7 +36,7 @@ if ! ls .whl/diffusers-*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 importlib_metadata
 fi
-# What the binaries were built from: a later session can reuse the pack while HEAD and the
-# working tree still match (`bash benches/gpu/pack.sh --check` says whether they do).
-{ git rev-parse HEAD; git status --porcelain --untracked-files=no | sha1sum; } >.gpupack/built-from
+# What the binaries were built from: a later session can reuse the pack while the build inputs
+# still match (`bash benches/gpu/pack.sh --check` says whether they do).
+{ git rev-parse --short HEAD; build_inputs; } >.gpupack/built-from
 du -sh .gpupack .gl .whl
