@@ -5,7 +5,8 @@
 #
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
-# Next GPU (after the thirtieth session): `stats ahead double stats` in one call (~6 min:
+# Next GPU (after the thirtieth session; `bash benches/gpu/pack.sh --check` first: a pack left
+# by that session may still be current): `stats ahead double stats` in one call (~6 min:
 # register counts and occupancy of every pipeline, mm_coop16's two-step fetch and its
 # double-buffered layout, then the experiments' register counts), then `prefetch winograd`
 # (~5-6 min: the attention experiments, and f16 Winograd layers on the tensor cores). The
