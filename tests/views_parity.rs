@@ -140,6 +140,19 @@ fn creation_is_identical_on_every_device() {
                 values(&Tensor::arange(0.0, 5.0, 1.0, dtype, device).unwrap()),
                 vec![0.0, 1.0, 2.0, 3.0, 4.0]
             );
+            // The `_like` forms take shape, dtype and device from a (non-contiguous) tensor.
+            let t = r.reshape(&[1, 257]).unwrap().transpose(0, 1).unwrap();
+            for (like, want) in [
+                (t.zeros_like().unwrap(), 0.0),
+                (t.ones_like().unwrap(), 1.0),
+                (t.full_like(3.0).unwrap(), 3.0),
+            ] {
+                assert_eq!(
+                    (like.shape(), like.dtype(), like.device()),
+                    (&[257, 1][..], dtype, device)
+                );
+                assert_eq!(values(&like), vec![want; 257], "{device} {dtype}");
+            }
         }
         assert_eq!(
             values(&Tensor::arange(1.0, 0.0, -0.25, DType::F32, device).unwrap()),

@@ -163,6 +163,16 @@ impl Tensor {
     pub fn zeros_like(&self) -> Result<Tensor> {
         Tensor::zeros(self.shape(), self.dtype(), self.device())
     }
+
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Tensor::ones(self.shape(), self.dtype(), self.device())
+    }
+
+    /// `value` (rounded to this dtype) with this tensor's shape, dtype and device.
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        Tensor::full(value, self.shape(), self.dtype(), self.device())
+    }
 }
 
 #[cfg(test)]
