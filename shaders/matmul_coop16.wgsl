@@ -334,21 +334,30 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
             }
             // Diagnostic VARIANT bit 1: no products (the output must be the epilogue of zeros).
             for (var kk = 0u; kk < select(32u, 0u, (VARIANT & 2u) != 0u); kk = kk + 16u) {
-                if ((VARIANT & 128u) == 0u) {
+                // Each B fragment is loaded just before its two products: Mesa's NAK compiler
+                // (benches/lavapipe_coop/nak.sh) then needs 152 registers instead of 168.
+                let fresh = (VARIANT & 128u) == 0u;
+                if (fresh) {
                     a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA + kk], CA);
                     a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[(ar + 16u) * CA + kk], CA);
                     b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc], CB);
-                    b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 16u], CB);
-                    b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 32u], CB);
-                    b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 48u], CB);
                 }
                 c00 = coopMultiplyAdd(a0, b0, c00);
-                c01 = coopMultiplyAdd(a0, b1, c01);
-                c02 = coopMultiplyAdd(a0, b2, c02);
-                c03 = coopMultiplyAdd(a0, b3, c03);
                 c10 = coopMultiplyAdd(a1, b0, c10);
+                if (fresh) {
+                    b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 16u], CB);
+                }
+                c01 = coopMultiplyAdd(a0, b1, c01);
                 c11 = coopMultiplyAdd(a1, b1, c11);
+                if (fresh) {
+                    b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 32u], CB);
+                }
+                c02 = coopMultiplyAdd(a0, b2, c02);
                 c12 = coopMultiplyAdd(a1, b2, c12);
+                if (fresh) {
+                    b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 48u], CB);
+                }
+                c03 = coopMultiplyAdd(a0, b3, c03);
                 c13 = coopMultiplyAdd(a1, b3, c13);
             }
             workgroupBarrier();

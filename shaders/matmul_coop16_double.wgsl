@@ -71,19 +71,20 @@ fn mm_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             let oa = buf * A_TILE + ar * CA;
             let ob = buf * B_TILE + bc;
             for (var kk = 0u; kk < 32u; kk = kk + 16u) {
+                // Each B fragment loaded just before its two products (fewer live fragments).
                 let a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[oa + kk], CA);
                 let a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[oa + 16u * CA + kk], CA);
                 let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[ob + kk * CB], CB);
-                let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[ob + kk * CB + 16u], CB);
-                let b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[ob + kk * CB + 32u], CB);
-                let b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[ob + kk * CB + 48u], CB);
                 c00 = coopMultiplyAdd(a0, b0, c00);
-                c01 = coopMultiplyAdd(a0, b1, c01);
-                c02 = coopMultiplyAdd(a0, b2, c02);
-                c03 = coopMultiplyAdd(a0, b3, c03);
                 c10 = coopMultiplyAdd(a1, b0, c10);
+                let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[ob + kk * CB + 16u], CB);
+                c01 = coopMultiplyAdd(a0, b1, c01);
                 c11 = coopMultiplyAdd(a1, b1, c11);
+                let b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[ob + kk * CB + 32u], CB);
+                c02 = coopMultiplyAdd(a0, b2, c02);
                 c12 = coopMultiplyAdd(a1, b2, c12);
+                let b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[ob + kk * CB + 48u], CB);
+                c03 = coopMultiplyAdd(a0, b3, c03);
                 c13 = coopMultiplyAdd(a1, b3, c13);
             }
             // The next step into the other pair (its words arrived during these products),

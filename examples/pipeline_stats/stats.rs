@@ -358,7 +358,9 @@ fn statistics(
                     _ => (format!("{:.3}", s.value.f64), None),
                 }
             };
-            if stat.to_lowercase().contains("register") && regs.is_none() {
+            // NVIDIA: "Register Count"; NVK (Mesa's NAK compiler): "Number of GPRs".
+            let lower = stat.to_lowercase();
+            if (lower.contains("register") || lower.contains("gprs")) && regs.is_none() {
                 regs = number;
             }
             line.push_str(&format!(" {stat}={text}"));
