@@ -11,6 +11,9 @@
 # double-buffered layout, then the experiments' register counts), then `prefetch winograd`
 # (~5-6 min: the attention experiments, and f16 Winograd layers on the tensor cores). The
 # experiments are verified on lavapipe 26 and were never timed. `final` if time is left.
+# Mesa's NAK compiler (benches/lavapipe_coop/nak.sh, a proxy) counts 152 registers for the
+# product kernel and 168 for the convolution gather: one 256-invocation workgroup per SM; the
+# `stats` phase says whether NVIDIA's compiler agrees.
 #
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
