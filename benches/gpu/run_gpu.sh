@@ -64,6 +64,20 @@ summary=()
 rows() {
   sed -nE 's/.*"op":"([^"]*)","variant":"([^"]*)","device":"[^"]*","dtype":"([^"]*)","shape":\[([^]]*)\],"median_ms":([0-9.]+).*/\1 \2 \3 [\4] \5 ms/p'
 }
+# f16 rows and the f16 step (4 steps) with environment variable $1 set to each of $3...: the
+# bench families in $2 (rows matching "coop_matrix" and "layer_cl"), logs appended to $OUT/$LOG.
+f16_rounds() {
+  local var=$1 families=$2 v
+  shift 2
+  for v in "$@"; do
+    echo "=== $var=$v" | tee -a "$OUT/$LOG"
+    env "$var=$v" timeout 100 .devbin/bench $families --device xpu --dtype f16 --json 2>&1 \
+      | tee -a "$OUT/$LOG" | grep -E '"coop_matrix"|"layer_cl"' | rows
+    env "$var=$v" timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 --steps 4 \
+      --output "/tmp/sd_$var$v.safetensors" 2>&1 | tee -a "$OUT/$LOG" \
+      | grep -E 'median|rror' | cut -c1-160
+  done
+}
 for phase in "$@"; do
   t0=$(date +%s)
   case $phase in
@@ -112,14 +126,7 @@ for phase in "$@"; do
       # f16 3x3 layers on Winograd F(2,3) (XPU_CONV_WINOGRAD=1: its 16 point products take the
       # tensor cores where Auto's shape rule allows, e.g. 640 channels at 32x32) against the
       # default tensor-core implicit GEMM: the f16 conv rows and the f16 step, 0 against 1.
-      for v in 0 1; do
-        echo "=== XPU_CONV_WINOGRAD=$v" | tee -a "$OUT/sd_winograd.log"
-        XPU_CONV_WINOGRAD=$v timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \
-          2>&1 | tee -a "$OUT/sd_winograd.log" | grep -E '"layer_cl"' | rows
-        XPU_CONV_WINOGRAD=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_w$v.safetensors 2>&1 | tee -a "$OUT/sd_winograd.log" \
-          | grep -E 'median|rror' | cut -c1-160
-      done
+      LOG=sd_winograd.log f16_rounds XPU_CONV_WINOGRAD conv 0 1
       ;;
     torch)
       timeout 200 python3 benches/gpu/torch_gpu_ref.py --dtypes f32,f16,bf16 >"$OUT/torch.jsonl" 2>&1
@@ -236,14 +243,7 @@ for phase in "$@"; do
       done
       wait
       cat "$OUT"/ahead-*.log 2>/dev/null | grep -E '^test result|FAILED|panicked|^rc=' | cut -c1-160
-      for v in ${AHEAD:-0 1024 2048 4096 6144}; do
-        echo "=== XPU_COOP16_VARIANT=$v" | tee -a "$OUT/ahead.log"
-        XPU_COOP16_VARIANT=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
-          --json 2>&1 | tee -a "$OUT/ahead.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
-        XPU_COOP16_VARIANT=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_a$v.safetensors 2>&1 | tee -a "$OUT/ahead.log" \
-          | grep -E 'median|rror' | cut -c1-160
-      done
+      LOG=ahead.log f16_rounds XPU_COOP16_VARIANT "matmul conv" ${AHEAD:-0 1024 2048 4096 6144}
       ;;
     double)
       # mm_coop16's double-buffered layout (XPU_COOP16_DOUBLE=1: two tile pairs, one barrier
@@ -260,14 +260,7 @@ for phase in "$@"; do
       done
       wait
       grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/double-*.log | cut -c1-160
-      for v in ${DOUBLE:-0 1}; do
-        echo "=== XPU_COOP16_DOUBLE=$v" | tee -a "$OUT/double.log"
-        XPU_COOP16_DOUBLE=$v timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 \
-          --json 2>&1 | tee -a "$OUT/double.log" | grep -E '"coop_matrix"|"layer_cl"' | rows
-        XPU_COOP16_DOUBLE=$v timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_d$v.safetensors 2>&1 | tee -a "$OUT/double.log" \
-          | grep -E 'median|rror' | cut -c1-160
-      done
+      LOG=double.log f16_rounds XPU_COOP16_DOUBLE "matmul conv" ${DOUBLE:-0 1}
       ;;
     final)
       # After split K and the tensor-core attention at every head dim: the tests that cover

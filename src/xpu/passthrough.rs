@@ -112,10 +112,20 @@ pub(crate) fn spirv(
     constants: &[(&str, f64)],
 ) -> Result<Vec<u32>> {
     let (module, info) = resolve(file, source, entry, constants)?;
+    words_of(file, &module, &info, entry)
+}
+
+/// The passthrough words of an already resolved module (see [`spirv`]).
+pub(crate) fn words_of(
+    file: &'static str,
+    module: &naga::Module,
+    info: &naga::valid::ModuleInfo,
+    entry: &str,
+) -> Result<Vec<u32>> {
     let words = write_spirv(
         file,
-        &module,
-        &info,
+        module,
+        info,
         entry,
         naga::proc::BoundsCheckPolicy::Restrict,
     )?;

@@ -48,7 +48,7 @@ pub(crate) fn dump(
     let file = key.shader.file();
     let (module, info) = passthrough::resolve(file, source, key.entry, constants)?;
     let words = if through_passthrough {
-        passthrough::spirv(file, source, key.entry, constants)?
+        passthrough::words_of(file, &module, &info, key.entry)?
     } else {
         passthrough::write_spirv(
             file,
@@ -151,6 +151,18 @@ mod tests {
             let spv = std::fs::read(base.with_extension("spv")).unwrap();
             assert_eq!(spv.len() % 4, 0);
             assert_eq!(&spv[..4], &0x0723_0203u32.to_le_bytes());
+            if through {
+                // The very words the passthrough pipeline hands to the driver.
+                let words = passthrough::spirv(
+                    key.shader.file(),
+                    &key.shader.source(),
+                    key.entry,
+                    &constants,
+                )
+                .unwrap();
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                assert_eq!(spv, bytes);
+            }
             let txt = std::fs::read_to_string(base.with_extension("txt")).unwrap();
             assert!(txt.contains("workgroup_size 256 1 1"), "{txt}");
             // coop_a 5120 f16 + coop_b 4352 f16 + coop_c 4096 f32 (the shader's header).

@@ -12,8 +12,9 @@
 //!
 //! Invariants: used only for `ConvTile::Auto`, f16, one group, even C and O, when the adapter's
 //! f16 cooperative matrices passed the once-per-process self-checks (the matmul's and the
-//! gather's own, `conv_coop_check`) and `XPU_CONV_COOP` is not `0`; otherwise [`conv2d`] returns `None` and the FMA kernels run. The epilogue is the matmul
-//! family's: `act(acc + bias) + residual`, rounded once.
+//! gather's own, `conv_coop_check`) and `XPU_CONV_COOP` is not `0`; otherwise [`conv2d`]
+//! returns `None` and the FMA kernels run. The epilogue is the matmul family's:
+//! `act(acc + bias) + residual`, rounded once.
 
 use super::conv_coop_check;
 use super::coop_check;
