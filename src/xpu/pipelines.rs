@@ -33,6 +33,10 @@ pub enum ShaderId {
     /// The same kernel with the layout `matmul_coop16_double.wgsl` (two tile pairs, one barrier
     /// per K step; no GEGLU); an experiment chosen only by `XPU_COOP16_DOUBLE=1`.
     MatmulCoop16Double,
+    /// `shaders/matmul_coop16_tiles.wgsl` (after `matmul.wgsl`): the tensor-core product with
+    /// its workgroup and subgroup tiles as pipeline constants; an experiment chosen only by
+    /// `XPU_COOP16_TILES` (see `xpu::kernels::coop16_tiles`).
+    MatmulCoop16Tiles,
     /// `shaders/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `shaders/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -71,7 +75,7 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 19] = [
+    pub const ALL: [ShaderId; 20] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
@@ -79,6 +83,7 @@ impl ShaderId {
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
         ShaderId::MatmulCoop16Double,
+        ShaderId::MatmulCoop16Tiles,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -94,7 +99,11 @@ impl ShaderId {
     ];
 
     /// The tensor-core matmul kernels (compiled through `xpu::passthrough`).
-    pub const MATMUL_COOP16: [ShaderId; 2] = [ShaderId::MatmulCoop16, ShaderId::MatmulCoop16Double];
+    pub const MATMUL_COOP16: [ShaderId; 3] = [
+        ShaderId::MatmulCoop16,
+        ShaderId::MatmulCoop16Double,
+        ShaderId::MatmulCoop16Tiles,
+    ];
 
     /// The tensor-core attention kernels (compiled through `xpu::passthrough`).
     pub const ATTENTION_COOP16: [ShaderId; 4] = [
@@ -114,6 +123,7 @@ impl ShaderId {
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
             ShaderId::MatmulCoop16Double => "matmul_coop16_double.wgsl",
+            ShaderId::MatmulCoop16Tiles => "matmul_coop16_tiles.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -160,6 +170,10 @@ impl ShaderId {
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
             ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS, SINGLE],
             ShaderId::MatmulCoop16Double => &[MATMUL, COOP16, WORDS, DOUBLE],
+            ShaderId::MatmulCoop16Tiles => &[
+                MATMUL,
+                include_str!("../../shaders/matmul_coop16_tiles.wgsl"),
+            ],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("../../shaders/matmul_subgroup.wgsl")]
             }

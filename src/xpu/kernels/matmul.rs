@@ -262,8 +262,16 @@ impl XpuStorage {
                 format!("{engine:?} has no fused kernel"),
             ));
         };
-        let tile_cols = if ep.geglu { geo.tile_n / 2 } else { geo.tile_n };
-        let groups = [pr.n.div_ceil(tile_cols), pr.m.div_ceil(geo.tile_m)];
+        let tiles16 = match engine {
+            Engine::Coop16 => {
+                let dts = (self.dtype, ep.out_dtype);
+                super::coop16_tiles::plan(&self.ctx, ep.op, dts, ep.geglu, b_col_major)?
+            }
+            _ => None,
+        };
+        let (tile_n, tile_m) = tiles16.map_or((geo.tile_n, geo.tile_m), |(_, t)| (t[0], t[1]));
+        let tile_cols = if ep.geglu { tile_n / 2 } else { tile_n };
+        let groups = [pr.n.div_ceil(tile_cols), pr.m.div_ceil(tile_m)];
         let shader = if engine == Engine::Coop16 {
             let bytes = self.ctx.limits.max_compute_workgroup_storage_size;
             super::coop_check::coop16_shader(bytes, ep.geglu)
@@ -282,6 +290,7 @@ impl XpuStorage {
                 u32::from(geo.entry == "mm_gemv" && b_col_major)
             },
         };
+        let key = tiles16.map_or(key, |(k, _)| k);
         // Split K: Auto's plan on the tensor-core kernel (measured), only a forced one
         // (`XPU_SPLIT_K=n`) on the large and medium FMA tiles (not yet measured on a GPU).
         let tiles = groups[0] * groups[1] * pr.batch;
@@ -296,8 +305,7 @@ impl XpuStorage {
             _ => None,
         };
         if let Some(split) = split {
-            let tiles = [geo.tile_n, geo.tile_m];
-            return self.matmul_split(rhs, pr, ep, key, tiles, split);
+            return self.matmul_split(rhs, pr, ep, key, [tile_n, tile_m], split);
         }
         let out = XpuStorage::alloc(&self.ctx, ep.out_dtype, pr.batch * pr.m * pr.pitch)?;
         let bindings = self.bindings(rhs, ep);

@@ -7,6 +7,7 @@ pub(crate) mod attention_coop;
 pub(crate) mod conv;
 pub(crate) mod conv_coop;
 pub(crate) mod conv_coop_check;
+pub(crate) mod coop16_tiles;
 pub(crate) mod coop_check;
 pub(crate) mod elementwise;
 pub(crate) mod index;

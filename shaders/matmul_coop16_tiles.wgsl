@@ -1,0 +1,250 @@
+// matmul_coop16_tiles.wgsl: f16 tensor-core products with the workgroup and subgroup tiles as
+// pipeline constants (composed as common.wgsl + matmul.wgsl + this file), so that one GPU run
+// can time many tile shapes (`XPU_COOP16_TILES`, src/xpu/kernels/coop16_tiles.rs,
+// `benches/gpu/run_gpu.sh tiles`) where mm_coop16 (matmul_coop16.wgsl) has one, 128x128x32
+// with 32x64 per subgroup, written out by hand. An experiment until a GPU says which shape wins:
+// plain products and their fused epilogues (no GEGLU, no convolution gather: those stay on
+// mm_coop16); same features and f32 accumulation as mm_coop16.
+//
+// VARIANT (set by the host, validated there): bits 0-3 WM and 4-7 WN, the subgroup grid of the
+// workgroup (WG = 32 WM WN invocations); bits 8-11 TM and 12-15 TN, the 16x16 accumulator tiles
+// each subgroup owns (TM <= 4, TM TN <= 16); bits 16-17 log2(BK / 16), the K step; bit 20 two
+// tile pairs in workgroup memory (one barrier per K step: step i computes from pair i % 2 while
+// the next step's words go to the other) instead of one (two barriers); bit 21 B staged
+// [column][k] and read as column-major fragments (the host sets it for B whose rows are
+// contiguous in k, such as a transposed Linear weight, so the staging never transposes).
+// The workgroup computes a BM x BN = 16 WM TM x 16 WN TN output tile; subgroup slot s owns rows
+// (s / WN) 16 TM.. and columns (s % WN) 16 TN.. of it. With subgroups narrower than 32 lanes
+// (lavapipe: 8) the extra subgroups compute the last slot's tiles too and store nothing; with
+// wider ones the workgroup makes ceil(slots / subgroups) passes, each re-staging the K range.
+// Staging: each invocation carries NA + NB u32 words (f16 pairs along k, or along columns for
+// row-major B) of the next K step in registers while this step's products run. Fast words are
+// one u32 load; where a pair is not one aligned word of the operand (odd K, odd strides or
+// offsets, non-f16 data) the pair's two elements are loaded one by one through the prelude's
+// loads (exact for F16, the only dtype the host sends). Every staged row is 16 bytes longer than
+// its data (bank spread) and every tile array a whole number of 16-byte lines, so each fragment
+// starts 16-byte aligned (see matmul_coop16.wgsl on why that matters on NVIDIA).
+// Split K (matmul.wgsl's header): a workgroup covers the K range of its split; words past it
+// are zeros.
+
+enable f16;
+enable wgpu_cooperative_matrix;
+
+override WM: u32 = VARIANT & 15u;
+override WN: u32 = (VARIANT >> 4u) & 15u;
+override TM: u32 = (VARIANT >> 8u) & 15u;
+override TN: u32 = (VARIANT >> 12u) & 15u;
+override BK: u32 = 16u << ((VARIANT >> 16u) & 3u);
+override NBUF: u32 = 1u + ((VARIANT >> 20u) & 1u);
+override BT: bool = ((VARIANT >> 21u) & 1u) != 0u;
+override SLOTS: u32 = WM * WN;
+override BM: u32 = 16u * WM * TM;
+override BN: u32 = 16u * WN * TN;
+// Row strides of the staged tiles in f16: A [BM][BK], B [BK][BN] or (BT) [BN][BK].
+override SA: u32 = BK + 8u;
+override SB: u32 = select(BN + 8u, BK + 8u, BT);
+override A_TILE: u32 = BM * SA;
+override B_TILE: u32 = select(BK * SB, BN * SB, BT);
+override T_A_LEN: u32 = NBUF * A_TILE;
+override T_B_LEN: u32 = NBUF * B_TILE;
+override T_C_LEN: u32 = SLOTS * 256u;
+// Words of A and of B each invocation carries per K step (the host checks they divide evenly).
+override NA: u32 = BM * BK / 2u / WG;
+override NB: u32 = BN * BK / 2u / WG;
+const MAX_WORDS: u32 = 32u;
+const MAX_ACC: u32 = 16u;
+
+var<workgroup> t_a: array<f16, T_A_LEN>;
+var<workgroup> t_b: array<f16, T_B_LEN>;
+// 256 f32 per slot: one accumulator tile at a time on its way to the epilogue.
+var<workgroup> t_c: array<f32, T_C_LEN>;
+// The pass count (an array of 16 bytes: see the alignment note above).
+var<workgroup> t_passes: array<u32, 4>;
+
+struct TileWords {
+    a: array<u32, MAX_WORDS>,
+    b: array<u32, MAX_WORDS>,
+}
+
+// The A word at row r, k (k even): A[r][k], A[r][k+1] (zeros past M and the K range end ke).
+fn t_word_a(ab: u32, r: u32, k: u32, ke: u32, fast: bool) -> u32 {
+    if (r >= dim_m() || k >= ke) {
+        return 0u;
+    }
+    let at = ab + r * p(35u) + k * p(36u);
+    if (fast) {
+        return src0[at / 2u];
+    }
+    var x1 = 0.0;
+    if (k + 1u < ke) {
+        x1 = load0(at + p(36u));
+    }
+    return pack2x16float(vec2<f32>(load0(at), x1));
+}
+
+// The B word at column c, k: B[k][c], B[k+1][c] (BT) or B[k][c], B[k][c+1]; zeros past N and
+// the K range end ke.
+fn t_word_b(bb: u32, c: u32, k: u32, ke: u32, fast: bool) -> u32 {
+    if (c >= dim_n() || k >= ke) {
+        return 0u;
+    }
+    let at = bb + k * p(37u) + c * p(38u);
+    if (fast) {
+        return src1[at / 2u];
+    }
+    var x1 = 0.0;
+    if (BT && k + 1u < ke) {
+        x1 = load1(at + p(37u));
+    } else if (!BT && c + 1u < dim_n()) {
+        x1 = load1(at + p(38u));
+    }
+    return pack2x16float(vec2<f32>(load1(at), x1));
+}
+
+// This invocation's words of the K step at k0 (word e = lid + WG i; A: row e / (BK/2), k pair
+// e % (BK/2); B likewise with columns for rows (BT), or k row e / (BN/2), column pair
+// e % (BN/2)), so consecutive invocations read consecutive words.
+fn t_fetch(ab: u32, bb: u32, row0: u32, col0: u32, k0: u32, ke: u32, lid: u32,
+           fa: bool, fb: bool) -> TileWords {
+    var w: TileWords;
+    for (var i = 0u; i < NA; i = i + 1u) {
+        let e = lid + WG * i;
+        w.a[i] = t_word_a(ab, row0 + e / (BK / 2u), k0 + 2u * (e % (BK / 2u)), ke, fa);
+    }
+    for (var i = 0u; i < NB; i = i + 1u) {
+        let e = lid + WG * i;
+        if (BT) {
+            w.b[i] = t_word_b(bb, col0 + e / (BK / 2u), k0 + 2u * (e % (BK / 2u)), ke, fb);
+        } else {
+            w.b[i] = t_word_b(bb, col0 + 2u * (e % (BN / 2u)), k0 + e / (BN / 2u), ke, fb);
+        }
+    }
+    return w;
+}
+
+// Writes the words to tile pair `buf` (both halves of a word are neighbours in every layout).
+fn t_put(w: TileWords, lid: u32, buf: u32) {
+    for (var i = 0u; i < NA; i = i + 1u) {
+        let e = lid + WG * i;
+        let h = vec2<f16>(unpack2x16float(w.a[i]));
+        let at = buf * A_TILE + (e / (BK / 2u)) * SA + 2u * (e % (BK / 2u));
+        t_a[at] = h.x;
+        t_a[at + 1u] = h.y;
+    }
+    for (var i = 0u; i < NB; i = i + 1u) {
+        let e = lid + WG * i;
+        let h = vec2<f16>(unpack2x16float(w.b[i]));
+        var at = buf * B_TILE + (e / (BN / 2u)) * SB + 2u * (e % (BN / 2u));
+        if (BT) {
+            at = buf * B_TILE + (e / (BK / 2u)) * SB + 2u * (e % (BK / 2u));
+        }
+        t_b[at] = h.x;
+        t_b[at + 1u] = h.y;
+    }
+}
+
+// Finishes the 16x16 tile in t_c[base..] (rows r0.., columns c0..) through the fused epilogue,
+// the subgroup's lanes taking column pairs in turn.
+fn t_finish(b: u32, r0: u32, c0: u32, base: u32, lane: u32, width: u32, has: bool) {
+    if (!has) {
+        return;
+    }
+    for (var q = lane; q < 128u; q = q + width) {
+        let i = base + (q / 8u) * 16u + 2u * (q % 8u);
+        finish_pair(b, r0 + q / 8u, c0 + 2u * (q % 8u), t_c[i], t_c[i + 1u], 0.0, 0.0);
+    }
+}
+
+// Whether the operands' pairs are single aligned words (see the header).
+fn t_fast_a(ab: u32) -> bool {
+    return DT_IN == 1u && p(36u) == 1u && p(35u) % 2u == 0u && ab % 2u == 0u
+        && dim_k() % 2u == 0u;
+}
+
+fn t_fast_b(bb: u32) -> bool {
+    if (BT) {
+        return DT_IN == 1u && p(37u) == 1u && p(38u) % 2u == 0u && bb % 2u == 0u
+            && dim_k() % 2u == 0u;
+    }
+    return DT_IN == 1u && p(38u) == 1u && p(37u) % 2u == 0u && bb % 2u == 0u;
+}
+
+@compute @workgroup_size(WG)
+fn mm_coop16t(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+              @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) nsg: u32,
+              @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) width: u32) {
+    let sk = split_k(wid.z);
+    let ab = a_base(sk.x);
+    let bb = b_base(sk.x);
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let fa = t_fast_a(ab);
+    let fb = t_fast_b(bb);
+    if (lid == 0u) {
+        t_passes[0] = (SLOTS + nsg - 1u) / nsg;
+    }
+    let passes = workgroupUniformLoad(&t_passes[0]);
+    for (var round = 0u; round < passes; round = round + 1u) {
+        let slot = sg + round * nsg;
+        let has = slot < SLOTS;
+        // Cooperative loads need uniform control flow: a subgroup without a slot multiplies
+        // the last slot's tiles too and keeps nothing.
+        let cs = min(slot, SLOTS - 1u);
+        let ar = (cs / WN) * TM * 16u;
+        let bc = (cs % WN) * TN * 16u;
+        var acc: array<coop_mat16x16<f32, C>, MAX_ACC>;
+        var w = t_fetch(ab, bb, row0, col0, sk.z, sk.w, lid, fa, fb);
+        workgroupBarrier();
+        t_put(w, lid, 0u);
+        workgroupBarrier();
+        for (var k0 = sk.z; k0 < sk.w; k0 = k0 + BK) {
+            let more = k0 + BK < sk.w;
+            if (more) {
+                w = t_fetch(ab, bb, row0, col0, k0 + BK, sk.w, lid, fa, fb);
+            }
+            let buf = ((k0 - sk.z) / BK) % NBUF;
+            let oa = buf * A_TILE;
+            let ob = buf * B_TILE;
+            for (var kk = 0u; kk < BK; kk = kk + 16u) {
+                var fr: array<coop_mat16x16<f16, A>, 4>;
+                for (var i = 0u; i < TM; i = i + 1u) {
+                    fr[i] = coopLoadT<coop_mat16x16<f16, A>>(&t_a[oa + (ar + 16u * i) * SA + kk], SA);
+                }
+                for (var j = 0u; j < TN; j = j + 1u) {
+                    var fb_j: coop_mat16x16<f16, B>;
+                    if (BT) {
+                        fb_j = coopLoad<coop_mat16x16<f16, B>>(&t_b[ob + (bc + 16u * j) * SB + kk], SB);
+                    } else {
+                        fb_j = coopLoadT<coop_mat16x16<f16, B>>(&t_b[ob + kk * SB + bc + 16u * j], SB);
+                    }
+                    for (var i = 0u; i < TM; i = i + 1u) {
+                        acc[i * TN + j] = coopMultiplyAdd(fr[i], fb_j, acc[i * TN + j]);
+                    }
+                }
+            }
+            if (NBUF == 2u) {
+                // The other pair was last read before the barrier that ended the last step.
+                if (more) {
+                    t_put(w, lid, 1u - buf);
+                }
+                workgroupBarrier();
+            } else {
+                workgroupBarrier();
+                if (more) {
+                    t_put(w, lid, 0u);
+                }
+                workgroupBarrier();
+            }
+        }
+        let base = cs * 256u;
+        for (var t = 0u; t < TM * TN; t = t + 1u) {
+            workgroupBarrier();
+            if (has) {
+                coopStoreT(acc[t], &t_c[base], 16u);
+            }
+            workgroupBarrier();
+            t_finish(sk.y, row0 + ar + (t / TN) * 16u, col0 + bc + (t % TN) * 16u, base, lane,
+                     width, has);
+        }
+    }
+}
