@@ -97,7 +97,7 @@ impl Coop16Tiles {
         let wg = self.workgroup();
         for (name, rows) in [("A", self.tile_m()), ("B", self.tile_n())] {
             let words = rows * t.bk / 2;
-            if words % wg != 0 || words / wg > MAX_WORDS {
+            if !words.is_multiple_of(wg) || words / wg > MAX_WORDS {
                 return Some(format!(
                     "{name}'s {words} staged words per K step do not split into at most \
                      {MAX_WORDS} per invocation among {wg}"
