@@ -168,7 +168,7 @@ fn a_shape_the_adapter_cannot_hold_is_an_error() {
         let a = randn(&[512, 512], DType::F16, 1).to(Device::Xpu).unwrap();
         let r = a.matmul_fused(&a).kernel(MatmulKernel::CoopMatrix).run();
         if tensor_cores() {
-            let e = r.err().expect("a 79 KiB shape");
+            let e = r.expect_err("a 79 KiB shape");
             assert!(e.to_string().contains("XPU_COOP16_TILES"), "{e}");
         }
         return;
