@@ -17,12 +17,12 @@ const NAME: &str = "tile_shapes_match_the_cpu_where_they_serve";
 const TILES: &str = "matmul_coop16_tiles.wgsl";
 const SINGLE: &str = "matmul_coop16.wgsl";
 
-/// Shapes covering one and two tile pairs, K steps of 16, 32 and 64, subgroup tiles from 1x2 to
-/// 4x4, and workgroups of 64 to 512 invocations.
+/// Shapes covering one and two tile pairs, K steps of 16, 32 and 64, subgroup tiles from 2x2 to
+/// 4x4, workgroups of 64 to 512 invocations, and 16 slots (their epilogue in two rounds).
 const SHAPES: [&str; 6] = [
     "4x2:2x4:32",
     "2x2:4x4:32:2",
-    "2x4:2x2:64",
+    "4x4:2x2:32:2",
     "4x2:4x2:16:2",
     "1x4:4x4:32",
     "2x1:2x2:64:2",

@@ -5,15 +5,16 @@
 #
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
-# Next GPU (after the thirtieth session; `bash benches/gpu/pack.sh --check` first: a pack left
-# by that session may still be current): `stats ahead double stats` in one call (~6 min:
-# register counts and occupancy of every pipeline, mm_coop16's two-step fetch and its
-# double-buffered layout, then the experiments' register counts), then `prefetch winograd`
-# (~5-6 min: the attention experiments, and f16 Winograd layers on the tensor cores). The
-# experiments are verified on lavapipe 26 and were never timed. `final` if time is left.
+# Next GPU (after the thirty-first session; `bash benches/gpu/pack.sh --check` first: a pack left
+# by an earlier session may still be current): `tiles stats` in one call (~3 min: mm_coop16t's
+# test on the GPU, fifteen tile shapes against mm_coop16 on five f16 products, then the
+# driver's register count and occupancy of every pipeline), then `ahead double` (~5 min:
+# mm_coop16's two-step fetch and double-buffered layout), then `prefetch winograd` (~5-6 min:
+# the attention experiments, and f16 Winograd layers on the tensor cores). The experiments are
+# verified on lavapipe 26 and were never timed. `final` if time is left.
 # Mesa's NAK compiler (benches/lavapipe_coop/nak.sh, a proxy) counts 152 registers for the
-# product kernel and 168 for the convolution gather: one 256-invocation workgroup per SM; the
-# `stats` phase says whether NVIDIA's compiler agrees.
+# product kernel and 168 for the convolution gather (one 256-invocation workgroup per SM), and
+# 96-255 for the tile shapes; the `stats` phase says whether NVIDIA's compiler agrees.
 #
 # Phases (any subset, in order): info (adapters and their matmul/cooperative-matrix paths),
 # probe (examples/coop_probe: the forced cooperative-matrix kernels against the Cpu),
@@ -27,7 +28,8 @@
 # tensor-core kernel's K step taken apart by timing-only variants), attanat (the same for the
 # tensor-core attention), split (split K: the tensor-core tests with every tile split, Auto's
 # splits against none), ahead (mm_coop16's word pairs fetched two K steps ahead against one),
-# double (mm_coop16's double-buffered layout against the default),
+# double (mm_coop16's double-buffered layout against the default), tiles (mm_coop16t's tile
+# shapes, XPU_COOP16_TILES, against mm_coop16),
 # final (the default choices' tests, rows and step), prefetch (the
 # tensor-core attention's experiments XPU_ATTN_PREFETCH=1, XPU_ATTN_ROWS128=1 and
 # XPU_ATTN_ONEPASS=1 against the default), profile (the same step's GPU time per kernel,
@@ -261,6 +263,27 @@ for phase in "$@"; do
       wait
       grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/double-*.log | cut -c1-160
       LOG=double.log f16_rounds XPU_COOP16_DOUBLE "matmul conv" ${DOUBLE:-0 1}
+      ;;
+    tiles)
+      # mm_coop16t (XPU_COOP16_TILES, src/xpu/kernels/coop16_tiles.rs): the tensor-core
+      # product with its workgroup and subgroup tiles as pipeline constants. Its test on this
+      # GPU (six shapes against the Cpu), then f16 products (row-major B, and B as a transposed
+      # weight: `coop_matrix_bt`) with mm_coop16 (the empty value) and each shape in $TILES
+      # (WMxWN:TMxTN:BK[:2]; 4x2:2x4:32 is mm_coop16's own shape in the generic code). Mesa's
+      # NAK counts (a proxy, BENCHMARKS.md) put 4x4:2x2:32 lowest (120 registers) and the 4x4
+      # subgroup tiles at 255 with spills; `stats` after this phase gives NVIDIA's counts.
+      (XPU_EXPECT_COOP=1 timeout 200 .devbin/test-matmul_coop16_tiles --test-threads 2 \
+        >"$OUT/tiles-test.log" 2>&1; echo "rc=$?" >>"$OUT/tiles-test.log")
+      grep -hE '^test result|FAILED|panicked|^rc=' "$OUT/tiles-test.log" | cut -c1-200
+      for t in "" ${TILES:-4x2:2x4:32 4x2:2x4:32:2 4x2:2x4:64 4x4:2x2:32 4x4:2x2:32:2 \
+        2x2:2x2:32 2x2:2x2:32:2 2x4:4x2:32 2x2:4x4:32 2x2:4x4:32:2 4x2:4x4:32 2x4:4x4:32 \
+        2x2:2x4:32 4x2:2x2:32 2x4:2x4:32}; do
+        echo "=== XPU_COOP16_TILES=$t" | tee -a "$OUT/tiles.log"
+        XPU_COOP16_TILES=$t timeout 60 .devbin/bench matmul --device xpu --dtype f16 --json \
+          --shape 4096x4096x4096 --shape 2048x2048x2048 --shape 8192x320x1280 \
+          --shape 8192x640x640 --shape 8192x320x320 2>&1 | tee -a "$OUT/tiles.log" \
+          | grep -E '"coop_matrix' | rows
+      done
       ;;
     final)
       # After split K and the tensor-core attention at every head dim: the tests that cover

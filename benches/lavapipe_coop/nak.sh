@@ -26,7 +26,7 @@ if [ ! -f "$SHIM" ]; then
   src=/tmp/mesa-shim-src
   rm -rf "$src" && mkdir -p "$src" && tar xf "$tarball" -C "$src" --strip-components=1
   command -v meson >/dev/null || python3 -m pip install -q meson ninja mako pyyaml
-  dpkg -s libdrm-dev >/dev/null 2>&1 || apt-get install -y -qq libdrm-dev pkg-config >/dev/null
+  dpkg -s libdrm-dev bison flex >/dev/null 2>&1 || apt-get install -y -qq libdrm-dev pkg-config bison flex >/dev/null
   (cd "$src" && meson setup build -Dgallium-drivers=nouveau -Dvulkan-drivers= -Dtools=drm-shim \
     -Dplatforms= -Dglx=disabled -Degl=disabled -Dgbm=disabled -Dllvm=disabled -Dopengl=false \
     -Dgles1=disabled -Dgles2=disabled -Dvalgrind=disabled -Dlibunwind=disabled -Dzstd=disabled \

@@ -120,7 +120,9 @@ pub(super) fn matmul(
     peak_flops: Option<f64>,
     rows: &mut Vec<Row>,
 ) -> xpu::Result<()> {
-    let shapes: Vec<(usize, usize, usize)> = if o.quick {
+    let shapes: Vec<(usize, usize, usize)> = if !o.shapes.is_empty() {
+        o.shapes.clone()
+    } else if o.quick {
         vec![(256, 256, 256), (512, 512, 512)]
     } else {
         vec![
@@ -149,7 +151,7 @@ pub(super) fn matmul(
             2.0 * (m * n * k) as f64,
             peak_flops,
         ));
-        if device == Device::Xpu && m > 32 {
+        if device == Device::Xpu && m > 32 && o.shapes.is_empty() {
             xpu_tile_forms(o, dtype, (m, k, n), (&a, &b), peak_flops, rows)?;
         }
         // The cooperative-matrix kernel where the adapter has one (forced: Auto does not pick it).
@@ -172,6 +174,23 @@ pub(super) fn matmul(
                     peak_flops,
                 )),
                 Err(e) => eprintln!("bench: coop_matrix {m}x{k}x{n} {dtype}: {e}"),
+            }
+            // B as the transposed view of a [n, k] weight (the nn Linear layout).
+            let bt = Tensor::randn(&[n, k], dtype, device, 3)?.transpose(0, 1)?;
+            match time(device, o.quick, || {
+                a.matmul_fused(&bt).kernel(CoopMatrix).run()
+            }) {
+                Ok(ms) => rows.push(Row::flops(
+                    "matmul",
+                    "coop_matrix_bt",
+                    device,
+                    dtype,
+                    vec![m, k, n],
+                    ms,
+                    2.0 * (m * n * k) as f64,
+                    peak_flops,
+                )),
+                Err(e) => eprintln!("bench: coop_matrix_bt {m}x{k}x{n} {dtype}: {e}"),
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The user's benchmark tool.
 //!
-//! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick]`
+//! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick] [--shape MxKxN ...]`
 //!
 //! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn`, `attention` (none means all). Prints a
 //! table, or one JSON object per line with `op`, `variant`, `device`, `dtype`, `shape`,
@@ -138,6 +138,9 @@ struct Opts {
     dtypes: Vec<DType>,
     json: bool,
     quick: bool,
+    /// `--shape MxKxN` (repeatable): the matmul family runs only these products, without the
+    /// FMA tile forms (for sweeps such as `run_gpu.sh tiles`).
+    shapes: Vec<(usize, usize, usize)>,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -147,12 +150,18 @@ fn parse() -> Result<Opts, String> {
         dtypes: vec![],
         json: false,
         quick: false,
+        shapes: vec![],
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--json" => o.json = true,
             "--quick" => o.quick = true,
+            "--shape" => o.shapes.push(
+                args.next()
+                    .and_then(|s| parse_shape(&s))
+                    .ok_or("--shape takes MxKxN, e.g. 4096x4096x4096")?,
+            ),
             "--device" => o.devices.push(
                 args.next()
                     .and_then(|d| Device::parse(&d))
@@ -193,6 +202,18 @@ fn parse() -> Result<Opts, String> {
         o.dtypes = vec![DType::F32];
     }
     Ok(o)
+}
+
+/// `MxKxN` as three sizes.
+fn parse_shape(text: &str) -> Option<(usize, usize, usize)> {
+    let v: Vec<usize> = text
+        .split('x')
+        .map(|d| d.parse().ok())
+        .collect::<Option<_>>()?;
+    match v[..] {
+        [m, k, n] if m * k * n > 0 => Some((m, k, n)),
+        _ => None,
+    }
 }
 
 /// Median milliseconds per call of `f` (GPU work is synchronised inside each sample).

@@ -349,6 +349,29 @@ mod tests {
                 "attention_coop16",
                 constants(128.0, head_dims_40),
             ),
+            // mm_coop16t's tile shapes (src/xpu/kernels/coop16_tiles.rs): 4x2:2x4:32, and
+            // 4x4:2x2:32:2 with B by k (16 slots: the epilogue in two rounds), and the split-K
+            // partials of 2x1:2x2:64:2.
+            (
+                ShaderId::MatmulCoop16Tiles,
+                "mm_coop16t",
+                constants(256.0, 82468.0),
+            ),
+            (
+                ShaderId::MatmulCoop16Tiles,
+                "mm_coop16t",
+                constants(512.0, 3220036.0),
+            ),
+            (
+                ShaderId::MatmulCoop16Tiles,
+                "mm_coop16t",
+                [
+                    ("DT_IN", 1.0),
+                    ("DT_OUT", 0.0),
+                    ("WG", 64.0),
+                    ("VARIANT", 1188370.0),
+                ],
+            ),
             // The prefetch form (bit 11), head dims 40 and 80.
             (
                 ShaderId::AttentionCoop16,

@@ -82,11 +82,8 @@ impl Coop16Tiles {
         if !(1..=8).contains(&t.wm) || !(1..=8).contains(&t.wn) {
             return Some(format!("subgroup grid {}x{}: each side 1..=8", t.wm, t.wn));
         }
-        if !(1..=4).contains(&t.tm) || !(1..=8).contains(&t.tn) || t.tm * t.tn > 16 {
-            return Some(format!(
-                "subgroup tiles {}x{}: TM 1..=4, TN 1..=8, at most 16 in all",
-                t.tm, t.tn
-            ));
+        if !(1..=4).contains(&t.tm) || !(1..=4).contains(&t.tn) {
+            return Some(format!("subgroup tiles {}x{}: each side 1..=4", t.tm, t.tn));
         }
         if ![16, 32, 64].contains(&t.bk) {
             return Some(format!("K step {}: 16, 32 or 64", t.bk));
@@ -130,7 +127,7 @@ impl Coop16Tiles {
         } else {
             self.bk * (self.tile_n() + 8)
         };
-        2 * self.nbuf * (a + b) + 4 * 256 * self.wm * self.wn + 16
+        2 * self.nbuf * (a + b) + 4 * 256 * (self.wm * self.wn).min(8)
     }
 
     /// The shader's `VARIANT` (its header gives the bits).
@@ -229,8 +226,14 @@ mod tests {
         assert!(t.limit_error(false, 1024, 48 * 1024).is_none());
         let d = Coop16Tiles::parse("4x2:2x4:32:2").unwrap();
         assert_eq!(d.variant(true) >> 20, 3);
-        // 2 x (128 x 40 + 32 x 136) f16 + 8 KiB of f32 + 16.
-        assert_eq!(d.workgroup_bytes(false), 2 * 2 * (5120 + 4352) + 8192 + 16);
+        // 2 x (128 x 40 + 32 x 136) f16 + 8 KiB of f32.
+        assert_eq!(d.workgroup_bytes(false), 2 * 2 * (5120 + 4352) + 8192);
+        // 16 slots pass their tiles through the epilogue's memory eight at a time.
+        let s16 = Coop16Tiles::parse("4x4:2x2:32:2").unwrap();
+        assert_eq!(
+            s16.workgroup_bytes(false),
+            2 * 2 * (128 * 40 + 32 * 136) + 8192
+        );
     }
 
     #[test]
@@ -244,7 +247,7 @@ mod tests {
             ("0x2:2x4:32", "subgroup grid"),
             ("9x1:1x1:16", "subgroup grid"),
             ("2x2:5x1:32", "subgroup tiles"),
-            ("2x2:4x8:32", "subgroup tiles"),
+            ("2x2:1x5:32", "subgroup tiles"),
             ("4x2:2x4:48", "K step"),
             ("4x2:2x4:32:3", "tile pairs"),
             // 16 x 16 / 2 = 128 words of A among 256 invocations.
