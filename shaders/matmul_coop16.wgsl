@@ -1,5 +1,6 @@
 // matmul_coop16.wgsl: f16 cooperative-matrix products with f32 accumulation (composed as
-// common.wgsl + matmul.wgsl + this file + a staging file + a layout file, see below; the
+// common.wgsl + matmul.wgsl + this file + the gather's addressing + a staging file + a layout
+// file, see below; the
 // runtime hoists the `enable` lines). Needs the
 // adapter features EXPERIMENTAL_COOPERATIVE_MATRIX (reporting 16x16x16 F16->F32), SHADER_F16
 // and SUBGROUP, and 34.5 KiB of workgroup memory (45 KiB for the double-buffered layout). This is the path NVIDIA's Vulkan driver
@@ -48,8 +49,9 @@
 // against 2.51 ms, convolutions 3-10% faster, the step 0.111 s both ways; twenty-eighth session).
 // Split K (matmul.wgsl's header, src/xpu/kernels/split_k.rs): a workgroup may cover one K range
 // of its tile and write f32 partials.
-// The word-pair staging (`Words`, `words_zero`, `fetch_a`, `fetch_b`, `put_words`) comes from
-// the file composed after this one, matmul_coop16_words.wgsl (u32 words).
+// The convolution gather's addressing (`conv_pixel`, `conv_tap`, `conv_at`) comes from
+// matmul_coop16_gather.wgsl (shared with mm_coop16t), the word-pair staging (`Words`,
+// `words_zero`, `fetch_a`, `fetch_b`, `put_words`) from matmul_coop16_words.wgsl (u32 words).
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -160,19 +162,6 @@ struct ConvRows {
     iw_hi: vec4<i32>,
     base_lo: vec4<u32>,
     base_hi: vec4<u32>,
-}
-
-// Input base index, top row and left column of output pixel m.
-fn conv_pixel(ab: u32, m: u32) -> vec3<i32> {
-    if (m >= dim_m()) {
-        return vec3<i32>(0, -1073741824, 0);
-    }
-    let img = m / p(15u);
-    let rem = m % p(15u);
-    let oh = rem / p(16u);
-    let ow = rem % p(16u);
-    return vec3<i32>(i32(ab + img * p(24u)), i32(oh * p(18u)) - i32(p(20u)),
-                     i32(ow * p(19u)) - i32(p(21u)));
 }
 
 // The eight rows an invocation gathers (lid/16 + 16i): their input bases and top-left positions.

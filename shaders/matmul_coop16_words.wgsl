@@ -6,26 +6,6 @@
 // quads of 8 f16 through `array<vec4<u32>>` views were right and no faster on an H200:
 // twenty-eighth session.)
 
-// Column k of the implicit im2col matrix: the tap's row and column offsets and the channel.
-fn conv_tap(k: u32) -> vec3<i32> {
-    let tap = k / p(12u);
-    return vec3<i32>(i32((tap / p(17u)) * p(22u)), i32((tap % p(17u)) * p(23u)),
-                     i32(k % p(12u)));
-}
-
-// Input element of channel t.z at tap offsets (t.x, t.y) from a row's top-left position
-// (ih0, iw0), or CONV_OUTSIDE where the tap falls in the padding.
-const CONV_OUTSIDE: u32 = 0xffffffffu;
-
-fn conv_at(base: u32, ih0: i32, iw0: i32, t: vec3<i32>) -> u32 {
-    let ih = ih0 + t.x;
-    let iw = iw0 + t.y;
-    if (ih < 0 || iw < 0 || ih >= i32(p(13u)) || iw >= i32(p(14u))) {
-        return CONV_OUTSIDE;
-    }
-    return base + u32(ih) * p(25u) + u32(iw) * p(26u) + u32(t.z);
-}
-
 // VARIANT bit 12 (`XPU_COOP16_VARIANT=4096`, an experiment): ConvRows keeps each row's top and
 // left input position packed in `ih` as (top + 32768) << 16 | (left + 32768), `iw` unused (8
 // registers fewer through the K loop). The host sets it only where every position fits 16 bits

@@ -2,7 +2,8 @@
 //! `shaders/matmul_coop16_tiles.wgsl`): for several shapes, in child processes (the variable is
 //! read once per process) with the kernel profiler on, f16 products over edge sizes, transposes
 //! (B staged both ways), odd K (the element-wise staging), broadcast batches, every epilogue and
-//! a split-K product, each against the Cpu and each checked for the kernel that served it.
+//! a split-K product, and channels-last convolutions (the gather), each against the Cpu and each
+//! checked for the kernel that served it.
 //! Where the adapter has f16 cooperative matrices the tiles kernel must serve all but GEGLU
 //! products (those stay on mm_coop16); elsewhere (lavapipe 22 in CI) the FMA kernels serve and
 //! the test covers the routing. On lavapipe 26 (`benches/lavapipe_coop/run.sh`) the shapes'
@@ -11,21 +12,22 @@
 mod common;
 
 use common::{assert_close, matmul_tol, randn, values};
-use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
+use xpu::ops::conv::Conv2dParams;
+use xpu::{Activation, DType, Device, MatmulKernel, MemoryFormat, Tensor};
 
 const NAME: &str = "tile_shapes_match_the_cpu_where_they_serve";
 const TILES: &str = "matmul_coop16_tiles.wgsl";
 const SINGLE: &str = "matmul_coop16.wgsl";
 
 /// Shapes covering one and two tile pairs, K steps of 16, 32 and 64, subgroup tiles from 2x2 to
-/// 4x4, workgroups of 64 to 512 invocations, and 16 slots (their epilogue in two rounds).
+/// 4x4, workgroups of 128 to 512 invocations, and 16 slots (their epilogue in two rounds).
 const SHAPES: [&str; 6] = [
     "4x2:2x4:32",
     "2x2:4x4:32:2",
     "4x4:2x2:32:2",
     "4x2:4x2:16:2",
     "1x4:4x4:32",
-    "2x1:2x2:64:2",
+    "2x2:2x2:64:2",
 ];
 
 fn tensor_cores() -> bool {
@@ -135,6 +137,36 @@ fn child() {
         .iter()
         .any(|k| k.starts_with(TILES) && k.contains("->F32"));
     assert_eq!(partials, coop, "split K: {kernels:?}");
+    // Channels-last convolutions (the gather): 3x3 padded with bias, 3x3 stride 2 on 32
+    // channels, and 1x1.
+    for (ci, (c, o, hw, kernel, stride, pad)) in [
+        (16, 24, (13, 11), 3, 1, 1),
+        (32, 40, (9, 17), 3, 2, 1),
+        (34, 8, (7, 5), 1, 1, 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seed = 60 + 3 * ci as u64;
+        let x = randn(&[2, c, hw.0, hw.1], DType::F16, seed);
+        let w = randn(&[o, c, kernel, kernel], DType::F16, seed + 1);
+        let bias = randn(&[o], DType::F16, seed + 2);
+        let p = Conv2dParams {
+            stride: (stride, stride),
+            padding: (pad, pad),
+            ..Conv2dParams::default()
+        };
+        let want = x.conv2d(&w, Some(&bias), p).unwrap();
+        let xl = x.to(Device::Xpu).unwrap();
+        let xl = xl.to_memory_format(MemoryFormat::ChannelsLast).unwrap();
+        let [wx, bx] = [&w, &bias].map(|t| t.to(Device::Xpu).unwrap());
+        let (got, kernels) = profiled(|| xl.conv2d(&wx, Some(&bx), p).unwrap());
+        let tol = matmul_tol(DType::F16, c * kernel * kernel);
+        let what = format!("conv {ci}");
+        assert_close(&what, &values(&got), &values(&want), tol, tol);
+        let ran = kernels.iter().any(|k| k.starts_with(TILES));
+        assert_eq!(ran, coop, "{what}: {kernels:?}");
+    }
 }
 
 #[test]
@@ -158,26 +190,53 @@ fn tile_shapes_match_the_cpu_where_they_serve() {
 }
 
 /// A shape beyond the adapter's workgroup memory is an error naming the variable, never a
-/// different kernel; without tensor cores the tiles kernel is never asked for.
+/// different kernel, and so is a convolution whose invocations would gather more than 16 rows
+/// (products with that shape still run); without tensor cores the tiles kernel is never asked
+/// for.
 #[test]
-fn a_shape_the_adapter_cannot_hold_is_an_error() {
+fn shapes_the_kernel_cannot_run_are_errors() {
+    const NAME: &str = "shapes_the_kernel_cannot_run_are_errors";
     if !common::xpu() {
         return;
     }
-    if std::env::var_os("XPU_TEST_TILES_CHILD").is_some() {
-        let a = randn(&[512, 512], DType::F16, 1).to(Device::Xpu).unwrap();
-        let r = a.matmul_fused(&a).kernel(MatmulKernel::CoopMatrix).run();
+    let a = randn(&[512, 512], DType::F16, 1).to(Device::Xpu).unwrap();
+    let says = |r: xpu::Result<Tensor>, what: &str| {
         if tensor_cores() {
-            let e = r.expect_err("a 79 KiB shape");
-            assert!(e.to_string().contains("XPU_COOP16_TILES"), "{e}");
+            let e = r.expect_err(what).to_string();
+            assert!(e.contains("XPU_COOP16_TILES"), "{what}: {e}");
         }
-        return;
+    };
+    match std::env::var("XPU_TEST_TILES_ERROR").as_deref() {
+        Ok("memory") => {
+            let r = a.matmul_fused(&a).kernel(MatmulKernel::CoopMatrix).run();
+            says(r, "a 78 KiB shape");
+        }
+        Ok("rows") => {
+            let r = a.matmul_fused(&a).kernel(MatmulKernel::CoopMatrix).run();
+            assert!(r.is_ok(), "products need no gathered rows: {:?}", r.err());
+            let x = randn(&[1, 64, 16, 16], DType::F16, 2)
+                .to(Device::Xpu)
+                .unwrap();
+            let x = x.to_memory_format(MemoryFormat::ChannelsLast).unwrap();
+            let w = randn(&[64, 64, 3, 3], DType::F16, 3)
+                .to(Device::Xpu)
+                .unwrap();
+            let p = Conv2dParams {
+                padding: (1, 1),
+                ..Conv2dParams::default()
+            };
+            says(x.conv2d(&w, None, p), "32 gathered rows per invocation");
+        }
+        _ => {
+            for (case, shape) in [("memory", "4x2:4x4:64:2"), ("rows", "2x1:2x2:64")] {
+                common::rerun_with_env(
+                    NAME,
+                    &[
+                        ("XPU_TEST_TILES_ERROR", case.as_ref()),
+                        ("XPU_COOP16_TILES", shape.as_ref()),
+                    ],
+                );
+            }
+        }
     }
-    common::rerun_with_env(
-        "a_shape_the_adapter_cannot_hold_is_an_error",
-        &[
-            ("XPU_TEST_TILES_CHILD", "1".as_ref()),
-            ("XPU_COOP16_TILES", "4x2:4x4:64:2".as_ref()),
-        ],
-    );
 }

@@ -26,14 +26,16 @@ pub enum ShaderId {
     MatmulTiled,
     /// `shaders/matmul_coop.wgsl` (after `matmul.wgsl`): hardware cooperative matrices, 8x8 f32.
     MatmulCoop,
-    /// `shaders/matmul_coop16.wgsl` (after `matmul.wgsl`, before its word staging
-    /// `matmul_coop16_words.wgsl` and its workgroup layout `matmul_coop16_single.wgsl`): 16x16
+    /// `shaders/matmul_coop16.wgsl` (after `matmul.wgsl`, before the convolution gather's
+    /// addressing `matmul_coop16_gather.wgsl`, its word staging `matmul_coop16_words.wgsl` and
+    /// its workgroup layout `matmul_coop16_single.wgsl`): 16x16
     /// f16 cooperative matrices with f32 accumulation (NVIDIA tensor cores through Vulkan).
     MatmulCoop16,
     /// The same kernel with the layout `matmul_coop16_double.wgsl` (two tile pairs, one barrier
     /// per K step; no GEGLU); an experiment chosen only by `XPU_COOP16_DOUBLE=1`.
     MatmulCoop16Double,
-    /// `shaders/matmul_coop16_tiles.wgsl` (after `matmul.wgsl`): the tensor-core product with
+    /// `shaders/matmul_coop16_tiles.wgsl` (after `matmul.wgsl` and `matmul_coop16_gather.wgsl`):
+    /// the tensor-core product (and convolution gather) with
     /// its workgroup and subgroup tiles as pipeline constants; an experiment chosen only by
     /// `XPU_COOP16_TILES` (see `xpu::kernels::coop16_tiles`).
     MatmulCoop16Tiles,
@@ -147,6 +149,7 @@ impl ShaderId {
         const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
         const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
         const WORDS: &str = include_str!("../../shaders/matmul_coop16_words.wgsl");
+        const GATHER: &str = include_str!("../../shaders/matmul_coop16_gather.wgsl");
         const SINGLE: &str = include_str!("../../shaders/matmul_coop16_single.wgsl");
         const DOUBLE: &str = include_str!("../../shaders/matmul_coop16_double.wgsl");
         const ATTENTION_COOP16: &str = include_str!("../../shaders/attention_coop16.wgsl");
@@ -168,10 +171,11 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, WORDS, SINGLE],
-            ShaderId::MatmulCoop16Double => &[MATMUL, COOP16, WORDS, DOUBLE],
+            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, GATHER, WORDS, SINGLE],
+            ShaderId::MatmulCoop16Double => &[MATMUL, COOP16, GATHER, WORDS, DOUBLE],
             ShaderId::MatmulCoop16Tiles => &[
                 MATMUL,
+                GATHER,
                 include_str!("../../shaders/matmul_coop16_tiles.wgsl"),
             ],
             ShaderId::MatmulSubgroup => {

@@ -93,6 +93,12 @@ fn channels_inner(
 /// Runs the convolution on the tensor-core kernel, or returns `None` when it does not apply.
 pub(crate) fn conv2d(l: &ConvLaunch) -> Result<Option<XpuStorage>> {
     let s = &l.shape;
+    let ctx = &l.input.0.ctx;
+    if l.input.0.dtype == DType::F16 && coop16(&ctx.features) {
+        // `XPU_COOP16_TILES` checked before the self-checks run through it (see
+        // `coop16_tiles::validate`).
+        super::coop16_tiles::conv_plan(ctx, "conv2d", DType::F16)?;
+    }
     if !eligible(l) || s.n * s.ho * s.wo * s.o * s.c == 0 {
         return Ok(None);
     }
@@ -216,7 +222,10 @@ fn finish(
         return Ok(None);
     }
     let max = x.ctx.limits.max_compute_workgroups_per_dimension as usize;
-    let grid = [o.div_ceil(TILE), m.div_ceil(TILE)];
+    // `XPU_COOP16_TILES` (an experiment): mm_coop16t with its tile shape.
+    let tiles16 = super::coop16_tiles::conv_plan(&x.ctx, op, DType::F16)?;
+    let [tile_n, tile_m] = tiles16.as_ref().map_or([TILE, TILE], |(_, t)| *t);
+    let grid = [o.div_ceil(tile_n), m.div_ceil(tile_m)];
     if grid.iter().any(|&g| g > max) {
         return Ok(None);
     }
@@ -243,6 +252,9 @@ fn finish(
         // Bit 6: the convolution gather (a pipeline constant of `mm_coop16`).
         variant,
     };
+    if let Some((tiles_key, _)) = tiles16 {
+        key = tiles_key;
+    }
     let bias = l.bias.map_or(x, |(b, _)| b);
     let res_st = res.map_or(x, |(r, ..)| r);
     if let Some((splits, kc)) = super::split_k::plan(grid[0] * grid[1], k) {

@@ -188,6 +188,44 @@ pub(crate) fn forced(op: &'static str) -> Result<Option<Coop16Tiles>> {
         .map_err(|why| Error::invalid(op, format!("XPU_COOP16_TILES: {why}")))
 }
 
+/// `VARIANT` bit of the convolution gather in `mm_coop16t`.
+const GATHER: u32 = 1 << 22;
+
+/// The most gathered rows one invocation holds (the shader's `MAX_ROWS`).
+const MAX_ROWS: u32 = 16;
+
+/// The forced shape where it fits the adapter (`b_by_k`: B staged [column][k]), `Ok(None)` when
+/// unset, else an error naming the variable.
+fn fitting(ctx: &Context, op: &'static str, b_by_k: bool) -> Result<Option<Coop16Tiles>> {
+    let Some(t) = forced(op)? else {
+        return Ok(None);
+    };
+    let limits = &ctx.limits;
+    let (invocations, bytes) = (
+        limits.max_compute_invocations_per_workgroup,
+        limits.max_compute_workgroup_storage_size,
+    );
+    match t.limit_error(b_by_k, invocations, bytes) {
+        Some(why) => Err(Error::invalid(op, format!("XPU_COOP16_TILES: {why}"))),
+        None => Ok(Some(t)),
+    }
+}
+
+/// Checks `XPU_COOP16_TILES` against the adapter for either B layout (before the
+/// once-per-process self-checks, whose products and convolutions run through it: an invalid
+/// shape is then the caller's error, not a failed check that quietly leaves the tensor cores).
+pub(crate) fn validate(ctx: &Context, op: &'static str) -> Result<()> {
+    for b_by_k in [false, true] {
+        fitting(ctx, op, b_by_k)?;
+    }
+    Ok(())
+}
+
+/// The output tile of `t` as `[columns, rows]`.
+fn tile(t: &Coop16Tiles) -> [usize; 2] {
+    [t.tile_n() as usize, t.tile_m() as usize]
+}
+
 /// The pipeline and output tile (`[columns, rows]`) of `XPU_COOP16_TILES` for an F16
 /// tensor-core product on `ctx` (`b_by_k`: B's rows are contiguous in k), or `Ok(None)` where
 /// mm_coop16 serves it (unset, or a GEGLU product); an invalid shape is an error.
@@ -198,20 +236,40 @@ pub(crate) fn plan(
     geglu: bool,
     b_by_k: bool,
 ) -> Result<Option<(PipelineKey, [usize; 2])>> {
-    let Some(t) = forced(op)?.filter(|_| !geglu) else {
+    if geglu {
+        return Ok(None);
+    }
+    Ok(fitting(ctx, op, b_by_k)?.map(|t| (t.key(dt_in, dt_out, b_by_k), tile(&t))))
+}
+
+/// The pipeline (F16 in, `dt_out` out) and output tile (`[columns, rows]`) of
+/// `XPU_COOP16_TILES` for a channels-last convolution on the tensor cores (the gather; the
+/// weight is B by k), or `Ok(None)` when unset; a shape the adapter cannot hold, or whose
+/// invocations would each gather more than 16 rows, is an error.
+pub(crate) fn conv_plan(
+    ctx: &Context,
+    op: &'static str,
+    dt_out: DType,
+) -> Result<Option<(PipelineKey, [usize; 2])>> {
+    let Some(t) = fitting(ctx, op, true)? else {
         return Ok(None);
     };
-    let limits = &ctx.limits;
-    let max_invocations = limits.max_compute_invocations_per_workgroup;
-    if let Some(why) = t.limit_error(
-        b_by_k,
-        max_invocations,
-        limits.max_compute_workgroup_storage_size,
-    ) {
-        return Err(Error::invalid(op, format!("XPU_COOP16_TILES: {why}")));
+    let rows = t.tile_m() * t.bk / 2 / t.workgroup();
+    if rows > MAX_ROWS {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "XPU_COOP16_TILES: the convolution gather would hold {rows} rows per \
+                 invocation with this shape, at most {MAX_ROWS}"
+            ),
+        ));
     }
-    let tile = [t.tile_n() as usize, t.tile_m() as usize];
-    Ok(Some((t.key(dt_in, dt_out, b_by_k), tile)))
+    let key = t.key(DType::F16, dt_out, true);
+    let key = PipelineKey {
+        variant: key.variant | GATHER,
+        ..key
+    };
+    Ok(Some((key, tile(&t))))
 }
 
 #[cfg(test)]

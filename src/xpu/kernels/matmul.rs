@@ -225,6 +225,9 @@ impl XpuStorage {
         };
         let mnk = [m, n, k];
         let mut engine = choose(op, ep.kernel, &self.ctx.features, self.dtype, mnk)?;
+        if engine == Engine::Coop16 {
+            super::coop16_tiles::validate(&self.ctx, op)?;
+        }
         if matches!(engine, Engine::Coop | Engine::Coop16) {
             // A cooperative engine serves calls only after it computed a known product right.
             if let Err(why) = super::coop_check::verdict() {
