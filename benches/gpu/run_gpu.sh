@@ -6,9 +6,10 @@
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
 # Next GPU (after the thirty-first session; `bash benches/gpu/pack.sh --check` first: a pack left
-# by an earlier session may still be current): `tiles stats` in one call (~3 min: mm_coop16t's
-# test on the GPU, fifteen tile shapes against mm_coop16 on five f16 products, then the
-# driver's register count and occupancy of every pipeline), then `ahead double` (~5 min:
+# by an earlier session may still be current): `tiles stats` in one call (~5 min: mm_coop16t's
+# test on the GPU, fifteen tile shapes against mm_coop16 on five f16 products, the two fastest
+# on the f16 conv rows and the SD step, then the driver's register count and occupancy of
+# every pipeline), then `ahead double` (~5 min:
 # mm_coop16's two-step fetch and double-buffered layout), then `prefetch winograd` (~5-6 min:
 # the attention experiments, and f16 Winograd layers on the tensor cores). The experiments are
 # verified on lavapipe 26 and were never timed. `final` if time is left.
@@ -281,9 +282,26 @@ for phase in "$@"; do
         echo "=== XPU_COOP16_TILES=$t" | tee -a "$OUT/tiles.log"
         XPU_COOP16_TILES=$t timeout 60 .devbin/bench matmul --device xpu --dtype f16 --json \
           --shape 4096x4096x4096 --shape 2048x2048x2048 --shape 8192x320x1280 \
-          --shape 8192x640x640 --shape 8192x320x320 2>&1 | tee -a "$OUT/tiles.log" \
-          | grep -E '"coop_matrix' | rows
+          --shape 8192x640x640 --shape 8192x320x320 2>&1 | tee "$OUT/tiles-${t:-mm_coop16}.jsonl" \
+          | tee -a "$OUT/tiles.log" | grep -E '"coop_matrix' | rows
       done
+      # The two shapes with the least total time over the rows above (both B layouts), then
+      # the f16 conv rows and the SD 1.5 f16 step with mm_coop16 and with each of them
+      # (convolutions take the shape too).
+      best=$(python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+totals = {}
+for path in glob.glob(os.path.join(sys.argv[1], "tiles-*.jsonl")):
+    shape = os.path.basename(path)[6:-6]
+    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    ms = [r["median_ms"] for r in rows if r.get("variant", "").startswith("coop_matrix")]
+    if shape != "mm_coop16" and len(ms) == 10:
+        totals[shape] = sum(ms)
+print(" ".join(sorted(totals, key=totals.get)[:2]))
+PY
+)
+      echo "fastest shapes: $best" | tee -a "$OUT/tiles.log"
+      LOG=tiles-step.log f16_rounds XPU_COOP16_TILES conv "" $best
       ;;
     final)
       # After split K and the tensor-core attention at every head dim: the tests that cover
