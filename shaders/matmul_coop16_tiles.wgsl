@@ -145,6 +145,14 @@ fn t_word_b(bb: u32, c: u32, k: u32, ke: u32, fast: bool) -> u32 {
     return pack2x16float(vec2<f32>(load1(at), x1));
 }
 
+// Column and k of B word e (see t_fetch).
+fn t_b_at(col0: u32, k0: u32, e: u32) -> vec2<u32> {
+    if (BT) {
+        return vec2<u32>(col0 + e / (BK / 2u), k0 + 2u * (e % (BK / 2u)));
+    }
+    return vec2<u32>(col0 + 2u * (e % (BN / 2u)), k0 + e / (BN / 2u));
+}
+
 // This invocation's words of the K step at k0 (word e = lid + WG i; A: row e / (BK/2), k pair
 // e % (BK/2); B likewise with columns for rows (BT), or k row e / (BN/2), column pair
 // e % (BN/2)), so consecutive invocations read consecutive words. The fast and element-wise
@@ -165,18 +173,15 @@ fn t_fetch(ab: u32, bb: u32, row0: u32, col0: u32, k0: u32, ke: u32, lid: u32,
             w.a[i] = t_word_a(ab, row0 + e / (BK / 2u), k0 + 2u * (e % (BK / 2u)), ke, false);
         }
     }
-    for (var i = 0u; i < NB; i = i + 1u) {
-        let e = lid + WG * i;
-        var c = col0 + 2u * (e % (BN / 2u));
-        var k = k0 + e / (BN / 2u);
-        if (BT) {
-            c = col0 + e / (BK / 2u);
-            k = k0 + 2u * (e % (BK / 2u));
+    if (fb) {
+        for (var i = 0u; i < NB; i = i + 1u) {
+            let ck = t_b_at(col0, k0, lid + WG * i);
+            w.b[i] = t_word_b(bb, ck.x, ck.y, ke, true);
         }
-        if (fb) {
-            w.b[i] = t_word_b(bb, c, k, ke, true);
-        } else {
-            w.b[i] = t_word_b(bb, c, k, ke, false);
+    } else {
+        for (var i = 0u; i < NB; i = i + 1u) {
+            let ck = t_b_at(col0, k0, lid + WG * i);
+            w.b[i] = t_word_b(bb, ck.x, ck.y, ke, false);
         }
     }
     return w;

@@ -10,71 +10,17 @@
 
 mod common;
 
+use common::coop16::{coop_kernel, products_match_the_cpu, profiled, split_k_kernels};
 use common::{assert_close, matmul_tol, randn, values};
 use xpu::ops::conv::Conv2dParams;
-use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
+use xpu::{DType, Device};
 
 const NAME: &str = "double_layout_matches_the_cpu_where_it_serves";
 const DOUBLE: &str = "matmul_coop16_double.wgsl";
 const SINGLE: &str = "matmul_coop16.wgsl";
 
-fn tensor_cores() -> bool {
-    let f = xpu::xpu_features().unwrap();
-    let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "0");
-    f.cooperative_matrix && f.coop_f16_16x16 && f.subgroup && !off("XPU_MATMUL_COOP")
-}
-
-/// `f`'s result moved to the Cpu, and the kernels its dispatches ran.
-fn profiled(f: impl FnOnce() -> Tensor) -> (Tensor, Vec<String>) {
-    xpu::synchronize().unwrap();
-    xpu::xpu_profile().unwrap();
-    let y = f().to(Device::Cpu).unwrap();
-    let rows = xpu::xpu_profile()
-        .unwrap()
-        .expect("XPU_PROFILE=1 and timestamp queries");
-    (y, rows.into_iter().map(|r| r.kernel).collect())
-}
-
-/// Epilogue `e` (5 is GEGLU) of `a @ b` with `kernel`.
-fn product(
-    a: &Tensor,
-    b: &Tensor,
-    bias: &Tensor,
-    res: &Tensor,
-    e: usize,
-    k: MatmulKernel,
-) -> Tensor {
-    let p = a.matmul_fused(b).kernel(k);
-    match e {
-        0 => p.run(),
-        1 => p.bias(bias).activation(Activation::Gelu).run(),
-        2 => p
-            .alpha(0.5)
-            .add_scaled(0.25, res)
-            .activation(Activation::Silu)
-            .run(),
-        3 => p.bias(bias).residual(res).out_dtype(DType::F32).run(),
-        4 => p
-            .alpha(2.0)
-            .bias(bias)
-            .activation(Activation::Relu)
-            .residual(res)
-            .run(),
-        _ => p.bias(bias).geglu().residual(res).run(),
-    }
-    .unwrap()
-}
-
 fn child() {
-    let coop = tensor_cores();
-    let kernel = if coop {
-        MatmulKernel::CoopMatrix
-    } else {
-        MatmulKernel::Auto
-    };
-    // The once-per-process self-check runs first (its dispatches are not counted below).
-    let a = randn(&[64, 32], DType::F16, 1).to(Device::Xpu).unwrap();
-    a.matmul_fused(&a.transpose(0, 1).unwrap()).run().unwrap();
+    let (coop, kernel) = coop_kernel();
     // [m, k, n, transposes (bit 0 A, bit 1 B), batch layout (0 none, 1 A batched, 2 B)]
     let cases = [
         [257, 65, 129, 0, 0],
@@ -84,42 +30,13 @@ fn child() {
         [65, 63, 257, 2, 1],
         [128, 96, 256, 0, 0],
     ];
-    for (ci, &[m, k, n, t, bl]) in cases.iter().enumerate() {
-        let e = ci % 6;
-        let np = if e == 5 { 2 * n } else { n };
-        let operand = |batch: Option<usize>, r: usize, c: usize, tr: bool, seed: u64| {
-            let mut shape: Vec<usize> = batch.into_iter().collect();
-            shape.extend(if tr { [c, r] } else { [r, c] });
-            let x = randn(&shape, DType::F16, seed);
-            if tr {
-                x.transpose(-1, -2).unwrap()
-            } else {
-                x
-            }
-        };
-        let a = operand((bl == 1).then_some(2), m, k, t & 1 == 1, 10 + ci as u64);
-        let b = operand((bl == 2).then_some(3), k, np, t & 2 == 2, 20 + ci as u64);
-        let bias = randn(&[np], DType::F16, 30 + ci as u64);
-        let res = randn(&[m, n], DType::F16, 40 + ci as u64);
-        let want = product(&a, &b, &bias, &res, e, MatmulKernel::Auto);
-        let [ax, bx, biasx, resx] = [&a, &b, &bias, &res].map(|x| x.to(Device::Xpu).unwrap());
-        let (got, kernels) = profiled(|| product(&ax, &bx, &biasx, &resx, e, kernel));
-        let what = format!("{m}x{k}x{n} case {ci} epilogue {e}");
-        let tol = matmul_tol(DType::F16, k);
-        assert_close(&what, &values(&got), &values(&want), tol, tol);
+    products_match_the_cpu(&cases, kernel, |what, e, kernels| {
         let ran = |file: &str| kernels.iter().any(|k| k.starts_with(file));
-        let want_double = coop && e != 5;
-        assert_eq!(ran(DOUBLE), want_double, "{what}: {kernels:?}");
+        assert_eq!(ran(DOUBLE), coop && e != 5, "{what}: {kernels:?}");
         assert_eq!(ran(SINGLE), coop && e == 5, "{what}: {kernels:?}");
-    }
+    });
     // Few output tiles and a long K: Auto splits K into f32 partial products.
-    let a = randn(&[256, 4096], DType::F16, 50);
-    let b = randn(&[4096, 200], DType::F16, 51);
-    let want = a.matmul(&b).unwrap();
-    let [ax, bx] = [&a, &b].map(|x| x.to(Device::Xpu).unwrap());
-    let (got, kernels) = profiled(|| ax.matmul(&bx).unwrap());
-    let tol = matmul_tol(DType::F16, 4096);
-    assert_close("split K", &values(&got), &values(&want), tol, tol);
+    let kernels = split_k_kernels(false);
     let partials = kernels
         .iter()
         .any(|k| k.starts_with(DOUBLE) && k.contains("->F32"));

@@ -160,37 +160,24 @@ pub(super) fn matmul(
         });
         if device == Device::Xpu && coop {
             use xpu::MatmulKernel::CoopMatrix;
-            match time(device, o.quick, || {
-                a.matmul_fused(&b).kernel(CoopMatrix).run()
-            }) {
-                Ok(ms) => rows.push(Row::flops(
-                    "matmul",
-                    "coop_matrix",
-                    device,
-                    dtype,
-                    vec![m, k, n],
-                    ms,
-                    2.0 * (m * n * k) as f64,
-                    peak_flops,
-                )),
-                Err(e) => eprintln!("bench: coop_matrix {m}x{k}x{n} {dtype}: {e}"),
-            }
-            // B as the transposed view of a [n, k] weight (the nn Linear layout).
+            // B as given, and as the transposed view of a [n, k] weight (the nn Linear layout).
             let bt = Tensor::randn(&[n, k], dtype, device, 3)?.transpose(0, 1)?;
-            match time(device, o.quick, || {
-                a.matmul_fused(&bt).kernel(CoopMatrix).run()
-            }) {
-                Ok(ms) => rows.push(Row::flops(
-                    "matmul",
-                    "coop_matrix_bt",
-                    device,
-                    dtype,
-                    vec![m, k, n],
-                    ms,
-                    2.0 * (m * n * k) as f64,
-                    peak_flops,
-                )),
-                Err(e) => eprintln!("bench: coop_matrix_bt {m}x{k}x{n} {dtype}: {e}"),
+            for (variant, rhs) in [("coop_matrix", &b), ("coop_matrix_bt", &bt)] {
+                match time(device, o.quick, || {
+                    a.matmul_fused(rhs).kernel(CoopMatrix).run()
+                }) {
+                    Ok(ms) => rows.push(Row::flops(
+                        "matmul",
+                        variant,
+                        device,
+                        dtype,
+                        vec![m, k, n],
+                        ms,
+                        2.0 * (m * n * k) as f64,
+                        peak_flops,
+                    )),
+                    Err(e) => eprintln!("bench: {variant} {m}x{k}x{n} {dtype}: {e}"),
+                }
             }
         }
     }

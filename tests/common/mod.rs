@@ -2,6 +2,7 @@
 //! tolerances, and small data builders.
 #![allow(dead_code)]
 
+pub mod coop16;
 pub mod fixtures;
 pub mod unet_fixture;
 

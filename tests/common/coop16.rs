@@ -1,0 +1,121 @@
+//! Helpers of the tensor-core kernel tests (`matmul_coop16_double.rs`,
+//! `matmul_coop16_tiles.rs`): whether the adapter has the kernels, the kernels a call ran
+//! (profiled), and f16 products over edge cases against the Cpu.
+
+use super::{assert_close, matmul_tol, randn, values};
+use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
+
+/// Whether f16 products take the tensor-core kernels on this adapter.
+pub fn tensor_cores() -> bool {
+    let f = xpu::xpu_features().unwrap();
+    let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "0");
+    f.cooperative_matrix && f.coop_f16_16x16 && f.subgroup && !off("XPU_MATMUL_COOP")
+}
+
+/// `f`'s result moved to the Cpu, and the kernels its dispatches ran (needs `XPU_PROFILE=1`).
+pub fn profiled(f: impl FnOnce() -> Tensor) -> (Tensor, Vec<String>) {
+    xpu::synchronize().unwrap();
+    xpu::xpu_profile().unwrap();
+    let y = f().to(Device::Cpu).unwrap();
+    let rows = xpu::xpu_profile()
+        .unwrap()
+        .expect("XPU_PROFILE=1 and timestamp queries");
+    (y, rows.into_iter().map(|r| r.kernel).collect())
+}
+
+/// Epilogue `e` (5 is GEGLU) of `a @ b` with `kernel`.
+pub fn product(
+    a: &Tensor,
+    b: &Tensor,
+    bias: &Tensor,
+    res: &Tensor,
+    e: usize,
+    k: MatmulKernel,
+) -> Tensor {
+    let p = a.matmul_fused(b).kernel(k);
+    match e {
+        0 => p.run(),
+        1 => p.bias(bias).activation(Activation::Gelu).run(),
+        2 => p
+            .alpha(0.5)
+            .add_scaled(0.25, res)
+            .activation(Activation::Silu)
+            .run(),
+        3 => p.bias(bias).residual(res).out_dtype(DType::F32).run(),
+        4 => p
+            .alpha(2.0)
+            .bias(bias)
+            .activation(Activation::Relu)
+            .residual(res)
+            .run(),
+        _ => p.bias(bias).geglu().residual(res).run(),
+    }
+    .unwrap()
+}
+
+/// f16 products of `cases` (`[m, k, n, transposes (bit 0 A, bit 1 B), batch layout (0 none,
+/// 1 A batched, 2 B)]`, case i with epilogue i % 6) on the Xpu with `kernel` against the Cpu;
+/// `served(what, epilogue, kernels)` checks the kernels each one ran.
+pub fn products_match_the_cpu(
+    cases: &[[usize; 5]],
+    kernel: MatmulKernel,
+    served: impl Fn(&str, usize, &[String]),
+) {
+    for (ci, &[m, k, n, t, bl]) in cases.iter().enumerate() {
+        let e = ci % 6;
+        let np = if e == 5 { 2 * n } else { n };
+        let operand = |batch: Option<usize>, r: usize, c: usize, tr: bool, seed: u64| {
+            let mut shape: Vec<usize> = batch.into_iter().collect();
+            shape.extend(if tr { [c, r] } else { [r, c] });
+            let x = randn(&shape, DType::F16, seed);
+            if tr {
+                x.transpose(-1, -2).unwrap()
+            } else {
+                x
+            }
+        };
+        let a = operand((bl == 1).then_some(2), m, k, t & 1 == 1, 10 + ci as u64);
+        let b = operand((bl == 2).then_some(3), k, np, t & 2 == 2, 20 + ci as u64);
+        let bias = randn(&[np], DType::F16, 30 + ci as u64);
+        let res = randn(&[m, n], DType::F16, 40 + ci as u64);
+        let want = product(&a, &b, &bias, &res, e, MatmulKernel::Auto);
+        let [ax, bx, biasx, resx] = [&a, &b, &bias, &res].map(|x| x.to(Device::Xpu).unwrap());
+        let (got, kernels) = profiled(|| product(&ax, &bx, &biasx, &resx, e, kernel));
+        let what = format!("{m}x{k}x{n} case {ci} epilogue {e}");
+        let tol = matmul_tol(DType::F16, k);
+        assert_close(&what, &values(&got), &values(&want), tol, tol);
+        served(&what, e, &kernels);
+    }
+}
+
+/// Whether the tensor cores serve here, and the kernel that asks for them (`CoopMatrix` where
+/// they do, else `Auto`); runs the once-per-process self-check first, so that its dispatches
+/// are not counted by the callers' profiles.
+pub fn coop_kernel() -> (bool, MatmulKernel) {
+    let coop = tensor_cores();
+    let a = randn(&[64, 32], DType::F16, 1).to(Device::Xpu).unwrap();
+    a.matmul_fused(&a.transpose(0, 1).unwrap()).run().unwrap();
+    let kernel = if coop {
+        MatmulKernel::CoopMatrix
+    } else {
+        MatmulKernel::Auto
+    };
+    (coop, kernel)
+}
+
+/// A product with few output tiles and a long K (Auto splits K into f32 partial products;
+/// `b_transposed`: B as a transposed weight) against the Cpu: the kernels it ran.
+pub fn split_k_kernels(b_transposed: bool) -> Vec<String> {
+    let a = randn(&[256, 4096], DType::F16, 50);
+    let b = if b_transposed {
+        randn(&[200, 4096], DType::F16, 51).t().unwrap()
+    } else {
+        randn(&[4096, 200], DType::F16, 51)
+    };
+    let want = a.matmul(&b).unwrap();
+    let [ax, bx] = [&a, &b].map(|x| x.to(Device::Xpu).unwrap());
+    let (got, kernels) = profiled(|| ax.matmul(&bx).unwrap());
+    let tol = matmul_tol(DType::F16, 4096);
+    assert_close("split K", &values(&got), &values(&want), tol, tol);
+    kernels
+}
