@@ -13,12 +13,14 @@
 //! Format: `WMxWN:TMxTN:BK[:2]`: a WM x WN grid of subgroups (32 lanes each, so 32 WM WN
 //! invocations), each owning TM x TN 16x16 accumulator tiles, K steps of BK (16, 32 or 64), and
 //! `:2` for two tile pairs in workgroup memory (one barrier per K step). `4x2:2x4:32` is
-//! mm_coop16's own shape. It applies to F16 products without GEGLU that `Auto` or a forced
-//! `CoopMatrix` sends to the tensor cores (convolutions and GEGLU stay on mm_coop16).
+//! mm_coop16's own shape. It applies to the F16 products (not GEGLU, which stays on mm_coop16)
+//! that `Auto` or a forced `CoopMatrix` sends to the tensor cores, and to the tensor-core
+//! convolutions; where set it takes precedence over `XPU_COOP16_DOUBLE`.
 //!
 //! Invariants: a malformed value, or a shape the adapter cannot run (too many invocations, too
-//! much workgroup memory, staging words that do not divide evenly among the invocations), is an
-//! `Error` at the product that would use it, never a silently different kernel; every valid
+//! much workgroup memory, staging words that do not divide evenly among the invocations, more
+//! than 16 gathered rows per invocation for a convolution), is an `Error` at the product or
+//! convolution that would use it, never a silently different kernel; every valid
 //! shape computes every output exactly as mm_coop16 does up to f32 summation order (tests run
 //! several on lavapipe 26, `tests/matmul_coop16_tiles.rs`), and the once-per-process
 //! cooperative-matrix self-check runs through it when it is set.
