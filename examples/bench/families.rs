@@ -140,17 +140,21 @@ pub(super) fn matmul(
     for (m, k, n) in shapes {
         let a = Tensor::randn(&[m, k], dtype, device, 1)?;
         let b = Tensor::randn(&[k, n], dtype, device, 2)?;
+        let row = |variant: &str, ms: f64| {
+            let flops = 2.0 * (m * n * k) as f64;
+            Row::flops(
+                "matmul",
+                variant,
+                device,
+                dtype,
+                vec![m, k, n],
+                ms,
+                flops,
+                peak_flops,
+            )
+        };
         let ms = time(device, o.quick, || a.matmul(&b))?;
-        rows.push(Row::flops(
-            "matmul",
-            "default",
-            device,
-            dtype,
-            vec![m, k, n],
-            ms,
-            2.0 * (m * n * k) as f64,
-            peak_flops,
-        ));
+        rows.push(row("default", ms));
         if device == Device::Xpu && m > 32 && o.shapes.is_empty() {
             xpu_tile_forms(o, dtype, (m, k, n), (&a, &b), peak_flops, rows)?;
         }
@@ -166,16 +170,7 @@ pub(super) fn matmul(
                 match time(device, o.quick, || {
                     a.matmul_fused(rhs).kernel(CoopMatrix).run()
                 }) {
-                    Ok(ms) => rows.push(Row::flops(
-                        "matmul",
-                        variant,
-                        device,
-                        dtype,
-                        vec![m, k, n],
-                        ms,
-                        2.0 * (m * n * k) as f64,
-                        peak_flops,
-                    )),
+                    Ok(ms) => rows.push(row(variant, ms)),
                     Err(e) => eprintln!("bench: {variant} {m}x{k}x{n} {dtype}: {e}"),
                 }
             }
