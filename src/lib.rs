@@ -119,7 +119,9 @@ pub fn synchronize() -> Result<()> {
 }
 
 /// GPU time per kernel pipeline since the last call, longest first, when the process runs with
-/// `XPU_PROFILE=1` (timestamp queries around every dispatch; each batch then waits for the GPU).
+/// `XPU_PROFILE=1` (timestamp queries around every dispatch; each batch then waits for the GPU;
+/// with `XPU_PROFILE=shapes` a row per pipeline and problem shape, its `kernel` ending in
+/// ` mnk MxNxK grid XxYxZ` for products, ` grid XxYxZ` otherwise).
 /// `Ok(None)` when profiling is off or the adapter has no timestamp queries.
 pub fn xpu_profile() -> Result<Option<Vec<KernelTime>>> {
     xpu::take_profile()

@@ -33,8 +33,8 @@
 # shapes, XPU_COOP16_TILES, against mm_coop16),
 # final (the default choices' tests, rows and step), prefetch (the
 # tensor-core attention's experiments XPU_ATTN_PREFETCH=1, XPU_ATTN_ROWS128=1 and
-# XPU_ATTN_ONEPASS=1 against the default), profile (the same step's GPU time per kernel,
-# XPU_PROFILE=1), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
+# XPU_ATTN_ONEPASS=1 against the default), profile (the same step's GPU time per kernel
+# and problem shape, XPU_PROFILE=shapes), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel), stats (the driver's register
 # count and the occupancy it allows for every pipeline the run created so far).
@@ -368,9 +368,10 @@ PY
       done
       ;;
     profile)
-      # GPU time per kernel pipeline (timestamp queries), SD 1.5 step, f32 and f16.
+      # GPU time per kernel pipeline and problem shape (timestamp queries; PROFILE_MODE=1 for
+      # per pipeline only), SD 1.5 step, f32 and f16.
       for dt in ${PROFILE_DTYPES:-f32 f16}; do
-        XPU_PROFILE=1 timeout 150 .devbin/sd_unet --device xpu --dtype "$dt" --preset sd15 \
+        XPU_PROFILE=${PROFILE_MODE:-shapes} timeout 150 .devbin/sd_unet --device xpu --dtype "$dt" --preset sd15 \
           --steps 3 --output /tmp/sdp_$dt.safetensors >>"$OUT/profile.log" 2>&1
         echo "sd_unet profile $dt rc=$?" >>"$OUT/profile.log"
       done

@@ -390,20 +390,23 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     Ok(())
 }
 
-/// Prints the GPU kernel profile per step (`XPU_PROFILE=1`; steps after the first).
+/// Prints the GPU kernel profile per step (`XPU_PROFILE=1`, or `shapes` for a row per kernel
+/// and problem shape; steps after the first).
 fn print_profile(steps: usize) -> xpu::Result<()> {
     let Some(rows) = xpu::xpu_profile()? else {
         return Ok(());
     };
+    let mode = std::env::var("XPU_PROFILE").unwrap_or_default();
+    let shown = if mode == "shapes" { 150 } else { 40 };
     let per_step = |ms: f64| ms / steps as f64;
     let total: f64 = rows.iter().map(|r| r.total_ms).sum();
     let dispatches: u64 = rows.iter().map(|r| r.dispatches).sum();
     println!(
-        "GPU kernel time per step: {:.2} ms in {} dispatches (XPU_PROFILE=1, {steps} steps)",
+        "GPU kernel time per step: {:.2} ms in {} dispatches (XPU_PROFILE={mode}, {steps} steps)",
         per_step(total),
         dispatches / steps as u64
     );
-    for r in rows.iter().take(40) {
+    for r in rows.iter().take(shown) {
         println!(
             "  {:>9.3} ms {:>5.1}% {:>6} x  {}",
             per_step(r.total_ms),

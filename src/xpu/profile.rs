@@ -1,16 +1,19 @@
 //! GPU kernel profiler: GPU time per pipeline, from timestamp queries.
 //!
-//! Off unless the process starts with `XPU_PROFILE=1` and the adapter has `TIMESTAMP_QUERY`.
-//! When on, every compute pass of a batch writes a begin and an end timestamp; at each flush
+//! Off unless the process starts with `XPU_PROFILE=1` (or `XPU_PROFILE=shapes`) and the adapter
+//! has `TIMESTAMP_QUERY`. With `shapes` every pipeline's time is further split by problem: the
+//! dispatch grid and, for the matrix-product family (whose parameter words 32-34 are M, N, K),
+//! the product's dimensions — so a profile says which layer shapes a kernel is slow on. When on, every compute pass of a batch writes a begin and an end timestamp; at each flush
 //! the batch's timestamps are resolved, read back (the flush then waits for the GPU, so
 //! profiled runs are slower end to end but each kernel's time is its own) and added to a
 //! per-pipeline total. Invariant: `labels.len()` is the number of timed passes of the open
-//! batch, at most [`MAX_BATCH`], and pass `i` writes queries `2i` and `2i + 1`.
+//! batch, at most [`MAX_BATCH`], and pass `i` writes queries `2i` and `2i + 1`. Without `shapes` every label's
+//! [`Problem`] is `None`, so the totals are per pipeline exactly as before.
 
 use std::collections::HashMap;
 
-use super::pipelines::PipelineKey;
-use super::stream::MAX_BATCH;
+use super::pipelines::{PipelineKey, ShaderId};
+use super::stream::{MAX_BATCH, PARAM_WORDS};
 use crate::{Error, Result};
 
 /// GPU time spent in one pipeline over the profiled period.
@@ -24,14 +27,42 @@ pub struct KernelTime {
     pub total_ms: f64,
 }
 
+/// What `XPU_PROFILE=shapes` adds to a pass's label: its workgroup grid and, for the product
+/// family, `[m, n, k]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Problem {
+    grid: [u32; 3],
+    mnk: Option<[u32; 3]>,
+}
+
+/// A timed pass: its pipeline and (with `shapes`) its problem.
+type Label = (PipelineKey, Option<Problem>);
+
 /// Timestamp queries of the open batch and the running totals.
 pub(crate) struct Profiler {
     queries: wgpu::QuerySet,
     resolve: wgpu::Buffer,
     readback: wgpu::Buffer,
-    labels: Vec<PipelineKey>,
-    totals: HashMap<PipelineKey, (u64, f64)>,
+    labels: Vec<Label>,
+    totals: HashMap<Label, (u64, f64)>,
     period_ns: f64,
+    by_shape: bool,
+}
+
+/// Whether `shader` reads `[m, n, k]` from parameter words 32-34 (`shaders/matmul.wgsl`'s
+/// `dim_m`, `dim_n`, `dim_k`): the products and the tensor-core convolution gather.
+fn product_family(shader: ShaderId) -> bool {
+    matches!(
+        shader,
+        ShaderId::Matmul
+            | ShaderId::MatmulTiled
+            | ShaderId::MatmulCoop
+            | ShaderId::MatmulCoop16
+            | ShaderId::MatmulCoop16Double
+            | ShaderId::MatmulCoop16Tiles
+            | ShaderId::MatmulSubgroup
+            | ShaderId::MatmulVec4
+    )
 }
 
 impl Profiler {
@@ -41,7 +72,9 @@ impl Profiler {
         queue: &wgpu::Queue,
         timestamps: bool,
     ) -> Option<Profiler> {
-        let wanted = std::env::var_os("XPU_PROFILE").is_some_and(|v| v == "1");
+        let mode = std::env::var_os("XPU_PROFILE");
+        let by_shape = mode.as_ref().is_some_and(|v| v == "shapes");
+        let wanted = by_shape || mode.is_some_and(|v| v == "1");
         if !wanted || !timestamps {
             return None;
         }
@@ -68,20 +101,28 @@ impl Profiler {
             labels: Vec::with_capacity(MAX_BATCH),
             totals: HashMap::new(),
             period_ns: f64::from(queue.get_timestamp_period()),
+            by_shape,
         })
     }
 
-    /// The timestamp writes for the next pass, labelled `key` (`None` when the batch is full,
-    /// which the stream prevents by flushing first).
+    /// The timestamp writes for the next pass, labelled `key` (and, with `shapes`, by its
+    /// `grid` and `params`); `None` when the batch is full, which the stream prevents by
+    /// flushing first.
     pub(crate) fn next_pass(
         &mut self,
         key: PipelineKey,
+        grid: [u32; 3],
+        params: &[u32; PARAM_WORDS],
     ) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
         if self.labels.len() >= MAX_BATCH {
             return None;
         }
         let i = self.labels.len() as u32;
-        self.labels.push(key);
+        let problem = self.by_shape.then(|| Problem {
+            grid,
+            mnk: product_family(key.shader).then(|| [params[32], params[33], params[34]]),
+        });
+        self.labels.push((key, problem));
         Some(wgpu::ComputePassTimestampWrites {
             query_set: &self.queries,
             beginning_of_pass_write_index: Some(2 * i),
@@ -145,15 +186,16 @@ impl Profiler {
         let mut out: Vec<KernelTime> = self
             .totals
             .drain()
-            .map(|(k, (dispatches, ns))| KernelTime {
+            .map(|((k, problem), (dispatches, ns))| KernelTime {
                 kernel: format!(
-                    "{}:{} {:?}->{:?} v{} wg{}",
+                    "{}:{} {:?}->{:?} v{} wg{}{}",
                     k.shader.file(),
                     k.entry,
                     k.dt_in,
                     k.dt_out,
                     k.variant,
-                    k.workgroup
+                    k.workgroup,
+                    problem.map_or(String::new(), describe)
                 ),
                 dispatches,
                 total_ms: ns * 1e-6,
@@ -161,5 +203,14 @@ impl Profiler {
             .collect();
         out.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms));
         out
+    }
+}
+
+/// ` mnk MxNxK grid XxYxZ` (the product dims only for the product family).
+fn describe(p: Problem) -> String {
+    let [x, y, z] = p.grid;
+    match p.mnk {
+        Some([m, n, k]) => format!(" mnk {m}x{n}x{k} grid {x}x{y}x{z}"),
+        None => format!(" grid {x}x{y}x{z}"),
     }
 }

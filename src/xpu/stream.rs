@@ -138,7 +138,10 @@ impl Stream {
                 })
         });
         {
-            let timestamp_writes = self.profiler.as_mut().and_then(|p| p.next_pass(d.key));
+            let timestamp_writes = self
+                .profiler
+                .as_mut()
+                .and_then(|p| p.next_pass(d.key, d.workgroups, &d.params));
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: None,
                 timestamp_writes,
