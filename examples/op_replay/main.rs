@@ -1,0 +1,317 @@
+//! Replays operator cases described by a file against xpu on one device and dtype, for
+//! `tests/fixtures/check_random_ops.py` (a developer's check against PyTorch, not run by CI):
+//!
+//! ```text
+//! cargo run --release --example op_replay -- --cases DIR/cases.json --device xpu --dtype f16 \
+//!     --output DIR/out.safetensors
+//! ```
+//!
+//! `cases.json` is a list of `{"name", "op", "args", "inputs"}`; the inputs are the tensors
+//! `"<name>/<input>"` of the safetensors file beside it (`cases.safetensors`). Float inputs are
+//! converted to `--dtype` and moved to `--device`; inputs named `index` become `I32`, inputs
+//! named `mask` stay `U8` when `args.bool_mask` is true. `args.views` may give, per input, a
+//! permutation applied as a view (the stored tensor is the permuted data made contiguous, so
+//! the op sees a non-contiguous input), and `args.channels_last` lists inputs converted to
+//! channels-last memory. Each case's output is written as `"<name>"` (f32); a case whose op
+//! fails is reported as `error <name>: <message>` on stdout and written as nothing, so the
+//! script can tell refusals from results. Invariant: the output file is written whole or not
+//! at all (`io::write_file_atomically`).
+
+#[path = "../sd_unet/io.rs"]
+mod io;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde_json::Value;
+use xpu::{
+    Conv2dParams, ConvTranspose2dParams, DType, Device, Error, MemoryFormat, Result, Tensor,
+};
+
+#[derive(Parser)]
+#[command(about = "Replay operator cases (tests/fixtures/check_random_ops.py) on one device")]
+struct Args {
+    /// The cases' JSON list (its tensors in the `.safetensors` file of the same stem).
+    #[arg(long)]
+    cases: PathBuf,
+    /// cpu or xpu.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// f32, f16 or bf16: the dtype float inputs are converted to.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Where the outputs go (safetensors, f32).
+    #[arg(long)]
+    output: PathBuf,
+}
+
+/// One case of the JSON list.
+struct Case {
+    name: String,
+    op: String,
+    args: Value,
+    inputs: HashMap<String, Tensor>,
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::invalid("op_replay", msg.into())
+}
+
+fn usize_arg(args: &Value, key: &str) -> Result<usize> {
+    args.get(key)
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .ok_or_else(|| bad(format!("argument `{key}`: expected a non-negative integer")))
+}
+
+fn isize_arg(args: &Value, key: &str) -> Result<isize> {
+    args.get(key)
+        .and_then(Value::as_i64)
+        .map(|v| v as isize)
+        .ok_or_else(|| bad(format!("argument `{key}`: expected an integer")))
+}
+
+fn f64_arg(args: &Value, key: &str) -> Result<f64> {
+    args.get(key)
+        .and_then(Value::as_f64)
+        .ok_or_else(|| bad(format!("argument `{key}`: expected a number")))
+}
+
+fn bool_arg(args: &Value, key: &str) -> bool {
+    args.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// `v` as a list of non-negative integers.
+fn usizes(v: &Value) -> Option<Vec<usize>> {
+    v.as_array()?
+        .iter()
+        .map(|v| v.as_u64().map(|v| v as usize))
+        .collect()
+}
+
+fn list_arg(args: &Value, key: &str) -> Result<Vec<usize>> {
+    args.get(key)
+        .and_then(usizes)
+        .ok_or_else(|| bad(format!("argument `{key}`: expected a list of integers")))
+}
+
+fn pair_arg(args: &Value, key: &str) -> Result<(usize, usize)> {
+    match list_arg(args, key)?.as_slice() {
+        [a, b] => Ok((*a, *b)),
+        other => Err(bad(format!(
+            "argument `{key}`: expected two integers, got {other:?}"
+        ))),
+    }
+}
+
+impl Case {
+    fn input(&self, key: &str) -> Result<&Tensor> {
+        self.inputs
+            .get(key)
+            .ok_or_else(|| bad(format!("case {}: no input `{key}`", self.name)))
+    }
+
+    fn optional(&self, key: &str) -> Option<&Tensor> {
+        self.inputs.get(key)
+    }
+
+    /// Runs the case's op.
+    fn run(&self) -> Result<Tensor> {
+        let a = &self.args;
+        let x = || self.input("x");
+        match self.op.as_str() {
+            "conv2d" => x()?.conv2d(
+                self.input("weight")?,
+                self.optional("bias"),
+                Conv2dParams {
+                    stride: pair_arg(a, "stride")?,
+                    padding: pair_arg(a, "padding")?,
+                    dilation: pair_arg(a, "dilation")?,
+                    groups: usize_arg(a, "groups")?,
+                },
+            ),
+            "conv_transpose2d" => x()?.conv_transpose2d(
+                self.input("weight")?,
+                self.optional("bias"),
+                ConvTranspose2dParams {
+                    stride: pair_arg(a, "stride")?,
+                    padding: pair_arg(a, "padding")?,
+                    output_padding: pair_arg(a, "output_padding")?,
+                    dilation: pair_arg(a, "dilation")?,
+                    groups: usize_arg(a, "groups")?,
+                },
+            ),
+            "group_norm" => {
+                let (w, b) = (self.optional("weight"), self.optional("bias"));
+                let (g, eps) = (usize_arg(a, "groups")?, f64_arg(a, "eps")?);
+                if bool_arg(a, "silu") {
+                    x()?.group_norm_silu(g, w, b, eps)
+                } else {
+                    x()?.group_norm(g, w, b, eps)
+                }
+            }
+            "layer_norm" => x()?.layer_norm(
+                self.optional("weight"),
+                self.optional("bias"),
+                f64_arg(a, "eps")?,
+            ),
+            "sdpa" => {
+                let scale = a.get("scale").and_then(Value::as_f64);
+                x()?.scaled_dot_product_attention(
+                    self.input("k")?,
+                    self.input("v")?,
+                    self.optional("mask"),
+                    scale,
+                )
+            }
+            "interpolate_nearest" => x()?.interpolate_nearest(&list_arg(a, "size")?),
+            "interpolate_bilinear" => {
+                let s = pair_arg(a, "size")?;
+                x()?.interpolate_bilinear([s.0, s.1], bool_arg(a, "align_corners"))
+            }
+            "avg_pool2d" => x()?.avg_pool2d(
+                pair_arg(a, "kernel")?,
+                pair_arg(a, "stride")?,
+                pair_arg(a, "padding")?,
+                bool_arg(a, "count_include_pad"),
+            ),
+            "max_pool2d" => x()?.max_pool2d(
+                pair_arg(a, "kernel")?,
+                pair_arg(a, "stride")?,
+                pair_arg(a, "padding")?,
+            ),
+            "pad" => x()?.pad(&list_arg(a, "pads")?, f64_arg(a, "value")?),
+            "matmul" => x()?.matmul(self.input("y")?),
+            "reduce" => {
+                let (dim, keep) = (isize_arg(a, "dim")?, bool_arg(a, "keepdim"));
+                let x = x()?;
+                match a.get("kind").and_then(Value::as_str).unwrap_or("") {
+                    "sum" => x.sum(dim, keep),
+                    "mean" => x.mean(dim, keep),
+                    "max" => x.max(dim, keep),
+                    "min" => x.min(dim, keep),
+                    "argmax" => x.argmax(dim, keep),
+                    "var" => x.var(dim, f64_arg(a, "correction")?, keep),
+                    "std" => x.std(dim, f64_arg(a, "correction")?, keep),
+                    "logsumexp" => x.logsumexp(dim, keep),
+                    "softmax" => x.softmax(dim),
+                    "log_softmax" => x.log_softmax(dim),
+                    "cumsum" => x.cumsum(dim),
+                    other => Err(bad(format!("unknown reduction {other:?}"))),
+                }
+            }
+            "binary" => {
+                let (x, y) = (x()?, self.input("y")?);
+                match a.get("kind").and_then(Value::as_str).unwrap_or("") {
+                    "add" => x.add(y),
+                    "sub" => x.sub(y),
+                    "mul" => x.mul(y),
+                    "div" => x.div(y),
+                    "maximum" => x.maximum(y),
+                    "minimum" => x.minimum(y),
+                    other => Err(bad(format!("unknown binary op {other:?}"))),
+                }
+            }
+            "gather" => x()?.gather(isize_arg(a, "dim")?, self.input("index")?),
+            "index_select" => x()?.index_select(isize_arg(a, "dim")?, self.input("index")?),
+            other => Err(bad(format!("unknown op {other:?}"))),
+        }
+    }
+}
+
+/// The cases of `path` with their inputs as `dtype` on `device`.
+fn load_cases(path: &std::path::Path, dtype: DType, device: Device) -> Result<Vec<Case>> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        context: format!("reading {}", path.display()),
+        source,
+    })?;
+    let list: Vec<Value> =
+        serde_json::from_str(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let mut tensors = io::read_tensors(&path.with_extension("safetensors"))?;
+    let mut cases = Vec::new();
+    for item in list {
+        let field = |k: &str| {
+            item.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| bad(format!("a case without `{k}`")))
+        };
+        let (name, op) = (field("name")?, field("op")?);
+        let args = item.get("args").cloned().unwrap_or(Value::Null);
+        let names: Vec<String> = item
+            .get("inputs")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut inputs = HashMap::new();
+        for input in names {
+            let stored = tensors
+                .remove(&format!("{name}/{input}"))
+                .ok_or_else(|| bad(format!("case {name}: tensor `{input}` is not in the file")))?;
+            let converted = if input == "index" {
+                stored.to_dtype(DType::I32)?
+            } else if input == "mask" && bool_arg(&args, "bool_mask") {
+                stored.to_dtype(DType::U8)?
+            } else {
+                stored.to_dtype(dtype)?
+            };
+            let mut t = converted.to(device)?;
+            if let Some(perm) = args.get("views").and_then(|v| v.get(&input)) {
+                let perm = usizes(perm)
+                    .ok_or_else(|| bad(format!("case {name}: views.{input}: not a permutation")))?;
+                t = t.permute(&perm)?;
+            }
+            let channels_last = args
+                .get("channels_last")
+                .and_then(Value::as_array)
+                .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(input.as_str())));
+            if channels_last {
+                t = t.to_memory_format(MemoryFormat::ChannelsLast)?;
+            }
+            inputs.insert(input, t);
+        }
+        cases.push(Case {
+            name,
+            op,
+            args,
+            inputs,
+        });
+    }
+    Ok(cases)
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let device = match args.device.as_str() {
+        "cpu" => Device::Cpu,
+        "xpu" => Device::Xpu,
+        other => return Err(bad(format!("--device: expected cpu or xpu, got {other:?}"))),
+    };
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => {
+            return Err(bad(format!(
+                "--dtype: expected f32, f16 or bf16, got {other:?}"
+            )))
+        }
+    };
+    let cases = load_cases(&args.cases, dtype, device)?;
+    let mut outputs = Vec::new();
+    for case in &cases {
+        match case.run() {
+            Ok(out) => outputs.push((case.name.clone(), out)),
+            Err(e) => println!("error {}: {e}", case.name),
+        }
+    }
+    let named: Vec<(&str, &Tensor)> = outputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    io::write_tensors(&args.output, &named)?;
+    println!("{} cases, {} outputs", cases.len(), outputs.len());
+    Ok(())
+}
