@@ -188,3 +188,64 @@ fn matmul_k0_gives_zeros_in_every_float_dtype() {
         }
     }
 }
+
+#[test]
+fn matmul_vectors_follow_torch() {
+    let xpu = common::xpu();
+    // (lhs shape, rhs shape, result shape): a 1-D operand gains a dim that the result drops.
+    let cases: [(&[usize], &[usize], &[usize]); 6] = [
+        (&[65], &[65], &[]),
+        (&[7], &[7, 13], &[13]),
+        (&[2, 3, 17, 33], &[33], &[2, 3, 17]),
+        (&[33], &[3, 33, 5], &[3, 5]),
+        (&[1], &[1, 1], &[1]),
+        (&[63, 257], &[257], &[63]),
+    ];
+    for &dtype in &FLOATS {
+        for (i, &(sa, sb, want_shape)) in cases.iter().enumerate() {
+            let a = randn(sa, dtype, 100 + i as u64);
+            let b = randn(sb, dtype, 200 + i as u64);
+            let cpu = a.matmul(&b).unwrap();
+            assert_eq!(cpu.shape(), want_shape, "{dtype} {sa:?} @ {sb:?}");
+            // The same product with the dims made explicit.
+            let a2 = if sa.len() == 1 {
+                a.unsqueeze(0).unwrap()
+            } else {
+                a.clone()
+            };
+            let b2 = if sb.len() == 1 {
+                b.unsqueeze(1).unwrap()
+            } else {
+                b.clone()
+            };
+            let explicit = a2.matmul(&b2).unwrap();
+            assert_eq!(values(&cpu), values(&explicit), "{dtype} {sa:?} @ {sb:?}");
+            let k = *sa.last().unwrap();
+            let (atol, rtol) = tol(dtype, k);
+            if sa.len() == 1 && sb.len() == 1 {
+                let dot: f64 = values(&a).iter().zip(values(&b)).map(|(x, y)| x * y).sum();
+                assert_close("dot", &values(&cpu), &[dot], atol, rtol);
+            }
+            if xpu {
+                let gpu = a
+                    .to(Device::Xpu)
+                    .unwrap()
+                    .matmul(&b.to(Device::Xpu).unwrap())
+                    .unwrap();
+                assert_eq!(gpu.shape(), want_shape);
+                let what = format!("xpu {dtype} {sa:?} @ {sb:?}");
+                assert_close(&what, &values(&gpu), &values(&cpu), atol, rtol);
+            }
+        }
+    }
+    // Rank 0 and mismatched vectors are errors that name the shapes.
+    let s = Tensor::from_vec(vec![1.0f32], &[], Device::Cpu).unwrap();
+    let v = randn(&[3], DType::F32, 1);
+    let e = s.matmul(&v).unwrap_err().to_string();
+    assert!(e.contains("rank >= 1"), "{e}");
+    let e = v
+        .matmul(&randn(&[4], DType::F32, 2))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[4]") && e.contains("[3]"), "{e}");
+}
