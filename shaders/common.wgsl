@@ -149,20 +149,44 @@ fn linear_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
 
 // Activations shared by the elementwise ops and the fused epilogues.
 
-fn erf_approx(x: f32) -> f32 {
-    // Abramowitz-Stegun 7.1.26 is only 1.5e-7 absolute; use erf(x) = 1 - erfc with a
-    // Numerical-Recipes style Chebyshev fit (|rel err| < 1.2e-7 everywhere).
+// erf(z) for |z| < 1 as z times a polynomial in u = 2 z^2 - 1 (the CPU kernels' ERF_SMALL
+// Chebyshev fit, src/cpu/simd/fallback.rs: relative error ~3e-8, where 1 - erfc would lose the
+// relative accuracy of small results).
+fn erf_small(z: f32) -> f32 {
+    let u = 2.0 * z * z - 1.0;
+    return z * (9.654687643e-1 + u * (-1.405360997e-1 + u * (1.985249668e-2 + u * (-2.285419498e-3
+        + u * (2.175135451e-4 + u * (-1.766906826e-5 + u * 1.230605449e-6))))));
+}
+
+// erfc(|x|) by a Numerical-Recipes style Chebyshev fit (|rel err| < 1.2e-7 everywhere;
+// Abramowitz-Stegun 7.1.26 is only 1.5e-7 absolute).
+fn erfc_abs(x: f32) -> f32 {
     let z = abs(x);
     let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+    return t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
         + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
         + t * (-0.82215223 + t * 0.17087277)))))))));
-    let erf_abs = 1.0 - r;
+}
+
+fn erf_approx(x: f32) -> f32 {
+    if (abs(x) < 1.0) {
+        return erf_small(x);
+    }
+    let erf_abs = 1.0 - erfc_abs(x);
     return select(erf_abs, -erf_abs, x < 0.0);
 }
 
+// tanh: an odd minimax polynomial below 0.625 (the CPU kernels' TANH_SMALL, Cephes' tanhf),
+// where (1 - e) / (1 + e) would cancel; that form above (e = exp(-2|x|) never overflows).
 fn tanh_stable(x: f32) -> f32 {
-    let e = exp(-2.0 * abs(x));
+    let a = abs(x);
+    if (a < 0.625) {
+        let z = x * x;
+        let p = -3.33332819422e-1 + z * (1.33314422036e-1 + z * (-5.37397155531e-2
+            + z * (2.06390887954e-2 + z * -5.70498872745e-3)));
+        return x + x * z * p;
+    }
+    let e = exp(-2.0 * a);
     let t = (1.0 - e) / (1.0 + e);
     return select(t, -t, x < 0.0);
 }
@@ -171,14 +195,22 @@ fn sigmoid(x: f32) -> f32 {
     return 1.0 / (1.0 + exp(-x));
 }
 
-// Exact GELU (PyTorch's default): x * Phi(x).
+// Exact GELU (PyTorch's default): x * Phi(x) = 0.5 x erfc(-x / sqrt 2), through erfc for
+// |x| >= sqrt 2 so that negative inputs keep their relative accuracy (1 + erf would cancel).
 fn gelu_erf(x: f32) -> f32 {
-    return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752));
+    let z = x * 0.70710678118654752;
+    if (abs(z) < 1.0) {
+        return 0.5 * x * (1.0 + erf_small(z));
+    }
+    let r = erfc_abs(z);
+    return 0.5 * x * select(2.0 - r, r, x < 0.0);
 }
 
-// GELU, tanh approximation (PyTorch's approximate="tanh").
+// GELU, tanh approximation (PyTorch's approximate="tanh"), as x * sigmoid(2u), which equals
+// 0.5 x (1 + tanh u) without its cancellation for x < 0.
 fn gelu_tanh(x: f32) -> f32 {
-    return 0.5 * x * (1.0 + tanh_stable(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+    let u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
+    return x * sigmoid(2.0 * u);
 }
 
 // SiLU (swish): x * sigmoid(x).

@@ -1,62 +1,8 @@
 // elementwise.wgsl: copy/cast, unary and binary ops, comparisons and selection (where) over
 // strided inputs into a contiguous output.
 // Each invocation writes one output word (1, 2 or 4 elements, see common.wgsl). params[0] is the
-// number of output elements; VARIANT is the op code (UnaryOp::code / BinaryOp::code).
-
-// sin and cos with Cody-Waite reduction by pi/2 and minimax polynomials on [-pi/4, pi/4]:
-// accurate to a few ulp for |x| < 1e5 (the GPU builtins promise only 2^-11 absolute).
-fn sincos_reduced(x: f32, want_cos: bool) -> f32 {
-    let q = round(x * 0.63661977236758134);
-    var r = x - q * 1.5703125;
-    r = r - q * 4.8375129699707031e-4;
-    r = r - q * 7.5497899548918821e-8;
-    var k = i32(q);
-    if (want_cos) {
-        k = k + 1;
-    }
-    let r2 = r * r;
-    let s = r + r * r2 * (-1.6666654611e-1 + r2 * (8.3321608736e-3 + r2 * -1.9515295891e-4));
-    let c = 1.0 - 0.5 * r2 + r2 * r2 * (4.166664568298827e-2 + r2 * (-1.388731625493765e-3
-        + r2 * 2.443315711809948e-5));
-    let quadrant = k & 3;
-    var v = s;
-    if (quadrant == 1 || quadrant == 3) {
-        v = c;
-    }
-    if (quadrant == 2 || quadrant == 3) {
-        v = -v;
-    }
-    return v;
-}
-
-fn powf(x: f32, y: f32) -> f32 {
-    if (y == 0.0) {
-        return 1.0;
-    }
-    if (is_nan(x) || is_nan(y)) {
-        return nan();
-    }
-    if (x == 0.0) {
-        return select(0.0, inf(), y < 0.0);
-    }
-    let odd_int = fract(y) == 0.0 && fract(y * 0.5) != 0.0;
-    if (x == -inf()) {
-        if (y < 0.0) {
-            return select(0.0, -0.0, odd_int);
-        }
-        return select(inf(), -inf(), odd_int);
-    }
-    var r = exp2(y * log2(abs(x)));
-    if (x < 0.0) {
-        if (fract(y) != 0.0) {
-            return nan();
-        }
-        if (odd_int) {
-            r = -r;
-        }
-    }
-    return r;
-}
+// number of output elements; VARIANT is the op code (UnaryOp::code / BinaryOp::code). Composed
+// after elementwise_math.wgsl (sin/cos, pow, log, erf).
 
 fn max_nan(a: f32, b: f32) -> f32 {
     if (is_nan(a) || is_nan(b)) {
@@ -80,7 +26,7 @@ fn unary_op(op: u32, x: f32, a: f32, b: f32) -> f32 {
         case 3u: {
             if (x < 0.0) { return nan(); }
             if (x == 0.0) { return -inf(); }
-            return log(x);
+            return log_accurate(x);
         }
         case 4u: {
             if (x < 0.0) { return nan(); }
@@ -112,30 +58,6 @@ fn unary_op(op: u32, x: f32, a: f32, b: f32) -> f32 {
         case 24u: { return select(0.0, 1.0, x > 0.0) - select(0.0, 1.0, x < 0.0); }
         default: { return erf_accurate(x); }
     }
-}
-
-// erf(z) (UnaryOp::Erf) with the CPU's polynomials (src/cpu/simd/fallback.rs): z P(2z^2 - 1)
-// for |z| < 1, else +-(1 - e^{-z^2} Q(2/|z| - 1) / |z|). GELU's `erf_approx` (common.wgsl) is
-// 1 - erfc everywhere, which loses the relative accuracy of small arguments.
-fn erf_accurate(z: f32) -> f32 {
-    let a = abs(z);
-    if (!(a >= 1.0)) {
-        let u = 2.0 * z * z - 1.0;
-        let p = 9.654687643e-1 + u * (-1.405360997e-1 + u * (1.985249668e-2 + u * (-2.285419498e-3
-            + u * (2.175135451e-4 + u * (-1.766906826e-5 + u * 1.230605449e-6)))));
-        return z * p;
-    }
-    let t = 1.0 / a;
-    let v = 2.0 * t - 1.0;
-    let q = 5.107913613e-1 + v * (-8.360549062e-2 + v * (-9.158377536e-3 + v * (1.486996748e-2
-        + v * (-6.795550697e-3 + v * (1.329960534e-3 + v * (6.223237142e-4 + v * (-8.161224541e-4
-        + v * (5.148762721e-4 + v * (-1.805442298e-4 + v * (-5.434532068e-5 + v * (9.923084872e-5
-        + v * -3.370535705e-5)))))))))));
-    let ac = min(a, 10.0);
-    let hi = ac * ac;
-    let lo = fma(ac, ac, -hi);
-    let erfc = exp(-hi) * (1.0 - lo) * t * q;
-    return select(1.0 - erfc, erfc - 1.0, z < 0.0);
 }
 
 fn binary_op(op: u32, a: f32, b: f32) -> f32 {

@@ -103,6 +103,44 @@ fn unary_cpu_matches_reference_and_xpu_matches_cpu() {
     }
 }
 
+/// Where an op's result is small beside the terms that make it (log near 1, tanh and erf near
+/// 0, GELU/SiLU/sigmoid of negative inputs), each value must keep its own relative accuracy:
+/// forms such as `1 + erf`, `1 + tanh` or a coarse builtin log are accurate only in absolute
+/// terms there (they were off by up to 1.5e-4 relative on the Xpu).
+#[test]
+fn unary_small_results_keep_relative_accuracy() {
+    let ramp = |lo: f64, hi: f64| -> Vec<f32> {
+        (0..257)
+            .map(|i| (lo + (hi - lo) * i as f64 / 256.0) as f32)
+            .collect()
+    };
+    let cases: [(UnaryOp, Vec<f32>); 7] = [
+        (UnaryOp::Log, ramp(0.97, 1.03)),
+        (UnaryOp::Tanh, ramp(-0.02, 0.02)),
+        (UnaryOp::Erf, ramp(-0.02, 0.02)),
+        (UnaryOp::GeluErf, ramp(-5.0, -1.0)),
+        (UnaryOp::GeluTanh, ramp(-5.0, -1.0)),
+        (UnaryOp::Sigmoid, ramp(-12.0, -2.0)),
+        (UnaryOp::Silu, ramp(-12.0, -2.0)),
+    ];
+    for (op, xs) in cases {
+        let x = Tensor::from_vec(xs, &[257], Device::Cpu).unwrap();
+        let want: Vec<f64> = values(&x).iter().map(|&v| op.apply(v)).collect();
+        for device in common::devices() {
+            let got = values(&x.to(device).unwrap().unary(op).unwrap());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let rel = (g - w).abs() / w.abs().max(1e-30);
+                assert!(
+                    rel <= 1e-5,
+                    "{device:?} {}({}) = {g:e}, want {w:e} (rel err {rel:.1e})",
+                    op.name(),
+                    values(&x)[i]
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn unary_special_values_agree() {
     let specials: Vec<f32> = vec![

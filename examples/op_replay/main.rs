@@ -192,6 +192,7 @@ impl Case {
                     "max" => x.max(dim, keep),
                     "min" => x.min(dim, keep),
                     "argmax" => x.argmax(dim, keep),
+                    "argmin" => x.argmin(dim, keep),
                     "var" => x.var(dim, f64_arg(a, "correction")?, keep),
                     "std" => x.std(dim, f64_arg(a, "correction")?, keep),
                     "logsumexp" => x.logsumexp(dim, keep),
@@ -210,14 +211,68 @@ impl Case {
                     "div" => x.div(y),
                     "maximum" => x.maximum(y),
                     "minimum" => x.minimum(y),
+                    "pow" => x.pow(y),
                     other => Err(bad(format!("unknown binary op {other:?}"))),
                 }
             }
+            "unary" => unary(x()?, a),
+            "tril" => x()?.tril(isize_arg(a, "diagonal")? as i64),
+            "triu" => x()?.triu(isize_arg(a, "diagonal")? as i64),
+            "flip" => {
+                let dims: Vec<isize> = a
+                    .get("dims")
+                    .and_then(Value::as_array)
+                    .map(|l| {
+                        l.iter()
+                            .filter_map(|v| v.as_i64().map(|v| v as isize))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                x()?.flip(&dims)
+            }
+            "repeat" => x()?.repeat(&list_arg(a, "reps")?),
+            "cat" => Tensor::cat(&[x()?, self.input("y")?], isize_arg(a, "dim")?),
+            "stack" => Tensor::stack(&[x()?, self.input("y")?], isize_arg(a, "dim")?),
+            "where" => self.input("mask")?.where_cond(x()?, self.input("y")?),
+            "masked_fill" => x()?.masked_fill(self.input("mask")?, f64_arg(a, "value")?),
             "gather" => x()?.gather(isize_arg(a, "dim")?, self.input("index")?),
             "index_select" => x()?.index_select(isize_arg(a, "dim")?, self.input("index")?),
             other => Err(bad(format!("unknown op {other:?}"))),
         }
     }
+}
+
+/// The elementwise op `args.kind` of `x` (the unary ops, `pow_scalar` and `clamp`).
+fn unary(x: &Tensor, a: &Value) -> Result<Tensor> {
+    let kind = a.get("kind").and_then(Value::as_str).unwrap_or("");
+    let f: fn(&Tensor) -> Result<Tensor> = match kind {
+        "pow_scalar" => return x.pow_scalar(f64_arg(a, "exponent")?),
+        "clamp" => return x.clamp(f64_arg(a, "min")?, f64_arg(a, "max")?),
+        "neg" => Tensor::neg,
+        "abs" => Tensor::abs,
+        "exp" => Tensor::exp,
+        "log" => Tensor::log,
+        "sqrt" => Tensor::sqrt,
+        "rsqrt" => Tensor::rsqrt,
+        "tanh" => Tensor::tanh,
+        "sigmoid" => Tensor::sigmoid,
+        "relu" => Tensor::relu,
+        "gelu" => Tensor::gelu,
+        "gelu_tanh" => Tensor::gelu_tanh,
+        "silu" => Tensor::silu,
+        "sin" => Tensor::sin,
+        "cos" => Tensor::cos,
+        "recip" => Tensor::recip,
+        "square" => Tensor::square,
+        "floor" => Tensor::floor,
+        "ceil" => Tensor::ceil,
+        "round" => Tensor::round,
+        "trunc" => Tensor::trunc,
+        "sign" => Tensor::sign,
+        "erf" => Tensor::erf,
+        other => return Err(bad(format!("unknown unary op {other:?}"))),
+    };
+    f(x)
 }
 
 /// The cases of `path` with their inputs as `dtype` on `device`.

@@ -15,7 +15,8 @@ use crate::{DType, Error, Result};
 /// The shader families, each one `.wgsl` file composed after `shaders/common.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ShaderId {
-    /// `shaders/elementwise.wgsl`: copy/cast, unary, binary, cat.
+    /// `shaders/elementwise.wgsl` (after its accurate functions `elementwise_math.wgsl`):
+    /// copy/cast, unary, binary, cat.
     Elementwise,
     /// `shaders/reduce.wgsl`: reductions and softmax.
     Reduce,
@@ -161,7 +162,10 @@ impl ShaderId {
         const ROWS64: &str = include_str!("../../shaders/attention_coop16_rows64.wgsl");
         const ROWS128: &str = include_str!("../../shaders/attention_coop16_rows128.wgsl");
         match self {
-            ShaderId::Elementwise => &[include_str!("../../shaders/elementwise.wgsl")],
+            ShaderId::Elementwise => &[
+                include_str!("../../shaders/elementwise_math.wgsl"),
+                include_str!("../../shaders/elementwise.wgsl"),
+            ],
             ShaderId::Reduce => &[include_str!("../../shaders/reduce.wgsl")],
             ShaderId::Matmul => &[MATMUL],
             ShaderId::MatmulTiled => &[MATMUL, TILED],
