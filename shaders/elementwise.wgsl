@@ -225,8 +225,14 @@ fn unary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     for (var lane = 0u; lane < e; lane = lane + 1u) {
         let i = w * e + lane;
         if (i < n) {
-            let x = load0(strided(i, 12u) + p(28u));
-            word = word | place(f32_to_bits(unary_op(VARIANT, x, a, b), DT_OUT), lane, DT_OUT);
+            let at = strided(i, 12u) + p(28u);
+            var bits: u32;
+            if (DT_IN == 3u) {
+                bits = bitcast<u32>(unary_op_i32(VARIANT, bitcast<i32>(src0[at]), a, b));
+            } else {
+                bits = f32_to_bits(unary_op(VARIANT, load0(at), a, b), DT_OUT);
+            }
+            word = word | place(bits, lane, DT_OUT);
         }
     }
     dst[w] = word;

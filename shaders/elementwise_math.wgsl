@@ -103,3 +103,84 @@ fn erf_accurate(z: f32) -> f32 {
     let erfc = exp(-hi) * (1.0 - lo) * t * q;
     return select(1.0 - erfc, erfc - 1.0, z < 0.0);
 }
+
+// i32 unary ops (DT_IN = i32), with the Cpu's semantics (src/cpu/elementwise.rs `unary_i32`):
+// neg, abs and square wrap; relu, sign; floor/ceil/round/trunc keep the value; affine is
+// round(x * a + b) saturated to i32, for whole-number a and b (the host checks: then the value
+// is exact, computed here as a 64-bit integer); maximum/minimum_scalar compare with the f32
+// scalar a and round it (ties to even, saturated) where it wins.
+fn unary_op_i32(op: u32, x: i32, a: f32, b: f32) -> i32 {
+    switch op {
+        case 0u: { return -x; }
+        case 1u: { return abs(x); }
+        case 8u: { return max(x, 0); }
+        case 14u: { return affine_i32(x, i32(a), i32(b)); }
+        case 16u: { return max_scalar_i32(x, a); }
+        case 17u: { return min_scalar_i32(x, a); }
+        case 19u: { return x * x; }
+        case 24u: { return sign(x); }
+        default: { return x; }
+    }
+}
+
+// round(s) to the nearest i32, ties to even, saturated at the i32 range.
+fn round_sat_i32(s: f32) -> i32 {
+    if (s >= 2147483648.0) {
+        return 2147483647;
+    }
+    if (s <= -2147483648.0) {
+        return -2147483647 - 1;
+    }
+    return i32(round(s));
+}
+
+// round(max(x, s)) as the Cpu computes it in f64 (a NaN s loses): x where x >= s, compared
+// exactly through the smallest integer t >= s, else s rounded.
+fn max_scalar_i32(x: i32, s: f32) -> i32 {
+    if (!(s > -2147483648.0)) {
+        return x;
+    }
+    if (s >= 2147483648.0) {
+        return 2147483647;
+    }
+    return select(round_sat_i32(s), x, x >= i32(ceil(s)));
+}
+
+// round(min(x, s)), the mirror of max_scalar_i32.
+fn min_scalar_i32(x: i32, s: f32) -> i32 {
+    if (!(s < 2147483648.0)) {
+        return x;
+    }
+    if (s < -2147483648.0) {
+        return -2147483647 - 1;
+    }
+    return select(round_sat_i32(s), x, x <= i32(floor(s)));
+}
+
+// x * m + c exactly (as a 64-bit two's complement value hi:lo), saturated to i32.
+fn affine_i32(x: i32, m: i32, c: i32) -> i32 {
+    // |x| * |m| as a 64-bit unsigned (hi, lo) from 16-bit limbs.
+    let ax = select(u32(x), 0u - u32(x), x < 0);
+    let am = select(u32(m), 0u - u32(m), m < 0);
+    let x0 = ax & 0xFFFFu;
+    let x1 = ax >> 16u;
+    let m0 = am & 0xFFFFu;
+    let m1 = am >> 16u;
+    let p00 = x0 * m0;
+    let p01 = x0 * m1;
+    let p10 = x1 * m0;
+    let mid = (p00 >> 16u) + (p01 & 0xFFFFu) + (p10 & 0xFFFFu);
+    var lo = (p00 & 0xFFFFu) | (mid << 16u);
+    var hi = x1 * m1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+    if ((x < 0) != (m < 0)) {
+        lo = ~lo + 1u;
+        hi = ~hi + select(0u, 1u, lo == 0u);
+    }
+    let sum = lo + u32(c);
+    hi = hi + select(0u, 0xFFFFFFFFu, c < 0) + select(0u, 1u, sum < lo);
+    // In range when hi is the sign extension of sum.
+    if (hi == select(0u, 0xFFFFFFFFu, i32(sum) < 0)) {
+        return i32(sum);
+    }
+    return select(2147483647, -2147483647 - 1, i32(hi) < 0);
+}

@@ -87,7 +87,7 @@ fn unary_i32(src: &[i32], layout: &Layout, op: UnaryOp) -> Result<Vec<i32>> {
                 DType::I32,
                 format!(
                     ": {} on i32 is not defined (i32 supports neg, abs, relu, affine, \
-                     maximum_scalar, minimum_scalar, square); cast to a float dtype first",
+                     maximum_scalar, minimum_scalar, square, sign); cast to a float dtype first",
                     other.name()
                 ),
             ))

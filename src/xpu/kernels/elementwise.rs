@@ -2,7 +2,8 @@
 //! selection, in the same shader, are launched by `select.rs`).
 //!
 //! Every launcher reads strided inputs (any view) and writes a fresh contiguous output, one
-//! 32-bit word per invocation. Unary ops run on float dtypes; binary ops on floats and I32;
+//! 32-bit word per invocation. Unary ops run on float dtypes (and the Cpu's integer set on I32,
+//! bit for bit as the Cpu computes it); binary ops on floats and I32;
 //! copies, casts and concatenation on every dtype, bit-exact when the dtype is unchanged.
 //! Copies of transposing views (see [`transpose_plan`]) run as 32×32 tiles through workgroup
 //! memory instead of the per-word gather, with the same results: on a GPU the gather's lanes
@@ -141,9 +142,12 @@ impl XpuStorage {
         Ok(out)
     }
 
-    /// Applies a unary op to a float tensor.
+    /// Applies a unary op to a float tensor, or one of the integer ops to an i32 tensor
+    /// ([`check_i32_unary`]).
     pub(crate) fn unary(&self, layout: &Layout, op: UnaryOp) -> Result<XpuStorage> {
-        if !self.dtype.is_float() {
+        if self.dtype == DType::I32 {
+            check_i32_unary(op)?;
+        } else if !self.dtype.is_float() {
             return Err(Error::UnsupportedDType {
                 op: op.name(),
                 dtype: self.dtype,
@@ -298,5 +302,47 @@ mod tests {
         assert_eq!(transpose_plan(&[64, 64], &[2, 128], DType::F32), None);
         // Broadcast batch dims keep their zero stride.
         assert!(transpose_plan(&[5, 64, 64], &[0, 1, 64], DType::F32).is_some());
+    }
+}
+
+/// Whether the i32 kernel (`elementwise_math.wgsl` `unary_op_i32`) takes `op`: the Cpu's i32
+/// set (neg, abs, relu, square, sign, the roundings, maximum/minimum_scalar, affine), with
+/// affine's scalars whole numbers in the i32 range (then the kernel's 64-bit integer result is
+/// exact, as the Cpu's f64 one is).
+fn check_i32_unary(op: UnaryOp) -> Result<()> {
+    let whole = |v: f32| v.fract() == 0.0 && (-2147483648.0..2147483648.0).contains(&v);
+    match op {
+        UnaryOp::Neg
+        | UnaryOp::Abs
+        | UnaryOp::Relu
+        | UnaryOp::Square
+        | UnaryOp::Sign
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Trunc
+        | UnaryOp::MaxScalar(_)
+        | UnaryOp::MinScalar(_) => Ok(()),
+        UnaryOp::Affine { mul, add } if whole(mul) && whole(add) => Ok(()),
+        UnaryOp::Affine { mul, add } => Err(Error::UnsupportedDType {
+            op: op.name(),
+            dtype: DType::I32,
+            device: Device::Xpu,
+            hint: format!(
+                ": on the Xpu an i32 affine (mul_scalar, add_scalar, ...) takes whole-number \
+                 scalars within the i32 range, got mul {mul} and add {add}; cast to f32 first \
+                 (PyTorch promotes to float)"
+            ),
+        }),
+        other => Err(Error::UnsupportedDType {
+            op: other.name(),
+            dtype: DType::I32,
+            device: Device::Xpu,
+            hint: format!(
+                ": {} on i32 is not defined (i32 supports neg, abs, relu, affine, \
+                 maximum_scalar, minimum_scalar, square, sign); cast to a float dtype first",
+                other.name()
+            ),
+        }),
     }
 }
