@@ -259,6 +259,48 @@ impl XpuStorage {
     }
 }
 
+/// Whether the i32 kernel (`elementwise_math.wgsl` `unary_op_i32`) takes `op`: the Cpu's i32
+/// set (neg, abs, relu, square, sign, the roundings, maximum/minimum_scalar, affine), with
+/// affine's scalars whole numbers in the i32 range (then the kernel's 64-bit integer result is
+/// exact, as the Cpu's f64 one is).
+fn check_i32_unary(op: UnaryOp) -> Result<()> {
+    let whole = |v: f32| v.fract() == 0.0 && (-2147483648.0..2147483648.0).contains(&v);
+    match op {
+        UnaryOp::Neg
+        | UnaryOp::Abs
+        | UnaryOp::Relu
+        | UnaryOp::Square
+        | UnaryOp::Sign
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Trunc
+        | UnaryOp::MaxScalar(_)
+        | UnaryOp::MinScalar(_) => Ok(()),
+        UnaryOp::Affine { mul, add } if whole(mul) && whole(add) => Ok(()),
+        UnaryOp::Affine { mul, add } => Err(Error::UnsupportedDType {
+            op: op.name(),
+            dtype: DType::I32,
+            device: Device::Xpu,
+            hint: format!(
+                ": on the Xpu an i32 affine (mul_scalar, add_scalar, ...) takes whole-number \
+                 scalars within the i32 range, got mul {mul} and add {add}; cast to f32 first \
+                 (PyTorch promotes to float)"
+            ),
+        }),
+        other => Err(Error::UnsupportedDType {
+            op: other.name(),
+            dtype: DType::I32,
+            device: Device::Xpu,
+            hint: format!(
+                ": {} on i32 is not defined (i32 supports neg, abs, relu, affine, \
+                 maximum_scalar, minimum_scalar, square, sign); cast to a float dtype first",
+                other.name()
+            ),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,47 +344,5 @@ mod tests {
         assert_eq!(transpose_plan(&[64, 64], &[2, 128], DType::F32), None);
         // Broadcast batch dims keep their zero stride.
         assert!(transpose_plan(&[5, 64, 64], &[0, 1, 64], DType::F32).is_some());
-    }
-}
-
-/// Whether the i32 kernel (`elementwise_math.wgsl` `unary_op_i32`) takes `op`: the Cpu's i32
-/// set (neg, abs, relu, square, sign, the roundings, maximum/minimum_scalar, affine), with
-/// affine's scalars whole numbers in the i32 range (then the kernel's 64-bit integer result is
-/// exact, as the Cpu's f64 one is).
-fn check_i32_unary(op: UnaryOp) -> Result<()> {
-    let whole = |v: f32| v.fract() == 0.0 && (-2147483648.0..2147483648.0).contains(&v);
-    match op {
-        UnaryOp::Neg
-        | UnaryOp::Abs
-        | UnaryOp::Relu
-        | UnaryOp::Square
-        | UnaryOp::Sign
-        | UnaryOp::Floor
-        | UnaryOp::Ceil
-        | UnaryOp::Round
-        | UnaryOp::Trunc
-        | UnaryOp::MaxScalar(_)
-        | UnaryOp::MinScalar(_) => Ok(()),
-        UnaryOp::Affine { mul, add } if whole(mul) && whole(add) => Ok(()),
-        UnaryOp::Affine { mul, add } => Err(Error::UnsupportedDType {
-            op: op.name(),
-            dtype: DType::I32,
-            device: Device::Xpu,
-            hint: format!(
-                ": on the Xpu an i32 affine (mul_scalar, add_scalar, ...) takes whole-number \
-                 scalars within the i32 range, got mul {mul} and add {add}; cast to f32 first \
-                 (PyTorch promotes to float)"
-            ),
-        }),
-        other => Err(Error::UnsupportedDType {
-            op: other.name(),
-            dtype: DType::I32,
-            device: Device::Xpu,
-            hint: format!(
-                ": {} on i32 is not defined (i32 supports neg, abs, relu, affine, \
-                 maximum_scalar, minimum_scalar, square, sign); cast to a float dtype first",
-                other.name()
-            ),
-        }),
     }
 }
