@@ -27,8 +27,13 @@ fn shape_errors() {
         matches!(e, Error::ShapeMismatch { op: "matmul", .. }) && e.to_string().contains("[4, 5]"),
         "{e}"
     );
+    // A vector operand is promoted as torch.matmul does; its length must still match.
     assert!(matches!(
-        cpu(&[3]).matmul(&cpu(&[3, 1])),
+        cpu(&[3]).matmul(&cpu(&[4, 1])),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        cpu(&[]).matmul(&cpu(&[3])),
         Err(Error::ShapeMismatch { .. })
     ));
     assert!(matches!(

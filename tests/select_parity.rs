@@ -288,12 +288,18 @@ fn masked_fill_replaces_where_the_mask_is_set() {
                     assert!(same, "{device:?} {dtype} ({r}, {c}): {} vs {want}", gv[i]);
                 }
             }
-            // The mask must broadcast to x's own shape.
+            // As PyTorch's out-of-place masked_fill, x and the mask broadcast together.
             let wide_mask = Tensor::zeros(&[2, 5, 7], DType::U8, device).unwrap();
+            let widened = x.masked_fill(&wide_mask, 0.0).unwrap();
+            assert_eq!(widened.shape(), &[2, 5, 7], "{device:?} {dtype}");
+            let wv = wide(&widened.to(Device::Cpu).unwrap(), &[2, 5, 7]);
+            let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
             assert!(
-                x.masked_fill(&wide_mask, 0.0).is_err(),
+                wv.iter().enumerate().all(|(i, &v)| same(v, xv[i % 35])),
                 "{device:?} {dtype}"
             );
+            let bad_mask = Tensor::zeros(&[3, 7], DType::U8, device).unwrap();
+            assert!(x.masked_fill(&bad_mask, 0.0).is_err(), "{device:?} {dtype}");
         }
     }
 }

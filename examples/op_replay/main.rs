@@ -52,6 +52,9 @@ struct Case {
     op: String,
     args: Value,
     inputs: HashMap<String, Tensor>,
+    /// Why the inputs could not be prepared (a view or memory format the data does not fit:
+    /// reported as the case's error).
+    setup: Option<Error>,
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -118,6 +121,9 @@ impl Case {
 
     /// Runs the case's op.
     fn run(&self) -> Result<Tensor> {
+        if let Some(e) = &self.setup {
+            return Err(bad(format!("preparing the inputs: {e}")));
+        }
         let a = &self.args;
         let x = || self.input("x");
         match self.op.as_str() {
@@ -304,40 +310,58 @@ fn load_cases(path: &std::path::Path, dtype: DType, device: Device) -> Result<Ve
             })
             .unwrap_or_default();
         let mut inputs = HashMap::new();
+        let mut setup = None;
         for input in names {
             let stored = tensors
                 .remove(&format!("{name}/{input}"))
                 .ok_or_else(|| bad(format!("case {name}: tensor `{input}` is not in the file")))?;
-            let converted = if input == "index" {
-                stored.to_dtype(DType::I32)?
-            } else if input == "mask" && bool_arg(&args, "bool_mask") {
-                stored.to_dtype(DType::U8)?
-            } else {
-                stored.to_dtype(dtype)?
-            };
-            let mut t = converted.to(device)?;
-            if let Some(perm) = args.get("views").and_then(|v| v.get(&input)) {
-                let perm = usizes(perm)
-                    .ok_or_else(|| bad(format!("case {name}: views.{input}: not a permutation")))?;
-                t = t.permute(&perm)?;
+            match prepare(stored, &input, &args, dtype, device) {
+                Ok(t) => {
+                    inputs.insert(input, t);
+                }
+                Err(e) => setup = Some(e),
             }
-            let channels_last = args
-                .get("channels_last")
-                .and_then(Value::as_array)
-                .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(input.as_str())));
-            if channels_last {
-                t = t.to_memory_format(MemoryFormat::ChannelsLast)?;
-            }
-            inputs.insert(input, t);
         }
         cases.push(Case {
             name,
             op,
             args,
             inputs,
+            setup,
         });
     }
     Ok(cases)
+}
+
+/// One stored input as the op sees it: converted to `dtype` (indices to I32, boolean masks to
+/// U8), on `device`, as the view and memory format `args` give.
+fn prepare(
+    stored: Tensor,
+    input: &str,
+    args: &Value,
+    dtype: DType,
+    device: Device,
+) -> Result<Tensor> {
+    let converted = if input == "index" {
+        stored.to_dtype(DType::I32)?
+    } else if input == "mask" && bool_arg(args, "bool_mask") {
+        stored.to_dtype(DType::U8)?
+    } else {
+        stored.to_dtype(dtype)?
+    };
+    let mut t = converted.to(device)?;
+    if let Some(perm) = args.get("views").and_then(|v| v.get(input)) {
+        let perm = usizes(perm).ok_or_else(|| bad(format!("views.{input}: not a permutation")))?;
+        t = t.permute(&perm)?;
+    }
+    let channels_last = args
+        .get("channels_last")
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(input)));
+    if channels_last {
+        t = t.to_memory_format(MemoryFormat::ChannelsLast)?;
+    }
+    Ok(t)
 }
 
 fn main() -> Result<()> {

@@ -5,10 +5,14 @@
 //! over `[..., Lq, D] x [..., Lk, D] x [..., Lk, Dv] -> [..., Lq, Dv]`.
 //!
 //! Invariants:
-//! - q, k and v have rank >= 3, the same leading dims, device and float dtype; the output has
+//! - q, k and v have rank >= 2, one device and float dtype; their leading dims broadcast
+//!   together (as `torch.matmul` does inside PyTorch's attention: `[1, H, L, D]` queries with
+//!   `[B, 1, L, D]` keys, or ranks that differ), by stride-0 views, never copies; the kernels see
+//!   equal leading dims (rank-2 operands gain a leading 1 that the output drops). The output has
 //!   q's dtype and is contiguous. f16/bf16 inputs are computed in f32 (scores, softmax
 //!   statistics and P·V) and rounded once.
-//! - `mask` broadcasts to `[..., Lq, Lk]`; a `U8` mask is boolean (nonzero keeps the key, as a
+//! - `mask` broadcasts to `[..., Lq, Lk]` (leading size-1 dims beyond that rank are dropped);
+//!   a `U8` mask is boolean (nonzero keeps the key, as a
 //!   PyTorch bool mask), any other mask must have q's dtype and is added to the scaled scores.
 //! - `scale` defaults to `1/sqrt(D)` (1 when `D == 0`) and must be finite.
 //! - A query row whose keys are all masked out (or `Lk == 0`) yields zeros, as PyTorch >= 2.5
@@ -168,8 +172,8 @@ fn safe_softmax(s: &Tensor) -> Result<Tensor> {
 
 impl Tensor {
     /// Fused scaled dot-product attention, `softmax(q·kᵀ·scale + mask)·v` for `self = q`
-    /// `[..., Lq, D]`, `k` `[..., Lk, D]`, `v` `[..., Lk, Dv]` (same leading dims, rank >= 3;
-    /// `[B, H, L, D]` is the main case). `mask` broadcasts to `[..., Lq, Lk]`: `U8` is boolean
+    /// `[..., Lq, D]`, `k` `[..., Lk, D]`, `v` `[..., Lk, Dv]` (rank >= 2, leading dims that
+    /// broadcast together; `[B, H, L, D]` is the main case). `mask` broadcasts to `[..., Lq, Lk]`: `U8` is boolean
     /// (nonzero keeps), a float mask in q's dtype is additive. `scale` defaults to `1/sqrt(D)`.
     /// The output is `[..., Lq, Dv]` in q's dtype; rows with every key masked out are zero.
     /// The score matrix is never materialised: memory stays O(Lq·Dv) beyond the inputs.
@@ -181,6 +185,13 @@ impl Tensor {
         scale: Option<f64>,
     ) -> Result<Tensor> {
         let op = "scaled_dot_product_attention";
+        if let Some(m) = trimmed_mask(self, k, v, mask)? {
+            return self.scaled_dot_product_attention(k, v, Some(&m), scale);
+        }
+        if let Some((q, k, v, squeeze)) = broadcast_qkv(op, self, k, v)? {
+            let out = q.scaled_dot_product_attention(&k, &v, mask, scale)?;
+            return if squeeze { out.squeeze(0) } else { Ok(out) };
+        }
         let shape = check(op, self, k, v, mask, scale)?;
         if let Some(empty) = empty_output(self, &shape)? {
             return Ok(empty);
@@ -217,6 +228,13 @@ impl Tensor {
         scale: Option<f64>,
     ) -> Result<Tensor> {
         let op = "scaled_dot_product_attention_unfused";
+        if let Some(m) = trimmed_mask(self, k, v, mask)? {
+            return self.scaled_dot_product_attention_unfused(k, v, Some(&m), scale);
+        }
+        if let Some((q, k, v, squeeze)) = broadcast_qkv(op, self, k, v)? {
+            let out = q.scaled_dot_product_attention_unfused(&k, &v, mask, scale)?;
+            return if squeeze { out.squeeze(0) } else { Ok(out) };
+        }
         let shape = check(op, self, k, v, mask, scale)?;
         if let Some(empty) = empty_output(self, &shape)? {
             return Ok(empty);
@@ -233,6 +251,56 @@ impl Tensor {
         };
         p.matmul(&v.to_dtype(DType::F32)?)?.to_dtype(self.dtype())
     }
+}
+
+/// The mask without leading size-1 dims beyond the rank of the scores (PyTorch accepts a
+/// `[1, 1, Lq, Lk]` mask for 3-D q, k, v), or `None` when there are none to drop.
+fn trimmed_mask(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    let Some(m) = mask else {
+        return Ok(None);
+    };
+    let scores = q.rank().max(k.rank()).max(v.rank());
+    let extra = m.rank().saturating_sub(scores);
+    if extra == 0 || m.shape()[..extra].iter().any(|&s| s != 1) {
+        return Ok(None);
+    }
+    m.reshape(&m.shape()[extra..]).map(Some)
+}
+
+/// q, k and v as views with one rank >= 3 and equal leading dims, or `None` when they already
+/// are; the flag says a leading 1 was added to rank-2 operands (to drop from the output). Only
+/// the leading dims are checked here: [`check`] validates the rest on the views.
+fn broadcast_qkv(
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<Option<(Tensor, Tensor, Tensor, bool)>> {
+    let ranks = [q.rank(), k.rank(), v.rank()];
+    if ranks.iter().any(|&r| r < 2) {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: "q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] of rank >= 2".into(),
+            got: format!("q {:?}, k {:?}, v {:?}", q.shape(), k.shape(), v.shape()),
+        });
+    }
+    let leads = [q, k, v].map(|t| &t.shape()[..t.rank() - 2]);
+    if ranks.iter().all(|&r| r >= 3) && leads.iter().all(|l| *l == leads[0]) {
+        return Ok(None);
+    }
+    let lead = broadcast_shapes(op, &broadcast_shapes(op, leads[0], leads[1])?, leads[2])?;
+    let squeeze = lead.is_empty();
+    let full = |t: &Tensor| -> Result<Tensor> {
+        let mut shape = if squeeze { vec![1] } else { lead.clone() };
+        shape.extend_from_slice(&t.shape()[t.rank() - 2..]);
+        t.broadcast_to(&shape)
+    };
+    Ok(Some((full(q)?, full(k)?, full(v)?, squeeze)))
 }
 
 /// The output when there is nothing to compute: empty (`Lq == 0`, empty batch) or all-zero

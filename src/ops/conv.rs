@@ -83,6 +83,16 @@ impl ConvGeom {
                 got: format!("{x:?} and {wt:?}"),
             });
         };
+        if (h == 0 || w == 0) && n > 0 && c > 0 {
+            // As PyTorch: only the batch or the channels may be empty.
+            return Err(Error::ShapeMismatch {
+                op,
+                expected: "an input with non-zero height and width (only the batch or the \
+                           channels may be empty)"
+                    .into(),
+                got: format!("{x:?}"),
+            });
+        }
         let g = p.groups;
         let zero = [p.stride.0, p.stride.1, p.dilation.0, p.dilation.1, g].contains(&0);
         if zero || c % g != 0 || o % g != 0 || cg != c / g {

@@ -165,7 +165,7 @@ pub(crate) fn geometry(
     p: ConvTranspose2dParams,
 ) -> Result<Geometry> {
     let [cin, _, kh, kw] = weight;
-    let &[n, c, h, w] = shape else {
+    let &[_, c, h, w] = shape else {
         return Err(Error::ShapeMismatch {
             op,
             expected: "input [N, Cin, H, W] and weight [Cin, Cout/groups, kh, kw]".into(),
@@ -179,8 +179,12 @@ pub(crate) fn geometry(
             got: format!("input {shape:?}, weight {weight:?}"),
         });
     }
-    if n == 0 || h == 0 || w == 0 {
-        return Err(Error::shape(op, "a non-empty input [N, Cin, H, W]", shape));
+    if h == 0 || w == 0 {
+        return Err(Error::shape(
+            op,
+            "an input [N, Cin, H, W] with non-zero height and width (only the batch may be empty)",
+            shape,
+        ));
     }
     let (op_h, op_w) = p.output_padding;
     // Sizes in i128 (no overflow for any usize arguments), then checked back into isize:
@@ -339,6 +343,10 @@ impl Tensor {
         let ws = weight.shape();
         let ws = [ws[0], ws[1], ws[2], ws[3]];
         let geo = geometry(op, self.shape(), ws, p)?;
+        if self.shape()[0] == 0 {
+            let (oh, ow) = geo.out;
+            return Tensor::zeros(&[0, ws[1] * p.groups, oh, ow], self.dtype(), self.device());
+        }
         let (w, b, conv) = stride1_weights(weight, bias, p)?;
         apply(
             self,

@@ -17,11 +17,15 @@ use crate::{DType, Device, Error, Result, Tensor};
 
 impl Tensor {
     /// The slices of `self` along `dim` at `indices` (1-D `i32`, each in `0..size of dim`,
-    /// repeats allowed), in order: `torch.index_select(self, dim, indices)`. An embedding
-    /// lookup is `weight.index_select(0, &token_ids)`.
+    /// repeats allowed; a 0-d index selects one slice, keeping the dim), in order:
+    /// `torch.index_select(self, dim, indices)`. An embedding lookup is
+    /// `weight.index_select(0, &token_ids)`.
     pub fn index_select(&self, dim: isize, indices: &Tensor) -> Result<Tensor> {
         let op = "index_select";
         self.same_device(indices, op)?;
+        if indices.rank() == 0 {
+            return self.index_select(dim, &indices.reshape(&[1])?);
+        }
         if indices.dtype() != DType::I32 || indices.rank() != 1 {
             return Err(Error::ShapeMismatch {
                 op,
@@ -76,10 +80,14 @@ impl Tensor {
     /// `dim = 0` (and likewise for other dims). `index` is `i32` on `self`'s device, of
     /// `self`'s rank, no larger than `self` along every other dim, each value in `0..size of
     /// dim` (checked: the indices are read back to the host first, as for `index_select`); the
-    /// output has `index`'s shape and `self`'s dtype, values copied bit for bit.
+    /// output has `index`'s shape and `self`'s dtype, values copied bit for bit. As in PyTorch,
+    /// a 0-d index into a 1-D `self` gives a 0-d result.
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let op = "gather";
         self.same_device(index, op)?;
+        if index.rank() == 0 && self.rank() == 1 {
+            return self.gather(dim, &index.reshape(&[1])?)?.reshape(&[]);
+        }
         let d = resolve_dim(op, dim, self.rank())?;
         let fits = index.rank() == self.rank()
             && (0..self.rank()).all(|k| k == d || index.shape()[k] <= self.shape()[k]);

@@ -27,6 +27,11 @@ impl Tensor {
     /// `+inf`, or only `-inf`, is NaN as there).
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         let x = self.float_f32("log_softmax")?;
+        if x.numel() == 0 {
+            // Nothing to normalise (an empty dim, or empty rows): the empty result.
+            crate::layout::resolve_dim("log_softmax", dim, x.rank())?;
+            return x.to_dtype(self.dtype());
+        }
         let shifted = x.sub(&x.max(dim, true)?)?;
         let lse = shifted.exp()?.sum(dim, true)?.log()?;
         shifted.sub(&lse)?.to_dtype(self.dtype())
@@ -45,9 +50,16 @@ impl Tensor {
         self.to_dtype(DType::F32)
     }
 
-    /// logsumexp in f32 with the reduced dim kept (size 1).
+    /// logsumexp in f32 with the reduced dim kept (size 1); `-inf` (the log of an empty sum)
+    /// where the dim is empty, as PyTorch.
     fn logsumexp_f32(&self, dim: isize) -> Result<Tensor> {
         let x = self.float_f32("logsumexp")?;
+        let d = crate::layout::resolve_dim("logsumexp", dim, x.rank())?;
+        if x.shape()[d] == 0 {
+            let mut shape = x.shape().to_vec();
+            shape[d] = 1;
+            return Tensor::full(f64::NEG_INFINITY, &shape, DType::F32, x.device());
+        }
         let m = x.max(dim, true)?;
         // |m| < inf keeps m; ±inf (and NaN, which propagates anyway) shift by 0.
         let finite = m.abs()?.cmp_scalar(CmpOp::Lt, f64::INFINITY)?;

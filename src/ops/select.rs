@@ -111,17 +111,10 @@ impl Tensor {
     }
 
     /// `self` with `value` (converted to `self`'s dtype) wherever the `u8` `mask` is nonzero;
-    /// the mask broadcasts to `self`'s shape (`torch.Tensor.masked_fill`).
+    /// `self` and the mask broadcast together, so the result has their broadcast shape
+    /// (`torch.Tensor.masked_fill`, out of place).
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
-        let op = "masked_fill";
-        let shape = broadcast_shapes(op, self.shape(), mask.shape())?;
-        if shape != self.shape() {
-            return Err(Error::ShapeMismatch {
-                op,
-                expected: format!("a mask that broadcasts to {:?}", self.shape()),
-                got: format!("{:?}", mask.shape()),
-            });
-        }
+        broadcast_shapes("masked_fill", self.shape(), mask.shape())?;
         let fill = Tensor::full(value, &[], self.dtype(), self.device())?;
         mask.where_cond(&fill, self)
     }
