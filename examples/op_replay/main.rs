@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::Value;
 use xpu::{
-    Conv2dParams, ConvTranspose2dParams, DType, Device, Error, MemoryFormat, Result, Tensor,
+    CmpOp, Conv2dParams, ConvTranspose2dParams, DType, Device, Error, MemoryFormat, Result, Tensor,
 };
 
 #[derive(Parser)]
@@ -222,6 +222,43 @@ impl Case {
                 }
             }
             "unary" => unary(x()?, a),
+            "cmp" => {
+                let kind = a.get("kind").and_then(Value::as_str).unwrap_or("");
+                let op = match kind {
+                    "eq" => CmpOp::Eq,
+                    "ne" => CmpOp::Ne,
+                    "lt" => CmpOp::Lt,
+                    "le" => CmpOp::Le,
+                    "gt" => CmpOp::Gt,
+                    "ge" => CmpOp::Ge,
+                    other => return Err(bad(format!("unknown comparison {other:?}"))),
+                };
+                match self.optional("y") {
+                    Some(y) => x()?.cmp(y, op),
+                    None => x()?.cmp_scalar(op, f64_arg(a, "value")?),
+                }
+            }
+            "cast" => {
+                let to = match a.get("to").and_then(Value::as_str).unwrap_or("") {
+                    "f32" => DType::F32,
+                    "f16" => DType::F16,
+                    "bf16" => DType::BF16,
+                    "i32" => DType::I32,
+                    "u8" => DType::U8,
+                    other => return Err(bad(format!("unknown dtype {other:?}"))),
+                };
+                x()?.to_dtype(to)
+            }
+            "reduce_all" => {
+                let x = x()?;
+                match a.get("kind").and_then(Value::as_str).unwrap_or("") {
+                    "sum" => x.sum_all(),
+                    "mean" => x.mean_all(),
+                    "max" => x.max_all(),
+                    "argmax" => x.argmax_all(),
+                    other => Err(bad(format!("unknown reduction {other:?}"))),
+                }
+            }
             "tril" => x()?.tril(isize_arg(a, "diagonal")? as i64),
             "triu" => x()?.triu(isize_arg(a, "diagonal")? as i64),
             "flip" => {
