@@ -75,15 +75,16 @@ fn bad_arguments_are_errors() {
         None,
         None
     )));
+    // Leading dims broadcast (as in PyTorch) unless they cannot.
     assert!(shape_err(q.scaled_dot_product_attention(
         &randn(&[2, 2, 5, 8], DType::F32, 2),
-        &v,
+        &randn(&[3, 2, 5, 4], DType::F32, 3),
         None,
         None
     )));
-    let q2 = randn(&[3, 8], DType::F32, 1);
+    let q1 = randn(&[8], DType::F32, 1);
     assert!(shape_err(
-        q2.scaled_dot_product_attention(&q2, &q2, None, None)
+        q1.scaled_dot_product_attention(&q1, &q1, None, None)
     ));
     let bad_mask = Tensor::ones(&[4, 5], DType::U8, Device::Cpu).unwrap();
     assert!(shape_err(q.scaled_dot_product_attention(
