@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::Value;
 use xpu::{
-    CmpOp, Conv2dParams, ConvTranspose2dParams, DType, Device, Error, MemoryFormat, Result, Tensor,
+    Activation, CmpOp, Conv2dParams, ConvTranspose2dParams, DType, Device, Error, MemoryFormat, Result, Tensor,
 };
 
 #[derive(Parser)]
@@ -189,6 +189,48 @@ impl Case {
             ),
             "pad" => x()?.pad(&list_arg(a, "pads")?, f64_arg(a, "value")?),
             "matmul" => x()?.matmul(self.input("y")?),
+            "matmul_fused" => {
+                let (x, y) = (x()?, self.input("y")?);
+                let mut b = x.matmul_fused(y).alpha(f64_arg(a, "alpha")?);
+                if let Some(c) = self.optional("c") {
+                    b = b.add_scaled(f64_arg(a, "beta")?, c);
+                }
+                if let Some(bias) = self.optional("bias") {
+                    b = b.bias(bias);
+                }
+                if let Some(r) = self.optional("residual") {
+                    b = b.residual(r);
+                }
+                b = b.activation(activation(a)?);
+                if bool_arg(a, "geglu") {
+                    b = b.geglu();
+                }
+                b.run()
+            }
+            "conv2d_fused" => {
+                let p = Conv2dParams {
+                    stride: pair_arg(a, "stride")?,
+                    padding: pair_arg(a, "padding")?,
+                    dilation: pair_arg(a, "dilation")?,
+                    groups: usize_arg(a, "groups")?,
+                };
+                let x = x()?;
+                let mut b = x.conv2d_fused(self.input("weight")?, p);
+                if let Some(bias) = self.optional("bias") {
+                    b = b.bias(bias);
+                }
+                b = b.activation(activation(a)?);
+                if let Some(r) = self.optional("residual") {
+                    b = b.residual(r);
+                }
+                b.run()
+            }
+            "timestep_embedding" => x()?.timestep_embedding(
+                usize_arg(a, "dim")?,
+                bool_arg(a, "flip_sin_to_cos"),
+                f64_arg(a, "shift")?,
+                x()?.dtype(),
+            ),
             "reduce" => {
                 let (dim, keep) = (isize_arg(a, "dim")?, bool_arg(a, "keepdim"));
                 let x = x()?;
@@ -283,6 +325,18 @@ impl Case {
             other => Err(bad(format!("unknown op {other:?}"))),
         }
     }
+}
+
+/// The fused epilogues' activation `args.activation` (none when absent).
+fn activation(a: &Value) -> Result<Activation> {
+    Ok(match a.get("activation").and_then(Value::as_str).unwrap_or("none") {
+        "none" => Activation::None,
+        "relu" => Activation::Relu,
+        "gelu" => Activation::Gelu,
+        "gelu_tanh" => Activation::GeluTanh,
+        "silu" => Activation::Silu,
+        other => return Err(bad(format!("unknown activation {other:?}"))),
+    })
 }
 
 /// The elementwise op `args.kind` of `x` (the unary ops, `pow_scalar` and `clamp`).

@@ -214,8 +214,15 @@ impl Tensor {
             ));
         }
         let device = self.device();
-        let k = Tensor::arange(0.0, half as f64, 1.0, DType::F32, device)?;
-        let freqs = k.mul_scalar(-(10000f64.ln()) / denom)?.exp()?;
+        // The frequencies in f32 step by step as diffusers computes them (`-ln(max_period) * k`,
+        // then `/ (half - shift)`, then `exp`), on the host: the arguments `t * freq` reach ~1e3,
+        // where one ulp of a frequency moves sin/cos by ~1e-4, so a different rounding order (or
+        // a GPU's looser exp) would show as a 1e-4 difference from diffusers.
+        let (scale, denom) = (-(10000f64.ln()) as f32, denom as f32);
+        let table: Vec<f32> = (0..half)
+            .map(|k| ((scale * k as f32) / denom).exp())
+            .collect();
+        let freqs = Tensor::from_vec(table, &[half], device)?;
         let t = self.to_dtype(DType::F32)?.unsqueeze(1)?;
         let args = t.mul(&freqs.unsqueeze(0)?)?;
         let (sin, cos) = (args.sin()?, args.cos()?);
