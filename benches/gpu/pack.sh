@@ -32,6 +32,11 @@ apt-get $o update >/dev/null
 (cd .gl && apt-get $o download libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 2>/dev/null)
 rm -f .devbin/*.log .devbin/zz_*
 tar cf - .devbin | xz -T1 --lzma2=preset=6,dict=512MiB >.gpupack/devbin.tar.xz
+# safetensors for tests/fixtures/check_random_ops.py (`run_gpu.sh ops`).
+if ! ls .whl/safetensors-*.whl >/dev/null 2>&1; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux2014_x86_64 -d .whl safetensors==0.8.0
+fi
 if ! ls .whl/diffusers-*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 importlib_metadata

@@ -9,8 +9,9 @@
 # by an earlier session may still be current): `tiles stats` in one call (~5 min: mm_coop16t's
 # test on the GPU, fifteen tile shapes against mm_coop16 on five f16 products, the two fastest
 # on the f16 conv rows and the SD step, then the driver's register count and occupancy of
-# every pipeline), then `ahead double` (~5 min:
-# mm_coop16's two-step fetch and double-buffered layout), then `prefetch winograd` (~5-6 min:
+# every pipeline), then `ahead double ops` (~7 min:
+# mm_coop16's two-step fetch and double-buffered layout; random operator cases against
+# PyTorch through the NVIDIA driver, new in the thirty-second session), then `prefetch winograd` (~5-6 min:
 # the attention experiments, and f16 Winograd layers on the tensor cores). The experiments are
 # verified on lavapipe 26 and were never timed. `final` if time is left.
 # Mesa's NAK compiler (benches/lavapipe_coop/nak.sh, a proxy) counts 152 registers for the
@@ -37,7 +38,8 @@
 # and problem shape, XPU_PROFILE=shapes), torchsd (PyTorch eager's SD 1.5 step), copies (elementwise rows: the tiled
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel), stats (the driver's register
-# count and the occupancy it allows for every pipeline the run created so far).
+# count and the occupancy it allows for every pipeline the run created so far), ops (random
+# operator cases against PyTorch through the real driver, tests/fixtures/check_random_ops.py).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -387,6 +389,16 @@ PY
       XPU_PROFILE=1 timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \
         >"$OUT/conv-profile.log" 2>&1
       grep -E '"conv2d_3x3"' "$OUT/conv-profile.log" | cut -c1-400
+      ;;
+    ops)
+      # Random operator cases against PyTorch (tests/fixtures/check_random_ops.py: float64
+      # references on this machine's CPU) through the real driver: f32/f16/bf16, products large
+      # enough for the tensor cores, a fifth of the cases with user errors (~2 min).
+      XPU_OP_REPLAY=.devbin/op_replay timeout 400 python3 tests/fixtures/check_random_ops.py \
+        --count ${OPS_COUNT:-1500} --first-seed 90000 --invalid 0.2 --large --devices xpu \
+        --dtypes f32,f16,bf16 >"$OUT/ops.log" 2>&1
+      echo "check_random_ops rc=$?" >>"$OUT/ops.log"
+      grep -E '^(FAIL|xpu |[0-9]+ runs|check_random_ops)' "$OUT/ops.log" | head -40 | cut -c1-300
       ;;
     stats)
       # The driver's register counts and the occupancy they allow (examples/pipeline_stats)
