@@ -21,6 +21,14 @@ fn reference(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -
     out
 }
 
+/// `a @ b` computed on the Xpu.
+fn xpu_matmul(a: &Tensor, b: &Tensor) -> Tensor {
+    a.to(Device::Xpu)
+        .unwrap()
+        .matmul(&b.to(Device::Xpu).unwrap())
+        .unwrap()
+}
+
 fn tol(dtype: DType, k: usize) -> (f64, f64) {
     let e = if dtype == DType::F32 {
         1e-6
@@ -47,11 +55,7 @@ fn matmul_edge_sizes() {
                 let what = format!("{dtype} {m}x{k}x{n}");
                 assert_close(&format!("cpu {what}"), &values(&cpu), &want, atol, rtol);
                 if xpu {
-                    let gpu = a
-                        .to(Device::Xpu)
-                        .unwrap()
-                        .matmul(&b.to(Device::Xpu).unwrap())
-                        .unwrap();
+                    let gpu = xpu_matmul(&a, &b);
                     assert_eq!(gpu.dtype(), dtype);
                     assert_close(
                         &format!("xpu {what}"),
@@ -227,11 +231,7 @@ fn matmul_vectors_follow_torch() {
                 assert_close("dot", &values(&cpu), &[dot], atol, rtol);
             }
             if xpu {
-                let gpu = a
-                    .to(Device::Xpu)
-                    .unwrap()
-                    .matmul(&b.to(Device::Xpu).unwrap())
-                    .unwrap();
+                let gpu = xpu_matmul(&a, &b);
                 assert_eq!(gpu.shape(), want_shape);
                 let what = format!("xpu {dtype} {sa:?} @ {sb:?}");
                 assert_close(&what, &values(&gpu), &values(&cpu), atol, rtol);

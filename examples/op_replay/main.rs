@@ -26,7 +26,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::Value;
 use xpu::{
-    Activation, CmpOp, Conv2dParams, ConvTranspose2dParams, DType, Device, Error, MemoryFormat, Result, Tensor,
+    Activation, CmpOp, Conv2dParams, ConvTranspose2dParams, DType, Device, Error, MemoryFormat,
+    Result, Tensor,
 };
 
 #[derive(Parser)]
@@ -130,12 +131,7 @@ impl Case {
             "conv2d" => x()?.conv2d(
                 self.input("weight")?,
                 self.optional("bias"),
-                Conv2dParams {
-                    stride: pair_arg(a, "stride")?,
-                    padding: pair_arg(a, "padding")?,
-                    dilation: pair_arg(a, "dilation")?,
-                    groups: usize_arg(a, "groups")?,
-                },
+                conv_params(a)?,
             ),
             "conv_transpose2d" => x()?.conv_transpose2d(
                 self.input("weight")?,
@@ -208,14 +204,8 @@ impl Case {
                 b.run()
             }
             "conv2d_fused" => {
-                let p = Conv2dParams {
-                    stride: pair_arg(a, "stride")?,
-                    padding: pair_arg(a, "padding")?,
-                    dilation: pair_arg(a, "dilation")?,
-                    groups: usize_arg(a, "groups")?,
-                };
                 let x = x()?;
-                let mut b = x.conv2d_fused(self.input("weight")?, p);
+                let mut b = x.conv2d_fused(self.input("weight")?, conv_params(a)?);
                 if let Some(bias) = self.optional("bias") {
                     b = b.bias(bias);
                 }
@@ -327,16 +317,32 @@ impl Case {
     }
 }
 
+/// A convolution's stride, padding, dilation and groups from `args`.
+fn conv_params(a: &Value) -> Result<Conv2dParams> {
+    Ok(Conv2dParams {
+        stride: pair_arg(a, "stride")?,
+        padding: pair_arg(a, "padding")?,
+        dilation: pair_arg(a, "dilation")?,
+        groups: usize_arg(a, "groups")?,
+    })
+}
+
 /// The fused epilogues' activation `args.activation` (none when absent).
 fn activation(a: &Value) -> Result<Activation> {
-    Ok(match a.get("activation").and_then(Value::as_str).unwrap_or("none") {
-        "none" => Activation::None,
-        "relu" => Activation::Relu,
-        "gelu" => Activation::Gelu,
-        "gelu_tanh" => Activation::GeluTanh,
-        "silu" => Activation::Silu,
-        other => return Err(bad(format!("unknown activation {other:?}"))),
-    })
+    Ok(
+        match a
+            .get("activation")
+            .and_then(Value::as_str)
+            .unwrap_or("none")
+        {
+            "none" => Activation::None,
+            "relu" => Activation::Relu,
+            "gelu" => Activation::Gelu,
+            "gelu_tanh" => Activation::GeluTanh,
+            "silu" => Activation::Silu,
+            other => return Err(bad(format!("unknown activation {other:?}"))),
+        },
+    )
 }
 
 /// The elementwise op `args.kind` of `x` (the unary ops, `pow_scalar` and `clamp`).
