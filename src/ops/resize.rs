@@ -218,6 +218,8 @@ impl Tensor {
         // then `/ (half - shift)`, then `exp`), on the host: the arguments `t * freq` reach ~1e3,
         // where one ulp of a frequency moves sin/cos by ~1e-4, so a different rounding order (or
         // a GPU's looser exp) would show as a 1e-4 difference from diffusers.
+        // (An absurd `dim` is an error here, before the table is allocated.)
+        crate::cpu::ensure_host_memory("timestep_embedding", half, DType::F32)?;
         let (scale, denom) = (-(10000f64.ln()) as f32, denom as f32);
         let table: Vec<f32> = (0..half)
             .map(|k| ((scale * k as f32) / denom).exp())
