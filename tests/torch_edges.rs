@@ -142,3 +142,41 @@ fn convolutions_take_empty_batches_and_refuse_empty_images() {
         assert!(flat.conv_transpose2d(&wt, None, tp).is_err(), "{device:?}");
     }
 }
+
+#[test]
+fn zero_dim_tensors_reduce_along_dim_0_or_minus_1() {
+    for device in devices() {
+        let x = Tensor::from_vec(vec![2.5f32], &[], Device::Cpu)
+            .unwrap()
+            .to(device)
+            .unwrap();
+        let scalar = |t: xpu::Result<Tensor>, want: f64, what: &str| {
+            let t = t.unwrap();
+            assert_eq!(t.shape(), &[] as &[usize], "{device:?} {what}");
+            let got = values(&t)[0];
+            let same = got == want || (got.is_nan() && want.is_nan());
+            assert!(same, "{device:?} {what}: {got} != {want}");
+        };
+        scalar(x.sum(0, false), 2.5, "sum");
+        scalar(x.sum(-1, true), 2.5, "sum keepdim");
+        scalar(x.mean(0, false), 2.5, "mean");
+        scalar(x.max(-1, false), 2.5, "max");
+        scalar(x.argmax(0, true), 0.0, "argmax");
+        scalar(x.softmax(0), 1.0, "softmax");
+        scalar(x.log_softmax(-1), 0.0, "log_softmax");
+        scalar(x.logsumexp(0, false), 2.5, "logsumexp");
+        scalar(x.cumsum(0), 2.5, "cumsum");
+        scalar(x.var(0, 0.0, false), 0.0, "var");
+        scalar(x.std(0, 1.0, false), f64::NAN, "std with correction 1");
+        scalar(x.all(0, false), 1.0, "all");
+        scalar(x.flip(&[-1]), 2.5, "flip");
+        for bad in [1, -2] {
+            assert!(x.sum(bad, false).is_err(), "{device:?} sum({bad})");
+            assert!(x.softmax(bad).is_err(), "{device:?} softmax({bad})");
+        }
+        assert!(
+            x.flip(&[0, -1]).is_err(),
+            "{device:?} flip of a repeated dim"
+        );
+    }
+}

@@ -125,6 +125,12 @@ impl Tensor {
     /// dims count from the end; a repeated dim is an error, as in PyTorch). A contiguous copy.
     pub fn flip(&self, dims: &[isize]) -> Result<Tensor> {
         let op = "flip";
+        if let [dim] = dims {
+            // A 0-d tensor flips along its "one" dim (0 or -1) to itself, as in PyTorch.
+            if let Some(v) = self.scalar_as_vector(op, *dim)? {
+                return v.reshape(&[])?.contiguous();
+            }
+        }
         let mut seen = vec![false; self.rank()];
         let mut out = self.clone();
         let mut copied = false;

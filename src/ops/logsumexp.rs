@@ -17,6 +17,9 @@ use crate::{DType, Error, Result, Tensor};
 impl Tensor {
     /// `log(Σ exp(x))` along `dim` (numerically stable; see the module docs for infinities).
     pub fn logsumexp(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector("logsumexp", dim)? {
+            return v.logsumexp(0, false);
+        }
         let lse = self.logsumexp_f32(dim)?;
         let lse = if keepdim { lse } else { lse.squeeze(dim)? };
         lse.to_dtype(self.dtype())
@@ -26,6 +29,9 @@ impl Tensor {
     /// [`Tensor::softmax`] without its underflow, exactly PyTorch's formula (so a row holding
     /// `+inf`, or only `-inf`, is NaN as there).
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector("log_softmax", dim)? {
+            return v.log_softmax(0)?.reshape(&[]);
+        }
         let x = self.float_f32("log_softmax")?;
         if x.numel() == 0 {
             // Nothing to normalise (an empty dim, or empty rows): the empty result.

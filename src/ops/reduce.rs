@@ -11,6 +11,9 @@ use crate::{DType, Error, Result, Tensor};
 impl Tensor {
     /// Reduces `dim` with `op`; `keepdim` keeps it as size 1.
     pub fn reduce(&self, op: ReduceOp, dim: isize, keepdim: bool) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector(op.name(), dim)? {
+            return v.reduce(op, 0, false);
+        }
         let d = resolve_dim(op.name(), dim, self.rank())?;
         let s = self.storage().reduce(self.layout(), d, op)?;
         let mut shape = self.shape().to_vec();
@@ -87,6 +90,9 @@ impl Tensor {
     /// squared deviations from the mean over `max(0, n - correction)` (so `inf` or NaN where
     /// that is 0, as in PyTorch). Float dtypes only; the result has `self`'s dtype.
     pub fn var(&self, dim: isize, correction: f64, keepdim: bool) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector("var", dim)? {
+            return v.var(0, correction, false);
+        }
         self.var_f32("var", dim, correction, keepdim)?
             .to_dtype(self.dtype())
     }
@@ -94,6 +100,9 @@ impl Tensor {
     /// Standard deviation along `dim`: the square root of [`Tensor::var`]'s f32 value, rounded
     /// once to `self`'s dtype (`torch.std`).
     pub fn std(&self, dim: isize, correction: f64, keepdim: bool) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector("std", dim)? {
+            return v.std(0, correction, false);
+        }
         self.var_f32("std", dim, correction, keepdim)?
             .sqrt()?
             .to_dtype(self.dtype())
@@ -102,16 +111,33 @@ impl Tensor {
     /// `torch.all(x, dim, keepdim)`: `U8` 1 where every element along `dim` is nonzero (NaN
     /// counts as nonzero, as in PyTorch), else 0; an empty dim gives 1. Any dtype.
     pub fn all(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector("all", dim)? {
+            return v.all(0, false);
+        }
         self.truth("all", dim, keepdim, ReduceOp::Min, 1.0)
     }
 
     /// `torch.any(x, dim, keepdim)`: `U8` 1 where some element along `dim` is nonzero, else 0;
     /// an empty dim gives 0. Any dtype.
     pub fn any(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector("any", dim)? {
+            return v.any(0, false);
+        }
         self.truth("any", dim, keepdim, ReduceOp::Max, 0.0)
     }
 
     /// `all` / `any`: the nonzero mask as i32, reduced with `reduce`.
+    /// A 0-d tensor as a 1-element vector when `dim` is 0 or -1 (PyTorch reduces a 0-d
+    /// tensor along its "one" dim and gives a 0-d result, keepdim or not), `None` for other
+    /// ranks, an error for other dims.
+    pub(crate) fn scalar_as_vector(&self, op: &'static str, dim: isize) -> Result<Option<Tensor>> {
+        if self.rank() != 0 {
+            return Ok(None);
+        }
+        resolve_dim(op, dim, 1)?;
+        self.reshape(&[1]).map(Some)
+    }
+
     fn truth(
         &self,
         op: &'static str,
@@ -180,6 +206,9 @@ impl Tensor {
     /// order than on the Cpu (which sums in order, in f64).
     pub fn cumsum(&self, dim: isize) -> Result<Tensor> {
         let op = "cumsum";
+        if let Some(v) = self.scalar_as_vector(op, dim)? {
+            return v.cumsum(0)?.reshape(&[]);
+        }
         let d = resolve_dim(op, dim, self.rank())?;
         self.float_only(op, " (cast integers with to_dtype first)")?;
         let x = self.to_dtype(DType::F32)?;
@@ -195,6 +224,9 @@ impl Tensor {
 
     /// Softmax along `dim`, computed stably (max subtracted) in f32.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        if let Some(v) = self.scalar_as_vector("softmax", dim)? {
+            return v.softmax(0)?.reshape(&[]);
+        }
         let d = resolve_dim("softmax", dim, self.rank())?;
         let (s, layout) = self.storage().softmax(self.layout(), d)?;
         Ok(Tensor::from_storage(s, layout))
