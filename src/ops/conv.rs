@@ -4,6 +4,8 @@
 //!
 //! Memory formats follow PyTorch: the output is channels-last when the input or the weight is
 //! (by [`Tensor::memory_format`]), NCHW otherwise; its shape is always `[N, O, Ho, Wo]`.
+//! Empty inputs follow PyTorch too: an empty batch or channel dim gives the (empty or bias-only)
+//! output, an image with zero height or width is an error.
 //!
 //! Engines:
 //! - Xpu: the implicit-GEMM kernel of `ops::conv_xpu` (no im2col buffer; input, weight and
