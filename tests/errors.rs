@@ -96,8 +96,9 @@ fn dim_errors() {
         cpu(&[2, 3]).transpose(0, 5),
         Err(Error::DimOutOfRange { .. })
     ));
+    // A 0-d tensor takes dim 0 or -1 (as in PyTorch), nothing else.
     assert!(matches!(
-        cpu(&[]).sum(0, false),
+        cpu(&[]).sum(1, false),
         Err(Error::DimOutOfRange { .. })
     ));
 }
