@@ -144,7 +144,7 @@ fn convolutions_take_empty_batches_and_refuse_empty_images() {
 }
 
 #[test]
-fn zero_dim_tensors_reduce_along_dim_0_or_minus_1() {
+fn zero_dim_tensors_take_dim_0_or_minus_1() {
     for device in devices() {
         let x = Tensor::from_vec(vec![2.5f32], &[], Device::Cpu)
             .unwrap()
@@ -177,6 +177,12 @@ fn zero_dim_tensors_reduce_along_dim_0_or_minus_1() {
         assert!(
             x.flip(&[0, -1]).is_err(),
             "{device:?} flip of a repeated dim"
+        );
+        scalar(x.squeeze(-1), 2.5, "squeeze");
+        scalar(x.transpose(0, -1), 2.5, "transpose");
+        assert!(
+            x.squeeze(1).is_err() && x.transpose(0, 1).is_err(),
+            "{device:?}"
         );
     }
 }

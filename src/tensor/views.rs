@@ -46,6 +46,12 @@ impl Tensor {
 
     /// Swaps two dims (negative dims count from the end).
     pub fn transpose(&self, dim0: isize, dim1: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            // As PyTorch: a 0-d tensor takes dims 0 and -1 and stays as it is.
+            resolve_dim("transpose", dim0, 1)?;
+            resolve_dim("transpose", dim1, 1)?;
+            return Ok(self.clone());
+        }
         let a = resolve_dim("transpose", dim0, self.rank())?;
         let b = resolve_dim("transpose", dim1, self.rank())?;
         Ok(self.with_layout(self.layout().transpose(a, b)))
@@ -134,6 +140,11 @@ impl Tensor {
 
     /// Removes `dim` if it has size 1 (otherwise returns the same view, like PyTorch).
     pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            // As PyTorch: a 0-d tensor takes dim 0 or -1 and stays as it is.
+            resolve_dim("squeeze", dim, 1)?;
+            return Ok(self.clone());
+        }
         let d = resolve_dim("squeeze", dim, self.rank())?;
         Ok(self.with_layout(self.layout().squeeze(d)))
     }
