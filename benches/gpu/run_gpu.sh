@@ -5,15 +5,17 @@
 #
 #   bash benches/gpu/run_gpu.sh info tests bench torch sd
 #
-# Next GPU (after the thirty-first session; `bash benches/gpu/pack.sh --check` first: a pack left
-# by an earlier session may still be current): `tiles stats` in one call (~5 min: mm_coop16t's
-# test on the GPU, fifteen tile shapes against mm_coop16 on five f16 products, the two fastest
-# on the f16 conv rows and the SD step, then the driver's register count and occupancy of
-# every pipeline), then `ahead double ops` (~7 min:
-# mm_coop16's two-step fetch and double-buffered layout; random operator cases against
-# PyTorch through the NVIDIA driver, new in the thirty-second session), then `prefetch winograd` (~5-6 min:
-# the attention experiments, and f16 Winograd layers on the tensor cores). The experiments are
-# verified on lavapipe 26 and were never timed. `final` if time is left.
+# Next GPU (after the thirty-third session; `bash benches/gpu/pack.sh --check` first: a pack
+# left by an earlier session may still be current). A lent GPU has 15 minutes of device time in
+# all, starts included, so the first call is `next` alone (timeout_s 600; it stops starting
+# items after BUDGET=480 s): every prepared f16 speed experiment, most informative first —
+# mm_coop16's double layout, two-step fetch and no-register forms and mm_coop16t's tile shapes
+# on five products, the two best on the conv rows and the SD step, f16 Winograd layers, the
+# tensor-core attention's one-pass/prefetch/128-row forms, then the winners together. Its
+# last lines rank each group. Then, if time is left, `tiles stats` or `ops` (random operator
+# cases against PyTorch through the NVIDIA driver), and make a winner the default only after
+# its tests pass on the GPU (`double`, `tiles` and `prefetch` run them). All experiments are
+# verified on lavapipe 26 and were never timed.
 # Mesa's NAK compiler (benches/lavapipe_coop/nak.sh, a proxy) counts 152 registers for the
 # product kernel and 168 for the convolution gather (one 256-invocation workgroup per SM), and
 # 96-255 for the tile shapes; the `stats` phase says whether NVIDIA's compiler agrees.
@@ -39,7 +41,8 @@
 # transposing copies `transpose_copy` and `to_channels_last_copy`, and the f16 conv rows whose
 # NCHW calls copy NCHW <-> NHWC around the tensor-core kernel), stats (the driver's register
 # count and the occupancy it allows for every pipeline the run created so far), ops (random
-# operator cases against PyTorch through the real driver, tests/fixtures/check_random_ops.py).
+# operator cases against PyTorch through the real driver, tests/fixtures/check_random_ops.py),
+# next (every prepared f16 speed experiment within a time budget, see above).
 # Logs go to $OUT (or /tmp/gpu-out); the last lines printed are a short summary.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -304,6 +307,92 @@ PY
 )
       echo "fastest shapes: $best" | tee -a "$OUT/tiles.log"
       LOG=tiles-step.log f16_rounds XPU_COOP16_TILES conv "" $best
+      ;;
+    next)
+      # Every prepared f16 speed experiment in one call, most informative first, each item
+      # started only while less than $BUDGET seconds (default 480) have passed since the phase
+      # began, so the call ends inside the device's 600 s limit with every log written.
+      # 1. Products (five f16 shapes, both B layouts): mm_coop16, its double-buffered layout,
+      #    its two-step fetch and no-registers forms, and mm_coop16t's tile shapes (NAK's
+      #    spilling 4x4 subgroup tiles left out). 2. The f16 step (8 steps; conv rows beside it)
+      #    with mm_coop16, the two product forms with the least total time, Winograd F(2,3)
+      #    layers, and the tensor-core attention's one-pass form alone and with prefetch and the
+      #    128-row layout. 3. The winners of 2 together. Logs: next-*.jsonl (products),
+      #    next-step.log; the last lines printed rank each group.
+      nt0=$(date +%s)
+      left() { [ $(( $(date +%s) - nt0 )) -lt "${BUDGET:-480}" ]; }
+      for cfg in "default" "XPU_COOP16_DOUBLE=1" "XPU_COOP16_VARIANT=1024" \
+        "XPU_COOP16_VARIANT=2048" ${NEXT_TILES:-4x4:2x2:32 4x2:2x2:32 2x2:2x2:32 \
+        4x4:2x2:32:2 2x2:2x2:32:2 4x2:2x4:32:2 4x2:2x4:64 2x4:2x4:32 2x4:4x2:32}; do
+        left || { echo "budget: products from $cfg on skipped" | tee -a "$OUT/next.log"; break; }
+        case $cfg in default|XPU_*) set -- $cfg ;; *) set -- XPU_COOP16_TILES=$cfg ;; esac
+        name=${1//[^A-Za-z0-9:=_]/}
+        echo "=== products $1" | tee -a "$OUT/next.log"
+        env ${1/#default/XPU_NEXT=0} timeout 60 .devbin/bench matmul --device xpu --dtype f16 \
+          --json --shape 4096x4096x4096 --shape 2048x2048x2048 --shape 8192x320x1280 \
+          --shape 8192x640x640 --shape 8192x320x320 2>&1 | tee "$OUT/next-$name.jsonl" \
+          | tee -a "$OUT/next.log" | grep -E '"coop_matrix' | rows
+      done
+      # The two product forms with the least total time over ten rows (mm_coop16 excluded).
+      best=$(python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+totals = {}
+for path in glob.glob(os.path.join(sys.argv[1], "next-*.jsonl")):
+    cfg = os.path.basename(path)[5:-6]
+    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    ms = [r["median_ms"] for r in rows if r.get("variant", "").startswith("coop_matrix")]
+    if len(ms) == 10:
+        totals[cfg] = sum(ms)
+for cfg in sorted(totals, key=totals.get):
+    print(f"products {cfg}: {totals[cfg]:.3f} ms over ten rows", file=sys.stderr)
+print(" ".join([c for c in sorted(totals, key=totals.get) if c != "default"][:2]))
+PY
+)
+      echo "fastest product forms: $best" | tee -a "$OUT/next.log"
+      step() {
+        left || { echo "budget: step $* skipped" | tee -a "$OUT/next.log"; return; }
+        echo "=== step $*" | tee -a "$OUT/next-step.log"
+        env XPU_NEXT=0 "$@" timeout 60 .devbin/bench conv --device xpu --dtype f16 --json 2>&1 \
+          | tee -a "$OUT/next-step.log" | grep -E '"layer_cl"' | rows
+        env XPU_NEXT=0 "$@" timeout 120 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
+          --steps 8 --output /tmp/sd_next.safetensors 2>&1 | tee -a "$OUT/next-step.log" \
+          | grep -E 'median|rror|self-check' | cut -c1-160
+      }
+      step
+      for cfg in $best; do
+        case $cfg in XPU_*) step "$cfg" ;; *) step "XPU_COOP16_TILES=$cfg" ;; esac
+      done
+      step XPU_CONV_WINOGRAD=1
+      step XPU_ATTN_ONEPASS=1
+      step XPU_ATTN_PREFETCH=1 XPU_ATTN_ROWS128=1 XPU_ATTN_ONEPASS=1
+      # Each step's median against the first (mm_coop16, the defaults); the settings that beat
+      # it by more than 3% together.
+      wins=$(python3 - "$OUT/next-step.log" <<'PY'
+import os, re, sys
+runs, cfg = [], None
+for line in open(sys.argv[1]) if os.path.exists(sys.argv[1]) else []:
+    if line.startswith("=== step"):
+        cfg = line[8:].strip()
+    m = re.search(r"median ([0-9.]+) s/step", line)
+    if m and cfg is not None:
+        runs.append((cfg, float(m.group(1))))
+        cfg = None
+base = runs[0][1] if runs and runs[0][0] == "" else None
+for cfg, t in runs:
+    print(f"step {cfg or 'defaults'}: {t:.4f} s" + (f" ({base / t:.2f}x the defaults)" if base else ""), file=sys.stderr)
+# Per family (product form, convolution, attention) the fastest setting that beat the
+# defaults by more than 3%.
+best = {}
+for cfg, t in runs:
+    if cfg and base and t < 0.97 * base:
+        fam = cfg.split("=")[0][:9]
+        if fam not in best or t < best[fam][1]:
+            best[fam] = (cfg, t)
+print(" ".join(c for c, _ in best.values()))
+PY
+)
+      echo "step winners: ${wins:-none}" | tee -a "$OUT/next.log"
+      [ -n "$wins" ] && step $wins
       ;;
     final)
       # After split K and the tensor-core attention at every head dim: the tests that cover
