@@ -72,6 +72,34 @@ summary=()
 rows() {
   sed -nE 's/.*"op":"([^"]*)","variant":"([^"]*)","device":"[^"]*","dtype":"([^"]*)","shape":\[([^]]*)\],"median_ms":([0-9.]+).*/\1 \2 \3 [\4] \5 ms/p'
 }
+# The five f16 products of the tile comparisons (both B layouts) with the settings in $3...:
+# JSON rows to $1, appended to $2, short rows printed.
+products() {
+  local json=$1 log=$2
+  shift 2
+  env "$@" timeout 60 .devbin/bench matmul --device xpu --dtype f16 --json \
+    --shape 4096x4096x4096 --shape 2048x2048x2048 --shape 8192x320x1280 \
+    --shape 8192x640x640 --shape 8192x320x320 2>&1 | tee "$json" | tee -a "$log" \
+    | grep -E '"coop_matrix' | rows
+}
+# The two forms with the least total time over the ten rows of each $OUT/$1<form>.jsonl
+# ($2 excluded; every form's total on stderr).
+fastest() {
+  python3 - "$OUT" "$1" "$2" <<'PY'
+import glob, json, os, sys
+out, prefix, skip = sys.argv[1:4]
+totals = {}
+for path in glob.glob(os.path.join(out, prefix + "*.jsonl")):
+    form = os.path.basename(path)[len(prefix):-6]
+    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    ms = [r["median_ms"] for r in rows if r.get("variant", "").startswith("coop_matrix")]
+    if len(ms) == 10:
+        totals[form] = sum(ms)
+for form in sorted(totals, key=totals.get):
+    print(f"products {form}: {totals[form]:.3f} ms over ten rows", file=sys.stderr)
+print(" ".join([f for f in sorted(totals, key=totals.get) if f != skip][:2]))
+PY
+}
 # f16 rows and the f16 step (4 steps) with environment variable $1 set to each of $3...: the
 # bench families in $2 (rows matching "coop_matrix" and "layer_cl"), logs appended to $OUT/$LOG.
 f16_rounds() {
@@ -285,26 +313,12 @@ for phase in "$@"; do
         2x2:2x2:32 2x2:2x2:32:2 2x4:4x2:32 2x2:4x4:32 2x2:4x4:32:2 4x2:4x4:32 2x4:4x4:32 \
         2x2:2x4:32 4x2:2x2:32 2x4:2x4:32}; do
         echo "=== XPU_COOP16_TILES=$t" | tee -a "$OUT/tiles.log"
-        XPU_COOP16_TILES=$t timeout 60 .devbin/bench matmul --device xpu --dtype f16 --json \
-          --shape 4096x4096x4096 --shape 2048x2048x2048 --shape 8192x320x1280 \
-          --shape 8192x640x640 --shape 8192x320x320 2>&1 | tee "$OUT/tiles-${t:-mm_coop16}.jsonl" \
-          | tee -a "$OUT/tiles.log" | grep -E '"coop_matrix' | rows
+        products "$OUT/tiles-${t:-mm_coop16}.jsonl" "$OUT/tiles.log" XPU_COOP16_TILES=$t
       done
       # The two shapes with the least total time over the rows above (both B layouts), then
       # the f16 conv rows and the SD 1.5 f16 step with mm_coop16 and with each of them
       # (convolutions take the shape too).
-      best=$(python3 - "$OUT" <<'PY'
-import glob, json, os, sys
-totals = {}
-for path in glob.glob(os.path.join(sys.argv[1], "tiles-*.jsonl")):
-    shape = os.path.basename(path)[6:-6]
-    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
-    ms = [r["median_ms"] for r in rows if r.get("variant", "").startswith("coop_matrix")]
-    if shape != "mm_coop16" and len(ms) == 10:
-        totals[shape] = sum(ms)
-print(" ".join(sorted(totals, key=totals.get)[:2]))
-PY
-)
+      best=$(fastest tiles- mm_coop16)
       echo "fastest shapes: $best" | tee -a "$OUT/tiles.log"
       LOG=tiles-step.log f16_rounds XPU_COOP16_TILES conv "" $best
       ;;
@@ -328,26 +342,10 @@ PY
         case $cfg in default|XPU_*) set -- $cfg ;; *) set -- XPU_COOP16_TILES=$cfg ;; esac
         name=${1//[^A-Za-z0-9:=_]/}
         echo "=== products $1" | tee -a "$OUT/next.log"
-        env ${1/#default/XPU_NEXT=0} timeout 60 .devbin/bench matmul --device xpu --dtype f16 \
-          --json --shape 4096x4096x4096 --shape 2048x2048x2048 --shape 8192x320x1280 \
-          --shape 8192x640x640 --shape 8192x320x320 2>&1 | tee "$OUT/next-$name.jsonl" \
-          | tee -a "$OUT/next.log" | grep -E '"coop_matrix' | rows
+        products "$OUT/next-$name.jsonl" "$OUT/next.log" ${1/#default/}
       done
       # The two product forms with the least total time over ten rows (mm_coop16 excluded).
-      best=$(python3 - "$OUT" <<'PY'
-import glob, json, os, sys
-totals = {}
-for path in glob.glob(os.path.join(sys.argv[1], "next-*.jsonl")):
-    cfg = os.path.basename(path)[5:-6]
-    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
-    ms = [r["median_ms"] for r in rows if r.get("variant", "").startswith("coop_matrix")]
-    if len(ms) == 10:
-        totals[cfg] = sum(ms)
-for cfg in sorted(totals, key=totals.get):
-    print(f"products {cfg}: {totals[cfg]:.3f} ms over ten rows", file=sys.stderr)
-print(" ".join([c for c in sorted(totals, key=totals.get) if c != "default"][:2]))
-PY
-)
+      best=$(fastest next- default)
       echo "fastest product forms: $best" | tee -a "$OUT/next.log"
       step() {
         left || { echo "budget: step $* skipped" | tee -a "$OUT/next.log"; return; }
