@@ -229,8 +229,14 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
     if ((mode & 8u) != 0u) {
         cr = conv_rows(ab, row0, lid);
     }
+    // VARIANT bit 13: the lean staging (matmul_coop16_lean.wgsl) where the layout matches.
+    let lean = lean_asked() && mode == lean_mode() && (VARIANT & 0xfbfu) == 0u;
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;
+        if (lean) {
+            coop16_lean_round(sk, ab, bb, row0, wid.x, lid, slot, lane, width, rows_full && cf);
+            continue;
+        }
         let has = slot < 8u;
         // naga requires cooperative loads in uniform control flow: a subgroup without a slot
         // multiplies slot 7's tiles too and keeps nothing (its stores are skipped).

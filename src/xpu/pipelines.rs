@@ -150,6 +150,7 @@ impl ShaderId {
         const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
         const COOP16: &str = include_str!("../../shaders/matmul_coop16.wgsl");
         const WORDS: &str = include_str!("../../shaders/matmul_coop16_words.wgsl");
+        const LEAN: &str = include_str!("../../shaders/matmul_coop16_lean.wgsl");
         const GATHER: &str = include_str!("../../shaders/matmul_coop16_gather.wgsl");
         const SINGLE: &str = include_str!("../../shaders/matmul_coop16_single.wgsl");
         const DOUBLE: &str = include_str!("../../shaders/matmul_coop16_double.wgsl");
@@ -175,8 +176,8 @@ impl ShaderId {
                 include_str!("../../shaders/matmul_vec4.wgsl"),
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("../../shaders/matmul_coop.wgsl")],
-            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, GATHER, WORDS, SINGLE],
-            ShaderId::MatmulCoop16Double => &[MATMUL, COOP16, GATHER, WORDS, DOUBLE],
+            ShaderId::MatmulCoop16 => &[MATMUL, COOP16, GATHER, WORDS, LEAN, SINGLE],
+            ShaderId::MatmulCoop16Double => &[MATMUL, COOP16, GATHER, WORDS, LEAN, DOUBLE],
             ShaderId::MatmulCoop16Tiles => &[
                 MATMUL,
                 GATHER,

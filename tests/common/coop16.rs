@@ -64,22 +64,21 @@ pub fn products_match_the_cpu(
     for (ci, &[m, k, n, t, bl]) in cases.iter().enumerate() {
         let e = ci % 6;
         let np = if e == 5 { 2 * n } else { n };
+        // A transposed operand is a transposed view on each device (`to` makes tensors
+        // contiguous, so the view is taken after the move: the Xpu reads the strided layout).
         let operand = |batch: Option<usize>, r: usize, c: usize, tr: bool, seed: u64| {
             let mut shape: Vec<usize> = batch.into_iter().collect();
             shape.extend(if tr { [c, r] } else { [r, c] });
             let x = randn(&shape, DType::F16, seed);
-            if tr {
-                x.transpose(-1, -2).unwrap()
-            } else {
-                x
-            }
+            let view = |x: Tensor| if tr { x.transpose(-1, -2).unwrap() } else { x };
+            (view(x.clone()), view(x.to(Device::Xpu).unwrap()))
         };
-        let a = operand((bl == 1).then_some(2), m, k, t & 1 == 1, 10 + ci as u64);
-        let b = operand((bl == 2).then_some(3), k, np, t & 2 == 2, 20 + ci as u64);
+        let (a, ax) = operand((bl == 1).then_some(2), m, k, t & 1 == 1, 10 + ci as u64);
+        let (b, bx) = operand((bl == 2).then_some(3), k, np, t & 2 == 2, 20 + ci as u64);
         let bias = randn(&[np], DType::F16, 30 + ci as u64);
         let res = randn(&[m, n], DType::F16, 40 + ci as u64);
         let want = product(&a, &b, &bias, &res, e, MatmulKernel::Auto);
-        let [ax, bx, biasx, resx] = [&a, &b, &bias, &res].map(|x| x.to(Device::Xpu).unwrap());
+        let [biasx, resx] = [&bias, &res].map(|x| x.to(Device::Xpu).unwrap());
         let (got, kernels) = profiled(|| product(&ax, &bx, &biasx, &resx, e, kernel));
         let what = format!("{m}x{k}x{n} case {ci} epilogue {e}");
         let tol = matmul_tol(DType::F16, k);
@@ -107,13 +106,17 @@ pub fn coop_kernel() -> (bool, MatmulKernel) {
 /// `b_transposed`: B as a transposed weight) against the Cpu: the kernels it ran.
 pub fn split_k_kernels(b_transposed: bool) -> Vec<String> {
     let a = randn(&[256, 4096], DType::F16, 50);
-    let b = if b_transposed {
-        randn(&[200, 4096], DType::F16, 51).t().unwrap()
+    let ax = a.to(Device::Xpu).unwrap();
+    let (b, bx) = if b_transposed {
+        let b = randn(&[200, 4096], DType::F16, 51);
+        let bx = b.to(Device::Xpu).unwrap().t().unwrap();
+        (b.t().unwrap(), bx)
     } else {
-        randn(&[4096, 200], DType::F16, 51)
+        let b = randn(&[4096, 200], DType::F16, 51);
+        let bx = b.to(Device::Xpu).unwrap();
+        (b, bx)
     };
     let want = a.matmul(&b).unwrap();
-    let [ax, bx] = [&a, &b].map(|x| x.to(Device::Xpu).unwrap());
     let (got, kernels) = profiled(|| ax.matmul(&bx).unwrap());
     let tol = matmul_tol(DType::F16, 4096);
     assert_close("split K", &values(&got), &values(&want), tol, tol);

@@ -39,6 +39,18 @@ pub(crate) fn coop16_variant() -> u32 {
     env_u32("XPU_COOP16_VARIANT").unwrap_or(0)
 }
 
+/// `VARIANT` bits of the lean staging (`shaders/matmul_coop16_lean.wgsl`) for a product whose B
+/// is column-major (`b_col_major`) or not: bit 13, and bit 14 for B column-major, where
+/// `XPU_COOP16_LEAN=1` asks for it (an experiment until a GPU times it); else 0.
+pub(crate) fn coop16_lean_bits(b_col_major: bool) -> u32 {
+    static LEAN: OnceLock<bool> = OnceLock::new();
+    if *LEAN.get_or_init(|| env_u32("XPU_COOP16_LEAN") == Some(1)) {
+        8192 | if b_col_major { 16384 } else { 0 }
+    } else {
+        0
+    }
+}
+
 /// The tensor-core matmul module for a product (`geglu`: with the GEGLU epilogue) on a device
 /// whose workgroup memory is `workgroup_bytes`: the double-buffered layout where
 /// `XPU_COOP16_DOUBLE=1` asks for it (an experiment until a GPU measures it), the product has
@@ -105,7 +117,8 @@ fn run_check() -> std::result::Result<(), String> {
     // Odd K takes the per-element staging; even K the word-pair staging, with B row-major
     // (pairs along columns) and transposed (pairs along k); K = 110 runs four K steps, so the
     // words carried from step to step are checked too (two steps ran only the first fetch).
-    let (m, n) = (70, 83);
+    // 70 x 83 outputs are all edge tiles; the 128 x 128 cases are one whole tile, whose K steps
+    // inside K take the unchecked fetches (the lean staging's), the last (K = 110) the checked.
     let check = || -> crate::Result<std::result::Result<(), String>> {
         let dtypes = {
             let f = crate::xpu_features()?;
@@ -117,13 +130,15 @@ fn run_check() -> std::result::Result<(), String> {
         };
         let cases = dtypes.iter().flat_map(|&d| {
             [
-                (d, 45, false),
-                (d, 46, false),
-                (d, 46, true),
-                (d, 110, true),
+                (d, [70, 45, 83], false),
+                (d, [70, 46, 83], false),
+                (d, [70, 46, 83], true),
+                (d, [70, 110, 83], true),
+                (d, [128, 110, 128], false),
+                (d, [128, 110, 128], true),
             ]
         });
-        for (dtype, k, b_transposed) in cases {
+        for (dtype, [m, k, n], b_transposed) in cases {
             let a = Tensor::from_vec(exact(m * k, 1), &[m, k], Device::Cpu)?
                 .to_dtype(dtype)?
                 .to(Device::Xpu)?;

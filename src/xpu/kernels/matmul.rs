@@ -289,6 +289,7 @@ impl XpuStorage {
             workgroup: 256,
             variant: if engine == Engine::Coop16 {
                 super::coop_check::coop16_variant()
+                    | super::coop_check::coop16_lean_bits(b_col_major)
             } else {
                 u32::from(geo.entry == "mm_gemv" && b_col_major)
             },

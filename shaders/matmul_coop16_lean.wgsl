@@ -1,0 +1,142 @@
+// matmul_coop16_lean.wgsl: mm_coop16's lean staging (VARIANT bit 13, `XPU_COOP16_LEAN=1`, an
+// experiment until a GPU times it; composed after matmul_coop16_words.wgsl, before the layout
+// file).
+//
+// Why: Mesa's NAK compiler (benches/lavapipe_coop/kloop.sh, the nearest thing to NVIDIA's
+// compiler this workplace has) turns the default K loop into about 970 instructions per K step
+// besides its register moves, for 32 tensor-core instructions: the word-pair staging decodes
+// every word's row, column and bounds from the params and the runtime `mode` each step. Here
+// the layout is a pipeline constant and each invocation computes its words' offsets once; a K
+// step inside the matrix then costs one add per word before its load, and only steps that
+// touch an edge (a partial tile, the last K step when K % 32 != 0) take the checked path of
+// matmul_coop16_words.wgsl.
+//
+// VARIANT bit 14 picks the layout: clear, A by k and B by columns (`pairs_mode` 1: both
+// row-major); set, A by k and B by k (mode 5: B column-major, a transposed weight). The host
+// sets bit 14 from the operand's layout; a product whose runtime mode differs (a strided view,
+// an odd offset) takes mm_coop16's default loop, so a wrong guess costs speed, never a result.
+// GEGLU products are covered (their gate columns are uniform offsets per word); the
+// convolution gather is not (mode 13 never matches).
+
+fn lean_asked() -> bool { return (VARIANT & 8192u) != 0u; }
+
+fn lean_mode() -> u32 { return select(1u, 5u, (VARIANT & 16384u) != 0u); }
+
+// Word offsets of one invocation: `a`/`b` index word 0 of its A/B words at k = 0 (in u32
+// words of src0/src1); `a_i`/`b_i` step from word i to word i + 1 (B by k: 0, see lean_b).
+struct LeanAt {
+    a: u32,
+    a_i: u32,
+    b: u32,
+    b_i: u32,
+}
+
+// A by k: word i holds row lid/16 + 16i, k 2(lid%16) and 2(lid%16)+1. B by columns: word i
+// holds k lid/64 + 4i, columns 2(lid%64) and +1 (one output column pair for the whole loop).
+// B by k: word i holds column pc_i of lid/16 + 16i (lean_dcol), k 2(lid%16) and +1.
+fn lean_at(ab: u32, bb: u32, row0: u32, tile: u32, lid: u32) -> LeanAt {
+    let ars = p(35u);
+    let a = (ab + (row0 + lid / 16u) * ars + 2u * (lid % 16u)) / 2u;
+    if (lean_mode() == 5u) {
+        let c0 = coop_col(tile, lid / 16u).x;
+        return LeanAt(a, 8u * ars, (bb + 2u * (lid % 16u) + c0 * p(38u)) / 2u, 0u);
+    }
+    let brs = p(37u);
+    let c = coop_col(tile, 2u * (lid % 64u)).x;
+    return LeanAt(a, 8u * ars, (bb + (lid / 64u) * brs + c) / 2u, 2u * brs);
+}
+
+// B by k: how far word i's column lies from word 0's (uniform: coop_col of lid/16 + 16i minus
+// that of lid/16; GEGLU's gate half starts N columns on).
+fn lean_dcol(i: u32) -> u32 {
+    if (is_geglu()) {
+        return (i / 4u) * 32u + 16u * (i % 2u) + select(0u, dim_n(), i % 4u >= 2u);
+    }
+    return 16u * i;
+}
+
+// The invocation's eight A words of the K step at k0: unchecked where `full`, else
+// matmul_coop16_words.wgsl's checked fetch.
+fn lean_a(at: LeanAt, k0: u32, full: bool, ab: u32, row0: u32, lid: u32) -> Words {
+    if (!full) {
+        return fetch_a(lean_mode(), ab, row0, k0, lid, ConvRows(vec4<i32>(), vec4<i32>(),
+                       vec4<i32>(), vec4<i32>(), vec4<u32>(), vec4<u32>()));
+    }
+    let w = at.a + k0 / 2u;
+    let s = at.a_i;
+    return Words(vec4<u32>(src0[w], src0[w + s], src0[w + 2u * s], src0[w + 3u * s]),
+                 vec4<u32>(src0[w + 4u * s], src0[w + 5u * s], src0[w + 6u * s],
+                           src0[w + 7u * s]));
+}
+
+// The invocation's eight B words of the K step at k0 (as lean_a).
+fn lean_b(at: LeanAt, k0: u32, full: bool, bb: u32, tile: u32, lid: u32) -> Words {
+    if (!full) {
+        return fetch_b(lean_mode(), bb, tile, k0, lid);
+    }
+    if (lean_mode() == 5u) {
+        let w = at.b + k0 / 2u;
+        let h = p(38u) / 2u;
+        return Words(vec4<u32>(src1[w], src1[w + lean_dcol(1u) * h],
+                               src1[w + lean_dcol(2u) * h], src1[w + lean_dcol(3u) * h]),
+                     vec4<u32>(src1[w + lean_dcol(4u) * h], src1[w + lean_dcol(5u) * h],
+                               src1[w + lean_dcol(6u) * h], src1[w + lean_dcol(7u) * h]));
+    }
+    let w = at.b + (k0 / 2u) * p(37u);
+    let s = at.b_i;
+    return Words(vec4<u32>(src1[w], src1[w + s], src1[w + 2u * s], src1[w + 3u * s]),
+                 vec4<u32>(src1[w + 4u * s], src1[w + 5u * s], src1[w + 6u * s],
+                           src1[w + 7u * s]));
+}
+
+// One round of mm_coop16 (slot `slot`'s 2x4 accumulator tiles over the K range sk.z..sk.w,
+// then the epilogue) with the lean staging; `tile_full`: the 128x128 tile lies inside M and N.
+// The K loop is mm_coop16's (matmul_coop16.wgsl): words of the next step fetched before this
+// step's products, stored after its trailing barrier.
+fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid: u32,
+                     slot: u32, lane: u32, width: u32, tile_full: bool) {
+    let cs = min(slot, 7u);
+    let ar = (cs / 2u) * 32u;
+    let bc = (cs % 2u) * 64u;
+    let at = lean_at(ab, bb, row0, tile, lid);
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = c00;
+    var c02 = c00;
+    var c03 = c00;
+    var c10 = c00;
+    var c11 = c00;
+    var c12 = c00;
+    var c13 = c00;
+    let full0 = tile_full && sk.z + 32u <= dim_k();
+    var wa = lean_a(at, sk.z, full0, ab, row0, lid);
+    var wb = lean_b(at, sk.z, full0, bb, tile, lid);
+    for (var k0 = sk.z; k0 < sk.w; k0 = k0 + 32u) {
+        put_words(lean_mode(), lid, wa, wb, 0u);
+        workgroupBarrier();
+        let kn = k0 + 32u;
+        if (kn < sk.w) {
+            let full = tile_full && kn + 32u <= dim_k();
+            wa = lean_a(at, kn, full, ab, row0, lid);
+            wb = lean_b(at, kn, full, bb, tile, lid);
+        }
+        for (var kk = 0u; kk < 32u; kk = kk + 16u) {
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[ar * CA + kk], CA);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&coop_a[(ar + 16u) * CA + kk], CA);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc], CB);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 16u], CB);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            let b2 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 32u], CB);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            let b3 = coopLoadT<coop_mat16x16<f16, B>>(&coop_b[kk * CB + bc + 48u], CB);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+        }
+        workgroupBarrier();
+    }
+    coop16_epilogue(sk.y, tile, row0, slot, lane, width, c00, c01, c02, c03, c10, c11, c12,
+                    c13);
+}

@@ -1,0 +1,69 @@
+//! The lean staging of the tensor-core kernel (`XPU_COOP16_LEAN=1`,
+//! `shaders/matmul_coop16_lean.wgsl`): in a child process (the switch is read once per
+//! process) with the kernel profiler on, f16 products against the Cpu whose 128x128 tiles lie
+//! inside the matrix (the unchecked fetches) and on its edges (the checked ones, K < 32
+//! included), with B
+//! row-major and transposed, every epilogue (GEGLU in both B layouts), broadcast batches, K
+//! tails and split K. Where the adapter has f16 cooperative matrices mm_coop16 must serve each;
+//! elsewhere (lavapipe 22 in CI) the FMA kernels serve and the test covers the routing. On
+//! lavapipe 26 (`benches/lavapipe_coop/run.sh`) the lean fetches' numbers are checked.
+
+mod common;
+
+use common::coop16::{coop_kernel, products_match_the_cpu, split_k_kernels};
+
+const NAME: &str = "lean_staging_matches_the_cpu";
+const SINGLE: &str = "matmul_coop16.wgsl";
+
+fn child() {
+    let (coop, kernel) = coop_kernel();
+    // [m, k, n, transposes (bit 0 A, bit 1 B), batch layout (0 none, 1 A batched, 2 B)];
+    // case i has epilogue i % 6 (5: GEGLU, whose B holds 2n columns).
+    let cases = [
+        [257, 96, 256, 0, 0],
+        [256, 128, 384, 2, 1],
+        [300, 1000, 130, 2, 2],
+        [128, 110, 128, 0, 0],
+        [1, 17, 3, 3, 0],
+        [256, 64, 128, 0, 0],
+        [129, 96, 256, 2, 0],
+        [256, 66, 256, 0, 2],
+        [384, 32, 128, 2, 0],
+        [128, 256, 129, 0, 1],
+        [65, 63, 257, 1, 0],
+        [256, 160, 192, 2, 2],
+        [256, 20, 128, 2, 0],
+    ];
+    products_match_the_cpu(&cases, kernel, |what, _, kernels| {
+        let ran = kernels.iter().any(|k| k.starts_with(SINGLE));
+        assert_eq!(ran, coop, "{what}: {kernels:?}");
+    });
+    for b_transposed in [false, true] {
+        let kernels = split_k_kernels(b_transposed);
+        let partials = kernels
+            .iter()
+            .any(|k| k.starts_with(SINGLE) && k.contains("->F32"));
+        assert_eq!(
+            partials, coop,
+            "split K, B transposed {b_transposed}: {kernels:?}"
+        );
+    }
+}
+
+#[test]
+fn lean_staging_matches_the_cpu() {
+    if !common::xpu() {
+        return;
+    }
+    if std::env::var_os("XPU_TEST_LEAN_CHILD").is_some() {
+        child();
+        return;
+    }
+    common::rerun_profiled(
+        NAME,
+        &[
+            ("XPU_TEST_LEAN_CHILD", "1".as_ref()),
+            ("XPU_COOP16_LEAN", "1".as_ref()),
+        ],
+    );
+}
