@@ -326,8 +326,9 @@ for phase in "$@"; do
       # Every prepared f16 speed experiment in one call, most informative first, each item
       # started only while less than $BUDGET seconds (default 480) have passed since the phase
       # began, so the call ends inside the device's 600 s limit with every log written.
-      # 1. Products (five f16 shapes, both B layouts): mm_coop16, its double-buffered layout,
-      #    its two-step fetch and no-registers forms, and mm_coop16t's tile shapes (NAK's
+      # 1. Products (five f16 shapes, both B layouts): mm_coop16, its lean staging with and
+      #    without naga's bounds checks (and the checks dropped alone), its double-buffered
+      #    layout, its two-step fetch and no-registers forms, and mm_coop16t's tile shapes (NAK's
       #    spilling 4x4 subgroup tiles left out). 2. The f16 step (8 steps; conv rows beside it)
       #    with mm_coop16, the two product forms with the least total time, Winograd F(2,3)
       #    layers, and the tensor-core attention's one-pass form alone and with prefetch and the
@@ -335,14 +336,17 @@ for phase in "$@"; do
       #    next-step.log; the last lines printed rank each group.
       nt0=$(date +%s)
       left() { [ $(( $(date +%s) - nt0 )) -lt "${BUDGET:-480}" ]; }
-      for cfg in "default" "XPU_COOP16_DOUBLE=1" "XPU_COOP16_VARIANT=1024" \
+      # A form of several settings joins them with commas.
+      for cfg in "default" "XPU_COOP16_LEAN=1,XPU_COOP16_UNCHECKED=1" "XPU_COOP16_LEAN=1" \
+        "XPU_COOP16_UNCHECKED=1" "XPU_COOP16_DOUBLE=1" "XPU_COOP16_VARIANT=1024" \
         "XPU_COOP16_VARIANT=2048" ${NEXT_TILES:-4x4:2x2:32 4x2:2x2:32 2x2:2x2:32 \
         4x4:2x2:32:2 2x2:2x2:32:2 4x2:2x4:32:2 4x2:2x4:64 2x4:2x4:32 2x4:4x2:32}; do
         left || { echo "budget: products from $cfg on skipped" | tee -a "$OUT/next.log"; break; }
-        case $cfg in default|XPU_*) set -- $cfg ;; *) set -- XPU_COOP16_TILES=$cfg ;; esac
-        name=${1//[^A-Za-z0-9:=_]/}
-        echo "=== products $1" | tee -a "$OUT/next.log"
-        products "$OUT/next-$name.jsonl" "$OUT/next.log" ${1/#default/}
+        case $cfg in default|XPU_*) ;; *) cfg=XPU_COOP16_TILES=$cfg ;; esac
+        name=${cfg//[^A-Za-z0-9:=_,]/}
+        echo "=== products $cfg" | tee -a "$OUT/next.log"
+        settings=${cfg/#default/}
+        products "$OUT/next-$name.jsonl" "$OUT/next.log" ${settings//,/ }
       done
       # The two product forms with the least total time over ten rows (mm_coop16 excluded).
       best=$(fastest next- default)
@@ -358,7 +362,7 @@ for phase in "$@"; do
       }
       step
       for cfg in $best; do
-        case $cfg in XPU_*) step "$cfg" ;; *) step "XPU_COOP16_TILES=$cfg" ;; esac
+        step ${cfg//,/ }
       done
       step XPU_CONV_WINOGRAD=1
       step XPU_ATTN_ONEPASS=1

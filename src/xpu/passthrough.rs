@@ -69,22 +69,40 @@ pub(crate) fn resolve(
     Ok((module.into_owned(), info.into_owned()))
 }
 
-/// SPIR-V 1.6 words of the resolved `module`'s compute entry point `entry`, with `buffer` as the
-/// bounds-check policy of storage and uniform buffers (indices into arrays are always
-/// restricted).
+/// Whether `shader`'s passthrough modules are written without naga's bounds checks
+/// (`XPU_COOP16_UNCHECKED=1`, an experiment for mm_coop16 only, until a GPU times it).
+///
+/// Why: naga's `Restrict` policy clamps every index into a workgroup array and every buffer
+/// index with a `min`, so the compiler can neither fold a staged word's address into the store's
+/// immediate offset nor pair two adjacent 16-bit stores; NAK's K loop of the lean staging
+/// (`shaders/matmul_coop16_lean.wgsl`) takes 398 instructions without the clamps against 573
+/// with them. Without them an index past a workgroup array would read or write outside it, so
+/// only a kernel whose every workgroup index is bounded by construction may go unchecked:
+/// mm_coop16's are (invocation and slot indices below 256 and 8, constant tile offsets; see the
+/// layout files), and its tests run with the switch on lavapipe 26. Storage buffers stay inside
+/// Vulkan's robust buffer access either way.
+pub(crate) fn unchecked(shader: ShaderId) -> bool {
+    static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    shader == ShaderId::MatmulCoop16
+        && *ASKED.get_or_init(|| std::env::var_os("XPU_COOP16_UNCHECKED").is_some_and(|v| v == "1"))
+}
+
+/// SPIR-V 1.6 words of the resolved `module`'s compute entry point `entry`, with `index` as the
+/// bounds-check policy of indices into arrays and `buffer` as that of storage and uniform
+/// buffers.
 pub(crate) fn write_spirv(
     file: &'static str,
     module: &naga::Module,
     info: &naga::valid::ModuleInfo,
     entry: &str,
-    buffer: naga::proc::BoundsCheckPolicy,
+    [index, buffer]: [naga::proc::BoundsCheckPolicy; 2],
 ) -> Result<Vec<u32>> {
     use naga::back::spv;
     use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
     let options = spv::Options {
         lang_version: (1, 6),
         bounds_check_policies: BoundsCheckPolicies {
-            index: BoundsCheckPolicy::Restrict,
+            index,
             buffer,
             image_load: BoundsCheckPolicy::Restrict,
             binding_array: BoundsCheckPolicy::Unchecked,
@@ -104,15 +122,16 @@ pub(crate) fn write_spirv(
 }
 
 /// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
-/// memory model.
+/// memory model (`unchecked`: without naga's bounds checks, see [`unchecked`]).
 pub(crate) fn spirv(
     file: &'static str,
     source: &str,
     entry: &str,
     constants: &[(&str, f64)],
+    unchecked: bool,
 ) -> Result<Vec<u32>> {
     let (module, info) = resolve(file, source, entry, constants)?;
-    words_of(file, &module, &info, entry)
+    words_of(file, &module, &info, entry, unchecked)
 }
 
 /// The passthrough words of an already resolved module (see [`spirv`]).
@@ -121,14 +140,11 @@ pub(crate) fn words_of(
     module: &naga::Module,
     info: &naga::valid::ModuleInfo,
     entry: &str,
+    unchecked: bool,
 ) -> Result<Vec<u32>> {
-    let words = write_spirv(
-        file,
-        module,
-        info,
-        entry,
-        naga::proc::BoundsCheckPolicy::Restrict,
-    )?;
+    use naga::proc::BoundsCheckPolicy::{Restrict, Unchecked};
+    let policy = if unchecked { Unchecked } else { Restrict };
+    let words = write_spirv(file, module, info, entry, [policy, policy])?;
     glsl450_memory_model(&words).map_err(|msg| Error::Shader { shader: file, msg })
 }
 
@@ -219,7 +235,7 @@ pub(crate) fn pipeline(
     constants: &[(&str, f64)],
 ) -> Result<wgpu::ComputePipeline> {
     let file = key.shader.file();
-    let words = spirv(file, source, key.entry, constants)?;
+    let words = spirv(file, source, key.entry, constants, unchecked(key.shader))?;
     let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let entry_points = [wgpu::PassthroughShaderEntryPoint {

@@ -181,7 +181,9 @@ fn coop_module_switches_to_glsl450() {
             constants(128.0, head_dims_40 + 1792.0),
         ),
     ] {
-        let words = spirv(id.file(), &id.source(), entry, &c).unwrap();
+        // mm_coop16 also without bounds checks (`XPU_COOP16_UNCHECKED=1`).
+        let unchecked = id == ShaderId::MatmulCoop16;
+        let words = spirv(id.file(), &id.source(), entry, &c, unchecked).unwrap();
         let mut i = 5;
         let mut model = None;
         while i < words.len() {

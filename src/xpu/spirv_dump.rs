@@ -48,14 +48,23 @@ pub(crate) fn dump(
     let file = key.shader.file();
     let (module, info) = passthrough::resolve(file, source, key.entry, constants)?;
     let words = if through_passthrough {
-        passthrough::words_of(file, &module, &info, key.entry)?
+        passthrough::words_of(
+            file,
+            &module,
+            &info,
+            key.entry,
+            passthrough::unchecked(key.shader),
+        )?
     } else {
         passthrough::write_spirv(
             file,
             &module,
             &info,
             key.entry,
-            naga::proc::BoundsCheckPolicy::Unchecked,
+            [
+                naga::proc::BoundsCheckPolicy::Restrict,
+                naga::proc::BoundsCheckPolicy::Unchecked,
+            ],
         )?
     };
     let text = describe(&module, key.entry);
@@ -158,6 +167,7 @@ mod tests {
                     &key.shader.source(),
                     key.entry,
                     &constants,
+                    false,
                 )
                 .unwrap();
                 let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
