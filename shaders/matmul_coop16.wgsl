@@ -230,11 +230,12 @@ fn coop16_staged(wid: vec3<u32>, lid: u32, sg: u32, nsg: u32, lane: u32, width: 
         cr = conv_rows(ab, row0, lid);
     }
     // VARIANT bit 13: the lean staging (matmul_coop16_lean.wgsl) where the layout matches.
-    let lean = lean_asked() && mode == lean_mode() && (VARIANT & 0xfbfu) == 0u;
+    let lean = lean_serves(mode);
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;
         if (lean) {
-            coop16_lean_round(sk, ab, bb, row0, wid.x, lid, slot, lane, width, rows_full && cf);
+            coop16_lean_round(sk, ab, bb, row0, wid.x, lid, slot, lane, width,
+                              (rows_full || is_conv()) && cf, cr);
             continue;
         }
         let has = slot < 8u;

@@ -15,8 +15,9 @@
 // row-major); set, A by k and B by k (mode 5: B column-major, a transposed weight). The host
 // sets bit 14 from the operand's layout; a product whose runtime mode differs (a strided view,
 // an odd offset) takes mm_coop16's default loop, so a wrong guess costs speed, never a result.
-// GEGLU products are covered (their gate columns are uniform offsets per word); the
-// convolution gather is not (mode 13 never matches).
+// GEGLU products are covered (their gate columns are uniform offsets per word). The
+// convolution gather (mode 13, VARIANT bit 6, with bit 14: its weights are B by k) keeps its
+// checked A gather, whose padding tests are per word anyway, and takes the lean B fetch.
 
 fn lean_asked() -> bool { return (VARIANT & 8192u) != 0u; }
 
@@ -89,12 +90,28 @@ fn lean_b(at: LeanAt, k0: u32, full: bool, bb: u32, tile: u32, lid: u32) -> Word
                            src1[w + 7u * s]));
 }
 
+// Whether the lean round serves a workgroup whose run-time layout is `mode`.
+fn lean_serves(mode: u32) -> bool {
+    let conv = is_conv() && mode == 13u && lean_mode() == 5u;
+    return lean_asked() && (mode == lean_mode() || conv) && (VARIANT & 0xfbfu) == 0u;
+}
+
+// The A words of a lean round: the convolution's checked gather, else lean_a.
+fn lean_a_words(at: LeanAt, k0: u32, full: bool, ab: u32, row0: u32, lid: u32,
+                cr: ConvRows) -> Words {
+    if (is_conv()) {
+        return fetch_a(13u, ab, row0, k0, lid, cr);
+    }
+    return lean_a(at, k0, full, ab, row0, lid);
+}
+
 // One round of mm_coop16 (slot `slot`'s 2x4 accumulator tiles over the K range sk.z..sk.w,
-// then the epilogue) with the lean staging; `tile_full`: the 128x128 tile lies inside M and N.
-// The K loop is mm_coop16's (matmul_coop16.wgsl): words of the next step fetched before this
-// step's products, stored after its trailing barrier.
+// then the epilogue) with the lean staging; `tile_full`: the 128x128 tile lies inside M and N
+// (for the convolution, only its columns are asked: A is gathered with checks); `cr`: the
+// convolution's gathered rows. The K loop is mm_coop16's (matmul_coop16.wgsl): words of the
+// next step fetched before this step's products, stored after its trailing barrier.
 fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid: u32,
-                     slot: u32, lane: u32, width: u32, tile_full: bool) {
+                     slot: u32, lane: u32, width: u32, tile_full: bool, cr: ConvRows) {
     let cs = min(slot, 7u);
     let ar = (cs / 2u) * 32u;
     let bc = (cs % 2u) * 64u;
@@ -108,15 +125,17 @@ fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid:
     var c12 = c00;
     var c13 = c00;
     let full0 = tile_full && sk.z + 32u <= dim_k();
-    var wa = lean_a(at, sk.z, full0, ab, row0, lid);
+    var wa = lean_a_words(at, sk.z, full0, ab, row0, lid, cr);
     var wb = lean_b(at, sk.z, full0, bb, tile, lid);
+    // The staging layout: the gather's A rows are by k like lean_mode()'s.
+    let put_mode = select(lean_mode(), 13u, is_conv());
     for (var k0 = sk.z; k0 < sk.w; k0 = k0 + 32u) {
-        put_words(lean_mode(), lid, wa, wb, 0u);
+        put_words(put_mode, lid, wa, wb, 0u);
         workgroupBarrier();
         let kn = k0 + 32u;
         if (kn < sk.w) {
             let full = tile_full && kn + 32u <= dim_k();
-            wa = lean_a(at, kn, full, ab, row0, lid);
+            wa = lean_a_words(at, kn, full, ab, row0, lid, cr);
             wb = lean_b(at, kn, full, bb, tile, lid);
         }
         for (var kk = 0u; kk < 32u; kk = kk + 16u) {

@@ -2,15 +2,18 @@
 //! `shaders/matmul_coop16_lean.wgsl`): in a child process (the switch is read once per
 //! process) with the kernel profiler on, f16 products against the Cpu whose 128x128 tiles lie
 //! inside the matrix (the unchecked fetches) and on its edges (the checked ones, K < 32
-//! included), with B
-//! row-major and transposed, every epilogue (GEGLU in both B layouts), broadcast batches, K
-//! tails and split K. Where the adapter has f16 cooperative matrices mm_coop16 must serve each;
-//! elsewhere (lavapipe 22 in CI) the FMA kernels serve and the test covers the routing. On
-//! lavapipe 26 (`benches/lavapipe_coop/run.sh`) the lean fetches' numbers are checked.
+//! included), with B row-major and transposed, every epilogue (GEGLU in both B layouts),
+//! broadcast batches, K tails and split K; and channels-last convolutions (the gather with the
+//! lean weight fetch). Where the adapter has f16 cooperative matrices mm_coop16 must serve
+//! each; elsewhere (lavapipe 22 in CI) the FMA kernels serve and the test covers the routing.
+//! On lavapipe 26 (`benches/lavapipe_coop/run.sh`) the lean fetches' numbers are checked.
 
 mod common;
 
-use common::coop16::{coop_kernel, products_match_the_cpu, split_k_kernels};
+use common::coop16::{coop_kernel, products_match_the_cpu, profiled, split_k_kernels};
+use common::{assert_close, matmul_tol, randn, values};
+use xpu::ops::conv::Conv2dParams;
+use xpu::{DType, Device};
 
 const NAME: &str = "lean_staging_matches_the_cpu";
 const SINGLE: &str = "matmul_coop16.wgsl";
@@ -47,6 +50,34 @@ fn child() {
             partials, coop,
             "split K, B transposed {b_transposed}: {kernels:?}"
         );
+    }
+    // Channels-last convolutions (the gather, with the lean weight fetch): whole 128-channel
+    // column tiles and a partial one, padded, strided, K = 9 C with a tail.
+    for (i, (c, o, stride)) in [(16, 128, 1), (18, 160, 2), (40, 256, 1)]
+        .iter()
+        .enumerate()
+    {
+        let s = 100 + 3 * i as u64;
+        let x = randn(&[2, *c, 13, 11], DType::F16, s);
+        let w = randn(&[*o, *c, 3, 3], DType::F16, s + 1);
+        let bias = randn(&[*o], DType::F16, s + 2);
+        let p = Conv2dParams {
+            padding: (1, 1),
+            stride: (*stride, *stride),
+            ..Conv2dParams::default()
+        };
+        let want = x.conv2d(&w, Some(&bias), p).unwrap();
+        let xl = x.to(Device::Xpu).unwrap();
+        let xl = xl
+            .to_memory_format(xpu::MemoryFormat::ChannelsLast)
+            .unwrap();
+        let [wx, bx] = [&w, &bias].map(|t| t.to(Device::Xpu).unwrap());
+        let (got, kernels) = profiled(|| xl.conv2d(&wx, Some(&bx), p).unwrap());
+        let tol = matmul_tol(DType::F16, c * 9);
+        let what = format!("conv {c}->{o} stride {stride}");
+        assert_close(&what, &values(&got), &values(&want), tol, tol);
+        let ran = kernels.iter().any(|k| k.starts_with(SINGLE));
+        assert_eq!(ran, coop, "{what}: {kernels:?}");
     }
 }
 

@@ -78,6 +78,17 @@ fn coop_module_switches_to_glsl450() {
             "mm_coop16",
             split_constants(24576.0),
         ),
+        // The lean B fetch of the convolution gather, with packed rows too.
+        (
+            ShaderId::MatmulCoop16,
+            "mm_coop16",
+            constants(256.0, 24640.0),
+        ),
+        (
+            ShaderId::MatmulCoop16,
+            "mm_coop16",
+            constants(256.0, 28736.0),
+        ),
         // The f32 output of split-K partial products, with and without the gather.
         (ShaderId::MatmulCoop16, "mm_coop16", split_constants(0.0)),
         (ShaderId::MatmulCoop16, "mm_coop16", split_constants(64.0)),

@@ -239,7 +239,8 @@ fn finish(
     ]
     .iter()
     .all(|&v| v < 32768);
-    let variant = coop_check::coop16_variant() | 64;
+    // Bits 13-14 (`XPU_COOP16_LEAN=1`, an experiment): the lean B fetch (weights by k).
+    let variant = coop_check::coop16_variant() | coop_check::coop16_lean_bits(true) | 64;
     let variant = if fits_i16 { variant } else { variant & !4096 };
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
     let bytes = x.ctx.limits.max_compute_workgroup_storage_size;
