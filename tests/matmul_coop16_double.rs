@@ -10,10 +10,9 @@
 
 mod common;
 
-use common::coop16::{coop_kernel, products_match_the_cpu, profiled, split_k_kernels};
-use common::{assert_close, matmul_tol, randn, values};
-use xpu::ops::conv::Conv2dParams;
-use xpu::{DType, Device};
+use common::coop16::{
+    channels_last_conv_kernels, coop_kernel, products_match_the_cpu, split_k_kernels,
+};
 
 const NAME: &str = "double_layout_matches_the_cpu_where_it_serves";
 const DOUBLE: &str = "matmul_coop16_double.wgsl";
@@ -42,22 +41,7 @@ fn child() {
         .any(|k| k.starts_with(DOUBLE) && k.contains("->F32"));
     assert_eq!(partials, coop, "split K: {kernels:?}");
     // A padded 3x3 convolution on channels-last f16 input (the gather).
-    let x = randn(&[2, 16, 13, 11], DType::F16, 60);
-    let w = randn(&[24, 16, 3, 3], DType::F16, 61);
-    let bias = randn(&[24], DType::F16, 62);
-    let p = Conv2dParams {
-        padding: (1, 1),
-        ..Conv2dParams::default()
-    };
-    let want = x.conv2d(&w, Some(&bias), p).unwrap();
-    let xl = x.to(Device::Xpu).unwrap();
-    let xl = xl
-        .to_memory_format(xpu::MemoryFormat::ChannelsLast)
-        .unwrap();
-    let [wx, bx] = [&w, &bias].map(|t| t.to(Device::Xpu).unwrap());
-    let (got, kernels) = profiled(|| xl.conv2d(&wx, Some(&bx), p).unwrap());
-    let tol = matmul_tol(DType::F16, 16 * 9);
-    assert_close("conv 3x3", &values(&got), &values(&want), tol, tol);
+    let kernels = channels_last_conv_kernels([16, 24, 13, 11, 3, 1, 1], 60);
     assert_eq!(
         kernels.iter().any(|k| k.starts_with(DOUBLE)),
         coop,

@@ -10,10 +10,9 @@
 
 mod common;
 
-use common::coop16::{coop_kernel, products_match_the_cpu, profiled, split_k_kernels};
-use common::{assert_close, matmul_tol, randn, values};
-use xpu::ops::conv::Conv2dParams;
-use xpu::{DType, Device};
+use common::coop16::{
+    channels_last_conv_kernels, coop_kernel, products_match_the_cpu, split_k_kernels,
+};
 
 const NAME: &str = "lean_staging_matches_the_cpu";
 const SINGLE: &str = "matmul_coop16.wgsl";
@@ -53,31 +52,13 @@ fn child() {
     }
     // Channels-last convolutions (the gather, with the lean weight fetch): whole 128-channel
     // column tiles and a partial one, padded, strided, K = 9 C with a tail.
-    for (i, (c, o, stride)) in [(16, 128, 1), (18, 160, 2), (40, 256, 1)]
-        .iter()
+    for (i, [c, o, stride]) in [[16, 128, 1], [18, 160, 2], [40, 256, 1]]
+        .into_iter()
         .enumerate()
     {
-        let s = 100 + 3 * i as u64;
-        let x = randn(&[2, *c, 13, 11], DType::F16, s);
-        let w = randn(&[*o, *c, 3, 3], DType::F16, s + 1);
-        let bias = randn(&[*o], DType::F16, s + 2);
-        let p = Conv2dParams {
-            padding: (1, 1),
-            stride: (*stride, *stride),
-            ..Conv2dParams::default()
-        };
-        let want = x.conv2d(&w, Some(&bias), p).unwrap();
-        let xl = x.to(Device::Xpu).unwrap();
-        let xl = xl
-            .to_memory_format(xpu::MemoryFormat::ChannelsLast)
-            .unwrap();
-        let [wx, bx] = [&w, &bias].map(|t| t.to(Device::Xpu).unwrap());
-        let (got, kernels) = profiled(|| xl.conv2d(&wx, Some(&bx), p).unwrap());
-        let tol = matmul_tol(DType::F16, c * 9);
-        let what = format!("conv {c}->{o} stride {stride}");
-        assert_close(&what, &values(&got), &values(&want), tol, tol);
+        let kernels = channels_last_conv_kernels([c, o, 13, 11, 3, stride, 1], 100 + 3 * i as u64);
         let ran = kernels.iter().any(|k| k.starts_with(SINGLE));
-        assert_eq!(ran, coop, "{what}: {kernels:?}");
+        assert_eq!(ran, coop, "conv {c}->{o} stride {stride}: {kernels:?}");
     }
 }
 

@@ -122,3 +122,28 @@ pub fn split_k_kernels(b_transposed: bool) -> Vec<String> {
     assert_close("split K", &values(&got), &values(&want), tol, tol);
     kernels
 }
+
+/// One channels-last f16 convolution with bias (`[c, o, height, width, kernel, stride, pad]`,
+/// batch 2) on the Xpu against the Cpu: the kernels it ran.
+pub fn channels_last_conv_kernels(case: [usize; 7], seed: u64) -> Vec<String> {
+    let [c, o, h, w, kernel, stride, pad] = case;
+    let x = randn(&[2, c, h, w], DType::F16, seed);
+    let wt = randn(&[o, c, kernel, kernel], DType::F16, seed + 1);
+    let bias = randn(&[o], DType::F16, seed + 2);
+    let p = xpu::ops::conv::Conv2dParams {
+        stride: (stride, stride),
+        padding: (pad, pad),
+        ..Default::default()
+    };
+    let want = x.conv2d(&wt, Some(&bias), p).unwrap();
+    let xl = x.to(Device::Xpu).unwrap();
+    let xl = xl
+        .to_memory_format(xpu::MemoryFormat::ChannelsLast)
+        .unwrap();
+    let [wx, bx] = [&wt, &bias].map(|t| t.to(Device::Xpu).unwrap());
+    let (got, kernels) = profiled(|| xl.conv2d(&wx, Some(&bx), p).unwrap());
+    let tol = matmul_tol(DType::F16, c * kernel * kernel);
+    let what = format!("conv {case:?}");
+    assert_close(&what, &values(&got), &values(&want), tol, tol);
+    kernels
+}
