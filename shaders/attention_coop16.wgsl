@@ -6,9 +6,11 @@
 // run the kernel on the CPU) + a workgroup layout: attention_coop16_rows64.wgsl (the default:
 // four subgroups, 64 query rows, head dims up to 80) or attention_coop16_rows128.wgsl
 // (`XPU_ATTN_ROWS128=1`, an experiment: eight subgroups, 128 query rows, head dims up to 48,
-// so each staged key block serves twice the rows). The Lq x Lk score matrix never exists: a
-// workgroup of THREADS = SUBGROUPS * SG invocations takes ROWS = 16 * SUBGROUPS query rows of
-// one head, each subgroup 16 of them, and walks the keys in blocks of BK = 32 twice:
+// so each staged key block serves twice the rows); attention_coop16_lean.wgsl, the lean form
+// (VARIANT bit 8192, `XPU_ATTN_LEAN=1`: constant-stride staging, key-major scores and
+// probabilities, a base-2 softmax), is composed in every form. The Lq x Lk score matrix never
+// exists: a workgroup of THREADS = SUBGROUPS * SG invocations takes ROWS = 16 * SUBGROUPS query
+// rows of one head, each subgroup 16 of them, and walks the keys in blocks of BK = 32 twice:
 //   pass 1: S = Q K^T on the tensor cores, scaled; the row max m and the row sum
 //           l = sum exp(s - m) are kept online (f32; at SG 32 two lanes per row);
 //   pass 2: S again, P = exp(s - m) / l (final probabilities, rounded to f16) and O += P V on
@@ -141,8 +143,14 @@ fn scores(sbase: u32, qa0: coop_mat16x16<f16, A>, qa1: coop_mat16x16<f16, A>,
         s0 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&ak[64u], AV), s0);
         s1 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&ak[16u * AV + 64u], AV), s1);
     }
-    coopStoreT(s0, &as_s[sbase], 32u);
-    coopStoreT(s1, &as_s[sbase + 16u], 32u);
+    if ((VARIANT & LEAN) != 0u) {
+        // Lean form: key-major, S^T [32 keys][16 rows].
+        coopStore(s0, &as_s[sbase], 16u);
+        coopStore(s1, &as_s[sbase + 256u], 16u);
+    } else {
+        coopStoreT(s0, &as_s[sbase], 32u);
+        coopStoreT(s1, &as_s[sbase + 16u], 32u);
+    }
 }
 
 // Stages the Q block (rows q0.., zero past Lq and D). Loops whose bounds depend on the
@@ -214,8 +222,10 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let staging = (VARIANT & 256u) == 0u;
     let softmax = (VARIANT & 512u) == 0u;
     let products = (VARIANT & 1024u) == 0u;
-    let prefetch = (VARIANT & 2048u) != 0u;
-    let onepass = (VARIANT & 4096u) != 0u;
+    // The lean form (attention_coop16_lean.wgsl) is two-pass and stages without prefetching.
+    let lean = (VARIANT & LEAN) != 0u;
+    let prefetch = !lean && (VARIANT & 2048u) != 0u;
+    let onepass = !lean && (VARIANT & 4096u) != 0u;
     var kv = KvWords();
     if (prefetch) {
         kv = fetch_kv(kb, vb, 0u, lid, onepass);
@@ -252,10 +262,13 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     var o3 = coop_mat16x16<f32, C>();
     var o4 = coop_mat16x16<f32, C>();
     let prow = sg * 16u * AP;
+    let pbase = sg * 32u * PS;
     let sbase = sg * 512u;
     for (var k0 = 0u; k0 < select(lk, 0u, onepass); k0 = k0 + 32u) {
         workgroupBarrier();
-        if (staging && prefetch) {
+        if (staging && lean) {
+            lean_stage_kv(kb, vb, k0, lid, false);
+        } else if (staging && prefetch) {
             put_kv(kv, lid, false);
         } else if (staging) {
             stage_kv(kb, vb, k0, lid, false);
@@ -271,7 +284,11 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         if (!softmax) {
             continue;
         }
-        update_stats(sg, lane, k0, &m, &l);
+        if (lean) {
+            lean_update_stats(sg, lane, k0, &m, &l);
+        } else {
+            update_stats(sg, lane, k0, &m, &l);
+        }
     }
     var inv_l: array<f32, RPL>;
     for (var j = 0u; j < RPL; j = j + 1u) {
@@ -283,7 +300,9 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     }
     for (var k0 = 0u; k0 < lk; k0 = k0 + 32u) {
         workgroupBarrier();
-        if (staging && prefetch) {
+        if (staging && lean) {
+            lean_stage_kv(kb, vb, k0, lid, true);
+        } else if (staging && prefetch) {
             put_kv(kv, lid, true);
         } else if (staging) {
             stage_kv(kb, vb, k0, lid, true);
@@ -328,7 +347,9 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
                 }
             }
         } else {
-            if (softmax) {
+            if (softmax && lean) {
+                lean_write_probabilities(pbase, sg, lane, k0, m, inv_l);
+            } else if (softmax) {
                 write_probabilities(prow, sg, lane, k0, m, inv_l);
             }
             workgroupBarrier();
@@ -336,8 +357,16 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         if (!products) {
             continue;
         }
-        let pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow], AP);
-        let pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow + 16u], AP);
+        var pa0 = coop_mat16x16<f16, A>();
+        var pa1 = coop_mat16x16<f16, A>();
+        if (lean) {
+            // P^T [32 keys][PS]: the keys' tiles are column-major A loads.
+            pa0 = coopLoad<coop_mat16x16<f16, A>>(&ap[pbase], PS);
+            pa1 = coopLoad<coop_mat16x16<f16, A>>(&ap[pbase + 16u * PS], PS);
+        } else {
+            pa0 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow], AP);
+            pa1 = coopLoadT<coop_mat16x16<f16, A>>(&ap[prow + 16u], AP);
+        }
         o0 = coopMultiplyAdd(pa0, coopLoadT<coop_mat16x16<f16, B>>(&av[0u], AV), o0);
         o0 = coopMultiplyAdd(pa1, coopLoadT<coop_mat16x16<f16, B>>(&av[16u * AV], AV), o0);
         if (nv > 1u) {

@@ -13,11 +13,14 @@ const MAX_TILES: u32 = 3u;
 const AQ: u32 = 56u;
 const AV: u32 = 56u;
 const AP: u32 = 40u;
+// The lean form's P^T: halves per key (fits the P array; its tile loads meet 2-way bank conflicts).
+const PS: u32 = 16u;
 
 var<workgroup> aq: array<f16, 7168>;
 var<workgroup> ak: array<f16, 1792>;
 var<workgroup> av: array<f16, 1792>;
 var<workgroup> as_s: array<f32, 4096>;
+// P [8][16][AP], or the lean form's P^T [8][32][PS].
 var<workgroup> ap: array<f16, 5120>;
 // One-pass form: each row's O scale, and whether any row raised its max this block.
 var<workgroup> a_scale: array<f32, 128>;

@@ -326,16 +326,28 @@ for phase in "$@"; do
       # Every prepared f16 speed experiment in one call, most informative first, each item
       # started only while less than $BUDGET seconds (default 480) have passed since the phase
       # began, so the call ends inside the device's 600 s limit with every log written.
+      # 0. The tensor-core attention's lean form (XPU_ATTN_LEAN=1): attention_parity's coop
+      #    test (every form against the f64 reference, the lean one included), then the f16
+      #    attention rows with and without it (next-attention.log).
       # 1. Products (five f16 shapes, both B layouts): mm_coop16, its lean staging with and
       #    without naga's bounds checks (and the checks dropped alone), its double-buffered
       #    layout, its two-step fetch and no-registers forms, and mm_coop16t's tile shapes (NAK's
       #    spilling 4x4 subgroup tiles left out). 2. The f16 step (8 steps; conv rows beside it)
       #    with mm_coop16, the two product forms with the least total time, Winograd F(2,3)
-      #    layers, and the tensor-core attention's one-pass form alone and with prefetch and the
-      #    128-row layout. 3. The winners of 2 together. Logs: next-*.jsonl (products),
+      #    layers, and the tensor-core attention's lean form, its one-pass form alone and with
+      #    prefetch and the 128-row layout. 3. The winners of 2 together. Logs: next-*.jsonl (products),
       #    next-step.log; the last lines printed rank each group.
       nt0=$(date +%s)
       left() { [ $(( $(date +%s) - nt0 )) -lt "${BUDGET:-480}" ]; }
+      timeout 100 .devbin/test-attention_parity coop --test-threads 1 \
+        >"$OUT/next-attention.log" 2>&1
+      echo "rc=$? attention_parity coop (every tensor-core attention form)" \
+        | tee -a "$OUT/next-attention.log"
+      for lean in 0 1; do
+        echo "=== attention XPU_ATTN_LEAN=$lean" | tee -a "$OUT/next-attention.log"
+        XPU_ATTN_LEAN=$lean timeout 60 .devbin/bench attention --device xpu --dtype f16 --json \
+          2>&1 | tee -a "$OUT/next-attention.log" | grep '"fused"' | rows
+      done
       # A form of several settings joins them with commas.
       for cfg in "default" "XPU_COOP16_LEAN=1,XPU_COOP16_UNCHECKED=1" "XPU_COOP16_LEAN=1" \
         "XPU_COOP16_UNCHECKED=1" "XPU_COOP16_DOUBLE=1" "XPU_COOP16_VARIANT=1024" \
@@ -365,6 +377,7 @@ for phase in "$@"; do
         step ${cfg//,/ }
       done
       step XPU_CONV_WINOGRAD=1
+      step XPU_ATTN_LEAN=1
       step XPU_ATTN_ONEPASS=1
       step XPU_ATTN_PREFETCH=1 XPU_ATTN_ROWS128=1 XPU_ATTN_ONEPASS=1
       # Each step's median against the first (mm_coop16, the defaults); the settings that beat

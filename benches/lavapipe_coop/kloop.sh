@@ -13,6 +13,11 @@
 # DIR: XPU_DUMP_SPIRV dumps made on lavapipe 26, for example
 #   bash benches/lavapipe_coop/run.sh "XPU_COOP16_LEAN=1 XPU_DUMP_SPIRV=$PWD/target/spv \
 #     ./target/release/examples/matmul_variants 256 256 256 f16 coop"
+# The tensor-core attention's 32-lane form (NVIDIA's; lavapipe runs the 8-lane one) is written
+# without a device by an ignored tool test:
+#   XPU_NAK_DUMP=$PWD/target/spvA XPU_NAK_VARIANTS=51,8243 cargo test --release --lib \
+#     dump_attention_for_nak -- --ignored
+# (VARIANT 51: head dims 40; 8243 = 51 + 8192, the lean form). Its key loops show as the K loops.
 # The full log is left in DIR/nak.log.
 set -euo pipefail
 ROOT=${LAVAPIPE_ROOT:-/tmp/trixie-root}

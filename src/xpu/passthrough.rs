@@ -69,8 +69,9 @@ pub(crate) fn resolve(
     Ok((module.into_owned(), info.into_owned()))
 }
 
-/// Whether `shader`'s passthrough modules are written without naga's bounds checks
-/// (`XPU_COOP16_UNCHECKED=1`, an experiment for mm_coop16 only, until a GPU times it).
+/// Whether `key`'s passthrough module is written without naga's bounds checks: mm_coop16 with
+/// `XPU_COOP16_UNCHECKED=1` (an experiment until a GPU times it), and the tensor-core
+/// attention's lean form (`VARIANT` bit 8192, `XPU_ATTN_LEAN=1`).
 ///
 /// Why: naga's `Restrict` policy clamps every index into a workgroup array and every buffer
 /// index with a `min`, so the compiler can neither fold a staged word's address into the store's
@@ -79,13 +80,21 @@ pub(crate) fn resolve(
 /// with them. Without them an index past a workgroup array would read or write outside it, so
 /// only a kernel whose every workgroup index is bounded by construction may go unchecked:
 /// mm_coop16's are (invocation and slot indices below 256 and 8, constant tile offsets; see the
-/// layout files), and its tests run with the switch on lavapipe 26. Storage buffers stay inside
-/// Vulkan's robust buffer access either way.
-pub(crate) fn unchecked(shader: ShaderId) -> bool {
+/// layout files), and so are the attention kernel's (rows below 32 or the layout's query rows,
+/// pair columns below the staged tiles', lanes and subgroups below the layout's; see
+/// `shaders/attention_coop16_lean.wgsl`); their tests run with the switches on lavapipe 26.
+/// Storage buffers stay inside Vulkan's robust buffer access either way.
+pub(crate) fn unchecked(key: &PipelineKey) -> bool {
     static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    shader == ShaderId::MatmulCoop16
+    if ShaderId::ATTENTION_COOP16.contains(&key.shader) {
+        return key.variant & ATTENTION_LEAN != 0;
+    }
+    key.shader == ShaderId::MatmulCoop16
         && *ASKED.get_or_init(|| std::env::var_os("XPU_COOP16_UNCHECKED").is_some_and(|v| v == "1"))
 }
+
+/// `VARIANT` bit of the tensor-core attention's lean form (`shaders/attention_coop16_lean.wgsl`).
+pub(crate) const ATTENTION_LEAN: u32 = 8192;
 
 /// SPIR-V 1.6 words of the resolved `module`'s compute entry point `entry`, with `index` as the
 /// bounds-check policy of indices into arrays and `buffer` as that of storage and uniform
@@ -235,7 +244,7 @@ pub(crate) fn pipeline(
     constants: &[(&str, f64)],
 ) -> Result<wgpu::ComputePipeline> {
     let file = key.shader.file();
-    let words = spirv(file, source, key.entry, constants, unchecked(key.shader))?;
+    let words = spirv(file, source, key.entry, constants, unchecked(key))?;
     let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let entry_points = [wgpu::PassthroughShaderEntryPoint {

@@ -191,9 +191,42 @@ fn coop_module_switches_to_glsl450() {
             "attention_coop16",
             constants(128.0, head_dims_40 + 1792.0),
         ),
+        // The lean form (bit 13; written without bounds checks): head dims 40 and 80, every
+        // layout and subgroup size, with the timing-only bits.
+        (
+            ShaderId::AttentionCoop16,
+            "attention_coop16",
+            constants(128.0, head_dims_40 + 8192.0),
+        ),
+        (
+            ShaderId::AttentionCoop16,
+            "attention_coop16",
+            constants(128.0, f64::from(5 | (5 << 4) | 8192 | 1792)),
+        ),
+        (
+            ShaderId::AttentionCoop16Rows128,
+            "attention_coop16",
+            constants(256.0, head_dims_40 + 8192.0),
+        ),
+        (
+            ShaderId::AttentionCoop16Sg8,
+            "attention_coop16",
+            constants(32.0, f64::from(5 | (5 << 4) | 8192)),
+        ),
+        (
+            ShaderId::AttentionCoop16Rows128Sg8,
+            "attention_coop16",
+            constants(64.0, head_dims_40 + 8192.0),
+        ),
     ] {
-        // mm_coop16 also without bounds checks (`XPU_COOP16_UNCHECKED=1`).
-        let unchecked = id == ShaderId::MatmulCoop16;
+        // mm_coop16 also without bounds checks (`XPU_COOP16_UNCHECKED=1`), the attention's
+        // lean form always.
+        let variant = c
+            .iter()
+            .find(|(name, _)| *name == "VARIANT")
+            .map_or(0.0, |v| v.1);
+        let unchecked = id == ShaderId::MatmulCoop16
+            || (ShaderId::ATTENTION_COOP16.contains(&id) && (variant as u32) & ATTENTION_LEAN != 0);
         let words = spirv(id.file(), &id.source(), entry, &c, unchecked).unwrap();
         let mut i = 5;
         let mut model = None;
@@ -260,5 +293,43 @@ fn coop_workgroup_variables_keep_16_byte_alignment() {
             }
         }
         assert!(seen > 0, "{id:?} declares no workgroup memory");
+    }
+}
+
+/// A tool, not a check: writes the SPIR-V of the tensor-core attention's 32-lane form (the
+/// one NVIDIA runs, which lavapipe's 8-lane subgroups never create) for NAK's instruction
+/// counts (`benches/lavapipe_coop/kloop.sh`):
+///   XPU_NAK_DUMP=DIR XPU_NAK_VARIANTS=51,8243 cargo test --release --lib \
+///     dump_attention_for_nak -- --ignored
+/// (`XPU_NAK_ROWS128=1` for the 128-row layout.) Fails unless every module was written.
+#[test]
+#[ignore = "a tool: writes SPIR-V dumps for benches/lavapipe_coop/kloop.sh"]
+fn dump_attention_for_nak() {
+    let dir = std::path::PathBuf::from(std::env::var_os("XPU_NAK_DUMP").expect("XPU_NAK_DUMP"));
+    let variants = std::env::var("XPU_NAK_VARIANTS").expect("XPU_NAK_VARIANTS");
+    let (shader, wg) = if std::env::var_os("XPU_NAK_ROWS128").is_some_and(|v| v == "1") {
+        (ShaderId::AttentionCoop16Rows128, 256)
+    } else {
+        (ShaderId::AttentionCoop16, 128)
+    };
+    for v in variants.split(',') {
+        let v: u32 = v.trim().parse().expect("XPU_NAK_VARIANTS: numbers");
+        let key = PipelineKey {
+            shader,
+            entry: "attention_coop16",
+            dt_in: crate::DType::F16,
+            dt_out: crate::DType::F32,
+            workgroup: wg,
+            variant: v,
+        };
+        let c = [
+            ("DT_IN", 1.0),
+            ("DT_OUT", 0.0),
+            ("WG", f64::from(wg)),
+            ("VARIANT", f64::from(v)),
+        ];
+        crate::xpu::spirv_dump::dump(&dir, &key, &shader.source(), &c, true).unwrap();
+        let base = dir.join(crate::xpu::spirv_dump::base_name(&key));
+        assert!(base.with_extension("spv").is_file(), "{}", base.display());
     }
 }

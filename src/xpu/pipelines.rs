@@ -158,6 +158,7 @@ impl ShaderId {
         const ATTENTION_COOP16_WORDS: &str =
             include_str!("../../shaders/attention_coop16_words.wgsl");
         const SOFTMAX: &str = include_str!("../../shaders/attention_coop16_softmax.wgsl");
+        const ATTN_LEAN: &str = include_str!("../../shaders/attention_coop16_lean.wgsl");
         const SG32: &str = include_str!("../../shaders/attention_coop16_sg32.wgsl");
         const SG8: &str = include_str!("../../shaders/attention_coop16_sg8.wgsl");
         const ROWS64: &str = include_str!("../../shaders/attention_coop16_rows64.wgsl");
@@ -198,6 +199,7 @@ impl ShaderId {
                 ATTENTION_COOP16,
                 ATTENTION_COOP16_WORDS,
                 SOFTMAX,
+                ATTN_LEAN,
                 SG32,
                 ROWS64,
             ],
@@ -205,6 +207,7 @@ impl ShaderId {
                 ATTENTION_COOP16,
                 ATTENTION_COOP16_WORDS,
                 SOFTMAX,
+                ATTN_LEAN,
                 SG32,
                 ROWS128,
             ],
@@ -212,6 +215,7 @@ impl ShaderId {
                 ATTENTION_COOP16,
                 ATTENTION_COOP16_WORDS,
                 SOFTMAX,
+                ATTN_LEAN,
                 SG8,
                 ROWS64,
             ],
@@ -219,6 +223,7 @@ impl ShaderId {
                 ATTENTION_COOP16,
                 ATTENTION_COOP16_WORDS,
                 SOFTMAX,
+                ATTN_LEAN,
                 SG8,
                 ROWS128,
             ],

@@ -48,13 +48,7 @@ pub(crate) fn dump(
     let file = key.shader.file();
     let (module, info) = passthrough::resolve(file, source, key.entry, constants)?;
     let words = if through_passthrough {
-        passthrough::words_of(
-            file,
-            &module,
-            &info,
-            key.entry,
-            passthrough::unchecked(key.shader),
-        )?
+        passthrough::words_of(file, &module, &info, key.entry, passthrough::unchecked(key))?
     } else {
         passthrough::write_spirv(
             file,

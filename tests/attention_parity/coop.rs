@@ -1,6 +1,8 @@
 //! The tensor-core attention (`shaders/attention_coop16.wgsl`) in each of its forms: the
 //! default, the prefetch form (`XPU_ATTN_PREFETCH=1`), the 128-row layout (`XPU_ATTN_ROWS128=1`)
-//! and the one-pass form (`XPU_ATTN_ONEPASS=1`), in every combination. Each form runs in a
+//! and the one-pass form (`XPU_ATTN_ONEPASS=1`), in every combination, and the lean form
+//! (`XPU_ATTN_LEAN=1`, which takes precedence over the prefetch and one-pass switches) in both
+//! layouts. Each form runs in a
 //! child process (the switches are read once per process) with the kernel profiler on, so the
 //! child can tell that the tensor-core kernel served its f16 calls (its self-check passed) and
 //! that every output is within f16 tolerance of the f64 reference.
@@ -21,6 +23,8 @@ const NAME: &str = "coop::every_form_matches_the_reference";
 /// tails of 1 and 13 past a block of 32, one query row, cross-attention to 77 tokens; `ramp`
 /// scales key j by 1 + j/4, so each block's scores pass the last block's maxima by far more
 /// than the one-pass form's lazy margin (it then rescales its accumulators in every block).
+/// The odd cases read q, k and v as strided views on the Xpu (diffusers' `[B, L, H, D]`
+/// transposed: row stride H·D), the even ones contiguous.
 const CASES: [[usize; 5]; 8] = [
     [257, 257, 40, 40, 0],
     [130, 77, 40, 40, 0],
@@ -65,7 +69,16 @@ fn run_cases() {
             k
         };
         let want = reference(&q, &k, &v, None, 1.0 / (d as f64).sqrt());
-        let [qx, kx, vx] = [&q, &k, &v].map(|t| t.to(Device::Xpu).unwrap());
+        // `Tensor::to` makes its result contiguous: the strided views are taken on the Xpu.
+        let [qx, kx, vx] = [&q, &k, &v].map(|t| {
+            if ci % 2 == 1 {
+                let x = t.transpose(1, 2).unwrap().to(Device::Xpu).unwrap();
+                x.transpose(1, 2).unwrap()
+            } else {
+                t.to(Device::Xpu).unwrap()
+            }
+        });
+        assert_eq!(kx.is_contiguous(), ci % 2 == 0);
         xpu::synchronize().unwrap();
         xpu::xpu_profile().unwrap();
         let y = qx
@@ -95,7 +108,8 @@ fn every_form_matches_the_reference() {
         run_cases();
         return;
     }
-    for form in 0..8 {
+    // Bits: 1 prefetch, 2 the 128-row layout, 4 one-pass, 8 lean.
+    for form in (0..8).chain([8, 10]) {
         let bit = |b: usize| if form & b != 0 { "1" } else { "0" };
         common::rerun_profiled(
             NAME,
@@ -104,6 +118,7 @@ fn every_form_matches_the_reference() {
                 ("XPU_ATTN_PREFETCH", bit(1).as_ref()),
                 ("XPU_ATTN_ROWS128", bit(2).as_ref()),
                 ("XPU_ATTN_ONEPASS", bit(4).as_ref()),
+                ("XPU_ATTN_LEAN", bit(8).as_ref()),
             ],
         );
     }

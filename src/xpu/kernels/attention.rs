@@ -238,7 +238,8 @@ impl XpuStorage {
                 variant: (s.d.div_ceil(16) | s.dv.div_ceil(16) << 4) as u32
                     | attention_coop::timing_variant()
                     | attention_coop::prefetch_variant()
-                    | attention_coop::onepass_variant(),
+                    | attention_coop::onepass_variant()
+                    | attention_coop::lean_variant(),
             };
             return launch(out, key, p, &[self, k.0, v.0, self, self], wg);
         }

@@ -113,6 +113,23 @@ pub(crate) fn onepass_variant() -> u32 {
     }
 }
 
+/// `VARIANT` bit 8192, the kernel's lean form with `XPU_ATTN_LEAN=1` (read once per process):
+/// the K/V staging keeps each invocation's word offsets and grows them by constants, checking
+/// rows only in the block that crosses Lk; the scores and probabilities are key-major, so each
+/// lane's softmax reads constant offsets from one base; the module is written without naga's
+/// bounds clamps (`shaders/attention_coop16_lean.wgsl`). NAK counts about half the
+/// instructions per key block of the default form; an experiment until a GPU times it. Two-pass
+/// (it takes precedence over the prefetch and one-pass switches). The once-per-process check
+/// runs the form in use.
+pub(crate) fn lean_variant() -> u32 {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if switched_on(&ON, "XPU_ATTN_LEAN") {
+        crate::xpu::passthrough::ATTENTION_LEAN
+    } else {
+        0
+    }
+}
+
 /// Whether this call takes the experimental 128-row layout (`XPU_ATTN_ROWS128=1`, read once per
 /// process; head dims up to 48): `shaders/attention_coop16_rows128.wgsl`, until a GPU measures
 /// it (`benches/gpu/run_gpu.sh prefetch`). Same results; the once-per-process check runs the
