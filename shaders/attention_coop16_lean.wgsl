@@ -64,7 +64,12 @@ fn lean_stage_one(buf: u32, base: u32, k0: u32, lid: u32, rs: u32, width: u32, t
     // Word offsets: the block's first row, this invocation's row and column, one pass's rows.
     let block = (base + k0 * rs) / 2u;
     let step = lr * rs / 2u;
-    for (var c = lid % kp; c < kp; c = c + THREADS) {
+    // A constant trip count (one where a row fits the workgroup), so no dead second pass.
+    for (var q = 0u; q < (kp + THREADS - 1u) / THREADS; q = q + 1u) {
+        let c = lid % kp + q * THREADS;
+        if (c >= kp) {
+            break;
+        }
         let keep = select(0u, 0xffffffffu, 2u * c < width);
         // Past the width the invocation reads its row's first word, masked to zero.
         let col = select(0u, c, 2u * c < width) + row0 * rs / 2u;
