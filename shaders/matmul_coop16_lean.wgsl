@@ -16,8 +16,14 @@
 // sets bit 14 from the operand's layout; a product whose runtime mode differs (a strided view,
 // an odd offset) takes mm_coop16's default loop, so a wrong guess costs speed, never a result.
 // GEGLU products are covered (their gate columns are uniform offsets per word). The
-// convolution gather (mode 13, VARIANT bit 6, with bit 14: its weights are B by k) keeps its
-// checked A gather, whose padding tests are per word anyway, and takes the lean B fetch.
+// convolution gather (mode 13, VARIANT bit 6, with bit 14: its weights are B by k) takes the
+// lean B fetch, and a lean A gather where the input's channels C are a multiple of 32 (every
+// SD UNet layer but the first; the check is uniform, at run time): a K step's 32 columns then
+// share one tap, whose offsets advance by one compare per step instead of two divisions per
+// word, and each of an invocation's eight rows keeps its input word offset at the tap (0, 0)
+// and its top and left positions, so a word costs two adds, two unsigned range tests and an
+// add. Other channel counts (and the packed row positions of VARIANT bit 12) keep the checked
+// gather of matmul_coop16_words.wgsl.
 
 fn lean_asked() -> bool { return (VARIANT & 8192u) != 0u; }
 
@@ -96,13 +102,95 @@ fn lean_serves(mode: u32) -> bool {
     return lean_asked() && (mode == lean_mode() || conv) && (VARIANT & 0xfbfu) == 0u;
 }
 
-// The A words of a lean round: the convolution's checked gather, else lean_a.
+// The A words of a lean round: the convolution's gather (lean_gather where `tap` serves), else
+// lean_a.
 fn lean_a_words(at: LeanAt, k0: u32, full: bool, ab: u32, row0: u32, lid: u32,
-                cr: ConvRows) -> Words {
+                cr: ConvRows, lr: LeanRows, tap: LeanTap) -> Words {
+    if (is_conv() && lean_gathers()) {
+        return lean_gather(lr, tap);
+    }
     if (is_conv()) {
         return fetch_a(13u, ab, row0, k0, lid, cr);
     }
     return lean_a(at, k0, full, ab, row0, lid);
+}
+
+// Whether the lean A gather serves this convolution (uniform): C a multiple of 32, rows not
+// packed.
+fn lean_gathers() -> bool {
+    return p(12u) % 32u == 0u && !conv_packed();
+}
+
+// The tap of a K step (k0 a multiple of 32, C too): channel c0 of tap (ky, kx).
+struct LeanTap {
+    c0: u32,
+    kx: u32,
+    ky: u32,
+}
+
+fn lean_tap_at(k0: u32) -> LeanTap {
+    let c = max(p(12u), 1u);
+    let tap = k0 / c;
+    let kw = max(p(17u), 1u);
+    return LeanTap(k0 % c, tap % kw, tap / kw);
+}
+
+// The next K step's tap (32 channels on).
+fn lean_tap_next(t: LeanTap) -> LeanTap {
+    let c0 = t.c0 + 32u;
+    let wrap = c0 >= p(12u);
+    let kx = t.kx + select(0u, 1u, wrap);
+    let wrap_x = kx >= p(17u);
+    return LeanTap(select(c0, 0u, wrap), select(kx, 0u, wrap_x), t.ky + select(0u, 1u, wrap_x));
+}
+
+// An invocation's eight gathered rows (lid/16 + 16i): the word offset of each row's input at
+// tap (0, 0) plus the invocation's channel 2(lid%16) (wrapping where the tap lies in the
+// padding: only used inside), and the rows' top and left input positions.
+struct LeanRows {
+    w_lo: vec4<u32>,
+    w_hi: vec4<u32>,
+    top_lo: vec4<i32>,
+    top_hi: vec4<i32>,
+    left_lo: vec4<i32>,
+    left_hi: vec4<i32>,
+}
+
+fn lean_rows(cr: ConvRows, lid: u32) -> LeanRows {
+    // Halves of even element offsets, each part halved alone: a padding row's negative top or
+    // left wraps, and halving the wrapped sum would not be its half modulo 2^32.
+    let rs = vec4<u32>(p(25u) / 2u);
+    let ps = vec4<u32>(p(26u) / 2u);
+    let c = vec4<u32>(lid % 16u);
+    let w_lo = cr.base_lo / 2u + bitcast<vec4<u32>>(cr.ih_lo) * rs
+               + bitcast<vec4<u32>>(cr.iw_lo) * ps + c;
+    let w_hi = cr.base_hi / 2u + bitcast<vec4<u32>>(cr.ih_hi) * rs
+               + bitcast<vec4<u32>>(cr.iw_hi) * ps + c;
+    return LeanRows(w_lo, w_hi, cr.ih_lo, cr.ih_hi, cr.iw_lo, cr.iw_hi);
+}
+
+// One gathered word: row offset w at input position (top + dy, left + dx) with the tap's word
+// offset tw, 0 in the padding (the load then reads word 0).
+fn lean_gather_word(w: u32, top: i32, left: i32, dy: i32, dx: i32, tw: u32) -> u32 {
+    let inside = u32(top + dy) < p(13u) && u32(left + dx) < p(14u);
+    return select(0u, src0[select(0u, w + tw, inside)], inside);
+}
+
+// The invocation's eight A words of the K step whose tap is `t` (C % 32 == 0).
+fn lean_gather(r: LeanRows, t: LeanTap) -> Words {
+    let dy = i32(t.ky * p(22u));
+    let dx = i32(t.kx * p(23u));
+    // Element strides and C are even (the host's guarantee): each part halves exactly.
+    let tw = u32(dy) * (p(25u) / 2u) + u32(dx) * (p(26u) / 2u) + t.c0 / 2u;
+    return Words(
+        vec4<u32>(lean_gather_word(r.w_lo.x, r.top_lo.x, r.left_lo.x, dy, dx, tw),
+                  lean_gather_word(r.w_lo.y, r.top_lo.y, r.left_lo.y, dy, dx, tw),
+                  lean_gather_word(r.w_lo.z, r.top_lo.z, r.left_lo.z, dy, dx, tw),
+                  lean_gather_word(r.w_lo.w, r.top_lo.w, r.left_lo.w, dy, dx, tw)),
+        vec4<u32>(lean_gather_word(r.w_hi.x, r.top_hi.x, r.left_hi.x, dy, dx, tw),
+                  lean_gather_word(r.w_hi.y, r.top_hi.y, r.left_hi.y, dy, dx, tw),
+                  lean_gather_word(r.w_hi.z, r.top_hi.z, r.left_hi.z, dy, dx, tw),
+                  lean_gather_word(r.w_hi.w, r.top_hi.w, r.left_hi.w, dy, dx, tw)));
 }
 
 // One round of mm_coop16 (slot `slot`'s 2x4 accumulator tiles over the K range sk.z..sk.w,
@@ -125,7 +213,14 @@ fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid:
     var c12 = c00;
     var c13 = c00;
     let full0 = tile_full && sk.z + 32u <= dim_k();
-    var wa = lean_a_words(at, sk.z, full0, ab, row0, lid, cr);
+    var lr = LeanRows(vec4<u32>(), vec4<u32>(), vec4<i32>(), vec4<i32>(), vec4<i32>(),
+                      vec4<i32>());
+    var tap = LeanTap(0u, 0u, 0u);
+    if (is_conv() && lean_gathers()) {
+        lr = lean_rows(cr, lid);
+        tap = lean_tap_at(sk.z);
+    }
+    var wa = lean_a_words(at, sk.z, full0, ab, row0, lid, cr, lr, tap);
     var wb = lean_b(at, sk.z, full0, bb, tile, lid);
     // The staging layout: the gather's A rows are by k like lean_mode()'s.
     let put_mode = select(lean_mode(), 13u, is_conv());
@@ -135,7 +230,8 @@ fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid:
         let kn = k0 + 32u;
         if (kn < sk.w) {
             let full = tile_full && kn + 32u <= dim_k();
-            wa = lean_a_words(at, kn, full, ab, row0, lid, cr);
+            tap = lean_tap_next(tap);
+            wa = lean_a_words(at, kn, full, ab, row0, lid, cr, lr, tap);
             wb = lean_b(at, kn, full, bb, tile, lid);
         }
         for (var kk = 0u; kk < 32u; kk = kk + 16u) {

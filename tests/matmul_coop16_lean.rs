@@ -3,8 +3,8 @@
 //! process) with the kernel profiler on, f16 products against the Cpu whose 128x128 tiles lie
 //! inside the matrix (the unchecked fetches) and on its edges (the checked ones, K < 32
 //! included), with B row-major and transposed, every epilogue (GEGLU in both B layouts),
-//! broadcast batches, K tails and split K; and channels-last convolutions (the gather with the
-//! lean weight fetch). Where the adapter has f16 cooperative matrices mm_coop16 must serve
+//! broadcast batches, K tails and split K; and channels-last convolutions (the lean weight
+//! fetch, with the checked gather or, where C is a multiple of 32, the lean one). Where the adapter has f16 cooperative matrices mm_coop16 must serve
 //! each; elsewhere (lavapipe 22 in CI) the FMA kernels serve and the test covers the routing.
 //! On lavapipe 26 (`benches/lavapipe_coop/run.sh`) the lean fetches' numbers are checked.
 
@@ -50,15 +50,23 @@ fn child() {
             "split K, B transposed {b_transposed}: {kernels:?}"
         );
     }
-    // Channels-last convolutions (the gather, with the lean weight fetch): whole 128-channel
-    // column tiles and a partial one, padded, strided, K = 9 C with a tail.
-    for (i, [c, o, stride]) in [[16, 128, 1], [18, 160, 2], [40, 256, 1]]
-        .into_iter()
-        .enumerate()
-    {
-        let kernels = channels_last_conv_kernels([c, o, 13, 11, 3, stride, 1], 100 + 3 * i as u64);
+    // Channels-last convolutions with the lean weight fetch: C not a multiple of 32 (the
+    // checked gather): whole 128-channel column tiles and a partial one, padded, strided, K =
+    // 9 C with a tail; C a multiple of 32 (the lean gather): rows past M, stride 2 with a
+    // partial column tile, a 1x1 kernel, a 5x5 kernel whose taps wrap rows and columns.
+    let convs = [
+        [16, 128, 13, 11, 3, 1, 1],
+        [18, 160, 13, 11, 3, 2, 1],
+        [40, 256, 13, 11, 3, 1, 1],
+        [32, 128, 13, 11, 3, 1, 1],
+        [64, 160, 13, 11, 3, 2, 1],
+        [96, 128, 9, 7, 1, 1, 0],
+        [32, 128, 10, 10, 5, 1, 2],
+    ];
+    for (i, case) in convs.into_iter().enumerate() {
+        let kernels = channels_last_conv_kernels(case, 100 + 3 * i as u64);
         let ran = kernels.iter().any(|k| k.starts_with(SINGLE));
-        assert_eq!(ran, coop, "conv {c}->{o} stride {stride}: {kernels:?}");
+        assert_eq!(ran, coop, "conv {case:?}: {kernels:?}");
     }
 }
 
