@@ -222,10 +222,11 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let staging = (VARIANT & 256u) == 0u;
     let softmax = (VARIANT & 512u) == 0u;
     let products = (VARIANT & 1024u) == 0u;
-    // The lean form (attention_coop16_lean.wgsl) is two-pass and stages without prefetching.
+    // The lean form (attention_coop16_lean.wgsl) stages without prefetching; it takes the
+    // one-pass form too (its probabilities key-major, its row max in base 2).
     let lean = (VARIANT & LEAN) != 0u;
     let prefetch = !lean && (VARIANT & 2048u) != 0u;
-    let onepass = !lean && (VARIANT & 4096u) != 0u;
+    let onepass = (VARIANT & 4096u) != 0u;
     var kv = KvWords();
     if (prefetch) {
         kv = fetch_kv(kb, vb, 0u, lid, onepass);
@@ -318,7 +319,11 @@ fn attention_coop16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         if (onepass) {
             var raised = false;
             if (softmax) {
-                raised = online_probabilities(prow, sg, lane, k0, &m, &l);
+                if (lean) {
+                    raised = lean_online_probabilities(pbase, sg, lane, k0, &m, &l);
+                } else {
+                    raised = online_probabilities(prow, sg, lane, k0, &m, &l);
+                }
             }
             // Rare (a row's max rose by more than LAZY): most blocks make no atomic at all.
             if (raised) {

@@ -20,7 +20,8 @@
 //   past Lk a score is NEG_S, whose exp2 against any finite row max is 0 (every row max is
 //   finite from the first key block on: key 0 exists). P is written key-major too (P^T, PS
 //   halves per key) and loaded as a column-major A tile.
-// The form is two-pass like the default (the prefetch and one-pass bits are ignored with it);
+// The form is two-pass like the default, or one-pass with VARIANT bit 4096 (the lazily raised
+// row max of attention_coop16_softmax.wgsl, in base 2); the prefetch bit is ignored with it;
 // the host also writes its module without naga's bounds clamps (src/xpu/passthrough.rs): every
 // workgroup index here is bounded by construction (rows < 32, pair columns < 8 * MAX_TILES,
 // lanes < SG, subgroups < SUBGROUPS).
@@ -159,4 +160,45 @@ fn lean_write_probabilities(pbase: u32, sg: u32, lane: u32, k0: u32, m: array<f3
             ap[at + LPR * PS * i] = f16(pr);
         }
     }
+}
+
+// The one-pass form's probabilities in the lean layout (attention_coop16_softmax.wgsl's
+// online_probabilities in base 2, P^T key-major): against a row max mu raised only when the
+// block's scores pass it by more than LAZY * log2(e) (the same e^LAZY bound on P), with each
+// row's O scale 2^(mu_old - mu) in a_scale; returns whether one of the lane's rows raised a
+// max set by an earlier block.
+fn lean_online_probabilities(pbase: u32, sg: u32, lane: u32, k0: u32,
+                             mu: ptr<function, array<f32, RPL>>,
+                             l: ptr<function, array<f32, RPL>>) -> bool {
+    let c = pf(30u) * LOG2E;
+    let lim = lean_limit(lane, k0);
+    var raised = false;
+    for (var j = 0u; j < RPL; j = j + 1u) {
+        let r = lane_row(lane, j);
+        let base = lean_base(sg, lane, j);
+        var mx = NEG_S;
+        for (var i = 0u; i < CPL; i = i + 1u) {
+            mx = max(mx, lean_score(base, i, lim, c));
+        }
+        mx = row_max(mx);
+        let old = (*mu)[j];
+        var alpha = 1.0;
+        if (mx > old + LAZY * LOG2E) {
+            (*mu)[j] = mx;
+            alpha = exp2(old - mx);
+            raised = raised || old > NEG_S;
+        }
+        let at = pbase + (lane % LPR) * PS + r;
+        var sum = 0.0;
+        for (var i = 0u; i < CPL; i = i + 1u) {
+            let pr = exp2(lean_score(base, i, lim, c) - (*mu)[j]);
+            ap[at + LPR * PS * i] = f16(pr);
+            sum = sum + pr;
+        }
+        (*l)[j] = (*l)[j] * alpha + row_sum(sum);
+        if (lane % LPR == 0u) {
+            a_scale[sg * 16u + r] = alpha;
+        }
+    }
+    return raised;
 }

@@ -104,13 +104,16 @@ fn lean_serves(mode: u32) -> bool {
 
 // The A words of a lean round: the convolution's gather (lean_gather where `tap` serves), else
 // lean_a.
+// `gathers`: lean_gathers(), read once per round; `lr`: the rows (the checked gather's
+// ConvRows in the same registers where it does not serve, so only one set stays live).
 fn lean_a_words(at: LeanAt, k0: u32, full: bool, ab: u32, row0: u32, lid: u32,
-                cr: ConvRows, lr: LeanRows, tap: LeanTap) -> Words {
-    if (is_conv() && lean_gathers()) {
+                gathers: bool, lr: LeanRows, tap: LeanTap) -> Words {
+    if (is_conv() && gathers) {
         return lean_gather(lr, tap);
     }
     if (is_conv()) {
-        return fetch_a(13u, ab, row0, k0, lid, cr);
+        return fetch_a(13u, ab, row0, k0, lid, ConvRows(lr.top_lo, lr.top_hi, lr.left_lo,
+                       lr.left_hi, lr.w_lo, lr.w_hi));
     }
     return lean_a(at, k0, full, ab, row0, lid);
 }
@@ -213,14 +216,14 @@ fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid:
     var c12 = c00;
     var c13 = c00;
     let full0 = tile_full && sk.z + 32u <= dim_k();
-    var lr = LeanRows(vec4<u32>(), vec4<u32>(), vec4<i32>(), vec4<i32>(), vec4<i32>(),
-                      vec4<i32>());
+    let gathers = is_conv() && lean_gathers();
+    var lr = LeanRows(cr.base_lo, cr.base_hi, cr.ih_lo, cr.ih_hi, cr.iw_lo, cr.iw_hi);
     var tap = LeanTap(0u, 0u, 0u);
-    if (is_conv() && lean_gathers()) {
+    if (gathers) {
         lr = lean_rows(cr, lid);
         tap = lean_tap_at(sk.z);
     }
-    var wa = lean_a_words(at, sk.z, full0, ab, row0, lid, cr, lr, tap);
+    var wa = lean_a_words(at, sk.z, full0, ab, row0, lid, gathers, lr, tap);
     var wb = lean_b(at, sk.z, full0, bb, tile, lid);
     // The staging layout: the gather's A rows are by k like lean_mode()'s.
     let put_mode = select(lean_mode(), 13u, is_conv());
@@ -231,7 +234,7 @@ fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid:
         if (kn < sk.w) {
             let full = tile_full && kn + 32u <= dim_k();
             tap = lean_tap_next(tap);
-            wa = lean_a_words(at, kn, full, ab, row0, lid, cr, lr, tap);
+            wa = lean_a_words(at, kn, full, ab, row0, lid, gathers, lr, tap);
             wb = lean_b(at, kn, full, bb, tile, lid);
         }
         for (var kk = 0u; kk < 32u; kk = kk + 16u) {

@@ -328,7 +328,9 @@ for phase in "$@"; do
       # began, so the call ends inside the device's 600 s limit with every log written.
       # 0. The tensor-core attention's lean form (XPU_ATTN_LEAN=1): attention_parity's coop
       #    test (every form against the f64 reference, the lean one included), then the f16
-      #    attention rows with and without it (next-attention.log).
+      #    attention rows with and without it (next-attention.log); the f16 convolution rows
+      #    with and without mm_coop16's lean staging, whose convolutions with C % 32 == 0 take
+      #    the lean gather (next-conv.log).
       # 1. Products (five f16 shapes, both B layouts): mm_coop16, its lean staging with and
       #    without naga's bounds checks (and the checks dropped alone), its double-buffered
       #    layout, its two-step fetch and no-registers forms, and mm_coop16t's tile shapes (NAK's
@@ -347,6 +349,12 @@ for phase in "$@"; do
         echo "=== attention XPU_ATTN_LEAN=$lean" | tee -a "$OUT/next-attention.log"
         XPU_ATTN_LEAN=$lean timeout 60 .devbin/bench attention --device xpu --dtype f16 --json \
           2>&1 | tee -a "$OUT/next-attention.log" | grep '"fused"' | rows
+      done
+      for lean in 0 1; do
+        echo "=== conv XPU_COOP16_LEAN=$lean XPU_COOP16_UNCHECKED=$lean" | tee -a "$OUT/next-conv.log"
+        XPU_COOP16_LEAN=$lean XPU_COOP16_UNCHECKED=$lean timeout 60 .devbin/bench conv \
+          --device xpu --dtype f16 --json 2>&1 | tee -a "$OUT/next-conv.log" \
+          | grep -E '"layer_cl"' | rows
       done
       # A form of several settings joins them with commas.
       for cfg in "default" "XPU_COOP16_LEAN=1,XPU_COOP16_UNCHECKED=1" "XPU_COOP16_LEAN=1" \

@@ -1,8 +1,8 @@
 //! The tensor-core attention (`shaders/attention_coop16.wgsl`) in each of its forms: the
 //! default, the prefetch form (`XPU_ATTN_PREFETCH=1`), the 128-row layout (`XPU_ATTN_ROWS128=1`)
 //! and the one-pass form (`XPU_ATTN_ONEPASS=1`), in every combination, and the lean form
-//! (`XPU_ATTN_LEAN=1`, which takes precedence over the prefetch and one-pass switches) in both
-//! layouts. Each form runs in a
+//! (`XPU_ATTN_LEAN=1`, which takes precedence over the prefetch switch) two-pass and one-pass
+//! in both layouts. Each form runs in a
 //! child process (the switches are read once per process) with the kernel profiler on, so the
 //! child can tell that the tensor-core kernel served its f16 calls (its self-check passed) and
 //! that every output is within f16 tolerance of the f64 reference.
@@ -22,10 +22,13 @@ const NAME: &str = "coop::every_form_matches_the_reference";
 /// `[Lq, Lk, D, Dv, ramp]`: head dims 40 (one and both 128-row layouts), 64, 80, Dv != D, key
 /// tails of 1 and 13 past a block of 32, one query row, cross-attention to 77 tokens; `ramp`
 /// scales key j by 1 + j/4, so each block's scores pass the last block's maxima by far more
-/// than the one-pass form's lazy margin (it then rescales its accumulators in every block).
+/// than the one-pass form's lazy margin (it then rescales its accumulators in every block);
+/// `ramp` 2 makes every score near 0 but the last key's, about 9 higher: the one-pass form
+/// rescales once, in the last block, where the earlier keys still weigh about 3% (so a wrong
+/// rescale factor shows).
 /// The odd cases read q, k and v as strided views on the Xpu (diffusers' `[B, L, H, D]`
 /// transposed: row stride H·D), the even ones contiguous.
-const CASES: [[usize; 5]; 8] = [
+const CASES: [[usize; 5]; 9] = [
     [257, 257, 40, 40, 0],
     [130, 77, 40, 40, 0],
     [65, 33, 64, 64, 0],
@@ -34,6 +37,7 @@ const CASES: [[usize; 5]; 8] = [
     [1, 40, 48, 48, 0],
     [100, 200, 40, 40, 1],
     [17, 150, 80, 64, 1],
+    [40, 257, 40, 40, 2],
 ];
 
 /// Which kernel this adapter's f16 attention should take: `Some(true)` the tensor cores,
@@ -61,12 +65,28 @@ fn run_cases() {
     q.scaled_dot_product_attention(&k, &v, None, None).unwrap();
     for (ci, &[lq, lk, d, dv, ramp]) in CASES.iter().enumerate() {
         let [q, k, v] = qkv([1, 3, lq, lk, d, dv], DType::F16, 60 + ci as u64);
-        let k = if ramp == 1 {
-            let r: Vec<f32> = (0..lk).map(|j| 1.0 + j as f32 / 4.0).collect();
-            let r = xpu::Tensor::from_vec(r, &[lk, 1], Device::Cpu).unwrap();
-            k.mul(&r.to_dtype(DType::F16).unwrap()).unwrap()
-        } else {
-            k
+        let f16 = |x: Vec<f32>, shape: &[usize]| {
+            let t = xpu::Tensor::from_vec(x, shape, Device::Cpu).unwrap();
+            t.to_dtype(DType::F16).unwrap()
+        };
+        let (q, k) = match ramp {
+            1 => {
+                let r: Vec<f32> = (0..lk).map(|j| 1.0 + j as f32 / 4.0).collect();
+                (q, k.mul(&f16(r, &[lk, 1])).unwrap())
+            }
+            2 => {
+                // Scores: 0.01 noise, plus 4 * 14.2 / sqrt(40) ~ 9 for the last key.
+                let tenth = f16(vec![0.1], &[1]);
+                let mut e0 = vec![0.0; d];
+                e0[0] = 4.0;
+                let mut last = vec![0.0; lk * d];
+                last[(lk - 1) * d] = 14.2;
+                (
+                    q.mul(&tenth).unwrap().add(&f16(e0, &[d])).unwrap(),
+                    k.mul(&tenth).unwrap().add(&f16(last, &[lk, d])).unwrap(),
+                )
+            }
+            _ => (q, k),
         };
         let want = reference(&q, &k, &v, None, 1.0 / (d as f64).sqrt());
         // `Tensor::to` makes its result contiguous: the strided views are taken on the Xpu.
@@ -109,7 +129,7 @@ fn every_form_matches_the_reference() {
         return;
     }
     // Bits: 1 prefetch, 2 the 128-row layout, 4 one-pass, 8 lean.
-    for form in (0..8).chain([8, 10]) {
+    for form in (0..8).chain([8, 10, 12, 14]) {
         let bit = |b: usize| if form & b != 0 { "1" } else { "0" };
         common::rerun_profiled(
             NAME,

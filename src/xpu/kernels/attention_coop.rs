@@ -118,9 +118,9 @@ pub(crate) fn onepass_variant() -> u32 {
 /// rows only in the block that crosses Lk; the scores and probabilities are key-major, so each
 /// lane's softmax reads constant offsets from one base; the module is written without naga's
 /// bounds clamps (`shaders/attention_coop16_lean.wgsl`). NAK counts about half the
-/// instructions per key block of the default form; an experiment until a GPU times it. Two-pass
-/// (it takes precedence over the prefetch and one-pass switches). The once-per-process check
-/// runs the form in use.
+/// instructions per key block of the default form; an experiment until a GPU times it. With
+/// `XPU_ATTN_ONEPASS=1` it takes the one-pass form too; it ignores `XPU_ATTN_PREFETCH`. The
+/// once-per-process check runs the form in use.
 pub(crate) fn lean_variant() -> u32 {
     static ON: OnceLock<bool> = OnceLock::new();
     if switched_on(&ON, "XPU_ATTN_LEAN") {
