@@ -328,7 +328,7 @@ for phase in "$@"; do
       # began, so the call ends inside the device's 600 s limit with every log written.
       # 0. The tensor-core attention's lean form (XPU_ATTN_LEAN=1): attention_parity's coop
       #    test (every form against the f64 reference, the lean one included), then the f16
-      #    attention rows with and without it (next-attention.log); the f16 convolution rows
+      #    attention rows with and without it, two-pass and one-pass (next-attention.log); the f16 convolution rows
       #    with and without mm_coop16's lean staging, whose convolutions with C % 32 == 0 take
       #    the lean gather (next-conv.log).
       # 1. Products (five f16 shapes, both B layouts): mm_coop16, its lean staging with and
@@ -345,10 +345,11 @@ for phase in "$@"; do
         >"$OUT/next-attention.log" 2>&1
       echo "rc=$? attention_parity coop (every tensor-core attention form)" \
         | tee -a "$OUT/next-attention.log"
-      for lean in 0 1; do
-        echo "=== attention XPU_ATTN_LEAN=$lean" | tee -a "$OUT/next-attention.log"
-        XPU_ATTN_LEAN=$lean timeout 60 .devbin/bench attention --device xpu --dtype f16 --json \
-          2>&1 | tee -a "$OUT/next-attention.log" | grep '"fused"' | rows
+      for form in "0 0" "1 0" "1 1" "0 1"; do
+        set -- $form
+        echo "=== attention XPU_ATTN_LEAN=$1 XPU_ATTN_ONEPASS=$2" | tee -a "$OUT/next-attention.log"
+        XPU_ATTN_LEAN=$1 XPU_ATTN_ONEPASS=$2 timeout 60 .devbin/bench attention --device xpu \
+          --dtype f16 --json 2>&1 | tee -a "$OUT/next-attention.log" | grep '"fused"' | rows
       done
       for lean in 0 1; do
         echo "=== conv XPU_COOP16_LEAN=$lean XPU_COOP16_UNCHECKED=$lean" | tee -a "$OUT/next-conv.log"
@@ -386,6 +387,7 @@ for phase in "$@"; do
       done
       step XPU_CONV_WINOGRAD=1
       step XPU_ATTN_LEAN=1
+      step XPU_ATTN_LEAN=1 XPU_ATTN_ONEPASS=1
       step XPU_ATTN_ONEPASS=1
       step XPU_ATTN_PREFETCH=1 XPU_ATTN_ROWS128=1 XPU_ATTN_ONEPASS=1
       # Each step's median against the first (mm_coop16, the defaults); the settings that beat
