@@ -192,7 +192,7 @@ fn coop_module_switches_to_glsl450() {
             constants(128.0, head_dims_40 + 1792.0),
         ),
         // The lean form (bit 13; written without bounds checks): head dims 40 and 80, every
-        // layout and subgroup size, with the timing-only bits.
+        // layout and subgroup size, with the timing-only bits, two-pass and one-pass.
         (
             ShaderId::AttentionCoop16,
             "attention_coop16",
@@ -216,7 +216,13 @@ fn coop_module_switches_to_glsl450() {
         (
             ShaderId::AttentionCoop16Rows128Sg8,
             "attention_coop16",
-            constants(64.0, head_dims_40 + 8192.0),
+            constants(64.0, head_dims_40 + 8192.0 + 4096.0),
+        ),
+        // The lean form one-pass (bit 12 too).
+        (
+            ShaderId::AttentionCoop16,
+            "attention_coop16",
+            constants(128.0, head_dims_40 + 8192.0 + 4096.0),
         ),
     ] {
         // mm_coop16 also without bounds checks (`XPU_COOP16_UNCHECKED=1`), the attention's
