@@ -13,6 +13,7 @@ pub(crate) mod passthrough;
 pub(crate) mod pipelines;
 pub(crate) mod profile;
 pub(crate) mod spirv_dump;
+pub(crate) mod spirv_fold;
 pub(crate) mod stream;
 
 use std::sync::Arc;

@@ -10,7 +10,8 @@
 //! GLSL450 memory model (where the barriers' `AcquireRelease | WorkgroupMemory` semantics do
 //! order plain workgroup accesses), and hand the words to the driver with
 //! `create_shader_module_passthrough`, with an explicit bind-group layout (passthrough modules are
-//! not reflected).
+//! not reflected). The words also go through one peephole, `super::spirv_fold` (an f16 word's
+//! unpack and narrowing as one bitcast).
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
 //! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
@@ -131,7 +132,8 @@ pub(crate) fn write_spirv(
 }
 
 /// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
-/// memory model (`unchecked`: without naga's bounds checks, see [`unchecked`]).
+/// memory model, its f16 word unpacks folded into bitcasts (`super::spirv_fold`; `unchecked`:
+/// without naga's bounds checks, see [`unchecked`]).
 pub(crate) fn spirv(
     file: &'static str,
     source: &str,
@@ -154,7 +156,12 @@ pub(crate) fn words_of(
     use naga::proc::BoundsCheckPolicy::{Restrict, Unchecked};
     let policy = if unchecked { Unchecked } else { Restrict };
     let words = write_spirv(file, module, info, entry, [policy, policy])?;
-    glsl450_memory_model(&words).map_err(|msg| Error::Shader { shader: file, msg })
+    let fail = |msg| Error::Shader { shader: file, msg };
+    let words = glsl450_memory_model(&words).map_err(fail)?;
+    if !super::spirv_fold::enabled() {
+        return Ok(words);
+    }
+    Ok(super::spirv_fold::fold_unpack_half(&words).map_err(fail)?.0)
 }
 
 /// The module with `OpMemoryModel ... Vulkan` turned into GLSL450 and the Vulkan memory model's
@@ -191,7 +198,7 @@ fn glsl450_memory_model(words: &[u32]) -> std::result::Result<Vec<u32>, String> 
 }
 
 /// A SPIR-V literal string (UTF-8, nul-terminated, packed little-endian in words).
-fn literal_string(words: &[u32]) -> String {
+pub(crate) fn literal_string(words: &[u32]) -> String {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()

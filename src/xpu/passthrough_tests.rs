@@ -1,6 +1,7 @@
 //! Tests of the SPIR-V passthrough (`super`): every cooperative-matrix module form the runtime
 //! can ask for is written, switched to the GLSL450 memory model, and covered by its layout.
 use super::*;
+use naga::proc::BoundsCheckPolicy::Restrict;
 
 #[test]
 fn coop_module_switches_to_glsl450() {
@@ -234,6 +235,14 @@ fn coop_module_switches_to_glsl450() {
         let unchecked = id == ShaderId::MatmulCoop16
             || (ShaderId::ATTENTION_COOP16.contains(&id) && (variant as u32) & ATTENTION_LEAN != 0);
         let words = spirv(id.file(), &id.source(), entry, &c, unchecked).unwrap();
+        // Every form stages f16 words: their unpacks are folded into bitcasts (none left).
+        let (module, info) = resolve(id.file(), &id.source(), entry, &c).unwrap();
+        let plain = write_spirv(id.file(), &module, &info, entry, [Restrict, Restrict]).unwrap();
+        let unpacks = crate::xpu::spirv_fold::fold_unpack_half(&plain).unwrap().1;
+        assert!(unpacks > 0, "{entry} {variant}: no f16 word unpack to fold");
+        let left = crate::xpu::spirv_fold::fold_unpack_half(&words).unwrap().1;
+        let on = crate::xpu::spirv_fold::enabled();
+        assert_eq!(left, if on { 0 } else { unpacks }, "{entry} {variant}");
         let mut i = 5;
         let mut model = None;
         while i < words.len() {
