@@ -1,6 +1,6 @@
 //! The lean staging of the tensor-core kernel (`XPU_COOP16_LEAN=1`,
-//! `shaders/matmul_coop16_lean.wgsl`): in a child process (the switch is read once per
-//! process) with the kernel profiler on, f16 products against the Cpu whose 128x128 tiles lie
+//! `shaders/matmul_coop16_lean.wgsl`): in child processes (the switch is read once per
+//! process; one child with naga's bounds clamps, one without) with the kernel profiler on, f16 products against the Cpu whose 128x128 tiles lie
 //! inside the matrix (the unchecked fetches) and on its edges (the checked ones, K < 32
 //! included), with B row-major and transposed, every epilogue (GEGLU in both B layouts),
 //! broadcast batches, K tails and split K; and channels-last convolutions (the lean weight
@@ -79,11 +79,16 @@ fn lean_staging_matches_the_cpu() {
         child();
         return;
     }
-    common::rerun_profiled(
-        NAME,
-        &[
-            ("XPU_TEST_LEAN_CHILD", "1".as_ref()),
-            ("XPU_COOP16_LEAN", "1".as_ref()),
-        ],
-    );
+    // Also without naga's bounds clamps (`XPU_COOP16_UNCHECKED=1`): the lean stores' word
+    // offsets are then the stores' immediate offsets, so their bounds rest on construction.
+    for unchecked in ["0", "1"] {
+        common::rerun_profiled(
+            NAME,
+            &[
+                ("XPU_TEST_LEAN_CHILD", "1".as_ref()),
+                ("XPU_COOP16_LEAN", "1".as_ref()),
+                ("XPU_COOP16_UNCHECKED", unchecked.as_ref()),
+            ],
+        );
+    }
 }

@@ -332,7 +332,9 @@ for phase in "$@"; do
       #    with and without mm_coop16's lean staging, whose convolutions with C % 32 == 0 take
       #    the lean gather (next-conv.log).
       # 1. Products (five f16 shapes, both B layouts): mm_coop16, its lean staging with and
-      #    without naga's bounds checks (and the checks dropped alone), its double-buffered
+      #    without naga's bounds checks (and the checks dropped alone), mm_coop16 without the
+      #    SPIR-V fold of f16 word unpacks (XPU_SPIRV_FOLD=0: on by default since the
+      #    thirty-sixth session), its double-buffered
       #    layout, its two-step fetch and no-registers forms, and mm_coop16t's tile shapes (NAK's
       #    spilling 4x4 subgroup tiles left out). 2. The f16 step (8 steps; conv rows beside it)
       #    with mm_coop16, the two product forms with the least total time, Winograd F(2,3)
@@ -358,7 +360,8 @@ for phase in "$@"; do
           | grep -E '"layer_cl"' | rows
       done
       # A form of several settings joins them with commas.
-      for cfg in "default" "XPU_COOP16_LEAN=1,XPU_COOP16_UNCHECKED=1" "XPU_COOP16_LEAN=1" \
+      for cfg in "default" "XPU_COOP16_LEAN=1,XPU_COOP16_UNCHECKED=1" "XPU_SPIRV_FOLD=0" \
+        "XPU_COOP16_LEAN=1" \
         "XPU_COOP16_UNCHECKED=1" "XPU_COOP16_DOUBLE=1" "XPU_COOP16_VARIANT=1024" \
         "XPU_COOP16_VARIANT=2048" ${NEXT_TILES:-4x4:2x2:32 4x2:2x2:32 2x2:2x2:32 \
         4x4:2x2:32:2 2x2:2x2:32:2 4x2:2x4:32:2 4x2:2x4:64 2x4:2x4:32 2x4:4x2:32}; do
