@@ -9,7 +9,9 @@
 // the layout is a pipeline constant and each invocation computes its words' offsets once; a K
 // step inside the matrix then costs one add per word before its load, and only steps that
 // touch an edge (a partial tile, the last K step when K % 32 != 0) take the checked path of
-// matmul_coop16_words.wgsl.
+// matmul_coop16_words.wgsl. The stores' workgroup offsets (put_at) are likewise computed
+// once, and with the layout constant each store's offset from them is an immediate. NAK's count per interior K step: 460 (260 with XPU_COOP16_UNCHECKED=1) against
+// the default's 969 (BENCHMARKS.md, thirty-sixth session).
 //
 // VARIANT bit 14 picks the layout: clear, A by k and B by columns (`pairs_mode` 1: both
 // row-major); set, A by k and B by k (mode 5: B column-major, a transposed weight). The host
@@ -196,62 +198,6 @@ fn lean_gather(r: LeanRows, t: LeanTap) -> Words {
                   lean_gather_word(r.w_hi.w, r.top_hi.w, r.left_hi.w, dy, dx, tw)));
 }
 
-// Where an invocation's staged words go (f16 indices into coop_a/coop_b): A word i (row
-// lid/16 + 16i, k 2(lid%16)) at a + 16i CA, its halves adjacent; B by k (mode bit 4: column
-// lid/16 + 16i, k 2(lid%16)) at b + 16i, its halves CB apart; B by columns (k lid/64 + 4i,
-// columns 2(lid%64)) at b + 4i CB, adjacent. The offsets are computed once per invocation, so
-// each store's word index is a constant from them (an immediate offset where the module is
-// written without bounds clamps; put_words of matmul_coop16_words.wgsl decodes every word's
-// row and column each step instead). Bounded by construction: A's last half at
-// 15 CA + 31 + 112 CA = 5111 < A_TILE, B's at 31 CB + 15 + 112 or 31 CB + 127: 4343 < B_TILE.
-struct LeanPut {
-    a: u32,
-    b: u32,
-}
-
-fn lean_put_at(mode: u32, lid: u32) -> LeanPut {
-    let a = (lid / 16u) * CA + 2u * (lid % 16u);
-    if ((mode & 4u) != 0u) {
-        return LeanPut(a, 2u * (lid % 16u) * CB + lid / 16u);
-    }
-    return LeanPut(a, (lid / 64u) * CB + 2u * (lid % 64u));
-}
-
-fn lean_put_a(at: u32, w: u32) {
-    let h = vec2<f16>(unpack2x16float(w));
-    coop_a[at] = h.x;
-    coop_a[at + 1u] = h.y;
-}
-
-fn lean_put_b(at: u32, next: u32, w: u32) {
-    let h = vec2<f16>(unpack2x16float(w));
-    coop_b[at] = h.x;
-    coop_b[at + next] = h.y;
-}
-
-// Stores the step's words (put_words' layout for `mode`, tile pair 0).
-fn lean_put(mode: u32, at: LeanPut, wa: Words, wb: Words) {
-    lean_put_a(at.a, wa.lo.x);
-    lean_put_a(at.a + 16u * CA, wa.lo.y);
-    lean_put_a(at.a + 32u * CA, wa.lo.z);
-    lean_put_a(at.a + 48u * CA, wa.lo.w);
-    lean_put_a(at.a + 64u * CA, wa.hi.x);
-    lean_put_a(at.a + 80u * CA, wa.hi.y);
-    lean_put_a(at.a + 96u * CA, wa.hi.z);
-    lean_put_a(at.a + 112u * CA, wa.hi.w);
-    let by_k = (mode & 4u) != 0u;
-    let s = select(4u * CB, 16u, by_k);
-    let next = select(1u, CB, by_k);
-    lean_put_b(at.b, next, wb.lo.x);
-    lean_put_b(at.b + s, next, wb.lo.y);
-    lean_put_b(at.b + 2u * s, next, wb.lo.z);
-    lean_put_b(at.b + 3u * s, next, wb.lo.w);
-    lean_put_b(at.b + 4u * s, next, wb.hi.x);
-    lean_put_b(at.b + 5u * s, next, wb.hi.y);
-    lean_put_b(at.b + 6u * s, next, wb.hi.z);
-    lean_put_b(at.b + 7u * s, next, wb.hi.w);
-}
-
 // One round of mm_coop16 (slot `slot`'s 2x4 accumulator tiles over the K range sk.z..sk.w,
 // then the epilogue) with the lean staging; `tile_full`: the 128x128 tile lies inside M and N
 // (for the convolution, only its columns are asked: A is gathered with checks); `cr`: the
@@ -283,9 +229,9 @@ fn coop16_lean_round(sk: vec4<u32>, ab: u32, bb: u32, row0: u32, tile: u32, lid:
     var wb = lean_b(at, sk.z, full0, bb, tile, lid);
     // The staging layout: the gather's A rows are by k like lean_mode()'s.
     let put_mode = select(lean_mode(), 13u, is_conv());
-    let put = lean_put_at(put_mode, lid);
+    let put = put_at(put_mode, lid);
     for (var k0 = sk.z; k0 < sk.w; k0 = k0 + 32u) {
-        lean_put(put_mode, put, wa, wb);
+        put_words_at(put, wa, wb, 0u);
         workgroupBarrier();
         let kn = k0 + 32u;
         if (kn < sk.w) {

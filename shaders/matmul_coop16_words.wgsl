@@ -41,32 +41,79 @@ fn words_zero() -> Words {
     return Words(vec4<u32>(), vec4<u32>());
 }
 
+// Where an invocation's staged words go in tile pair 0 (f16 indices into coop_a/coop_b), by
+// the layout `mode`: word i's first half at a + i a_s (b + i b_s), its second a_next (b_next)
+// on. A by k (word lid + 256i: row lid/16 + 16i, k 2(lid%16)): a_s 16 CA, halves adjacent; A
+// by rows (mode bit 2: rows 2(lid%64) and +1, k lid/64 + 4i): a_s 4, halves CA apart. B by k
+// (bit 4: column lid/16 + 16i, k 2(lid%16)): b_s 16, halves CB apart; B by columns (k
+// lid/64 + 4i, columns 2(lid%64)): b_s 4 CB, adjacent. Bounded by construction: A's last half
+// at 15 CA + 31 + 112 CA = 5111 or 127 CA + 3 + 28 = 5111 < A_TILE, B's at 31 CB + 15 + 112
+// or 3 CB + 127 + 28 CB = 4343 < B_TILE.
+//
+// Why: decoding each word's row and column from lid + 256i took six instructions a store in
+// NAK's count; from these offsets a store takes one add (none where the mode is a constant:
+// the lean staging, whose stores then take immediate offsets).
+struct PutAt {
+    a: u32,
+    a_s: u32,
+    a_next: u32,
+    b: u32,
+    b_s: u32,
+    b_next: u32,
+}
+
+fn put_at(mode: u32, lid: u32) -> PutAt {
+    var at = PutAt((lid / 16u) * CA + 2u * (lid % 16u), 16u * CA, 1u,
+                   (lid / 64u) * CB + 2u * (lid % 64u), 4u * CB, 1u);
+    if ((mode & 2u) != 0u) {
+        at.a = 2u * (lid % 64u) * CA + lid / 64u;
+        at.a_s = 4u;
+        at.a_next = CA;
+    }
+    if ((mode & 4u) != 0u) {
+        at.b = 2u * (lid % 16u) * CB + lid / 16u;
+        at.b_s = 16u;
+        at.b_next = CB;
+    }
+    return at;
+}
+
 // Writes the step's staged words to workgroup memory, tile pair `buf`.
 fn put_words(mode: u32, lid: u32, wa: Words, wb: Words, buf: u32) {
-    put_words_a(mode, lid, wa, buf * A_TILE);
-    put_words_b(mode, lid, wb, buf * B_TILE);
+    put_words_at(put_at(mode, lid), wa, wb, buf);
 }
 
-fn put_words_a(mode: u32, lid: u32, wa: Words, o: u32) {
-    pa_put(mode, lid, wa.lo.x, o);
-    pa_put(mode, lid + 256u, wa.lo.y, o);
-    pa_put(mode, lid + 512u, wa.lo.z, o);
-    pa_put(mode, lid + 768u, wa.lo.w, o);
-    pa_put(mode, lid + 1024u, wa.hi.x, o);
-    pa_put(mode, lid + 1280u, wa.hi.y, o);
-    pa_put(mode, lid + 1536u, wa.hi.z, o);
-    pa_put(mode, lid + 1792u, wa.hi.w, o);
+fn put_words_at(at: PutAt, wa: Words, wb: Words, buf: u32) {
+    let a = buf * A_TILE + at.a;
+    put_pair_a(a, at.a_next, wa.lo.x);
+    put_pair_a(a + at.a_s, at.a_next, wa.lo.y);
+    put_pair_a(a + 2u * at.a_s, at.a_next, wa.lo.z);
+    put_pair_a(a + 3u * at.a_s, at.a_next, wa.lo.w);
+    put_pair_a(a + 4u * at.a_s, at.a_next, wa.hi.x);
+    put_pair_a(a + 5u * at.a_s, at.a_next, wa.hi.y);
+    put_pair_a(a + 6u * at.a_s, at.a_next, wa.hi.z);
+    put_pair_a(a + 7u * at.a_s, at.a_next, wa.hi.w);
+    let b = buf * B_TILE + at.b;
+    put_pair_b(b, at.b_next, wb.lo.x);
+    put_pair_b(b + at.b_s, at.b_next, wb.lo.y);
+    put_pair_b(b + 2u * at.b_s, at.b_next, wb.lo.z);
+    put_pair_b(b + 3u * at.b_s, at.b_next, wb.lo.w);
+    put_pair_b(b + 4u * at.b_s, at.b_next, wb.hi.x);
+    put_pair_b(b + 5u * at.b_s, at.b_next, wb.hi.y);
+    put_pair_b(b + 6u * at.b_s, at.b_next, wb.hi.z);
+    put_pair_b(b + 7u * at.b_s, at.b_next, wb.hi.w);
 }
 
-fn put_words_b(mode: u32, lid: u32, wb: Words, o: u32) {
-    pb_put(mode, lid, wb.lo.x, o);
-    pb_put(mode, lid + 256u, wb.lo.y, o);
-    pb_put(mode, lid + 512u, wb.lo.z, o);
-    pb_put(mode, lid + 768u, wb.lo.w, o);
-    pb_put(mode, lid + 1024u, wb.hi.x, o);
-    pb_put(mode, lid + 1280u, wb.hi.y, o);
-    pb_put(mode, lid + 1536u, wb.hi.z, o);
-    pb_put(mode, lid + 1792u, wb.hi.w, o);
+fn put_pair_a(at: u32, next: u32, w: u32) {
+    let h = vec2<f16>(unpack2x16float(w));
+    coop_a[at] = h.x;
+    coop_a[at + next] = h.y;
+}
+
+fn put_pair_b(at: u32, next: u32, w: u32) {
+    let h = vec2<f16>(unpack2x16float(w));
+    coop_b[at] = h.x;
+    coop_b[at + next] = h.y;
 }
 
 // The invocation's eight A words of the K step at k0.
@@ -116,19 +163,6 @@ fn pa_word(mode: u32, ab: u32, row0: u32, k0: u32, e: u32) -> u32 {
     return src0[(ab + (row0 + r) * p(35u) + (k0 + kk) * p(36u)) / 2u];
 }
 
-fn pa_put(mode: u32, e: u32, w: u32, o: u32) {
-    let h = vec2<f16>(unpack2x16float(w));
-    if ((mode & 2u) != 0u) {
-        let r = 2u * (e % 64u);
-        let kk = e / 64u;
-        coop_a[o + r * CA + kk] = h.x;
-        coop_a[o + (r + 1u) * CA + kk] = h.y;
-    } else {
-        let at = o + (e / 16u) * CA + 2u * (e % 16u);
-        coop_a[at] = h.x;
-        coop_a[at + 1u] = h.y;
-    }
-}
 
 fn pb_word(mode: u32, bb: u32, tile: u32, k0: u32, e: u32) -> u32 {
     var jj = 2u * (e % 64u);
@@ -143,18 +177,3 @@ fn pb_word(mode: u32, bb: u32, tile: u32, k0: u32, e: u32) -> u32 {
     }
     return src1[(bb + (k0 + kk) * p(37u) + pc.x * p(38u)) / 2u];
 }
-
-fn pb_put(mode: u32, e: u32, w: u32, o: u32) {
-    let h = vec2<f16>(unpack2x16float(w));
-    if ((mode & 4u) != 0u) {
-        let jj = e / 16u;
-        let kk = 2u * (e % 16u);
-        coop_b[o + kk * CB + jj] = h.x;
-        coop_b[o + (kk + 1u) * CB + jj] = h.y;
-    } else {
-        let at = o + (e / 64u) * CB + 2u * (e % 64u);
-        coop_b[at] = h.x;
-        coop_b[at + 1u] = h.y;
-    }
-}
-

@@ -35,6 +35,14 @@ fn child() {
         [65, 63, 257, 1, 0],
         [256, 160, 192, 2, 2],
         [256, 20, 128, 2, 0],
+        // A transposed with M and K even: mm_coop16's default loop stages A by rows (the lean
+        // form leaves these layouts to it), B by columns and by k, every epilogue.
+        [256, 96, 130, 1, 0],
+        [130, 64, 256, 3, 1],
+        [128, 1000, 128, 1, 2],
+        [64, 32, 384, 3, 0],
+        [256, 128, 128, 1, 0],
+        [256, 64, 256, 3, 0],
     ];
     products_match_the_cpu(&cases, kernel, |what, _, kernels| {
         let ran = kernels.iter().any(|k| k.starts_with(SINGLE));

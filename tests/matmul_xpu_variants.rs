@@ -20,22 +20,25 @@ const KERNELS: [MatmulKernel; 7] = [
     MatmulKernel::Tiled(TileConfig::Gemv),
 ];
 
-/// A `[rows, cols]` operand (or `[batch, rows, cols]`), stored transposed when `t`.
+/// A `[rows, cols]` operand (or `[batch, rows, cols]`) on `device`, stored transposed when
+/// `t`: a transposed view taken on the device (`Tensor::to` makes tensors contiguous, so a view
+/// taken before the move would reach the kernels contiguous).
 fn operand(
     batch: Option<usize>,
-    rows: usize,
-    cols: usize,
+    [rows, cols]: [usize; 2],
     t: bool,
     dtype: DType,
     seed: u64,
+    device: Device,
 ) -> Tensor {
     let mut shape: Vec<usize> = batch.into_iter().collect();
     if t {
         shape.extend([cols, rows]);
-        randn(&shape, dtype, seed).transpose(-1, -2).unwrap()
+        let x = randn(&shape, dtype, seed).to(device).unwrap();
+        x.transpose(-1, -2).unwrap()
     } else {
         shape.extend([rows, cols]);
-        randn(&shape, dtype, seed)
+        randn(&shape, dtype, seed).to(device).unwrap()
     }
 }
 
@@ -68,10 +71,11 @@ fn case(m: usize, k: usize, n: usize, ci: usize, e: usize, dtype: DType, device:
         2 => randn(&[m, 1], dtype, seed + 3),
         _ => randn(&[m, n], dtype, seed + 3),
     };
+    // A column-major residual, made on the device (see `operand`).
     let res = if ci.is_multiple_of(2) {
-        randn(&full, dtype, seed + 4)
+        on(randn(&full, dtype, seed + 4))
     } else {
-        randn(&[m, n], dtype, seed + 4)
+        on(randn(&[m, n], dtype, seed + 4))
             .transpose(0, 1)
             .unwrap()
             .contiguous()
@@ -80,11 +84,11 @@ fn case(m: usize, k: usize, n: usize, ci: usize, e: usize, dtype: DType, device:
             .unwrap()
     };
     Case {
-        a: on(operand(ba, m, k, ta, dtype, seed)),
-        b: on(operand(bb, k, np, tb, dtype, seed + 1)),
+        a: operand(ba, [m, k], ta, dtype, seed, device),
+        b: operand(bb, [k, np], tb, dtype, seed + 1, device),
         bias: on(randn(&[np], dtype, seed + 2)),
         c: on(c),
-        res: on(res),
+        res,
     }
 }
 
