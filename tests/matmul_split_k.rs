@@ -34,9 +34,10 @@ fn product(
     ashape.extend([m, k]);
     let np = if e == 3 { 2 * n } else { n };
     let a = on(randn(&ashape, dtype, seed));
-    // B transposed in storage for odd epilogues (a column-major operand).
+    // B transposed in storage for odd epilogues (a column-major operand), the view taken on the
+    // device (`Tensor::to` makes its result contiguous).
     let b = if e % 2 == 1 {
-        on(randn(&[np, k], dtype, seed + 1).t().unwrap())
+        on(randn(&[np, k], dtype, seed + 1)).t().unwrap()
     } else {
         on(randn(&[k, np], dtype, seed + 1))
     };

@@ -65,8 +65,23 @@ fn tol(dtype: DType) -> f64 {
 }
 
 /// Checks one case on Cpu against the reference and on Xpu (if present) against Cpu.
-/// `x`, `w`, `b` are Cpu tensors (any views); they are moved to the Xpu as the same views.
+/// `x`, `w`, `b` are contiguous Cpu tensors, moved to the Xpu as they are (`Tensor::to` makes
+/// its result contiguous: for views use `check_views`).
 fn check(what: &str, xpu: bool, x: &Tensor, kind: Kind, w: Option<&Tensor>, b: Option<&Tensor>) {
+    check_views(what, xpu, kind, |device| {
+        let to = |t: &Tensor| t.to(device).unwrap();
+        (to(x), w.map(to), b.map(to))
+    });
+}
+
+/// `x`, weight and bias on a device.
+type Operands = (Tensor, Option<Tensor>, Option<Tensor>);
+
+/// `check` for operands that `make` builds on the given device, any views taken there after
+/// the move, so the Xpu reads the same views as the Cpu.
+fn check_views(what: &str, xpu: bool, kind: Kind, make: impl Fn(Device) -> Operands) {
+    let (x, w, b) = make(Device::Cpu);
+    let (w, b) = (w.as_ref(), b.as_ref());
     let dtype = x.dtype();
     let want = reference(
         &values(&x.contiguous().unwrap()),
@@ -75,14 +90,14 @@ fn check(what: &str, xpu: bool, x: &Tensor, kind: Kind, w: Option<&Tensor>, b: O
         w.map(values).as_deref(),
         b.map(values).as_deref(),
     );
-    let cpu = run(x, kind, w, b).unwrap();
+    let cpu = run(&x, kind, w, b).unwrap();
     assert_eq!(cpu.shape(), x.shape(), "{what}");
     assert_eq!(cpu.dtype(), dtype, "{what}");
     let t = tol(dtype);
     assert_close(&format!("cpu {what}"), &values(&cpu), &want, t, t);
     if xpu {
-        let to = |t: &Tensor| t.to(Device::Xpu).unwrap();
-        let (gx, gw, gb) = (to(x), w.map(to), b.map(to));
+        let (gx, gw, gb) = make(Device::Xpu);
+        assert_eq!(gx.strides(), x.strides(), "{what}: Xpu view");
         let gpu = run(&gx, kind, gw.as_ref(), gb.as_ref()).unwrap();
         assert_eq!(gpu.shape(), x.shape(), "{what}");
         assert_eq!(gpu.dtype(), dtype, "{what}");
@@ -209,51 +224,46 @@ fn layer_norm_sweep() {
 fn strided_views() {
     let xpu = common::xpu();
     for &dtype in &FLOATS {
-        // NHWC storage viewed as NCHW.
-        let x = randn(&[2, 5, 4, 6], dtype, 40)
-            .permute(&[0, 3, 1, 2])
-            .unwrap();
-        assert!(!x.is_contiguous());
+        // Every view is taken on the device after the move (`Tensor::to` makes its result
+        // contiguous).
+        let on = |shape: &[usize], seed: u64, device: Device| {
+            randn(shape, dtype, seed).to(device).unwrap()
+        };
         // Weight/bias as views with an odd offset (exercises packed 16-bit lanes on the Xpu).
-        let w = randn(&[7], dtype, 41).narrow(0, 1, 6).unwrap();
-        let b = randn(&[9], dtype, 42).narrow(0, 3, 6).unwrap();
-        check(
+        let w = |device| on(&[7], 41, device).narrow(0, 1, 6).unwrap();
+        let b = |device| on(&[9], 42, device).narrow(0, 3, 6).unwrap();
+        // NHWC storage viewed as NCHW.
+        check_views(
             &format!("{dtype} permuted"),
             xpu,
-            &x,
             Kind::Group(3, true),
-            Some(&w),
-            Some(&b),
+            |device| {
+                let x = on(&[2, 5, 4, 6], 40, device)
+                    .permute(&[0, 3, 1, 2])
+                    .unwrap();
+                assert!(!x.is_contiguous());
+                (x, Some(w(device)), Some(b(device)))
+            },
         );
         // Narrowed channels: [2, 9, 7] -> [2, 6, 7] starting at channel 1.
-        let x = randn(&[2, 9, 7], dtype, 43).narrow(1, 1, 6).unwrap();
-        check(
+        check_views(
             &format!("{dtype} narrowed"),
             xpu,
-            &x,
             Kind::Group(2, false),
-            Some(&w),
-            None,
+            |device| {
+                let x = on(&[2, 9, 7], 43, device).narrow(1, 1, 6).unwrap();
+                (x, Some(w(device)), None)
+            },
         );
         // Layer norm of a transposed matrix and of a contiguous view with an odd offset.
-        let x = randn(&[6, 11], dtype, 44).t().unwrap();
-        check(
-            &format!("{dtype} transposed"),
-            xpu,
-            &x,
-            Kind::Layer,
-            Some(&w),
-            Some(&b),
-        );
-        let x = randn(&[5, 6], dtype, 45).narrow(0, 1, 3).unwrap();
-        check(
-            &format!("{dtype} offset"),
-            xpu,
-            &x,
-            Kind::Layer,
-            None,
-            Some(&b),
-        );
+        check_views(&format!("{dtype} transposed"), xpu, Kind::Layer, |device| {
+            let x = on(&[6, 11], 44, device).t().unwrap();
+            (x, Some(w(device)), Some(b(device)))
+        });
+        check_views(&format!("{dtype} offset"), xpu, Kind::Layer, |device| {
+            let x = on(&[5, 6], 45, device).narrow(0, 1, 3).unwrap();
+            (x, None, Some(b(device)))
+        });
     }
 }
 

@@ -79,10 +79,23 @@ fn tol(dtype: DType) -> f64 {
 }
 
 /// q, k, v for `[B, H, Lq, Lk, D, Dv]` in diffusers' layout: made `[B, L, H, D]` and viewed
-/// `[B, H, L, D]` by a transpose.
-fn qkv([b, h, lq, lk, d, dv]: [usize; 6], dtype: DType, seed: u64) -> [Tensor; 3] {
-    let view =
-        |l: usize, dd: usize, s: u64| randn(&[b, l, h, dd], dtype, s).transpose(1, 2).unwrap();
+/// `[B, H, L, D]` by a transpose (on the Cpu: `Tensor::to` makes tensors contiguous, so these
+/// reach another device contiguous; see `qkv_on`).
+fn qkv(dims: [usize; 6], dtype: DType, seed: u64) -> [Tensor; 3] {
+    qkv_on(dims, dtype, seed, Device::Cpu)
+}
+
+/// `qkv` on `device`: the same values, the transposed views taken there after the move.
+fn qkv_on(
+    [b, h, lq, lk, d, dv]: [usize; 6],
+    dtype: DType,
+    seed: u64,
+    device: Device,
+) -> [Tensor; 3] {
+    let view = |l: usize, dd: usize, s: u64| {
+        let x = randn(&[b, l, h, dd], dtype, s).to(device).unwrap();
+        x.transpose(1, 2).unwrap()
+    };
     [
         view(lq, d, seed),
         view(lk, d, seed + 1),
@@ -182,12 +195,9 @@ fn cpu_avx2_matches_materialised_reference() {
 fn check_masks(device: Device) {
     for &dtype in &FLOATS {
         let (b, h, lq, lk, d) = (2, 2, 37, 45, 40);
-        let [q, k, v] = qkv([b, h, lq, lk, d, d], dtype, 5);
-        let (q, k, v) = (
-            q.to(device).unwrap(),
-            k.to(device).unwrap(),
-            v.to(device).unwrap(),
-        );
+        // Diffusers' transposed views, taken on the device.
+        let [q, k, v] = qkv_on([b, h, lq, lk, d, d], dtype, 5, device);
+        assert!(!q.is_contiguous(), "{device}: q is a strided view");
         // Boolean [B, 1, Lq, Lk]: a causal-ish pattern plus one fully masked row.
         let keep: Vec<u8> = (0..b * lq * lk)
             .map(|i| {
