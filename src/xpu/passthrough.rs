@@ -167,19 +167,9 @@ pub(crate) fn words_of(
 /// The module with `OpMemoryModel ... Vulkan` turned into GLSL450 and the Vulkan memory model's
 /// capability and extension dropped; everything else unchanged.
 fn glsl450_memory_model(words: &[u32]) -> std::result::Result<Vec<u32>, String> {
-    const HEADER: usize = 5;
-    if words.len() < HEADER {
-        return Err("SPIR-V module shorter than its header".into());
-    }
-    let mut out = words[..HEADER].to_vec();
-    let mut i = HEADER;
-    while i < words.len() {
-        let count = (words[i] >> 16) as usize;
-        let opcode = words[i] & 0xffff;
-        if count == 0 || i + count > words.len() {
-            return Err(format!("malformed SPIR-V instruction at word {i}"));
-        }
-        let inst = &words[i..i + count];
+    let mut out = words[..SPIRV_HEADER.min(words.len())].to_vec();
+    for (_, inst) in instructions(words)? {
+        let opcode = inst[0] & 0xffff;
         let drop = match opcode {
             OP_CAPABILITY => inst.get(1) == Some(&CAPABILITY_VULKAN_MEMORY_MODEL),
             OP_EXTENSION => literal_string(&inst[1..]) == "SPV_KHR_vulkan_memory_model",
@@ -188,13 +178,35 @@ fn glsl450_memory_model(words: &[u32]) -> std::result::Result<Vec<u32>, String> 
         if !drop {
             let start = out.len();
             out.extend_from_slice(inst);
-            if opcode == OP_MEMORY_MODEL && count == 3 {
+            if opcode == OP_MEMORY_MODEL && inst.len() == 3 {
                 out[start + 2] = MEMORY_MODEL_GLSL450;
             }
         }
-        i += count;
     }
     Ok(out)
+}
+
+/// Words of a SPIR-V module's header.
+pub(crate) const SPIRV_HEADER: usize = 5;
+
+/// The instructions of a SPIR-V module after its header, each with the index of its first
+/// word (word count in the high 16 bits of that word, opcode in the low); an error names a
+/// module shorter than its header or an instruction whose word count is 0 or runs past the end.
+pub(crate) fn instructions(words: &[u32]) -> std::result::Result<Vec<(usize, &[u32])>, String> {
+    if words.len() < SPIRV_HEADER {
+        return Err("SPIR-V module shorter than its header".into());
+    }
+    let mut all = Vec::new();
+    let mut i = SPIRV_HEADER;
+    while i < words.len() {
+        let count = (words[i] >> 16) as usize;
+        if count == 0 || i + count > words.len() {
+            return Err(format!("malformed SPIR-V instruction at word {i}"));
+        }
+        all.push((i, &words[i..i + count]));
+        i += count;
+    }
+    Ok(all)
 }
 
 /// A SPIR-V literal string (UTF-8, nul-terminated, packed little-endian in words).

@@ -25,7 +25,6 @@ const OP_TYPE_VECTOR: u32 = 23;
 const OP_FCONVERT: u32 = 115;
 const OP_BITCAST: u32 = 124;
 const GLSL_UNPACK_HALF_2X16: u32 = 62;
-const HEADER: usize = 5;
 
 /// Whether the fold is on (`XPU_SPIRV_FOLD=0` turns it off, to time or rule it out).
 pub(crate) fn enabled() -> bool {
@@ -36,9 +35,6 @@ pub(crate) fn enabled() -> bool {
 /// `words` with every `vec2<f16>(unpack2x16float(w))` turned into `OpBitcast` of `w`, and how
 /// many were turned; an error names a malformed instruction.
 pub(crate) fn fold_unpack_half(words: &[u32]) -> Result<(Vec<u32>, usize), String> {
-    if words.len() < HEADER {
-        return Err("SPIR-V module shorter than its header".into());
-    }
     let mut out = words.to_vec();
     let mut glsl = None;
     let mut half = Vec::new();
@@ -46,14 +42,9 @@ pub(crate) fn fold_unpack_half(words: &[u32]) -> Result<(Vec<u32>, usize), Strin
     // Result id of each UnpackHalf2x16 and its word operand.
     let mut unpacked = std::collections::HashMap::new();
     let mut folded = 0;
-    let mut i = HEADER;
-    while i < words.len() {
-        let count = (words[i] >> 16) as usize;
-        let opcode = words[i] & 0xffff;
-        if count == 0 || i + count > words.len() {
-            return Err(format!("malformed SPIR-V instruction at word {i}"));
-        }
-        let inst = &words[i..i + count];
+    for (i, inst) in super::passthrough::instructions(words)? {
+        let count = inst.len();
+        let opcode = inst[0] & 0xffff;
         match opcode {
             OP_EXT_INST_IMPORT
                 if count >= 3
@@ -79,7 +70,6 @@ pub(crate) fn fold_unpack_half(words: &[u32]) -> Result<(Vec<u32>, usize), Strin
             }
             _ => {}
         }
-        i += count;
     }
     Ok((out, folded))
 }
