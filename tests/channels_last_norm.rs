@@ -97,7 +97,7 @@ fn cl(x: &Tensor) -> Tensor {
     x.to_memory_format(MemoryFormat::ChannelsLast).unwrap()
 }
 
-/// `x` on `device` in its memory format (a copy to another device is contiguous).
+/// `x` on `device` in its memory format, made there (`cl`) for channels-last views.
 fn on(device: Device, x: &Tensor) -> Tensor {
     let moved = x.to(device).unwrap();
     if x.memory_format() == MemoryFormat::ChannelsLast {

@@ -401,7 +401,7 @@ fn broadcast_residuals_match_unfused() {
                 let op = xf.conv2d_fused(&w, p).bias(&b).residual(&r);
                 let want = values(&op.run_unfused().unwrap());
                 for &device in &devices {
-                    // The format taken on the device (`Tensor::to` makes tensors contiguous).
+                    // The format taken on the device.
                     let (xd, wd, bd, rd) = (
                         x.to(device).unwrap().to_memory_format(fmt).unwrap(),
                         w.to(device).unwrap(),

@@ -84,7 +84,7 @@ fn winograd_layers_match_the_unfused_sequence_on_every_device() {
                         let mut cpu = Vec::new();
                         for &device in &devices {
                             let l = layer.to(device).unwrap();
-                            // The format taken on the device (`to` makes tensors contiguous).
+                            // The format taken on the device.
                             let xd = x.to(device).unwrap().to_memory_format(fmt).unwrap();
                             let rd = r.to(device).unwrap();
                             let got = values(&l.forward_fused(&xd, Some(&rd), act).unwrap());

@@ -90,7 +90,7 @@ fn i32_unary_xpu_matches_cpu_bit_for_bit() {
     if !common::xpu() {
         return;
     }
-    // The same view taken on the Xpu (`Tensor::to` makes its result contiguous).
+    // The same view taken on the Xpu.
     let gpu = base.to(Device::Xpu).unwrap().t().unwrap();
     assert!(!gpu.is_contiguous());
     for (op, want) in ops.iter().zip(&want) {

@@ -35,7 +35,7 @@ fn product(
     let np = if e == 3 { 2 * n } else { n };
     let a = on(randn(&ashape, dtype, seed));
     // B transposed in storage for odd epilogues (a column-major operand), the view taken on the
-    // device (`Tensor::to` makes its result contiguous).
+    // device.
     let b = if e % 2 == 1 {
         on(randn(&[np, k], dtype, seed + 1)).t().unwrap()
     } else {

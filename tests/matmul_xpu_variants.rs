@@ -21,8 +21,7 @@ const KERNELS: [MatmulKernel; 7] = [
 ];
 
 /// A `[rows, cols]` operand (or `[batch, rows, cols]`) on `device`, stored transposed when
-/// `t`: a transposed view taken on the device (`Tensor::to` makes tensors contiguous, so a view
-/// taken before the move would reach the kernels contiguous).
+/// `t`: a transposed view taken on the device (whatever `Tensor::to` does with strides).
 fn operand(
     batch: Option<usize>,
     [rows, cols]: [usize; 2],

@@ -65,8 +65,8 @@ fn tol(dtype: DType) -> f64 {
 }
 
 /// Checks one case on Cpu against the reference and on Xpu (if present) against Cpu.
-/// `x`, `w`, `b` are contiguous Cpu tensors, moved to the Xpu as they are (`Tensor::to` makes
-/// its result contiguous: for views use `check_views`).
+/// `x`, `w`, `b` are Cpu tensors, moved to the Xpu as they are (`Tensor::to` keeps dense views'
+/// strides but makes slices contiguous: for views with gaps use `check_views`).
 fn check(what: &str, xpu: bool, x: &Tensor, kind: Kind, w: Option<&Tensor>, b: Option<&Tensor>) {
     check_views(what, xpu, kind, |device| {
         let to = |t: &Tensor| t.to(device).unwrap();
@@ -224,8 +224,8 @@ fn layer_norm_sweep() {
 fn strided_views() {
     let xpu = common::xpu();
     for &dtype in &FLOATS {
-        // Every view is taken on the device after the move (`Tensor::to` makes its result
-        // contiguous).
+        // Every view is taken on the device after the move (`Tensor::to` would make the
+        // slices contiguous).
         let on = |shape: &[usize], seed: u64, device: Device| {
             randn(shape, dtype, seed).to(device).unwrap()
         };

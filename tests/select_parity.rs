@@ -43,8 +43,7 @@ fn float_pool() -> [f32; 10] {
 }
 
 /// A tensor of `shape` and `dtype` on `device` with drawn values; with `view`, a non-contiguous
-/// view made on the device (the transpose of a tensor stored with the shape reversed: moving a
-/// view between devices would copy it into a fresh contiguous storage).
+/// view made on the device (the transpose of a tensor stored with the shape reversed).
 fn make(shape: &[usize], dtype: DType, seed: u64, view: bool, device: Device) -> Tensor {
     let mut d = Draw(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let stored: Vec<usize> = if view {

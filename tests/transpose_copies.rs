@@ -4,7 +4,9 @@
 //! the element-wise gather elsewhere. Every result is checked against index arithmetic on the
 //! host, on every device, over extents on both sides of the tile edges and of the 16 floor,
 //! odd extents (which 16-bit outputs leave to the gather), offsets, broadcast batch dims and
-//! every dtype pair the copy casts between.
+//! every dtype pair the copy casts between. A cast (`to_dtype`) of a whole permute keeps its
+//! strides (PyTorch's `preserve_format`) and copies its span, so the casting tiles are reached
+//! here through views with gaps (a slice, then a transpose).
 
 mod common;
 
@@ -111,11 +113,26 @@ fn casting_copies_of_transposes_match_the_host() {
         for &(r, c) in &[(40, 64), (64, 36), (33, 48), (100, 17)] {
             let x = Tensor::from_vec(host(r * c), &[r, c], device).unwrap();
             for (from, to) in pairs {
+                // A whole transpose is dense: the cast keeps its strides and reads its span.
                 let t = x.to_dtype(from).unwrap().t().unwrap();
                 let got = t.to_dtype(to).unwrap();
-                assert_eq!(got.dtype(), to);
+                assert_eq!((got.dtype(), got.strides()), (to, t.strides()));
                 let want = permuted(&values(&x), &[r, c], &[1, 0]);
                 assert_eq!(values(&got), want, "{device} {from}->{to} [{r}, {c}].t()");
+                // A transposed slice has gaps: the cast gathers it through the tiles.
+                let slice = x.narrow(1, 1, c - 1).unwrap();
+                let got = x
+                    .to_dtype(from)
+                    .unwrap()
+                    .narrow(1, 1, c - 1)
+                    .unwrap()
+                    .t()
+                    .unwrap()
+                    .to_dtype(to)
+                    .unwrap();
+                assert!(got.is_contiguous() && got.dtype() == to);
+                let want = permuted(&values(&slice), &[r, c - 1], &[1, 0]);
+                assert_eq!(values(&got), want, "{device} {from}->{to} slice.t()");
             }
         }
     }
@@ -172,9 +189,18 @@ fn xpu_transposed_copies_equal_cpu_ones_on_a_large_view() {
     let gpu = cpu.to(Device::Xpu).unwrap();
     for perm in [[0, 3, 1, 2], [0, 2, 3, 1], [0, 3, 2, 1], [3, 1, 2, 0]] {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
-            let want = cpu.permute(&perm).unwrap().to_dtype(dtype).unwrap();
-            let got = gpu.permute(&perm).unwrap().to_dtype(dtype).unwrap();
-            assert_eq!(values(&got), values(&want), "permute {perm:?} to {dtype}");
+            // Whole permutes keep their strides through the cast; a slice of the last dim
+            // (gaps) is gathered contiguous through the tiles.
+            for width in [66, 65] {
+                let view = |t: &Tensor| t.narrow(3, 0, width).unwrap().permute(&perm).unwrap();
+                let want = view(&cpu).to_dtype(dtype).unwrap().contiguous().unwrap();
+                let got = view(&gpu).to_dtype(dtype).unwrap();
+                if dtype != DType::F32 {
+                    assert_eq!(got.is_contiguous(), width == 65, "permute {perm:?} {width}");
+                }
+                let got = got.contiguous().unwrap();
+                assert_eq!(values(&got), values(&want), "permute {perm:?} to {dtype}");
+            }
         }
     }
 }

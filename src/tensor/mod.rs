@@ -4,6 +4,9 @@
 //! Invariants: a tensor never changes after creation (ops return new tensors); views share
 //! storage through `Arc` and never copy; `layout.max_offset() <= storage.len()`; every op
 //! checks devices (no silent copies between devices) and dtypes before touching data.
+//! Copies across devices and dtypes (`to`, `to_dtype`) keep the strides of dense views, as
+//! PyTorch's `preserve_format` does: a transposed weight or a channels-last activation stays
+//! so on the Xpu, and ops never assume their inputs are contiguous.
 
 mod creation;
 mod format;
@@ -122,24 +125,44 @@ impl Tensor {
         Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
     }
 
-    /// A contiguous copy on `device` (the same tensor if it is already there). Moving to
+    /// The layouts of a format-preserving copy (PyTorch's `preserve_format`): what to read
+    /// from this tensor's storage, and the layout the copy's own storage then has. A dense
+    /// view (contiguous, a transpose, a permute, channels-last) is copied as its storage span
+    /// and keeps its strides exactly, size-1 dims' included (so a `[N, 1, H, W]` channels-last
+    /// tensor stays channels-last, as in PyTorch); one with gaps or repeats becomes row-major.
+    fn preserving_layouts(&self) -> (Layout, Layout) {
+        match self.layout().dense_span() {
+            Some(span) => {
+                let kept = Layout::from_parts(self.shape().to_vec(), self.strides().to_vec(), 0);
+                (span, kept)
+            }
+            None => (self.layout().clone(), Layout::contiguous(self.shape())),
+        }
+    }
+
+    /// A copy on `device` (the same tensor if it is already there). As PyTorch's `.to`, a
+    /// dense view (a transpose, a permute, a channels-last tensor) keeps its strides, and so
+    /// its memory format; anything else (slices, broadcasts) arrives contiguous. Moving to
     /// `Device::Xpu` records an upload and returns at once; moving back waits for the GPU.
     pub fn to(&self, device: Device) -> Result<Tensor> {
         if device == self.device() {
             return Ok(self.clone());
         }
-        let s = self.storage().to_device(self.layout(), device)?;
-        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+        let (read, kept) = self.preserving_layouts();
+        let s = self.storage().to_device(&read, device)?;
+        Ok(Tensor::from_storage(s, kept))
     }
 
     /// Converts to another dtype on the same device (floats round to nearest even; float to
-    /// integer truncates toward zero and saturates, NaN becomes 0).
+    /// integer truncates toward zero and saturates, NaN becomes 0). Strides are kept as by
+    /// [`Tensor::to`].
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let s = self.storage().cast(self.layout(), dtype)?;
-        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+        let (read, kept) = self.preserving_layouts();
+        let s = self.storage().cast(&read, dtype)?;
+        Ok(Tensor::from_storage(s, kept))
     }
 
     /// All elements in row-major order, from any device (waits for the GPU). `T` must match

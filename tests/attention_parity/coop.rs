@@ -89,13 +89,15 @@ fn run_cases() {
             _ => (q, k),
         };
         let want = reference(&q, &k, &v, None, 1.0 / (d as f64).sqrt());
-        // `Tensor::to` makes its result contiguous: the strided views are taken on the Xpu.
+        // Even cases take contiguous `[B, H, L, D]` copies; odd ones read `[B, L, H, D]`
+        // storage through `[B, H, L, D]` views made on the Xpu.
         let [qx, kx, vx] = [&q, &k, &v].map(|t| {
+            let x = t.contiguous().unwrap().to(Device::Xpu).unwrap();
             if ci % 2 == 1 {
-                let x = t.transpose(1, 2).unwrap().to(Device::Xpu).unwrap();
-                x.transpose(1, 2).unwrap()
+                let blhd = x.transpose(1, 2).unwrap().contiguous().unwrap();
+                blhd.transpose(1, 2).unwrap()
             } else {
-                t.to(Device::Xpu).unwrap()
+                x
             }
         });
         assert_eq!(kx.is_contiguous(), ci % 2 == 0);

@@ -79,8 +79,8 @@ fn tol(dtype: DType) -> f64 {
 }
 
 /// q, k, v for `[B, H, Lq, Lk, D, Dv]` in diffusers' layout: made `[B, L, H, D]` and viewed
-/// `[B, H, L, D]` by a transpose (on the Cpu: `Tensor::to` makes tensors contiguous, so these
-/// reach another device contiguous; see `qkv_on`).
+/// `[B, H, L, D]` by a transpose on the Cpu (moved with `Tensor::to`, they keep their strides;
+/// see also `qkv_on`).
 fn qkv(dims: [usize; 6], dtype: DType, seed: u64) -> [Tensor; 3] {
     qkv_on(dims, dtype, seed, Device::Cpu)
 }

@@ -64,8 +64,8 @@ pub fn products_match_the_cpu(
     for (ci, &[m, k, n, t, bl]) in cases.iter().enumerate() {
         let e = ci % 6;
         let np = if e == 5 { 2 * n } else { n };
-        // A transposed operand is a transposed view on each device (`to` makes tensors
-        // contiguous, so the view is taken after the move: the Xpu reads the strided layout).
+        // A transposed operand is a transposed view taken on each device after the move: the
+        // Xpu reads the strided layout.
         let operand = |batch: Option<usize>, r: usize, c: usize, tr: bool, seed: u64| {
             let mut shape: Vec<usize> = batch.into_iter().collect();
             shape.extend(if tr { [c, r] } else { [r, c] });

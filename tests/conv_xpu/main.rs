@@ -143,7 +143,7 @@ fn check(case: &Case, r: Run) {
     let (ho, wo) = out_size(case);
     let dt = r.dtype;
     // Channels-last tensors: NHWC arrays viewed as [N, C, H, W] (the view is made on each
-    // device, since a copy to another device is contiguous).
+    // device).
     let make = |shape: [usize; 4], nhwc: bool, seed: u64| {
         let [a, b, c, d] = shape;
         let base = if nhwc {
