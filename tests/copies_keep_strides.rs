@@ -1,9 +1,10 @@
-//! `Tensor::to` and `Tensor::to_dtype` keep the strides of dense views, as PyTorch's
-//! `preserve_format` does (checked there: `x.t().to("cuda").stride()` and
-//! `x.t().half().stride()` are `x.t().stride()`; a slice or an `expand` arrives contiguous).
-//! Every move and cast here is checked for its strides and, against index arithmetic on the
-//! host, for its values; then ops on the kept views must agree between devices, since a kept
-//! view reaches the kernels strided where a contiguous copy would not.
+//! `Tensor::to` and `Tensor::to_dtype` keep the strides of dense views and the memory order
+//! of the others, as PyTorch's `preserve_format` copies do. The strides are PyTorch's own, from
+//! `tests/fixtures/strides.json` (made by `make_stride_fixtures.py`): every case's views are
+//! replayed here and their copies' strides compared, on every device pair. Every move and cast
+//! is also checked against index arithmetic on the host for its values; then ops on the kept
+//! views must agree between devices, since a kept view reaches the kernels strided where a
+//! contiguous copy would not.
 
 mod common;
 
@@ -31,7 +32,7 @@ fn dense_views(base: &Tensor) -> Vec<(&'static str, Tensor)> {
     ]
 }
 
-/// Views with gaps or repeats: their copies are row-major.
+/// Views with gaps or repeats: their copies are dense.
 fn sparse_views(base: &Tensor) -> Vec<(&'static str, Tensor)> {
     vec![
         (
@@ -58,7 +59,7 @@ fn assert_same(what: &str, got: &Tensor, want: &Tensor) {
 }
 
 #[test]
-fn moves_and_casts_keep_dense_strides_and_make_the_rest_contiguous() {
+fn moves_and_casts_keep_dense_strides_and_make_the_rest_dense() {
     let devices = devices();
     for &from in &devices {
         let base = Tensor::from_vec(host(5 * 7 * 65), &[5, 7, 65], from).unwrap();
@@ -89,10 +90,7 @@ fn moves_and_casts_keep_dense_strides_and_make_the_rest_contiguous() {
                     let moved = v.to(to).unwrap();
                     let what = format!("{name} {dtype} {from}->{to}");
                     if to != from {
-                        assert!(
-                            moved.is_contiguous(),
-                            "{what}: a copy with gaps is row-major"
-                        );
+                        assert!(moved.layout().dense_span().is_some(), "{what}: dense");
                     }
                     assert_same(&what, &moved, &v);
                 }
@@ -102,8 +100,74 @@ fn moves_and_casts_keep_dense_strides_and_make_the_rest_contiguous() {
                     DType::F32
                 };
                 let cast = v.to_dtype(other).unwrap();
-                assert!(cast.is_contiguous(), "{name} {from} {dtype}->{other}");
+                assert!(
+                    cast.layout().dense_span().is_some(),
+                    "{name} {dtype}->{other}"
+                );
                 assert_same(&format!("{name} cast"), &cast.to_dtype(dtype).unwrap(), &v);
+            }
+        }
+    }
+}
+
+/// One view op of the fixture's little language (see `make_stride_fixtures.py`).
+fn apply(x: Tensor, op: &[serde_json::Value]) -> Tensor {
+    let int = |i: usize| op[i].as_u64().unwrap() as usize;
+    let list = |i: usize| -> Vec<usize> {
+        let v = op[i].as_array().unwrap();
+        v.iter().map(|d| d.as_u64().unwrap() as usize).collect()
+    };
+    match op[0].as_str().unwrap() {
+        "t" => x.t(),
+        "transpose" => x.transpose(int(1) as isize, int(2) as isize),
+        "permute" => x.permute(&list(1)),
+        "narrow" => x.narrow(int(1) as isize, int(2), int(3)),
+        "expand" => x.broadcast_to(&list(1)),
+        "unsqueeze" => x.unsqueeze(int(1) as isize),
+        "channels_last" => x.to_memory_format(MemoryFormat::ChannelsLast),
+        other => panic!("unknown fixture op {other}"),
+    }
+    .unwrap()
+}
+
+#[test]
+fn copies_take_pytorchs_strides() {
+    let path = common::repo_root().join("tests/fixtures/strides.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let usizes = |v: &serde_json::Value| -> Vec<usize> {
+        let v = v.as_array().unwrap();
+        v.iter().map(|d| d.as_u64().unwrap() as usize).collect()
+    };
+    let cases = fixture["cases"].as_array().unwrap();
+    assert!(cases.len() >= 20, "fixture has {} cases", cases.len());
+    let devices = devices();
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let base = usizes(&case["base"]);
+        let n = base.iter().product();
+        for &from in &devices {
+            let mut view = Tensor::from_vec(host(n), &base, from).unwrap();
+            for op in case["ops"].as_array().unwrap() {
+                view = apply(view, op.as_array().unwrap());
+            }
+            let what = format!("{name} on {from}");
+            assert_eq!(view.shape(), usizes(&case["shape"]), "{what}: shape");
+            assert_eq!(
+                view.strides(),
+                usizes(&case["view_strides"]),
+                "{what}: view"
+            );
+            let offset = case["view_offset"].as_u64().unwrap() as usize;
+            assert_eq!(view.layout().offset(), offset, "{what}: offset");
+            let want = usizes(&case["copy_strides"]);
+            let cast = view.to_dtype(DType::F16).unwrap();
+            assert_eq!(cast.strides(), want, "{what}: to_dtype");
+            assert_same(&what, &cast.to_dtype(DType::F32).unwrap(), &view);
+            for &to in devices.iter().filter(|&&d| d != from) {
+                let moved = view.to(to).unwrap();
+                assert_eq!(moved.strides(), want, "{what}: to {to}");
+                assert_same(&format!("{what} to {to}"), &moved, &view);
             }
         }
     }

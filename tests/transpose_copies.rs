@@ -4,9 +4,9 @@
 //! the element-wise gather elsewhere. Every result is checked against index arithmetic on the
 //! host, on every device, over extents on both sides of the tile edges and of the 16 floor,
 //! odd extents (which 16-bit outputs leave to the gather), offsets, broadcast batch dims and
-//! every dtype pair the copy casts between. A cast (`to_dtype`) of a whole permute keeps its
-//! strides (PyTorch's `preserve_format`) and copies its span, so the casting tiles are reached
-//! here through views with gaps (a slice, then a transpose).
+//! every dtype pair the copy casts between. A cast (`to_dtype`) keeps a whole permute's strides
+//! and gives a view with gaps its source's memory order (PyTorch's `preserve_format`), so casts
+//! read in storage order and never transpose: the tiles are reached through `contiguous`.
 
 mod common;
 
@@ -119,7 +119,7 @@ fn casting_copies_of_transposes_match_the_host() {
                 assert_eq!((got.dtype(), got.strides()), (to, t.strides()));
                 let want = permuted(&values(&x), &[r, c], &[1, 0]);
                 assert_eq!(values(&got), want, "{device} {from}->{to} [{r}, {c}].t()");
-                // A transposed slice has gaps: the cast gathers it through the tiles.
+                // A transposed slice has gaps: the cast makes it dense in its memory order.
                 let slice = x.narrow(1, 1, c - 1).unwrap();
                 let got = x
                     .to_dtype(from)
@@ -130,7 +130,9 @@ fn casting_copies_of_transposes_match_the_host() {
                     .unwrap()
                     .to_dtype(to)
                     .unwrap();
-                assert!(got.is_contiguous() && got.dtype() == to);
+                // PyTorch's order for a copy with gaps: the source's memory order, so the cast
+                // reads and writes in storage order and transposes nothing.
+                assert_eq!((got.dtype(), got.strides()), (to, &[1, c - 1][..]));
                 let want = permuted(&values(&slice), &[r, c - 1], &[1, 0]);
                 assert_eq!(values(&got), want, "{device} {from}->{to} slice.t()");
             }
@@ -189,14 +191,16 @@ fn xpu_transposed_copies_equal_cpu_ones_on_a_large_view() {
     let gpu = cpu.to(Device::Xpu).unwrap();
     for perm in [[0, 3, 1, 2], [0, 2, 3, 1], [0, 3, 2, 1], [3, 1, 2, 0]] {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
-            // Whole permutes keep their strides through the cast; a slice of the last dim
-            // (gaps) is gathered contiguous through the tiles.
+            // Whole permutes keep their strides through the cast, a slice of the last dim
+            // (gaps) becomes dense in its memory order; `contiguous` then runs the tiles.
             for width in [66, 65] {
                 let view = |t: &Tensor| t.narrow(3, 0, width).unwrap().permute(&perm).unwrap();
                 let want = view(&cpu).to_dtype(dtype).unwrap().contiguous().unwrap();
                 let got = view(&gpu).to_dtype(dtype).unwrap();
                 if dtype != DType::F32 {
-                    assert_eq!(got.is_contiguous(), width == 65, "permute {perm:?} {width}");
+                    let keeps = got.strides() == view(&gpu).strides();
+                    assert_eq!(keeps, width == 66, "permute {perm:?} {width}");
+                    assert!(got.layout().dense_span().is_some(), "{perm:?} {width}");
                 }
                 let got = got.contiguous().unwrap();
                 assert_eq!(values(&got), values(&want), "permute {perm:?} to {dtype}");

@@ -4,9 +4,10 @@
 //! Invariants: a tensor never changes after creation (ops return new tensors); views share
 //! storage through `Arc` and never copy; `layout.max_offset() <= storage.len()`; every op
 //! checks devices (no silent copies between devices) and dtypes before touching data.
-//! Copies across devices and dtypes (`to`, `to_dtype`) keep the strides of dense views, as
-//! PyTorch's `preserve_format` does: a transposed weight or a channels-last activation stays
-//! so on the Xpu, and ops never assume their inputs are contiguous.
+//! Copies across devices and dtypes (`to`, `to_dtype`) keep the strides of dense views and
+//! the memory order of the others, as PyTorch's `preserve_format` does: a transposed weight or
+//! a channels-last activation stays so on the Xpu, and ops never assume their inputs are
+//! contiguous.
 
 mod creation;
 mod format;
@@ -125,30 +126,39 @@ impl Tensor {
         Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
     }
 
-    /// The layouts of a format-preserving copy (PyTorch's `preserve_format`): what to read
-    /// from this tensor's storage, and the layout the copy's own storage then has. A dense
-    /// view (contiguous, a transpose, a permute, channels-last) is copied as its storage span
-    /// and keeps its strides exactly, size-1 dims' included (so a `[N, 1, H, W]` channels-last
-    /// tensor stays channels-last, as in PyTorch); one with gaps or repeats becomes row-major.
-    fn preserving_layouts(&self) -> (Layout, Layout) {
-        match self.layout().dense_span() {
-            Some(span) => {
-                let kept = Layout::from_parts(self.shape().to_vec(), self.strides().to_vec(), 0);
-                (span, kept)
-            }
-            None => (self.layout().clone(), Layout::contiguous(self.shape())),
+    /// The layouts of a format-preserving copy (PyTorch's `preserve_format` in `_to_copy`):
+    /// what to read from this tensor's storage (its elements in the order the copy stores
+    /// them), and the layout the copy's own storage then has. A dense view (contiguous, a
+    /// transpose, a permute, channels-last) is copied as its storage span and keeps its strides
+    /// exactly, size-1 dims' included (so a `[N, 1, H, W]` channels-last tensor stays
+    /// channels-last); an empty one keeps them too. One with gaps or repeats (a slice, a
+    /// broadcast) becomes dense with its dims in the same memory order
+    /// ([`Layout::dense_strides_like`]): a channel slice of a channels-last tensor stays
+    /// channels-last.
+    fn preserving_layouts(&self) -> Result<(Layout, Layout)> {
+        let shape = self.shape().to_vec();
+        if self.numel() == 0 {
+            let kept = Layout::from_parts(shape, self.strides().to_vec(), 0);
+            return Ok((self.layout().clone(), kept));
         }
+        if let Some(span) = self.layout().dense_span() {
+            return Ok((span, Layout::from_parts(shape, self.strides().to_vec(), 0)));
+        }
+        let (strides, outer_first) = self.layout().dense_strides_like();
+        let read = self.layout().permute(&outer_first)?;
+        Ok((read, Layout::from_parts(shape, strides, 0)))
     }
 
     /// A copy on `device` (the same tensor if it is already there). As PyTorch's `.to`, a
     /// dense view (a transpose, a permute, a channels-last tensor) keeps its strides, and so
-    /// its memory format; anything else (slices, broadcasts) arrives contiguous. Moving to
+    /// its memory format; a slice or a broadcast arrives dense with its dims in the same
+    /// memory order (a channel slice of a channels-last tensor stays channels-last). Moving to
     /// `Device::Xpu` records an upload and returns at once; moving back waits for the GPU.
     pub fn to(&self, device: Device) -> Result<Tensor> {
         if device == self.device() {
             return Ok(self.clone());
         }
-        let (read, kept) = self.preserving_layouts();
+        let (read, kept) = self.preserving_layouts()?;
         let s = self.storage().to_device(&read, device)?;
         Ok(Tensor::from_storage(s, kept))
     }
@@ -160,7 +170,7 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let (read, kept) = self.preserving_layouts();
+        let (read, kept) = self.preserving_layouts()?;
         let s = self.storage().cast(&read, dtype)?;
         Ok(Tensor::from_storage(s, kept))
     }

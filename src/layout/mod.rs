@@ -5,6 +5,8 @@
 //! [`Layout::max_offset`] lets callers check once. Views (permute, narrow, broadcast, ...) only
 //! build a new `Layout`; they never touch data.
 
+mod dense;
+
 use crate::{Error, Result};
 
 /// Maximum rank supported by every kernel (CPU and WGSL share the limit).
@@ -157,38 +159,6 @@ impl Layout {
             acc *= d;
         }
         true
-    }
-
-    /// The storage span of a non-overlapping, dense view: when its elements fill
-    /// `offset..offset + numel` exactly, in some dim order (a transpose, a permute, a
-    /// channels-last tensor), that span as a 1-D contiguous layout; `None` for views with gaps
-    /// or repeats (slices, broadcasts) and for empty views. PyTorch's
-    /// `is_non_overlapping_and_dense`: size-1 dims are ignored whatever their stride.
-    pub fn dense_span(&self) -> Option<Layout> {
-        let n = self.numel();
-        if n == 0 {
-            return None;
-        }
-        let mut dims: Vec<(usize, usize)> = self
-            .shape
-            .iter()
-            .zip(&self.strides)
-            .filter(|(&d, _)| d != 1)
-            .map(|(&d, &s)| (s, d))
-            .collect();
-        dims.sort_unstable();
-        let mut expected = 1;
-        for (stride, size) in dims {
-            if stride != expected {
-                return None;
-            }
-            expected *= size;
-        }
-        Some(Layout {
-            shape: vec![n],
-            strides: vec![1],
-            offset: self.offset,
-        })
     }
 
     /// Largest storage index reached plus one (0 for an empty view).
@@ -429,36 +399,6 @@ mod tests {
             n.coalesced().offsets().collect::<Vec<_>>(),
             n.offsets().collect::<Vec<_>>()
         );
-        Ok(())
-    }
-
-    #[test]
-    fn dense_spans_cover_permutes_and_refuse_gaps_and_repeats() -> Result<()> {
-        let base = Layout::contiguous(&[2, 3, 4]);
-        for perm in [[0, 1, 2], [2, 0, 1], [1, 2, 0], [2, 1, 0]] {
-            let span = base.permute(&perm)?.dense_span();
-            assert_eq!(
-                span.map(|l| (l.shape().to_vec(), l.offset())),
-                Some((vec![24], 0))
-            );
-        }
-        // A whole sub-tensor at an offset is dense; a slice of an inner dim is not.
-        let third = Layout::contiguous(&[3, 4, 5])
-            .narrow(0, 2, 1)?
-            .transpose(1, 2);
-        assert_eq!(third.dense_span().map(|l| l.offset()), Some(40));
-        assert!(base.narrow(2, 1, 2)?.dense_span().is_none());
-        assert!(Layout::contiguous(&[3])
-            .broadcast_to(&[2, 3])?
-            .dense_span()
-            .is_none());
-        // Size-1 dims may carry any stride; an empty view has no span.
-        let odd = Layout::from_parts(vec![3, 1, 2], vec![1, 99, 3], 5);
-        assert_eq!(odd.dense_span().map(|l| l.offset()), Some(5));
-        assert!(Layout::contiguous(&[2, 0]).dense_span().is_none());
-        assert!(Layout::from_parts(vec![2, 2], vec![1, 1], 0)
-            .dense_span()
-            .is_none());
         Ok(())
     }
 
