@@ -119,8 +119,9 @@ impl Tensor {
         Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
     }
 
-    /// A new tensor with its own contiguous storage on the same device (PyTorch's `clone()`;
-    /// Rust's `Clone` shares storage instead).
+    /// A new tensor with its own contiguous storage on the same device (PyTorch's
+    /// `clone(memory_format=torch.contiguous_format)`: plain `clone()` would keep a dense
+    /// view's strides, as [`Tensor::to`] does; Rust's `Clone` shares storage instead).
     pub fn copy(&self) -> Result<Tensor> {
         let s = self.storage().to_device(self.layout(), self.device())?;
         Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
