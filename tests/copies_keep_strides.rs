@@ -8,13 +8,9 @@
 
 mod common;
 
+use common::stride_fixture::{self, host, usizes};
 use common::{devices, values, FLOATS};
 use xpu::{DType, Device, MemoryFormat, Tensor};
-
-/// Small integers, exact in every dtype (u8 included).
-fn host(n: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 5) % 97) as f32).collect()
-}
 
 const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U8];
 
@@ -110,47 +106,16 @@ fn moves_and_casts_keep_dense_strides_and_make_the_rest_dense() {
     }
 }
 
-/// One view op of the fixture's little language (see `make_stride_fixtures.py`).
-fn apply(x: Tensor, op: &[serde_json::Value]) -> Tensor {
-    let int = |i: usize| op[i].as_u64().unwrap() as usize;
-    let list = |i: usize| -> Vec<usize> {
-        let v = op[i].as_array().unwrap();
-        v.iter().map(|d| d.as_u64().unwrap() as usize).collect()
-    };
-    match op[0].as_str().unwrap() {
-        "t" => x.t(),
-        "transpose" => x.transpose(int(1) as isize, int(2) as isize),
-        "permute" => x.permute(&list(1)),
-        "narrow" => x.narrow(int(1) as isize, int(2), int(3)),
-        "expand" => x.broadcast_to(&list(1)),
-        "unsqueeze" => x.unsqueeze(int(1) as isize),
-        "channels_last" => x.to_memory_format(MemoryFormat::ChannelsLast),
-        other => panic!("unknown fixture op {other}"),
-    }
-    .unwrap()
-}
-
 #[test]
 fn copies_take_pytorchs_strides() {
-    let path = common::repo_root().join("tests/fixtures/strides.json");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let usizes = |v: &serde_json::Value| -> Vec<usize> {
-        let v = v.as_array().unwrap();
-        v.iter().map(|d| d.as_u64().unwrap() as usize).collect()
-    };
+    let fixture = stride_fixture::load();
     let cases = fixture["cases"].as_array().unwrap();
     assert!(cases.len() >= 20, "fixture has {} cases", cases.len());
     let devices = devices();
     for case in cases {
         let name = case["name"].as_str().unwrap();
-        let base = usizes(&case["base"]);
-        let n = base.iter().product();
         for &from in &devices {
-            let mut view = Tensor::from_vec(host(n), &base, from).unwrap();
-            for op in case["ops"].as_array().unwrap() {
-                view = apply(view, op.as_array().unwrap());
-            }
+            let view = stride_fixture::made(case, from);
             let what = format!("{name} on {from}");
             assert_eq!(view.shape(), usizes(&case["shape"]), "{what}: shape");
             assert_eq!(

@@ -45,52 +45,94 @@ impl Layout {
     /// other so that it keeps its row-major place, and equal strides putting the smaller dim
     /// inside. Returns the strides and the dims from outermost to innermost.
     pub fn dense_strides_like(&self) -> (Vec<usize>, Vec<usize>) {
-        let rank = self.rank();
-        // Innermost first; starts from row-major order and moves a dim inward only past
-        // dims it must precede.
-        let mut order: Vec<usize> = (0..rank).rev().collect();
-        let inner_first = |a: usize, b: usize| -> std::cmp::Ordering {
+        super::iter_order::dense_order(&self.shape, |a, b| {
             let (sa, sb) = (self.strides[a], self.strides[b]);
             if sa == 0 || sb == 0 {
                 std::cmp::Ordering::Equal
+            } else if sa == sb && self.shape[a] > self.shape[b] {
+                std::cmp::Ordering::Greater
             } else {
                 sa.cmp(&sb)
-                    .then_with(|| match self.shape[a] > self.shape[b] {
-                        true => std::cmp::Ordering::Greater,
-                        false => std::cmp::Ordering::Equal,
-                    })
             }
-        };
-        for i in 1..rank {
-            let mut moving = i;
-            for j in (0..i).rev() {
-                match inner_first(order[j], order[moving]) {
-                    std::cmp::Ordering::Greater => {
-                        order.swap(j, moving);
-                        moving = j;
-                    }
-                    std::cmp::Ordering::Less => break,
-                    std::cmp::Ordering::Equal => {}
-                }
-            }
-        }
-        let mut strides = vec![0; rank];
-        let mut next = 1usize;
-        for &d in &order {
-            strides[d] = next;
-            if self.shape[d] > 1 {
-                next = next.saturating_mul(self.shape[d]);
-            }
-        }
-        order.reverse();
-        (strides, order)
+        })
     }
+}
+
+/// Strides that view a non-empty layout of `old` shape and strides as `new` (same number of
+/// elements) without a copy, or `None`. Old dims are grouped from the innermost into chunks
+/// whose dims nest exactly (size-1 dims join any chunk); the new dims must tile each chunk,
+/// innermost first, each taking the stride its position in the chunk gives.
+pub(super) fn view_strides(
+    old: &[usize],
+    old_strides: &[usize],
+    new: &[usize],
+) -> Option<Vec<usize>> {
+    let mut strides = vec![0; new.len()];
+    let mut view_d = new.len();
+    let Some(&last) = old_strides.last() else {
+        return Some(vec![1; new.len()]);
+    };
+    let mut chunk_stride = last;
+    let (mut chunk_numel, mut view_numel) = (1usize, 1usize);
+    for d in (0..old.len()).rev() {
+        chunk_numel *= old[d];
+        let chunk_ends =
+            d == 0 || (old[d - 1] != 1 && old_strides[d - 1] != chunk_numel * chunk_stride);
+        if !chunk_ends {
+            continue;
+        }
+        while view_d > 0 && (view_numel < chunk_numel || new[view_d - 1] == 1) {
+            strides[view_d - 1] = view_numel * chunk_stride;
+            view_numel *= new[view_d - 1];
+            view_d -= 1;
+        }
+        if view_numel != chunk_numel {
+            return None;
+        }
+        if d > 0 {
+            chunk_stride = old_strides[d - 1];
+            chunk_numel = 1;
+            view_numel = 1;
+        }
+    }
+    (view_d == 0).then_some(strides)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Result;
+
+    #[test]
+    fn views_split_and_merge_chunks_but_never_cross_them() {
+        // Channels-last [2, 3, 4, 5]: H and W form one chunk, C and N are their own.
+        let cl = Layout::contiguous(&[2, 4, 5, 3])
+            .permute(&[0, 3, 1, 2])
+            .unwrap();
+        let merged = cl.reshape(&[2, 3, 20]).unwrap();
+        assert_eq!(merged.strides(), &[60, 1, 3]);
+        let split = cl.reshape(&[2, 3, 2, 2, 5]).unwrap();
+        assert_eq!(split.strides(), &[60, 1, 30, 15, 3]);
+        let with_ones = cl.reshape(&[1, 2, 3, 1, 20]).unwrap();
+        assert_eq!(with_ones.strides()[1..3], [60, 1]);
+        assert!(cl.reshape(&[6, 20]).is_none(), "N and C are not one chunk");
+        assert!(cl.reshape(&[2, 60]).is_none());
+        // A transpose can split its dims but not merge them.
+        let t = Layout::contiguous(&[4, 6]).transpose(0, 1);
+        assert_eq!(t.reshape(&[2, 3, 4]).unwrap().strides(), &[3, 1, 6]);
+        assert!(t.reshape(&[24]).is_none());
+        // Broadcast dims stay broadcast when split, and never merge with real ones.
+        let b = Layout::contiguous(&[1, 4]).broadcast_to(&[6, 4]).unwrap();
+        assert_eq!(b.reshape(&[2, 3, 4]).unwrap().strides(), &[0, 0, 1]);
+        assert!(b.reshape(&[24]).is_none());
+        // Offsets are kept.
+        let n = Layout::contiguous(&[4, 6]).narrow(1, 2, 3).unwrap();
+        assert_eq!(
+            n.reshape(&[2, 2, 3])
+                .map(|l| (l.strides().to_vec(), l.offset())),
+            Some((vec![12, 6, 1], 2))
+        );
+    }
 
     #[test]
     fn dense_spans_cover_permutes_and_refuse_gaps_and_repeats() -> Result<()> {

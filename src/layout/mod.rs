@@ -6,6 +6,9 @@
 //! build a new `Layout`; they never touch data.
 
 mod dense;
+mod iter_order;
+
+pub(crate) use iter_order::elementwise_output;
 
 use crate::{Error, Result};
 
@@ -254,7 +257,10 @@ impl Layout {
         })
     }
 
-    /// A view of the same elements with a new shape, if strides allow it without a copy.
+    /// A view of the same elements with a new shape, if strides allow it without a copy
+    /// (PyTorch's `view` rule): row-major strides for a contiguous view, else each run of old
+    /// dims that is contiguous within itself (a "chunk", such as H and W of a channels-last
+    /// tensor) may be split or merged into new dims. `None` when a new dim would cross chunks.
     pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
         if self.is_contiguous() {
             return Some(Layout {
@@ -263,7 +269,15 @@ impl Layout {
                 offset: self.offset,
             });
         }
-        None
+        if numel(shape) != self.numel() {
+            return None;
+        }
+        let strides = dense::view_strides(&self.shape, &self.strides, shape)?;
+        Some(Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        })
     }
 
     /// Inserts a size-1 dim at `dim` (0..=rank).

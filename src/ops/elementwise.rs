@@ -1,9 +1,34 @@
 //! Unary and binary elementwise ops with NumPy broadcasting, and their scalar forms.
+//!
+//! Outputs take the memory order PyTorch's `TensorIterator` gives them
+//! ([`crate::layout::elementwise_output`]): row-major for row-major operands, channels-last
+//! for channels-last ones, a transpose's order for a transpose. The kernels see the operands
+//! permuted into that order, so they read in storage order and write one contiguous buffer.
 
 use crate::layout::broadcast_shapes;
 use crate::ops::kinds::{BinaryOp, UnaryOp};
 use crate::Tensor;
 use crate::{Layout, Result};
+
+/// The read layouts of elementwise `operands` (broadcast to `shape`, permuted into the
+/// output's storage order) and the output's layout, by PyTorch's rules.
+pub(crate) fn elementwise_layouts(
+    operands: &[&Tensor],
+    shape: &[usize],
+) -> Result<(Vec<Layout>, Layout)> {
+    let same_shape = operands.iter().all(|t| t.shape() == shape);
+    let broadcast = operands
+        .iter()
+        .map(|t| t.layout().broadcast_to(shape))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Layout> = broadcast.iter().collect();
+    let (order, out) = crate::layout::elementwise_output(&refs, same_shape);
+    let reads = broadcast
+        .iter()
+        .map(|l| l.permute(&order))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((reads, out))
+}
 
 macro_rules! unary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:expr),* $(,)?) => {
@@ -68,8 +93,9 @@ unary_methods! {
 impl Tensor {
     /// Applies any [`UnaryOp`].
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
-        let s = self.storage().unary(self.layout(), op)?;
-        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
+        let (reads, out) = elementwise_layouts(&[self], self.shape())?;
+        let s = self.storage().unary(&reads[0], op)?;
+        Ok(Tensor::from_storage(s, out))
     }
 
     /// `x * mul + add` in one pass.
@@ -90,10 +116,11 @@ impl Tensor {
         self.same_device(rhs, op.name())?;
         self.same_dtype(rhs, op.name())?;
         let shape = broadcast_shapes(op.name(), self.shape(), rhs.shape())?;
-        let l = self.layout().broadcast_to(&shape)?;
-        let r = rhs.layout().broadcast_to(&shape)?;
-        let s = self.storage().binary(&l, rhs.storage(), &r, op)?;
-        Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
+        let (reads, out) = elementwise_layouts(&[self, rhs], &shape)?;
+        let s = self
+            .storage()
+            .binary(&reads[0], rhs.storage(), &reads[1], op)?;
+        Ok(Tensor::from_storage(s, out))
     }
 
     /// `self + rhs` (broadcasting).

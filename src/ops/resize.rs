@@ -20,7 +20,8 @@ impl Tensor {
         let mut b = x.shape().to_vec();
         b[dim + 1] = factor;
         shape[dim] *= factor;
-        x.broadcast_to(&b)?.reshape(&shape)
+        // The copy before the reshape: a size-1 dim repeated would otherwise stay a view.
+        x.broadcast_to(&b)?.contiguous()?.reshape(&shape)
     }
 
     /// Nearest-neighbour resize of one dim to `out` elements (PyTorch's index rule).
@@ -89,6 +90,7 @@ impl Tensor {
             return self.via_nhwc(|v| {
                 v.reshape(&[n, h, 1, w, 1, c])?
                     .broadcast_to(&[n, h, scale, w, scale, c])?
+                    .contiguous()?
                     .reshape(&[n, hs, ws, c])
             });
         }

@@ -12,7 +12,8 @@
 //! compare by IEEE rules: NaN is unordered, `-0 == +0`); outputs are contiguous; broadcast
 //! operands are read through zero strides, never materialised on the Xpu.
 
-use crate::layout::{broadcast_shapes, Layout};
+use crate::layout::broadcast_shapes;
+use crate::ops::elementwise::elementwise_layouts;
 use crate::ops::kinds::CmpOp;
 use crate::{DType, Error, Result, Tensor};
 
@@ -51,10 +52,11 @@ impl Tensor {
         self.same_device(rhs, op.name())?;
         self.same_dtype(rhs, op.name())?;
         let shape = broadcast_shapes(op.name(), self.shape(), rhs.shape())?;
-        let l = self.layout().broadcast_to(&shape)?;
-        let r = rhs.layout().broadcast_to(&shape)?;
-        let s = self.storage().cmp(&l, rhs.storage(), &r, op)?;
-        Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
+        let (reads, out) = elementwise_layouts(&[self, rhs], &shape)?;
+        let s = self
+            .storage()
+            .cmp(&reads[0], rhs.storage(), &reads[1], op)?;
+        Ok(Tensor::from_storage(s, out))
     }
 
     /// `op(self, value)` elementwise as `u8` 0/1, with PyTorch's promotion of a Python scalar:
@@ -101,13 +103,13 @@ impl Tensor {
         on_true.same_dtype(on_false, op)?;
         let shape = broadcast_shapes(op, self.shape(), on_true.shape())?;
         let shape = broadcast_shapes(op, &shape, on_false.shape())?;
-        let ml = self.layout().broadcast_to(&shape)?;
-        let al = on_true.layout().broadcast_to(&shape)?;
-        let bl = on_false.layout().broadcast_to(&shape)?;
-        let s = self
-            .storage()
-            .select(&ml, (on_true.storage(), &al), (on_false.storage(), &bl))?;
-        Ok(Tensor::from_storage(s, Layout::contiguous(&shape)))
+        let (reads, out) = elementwise_layouts(&[self, on_true, on_false], &shape)?;
+        let s = self.storage().select(
+            &reads[0],
+            (on_true.storage(), &reads[1]),
+            (on_false.storage(), &reads[2]),
+        )?;
+        Ok(Tensor::from_storage(s, out))
     }
 
     /// `self` with `value` (converted to `self`'s dtype) wherever the `u8` `mask` is nonzero;

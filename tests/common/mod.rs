@@ -4,6 +4,7 @@
 
 pub mod coop16;
 pub mod fixtures;
+pub mod stride_fixture;
 pub mod unet_fixture;
 
 /// The repository root: where the tests were built, or the current directory when that path
