@@ -75,15 +75,16 @@ pub(super) fn view_strides(
     let mut chunk_stride = last;
     let (mut chunk_numel, mut view_numel) = (1usize, 1usize);
     for d in (0..old.len()).rev() {
-        chunk_numel *= old[d];
-        let chunk_ends =
-            d == 0 || (old[d - 1] != 1 && old_strides[d - 1] != chunk_numel * chunk_stride);
+        chunk_numel = chunk_numel.checked_mul(old[d])?;
+        let chunk_ends = d == 0
+            || (old[d - 1] != 1
+                && Some(old_strides[d - 1]) != chunk_numel.checked_mul(chunk_stride));
         if !chunk_ends {
             continue;
         }
         while view_d > 0 && (view_numel < chunk_numel || new[view_d - 1] == 1) {
-            strides[view_d - 1] = view_numel * chunk_stride;
-            view_numel *= new[view_d - 1];
+            strides[view_d - 1] = view_numel.checked_mul(chunk_stride)?;
+            view_numel = view_numel.checked_mul(new[view_d - 1])?;
             view_d -= 1;
         }
         if view_numel != chunk_numel {
