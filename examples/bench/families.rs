@@ -23,6 +23,10 @@ pub(super) fn elementwise(
         let mask = x.gt(&y)?;
         let planes = x.reshape(&[1, n / 4096, 64, 64])?;
         let nchw = x.reshape(&[n >> 18, 64, 64, 64])?;
+        // Channels-last operands: their sum is channels-last, read and written in storage order.
+        let cl = xpu::MemoryFormat::ChannelsLast;
+        let cl_x = nchw.to_memory_format(cl)?;
+        let cl_y = y.reshape(&[n >> 18, 64, 64, 64])?.to_memory_format(cl)?;
         let ids = Tensor::arange(0.0, (n / 1024) as f64, 1.0, DType::I32, device)?;
         let b = dtype.size_in_bytes() as f64 * n as f64;
         // u8 results and masks: one byte per element.
@@ -32,6 +36,7 @@ pub(super) fn elementwise(
             ("gelu", 2.0 * b, Box::new(|| x.gelu())),
             ("add", 3.0 * b, Box::new(|| x.add(&y))),
             ("add_bias_broadcast", 2.0 * b, Box::new(|| x2.add(&bias))),
+            ("add_channels_last", 3.0 * b, Box::new(|| cl_x.add(&cl_y))),
             ("affine", 2.0 * b, Box::new(|| x.affine(2.0, 1.0))),
             ("transpose_copy", 2.0 * b, Box::new(|| x2.t()?.contiguous())),
             // NCHW -> NHWC: 64 channels of 64x64 planes.
