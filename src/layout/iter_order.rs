@@ -39,10 +39,7 @@ pub(crate) fn elementwise_output(operands: &[&Layout], same_shape: bool) -> (Vec
         let channels_last =
             |l: &&Layout| rank == 4 && l.permute(&nhwc).is_ok_and(|p| p.is_contiguous());
         if operands.iter().all(channels_last) {
-            let nhwc_shape: Vec<usize> = nhwc.iter().map(|&d| shape[d]).collect();
-            if let Ok(out) = Layout::contiguous(&nhwc_shape).permute(&crate::tensor::NCHW_FROM_NHWC)
-            {
-                let out = Layout::from_parts(shape.clone(), out.strides().to_vec(), 0);
+            if let Ok(out) = crate::tensor::channels_last_layout(&shape) {
                 return (nhwc.to_vec(), out);
             }
         }
