@@ -66,13 +66,16 @@ fn channel_cat_keeps_channels_last() {
             assert!(want.is_contiguous());
             let got = Tensor::cat(&[&cl(&a), &cl(&b), &cl(&c)], 1).unwrap();
             same_cl(&format!("{dtype} {h}x{w} cat"), &got, &want);
-            // Mixed formats, or a non-channel dim: contiguous, same values.
+            // Mixed formats: contiguous, same values.
             let mixed = Tensor::cat(&[&cl(&a), &b], 1).unwrap();
             assert!(mixed.is_contiguous());
             assert_eq!(values(&mixed), values(&Tensor::cat(&[&a, &b], 1).unwrap()));
-            let on_h = Tensor::cat(&[&cl(&a), &cl(&a)], 2).unwrap();
-            assert!(on_h.is_contiguous());
-            assert_eq!(values(&on_h), values(&Tensor::cat(&[&a, &a], 2).unwrap()));
+            // Channels-last parts joined along any other dim stay channels-last (PyTorch).
+            for dim in [0, 2, 3] {
+                let got = Tensor::cat(&[&cl(&a), &cl(&a), &cl(&a)], dim).unwrap();
+                let want = Tensor::cat(&[&a, &a, &a], dim).unwrap();
+                same_cl(&format!("{dtype} {h}x{w} cat on {dim}"), &got, &want);
+            }
         }
     }
     // A large cat (parallel row copies).

@@ -122,7 +122,9 @@ impl Tensor {
     }
 
     /// `torch.flip(self, dims)`: the elements in reverse order along each of `dims` (negative
-    /// dims count from the end; a repeated dim is an error, as in PyTorch). A contiguous copy.
+    /// dims count from the end; a repeated dim is an error, as in PyTorch). A copy laid out as
+    /// PyTorch's `empty_like(self)`: a dense view's strides kept (a channels-last tensor stays
+    /// channels-last), other views dense in their memory order.
     pub fn flip(&self, dims: &[isize]) -> Result<Tensor> {
         let op = "flip";
         if let [dim] = dims {
@@ -131,30 +133,37 @@ impl Tensor {
                 return v.reshape(&[])?.contiguous();
             }
         }
-        let mut seen = vec![false; self.rank()];
-        let mut out = self.clone();
-        let mut copied = false;
+        let mut flipped = vec![false; self.rank()];
         for &dim in dims {
             let d = resolve_dim(op, dim, self.rank())?;
-            if std::mem::replace(&mut seen[d], true) {
+            if std::mem::replace(&mut flipped[d], true) {
                 return Err(Error::invalid(
                     op,
                     format!("dim {d} appears more than once in {dims:?}"),
                 ));
             }
+        }
+        // Flipped in memory order: the dims permuted outermost first, each reversed dim
+        // gathered row-major, then the result viewed with the kept strides.
+        let (dense_strides, outer_first) = self.layout().dense_strides_like();
+        let kept = match self.layout().dense_span() {
+            Some(_) => self.strides().to_vec(),
+            None => dense_strides,
+        };
+        let mut out = self.permute(&outer_first)?;
+        let mut copied = false;
+        for (i, &d) in outer_first.iter().enumerate() {
             let n = self.shape()[d];
-            if n > 1 {
+            if flipped[d] && n > 1 {
                 let last = n as f64 - 1.0;
                 let reversed = Tensor::arange(last, -1.0, -1.0, DType::I32, self.device())?;
-                out = out.index_select_in_range(d, &reversed)?;
+                out = out.index_select_in_range(i, &reversed)?;
                 copied = true;
             }
         }
-        if copied {
-            Ok(out)
-        } else {
-            out.contiguous()
-        }
+        // Both leave a fresh row-major storage at offset 0.
+        let out = if copied { out } else { out.copy()? };
+        Ok(out.with_layout(Layout::from_parts(self.shape().to_vec(), kept, 0)))
     }
 
     /// `torch.repeat`: the tensor tiled `reps[i]` times along dim `i` (`reps` may be longer
@@ -211,6 +220,14 @@ impl Tensor {
             }
         }
         let d = resolve_dim(op, dim, first.rank() + 1)?;
+        if d < first.rank() {
+            // PyTorch's way: joined along `dim`, then that dim split in two by a view, so the
+            // result keeps the format `cat` gives (a stack of channels-last tensors stays
+            // channels-last in each part).
+            let mut shape = first.shape().to_vec();
+            shape.insert(d, tensors.len());
+            return Tensor::cat(tensors, d as isize)?.reshape(&shape);
+        }
         let parts = tensors
             .iter()
             .map(|t| t.unsqueeze(d as isize))

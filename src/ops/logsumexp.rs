@@ -27,12 +27,13 @@ impl Tensor {
 
     /// `(x - m) - log(Σ exp(x - m))` along `dim` with `m` the row max: the log of
     /// [`Tensor::softmax`] without its underflow, exactly PyTorch's formula (so a row holding
-    /// `+inf`, or only `-inf`, is NaN as there).
+    /// `+inf`, or only `-inf`, is NaN as there). The result is contiguous, as PyTorch's.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         if let Some(v) = self.scalar_as_vector("log_softmax", dim)? {
             return v.log_softmax(0)?.reshape(&[]);
         }
-        let x = self.float_f32("log_softmax")?;
+        // Row-major from here, so the result is contiguous as PyTorch's.
+        let x = self.float_f32("log_softmax")?.contiguous()?;
         if x.numel() == 0 {
             // Nothing to normalise (an empty dim, or empty rows): the empty result.
             crate::layout::resolve_dim("log_softmax", dim, x.rank())?;

@@ -222,13 +222,15 @@ impl Tensor {
         Tensor::from_storage(s, Layout::contiguous(self.shape())).to_dtype(self.dtype())
     }
 
-    /// Softmax along `dim`, computed stably (max subtracted) in f32.
+    /// Softmax along `dim`, computed stably (max subtracted) in f32. The result is
+    /// contiguous whatever the input's layout, as PyTorch's.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         if let Some(v) = self.scalar_as_vector("softmax", dim)? {
             return v.softmax(0)?.reshape(&[]);
         }
         let d = resolve_dim("softmax", dim, self.rank())?;
         let (s, layout) = self.storage().softmax(self.layout(), d)?;
-        Ok(Tensor::from_storage(s, layout))
+        // The Xpu's row kernel writes rows along `dim` (a transposed result for another dim).
+        Tensor::from_storage(s, layout).contiguous()
     }
 }

@@ -15,7 +15,7 @@
 use crate::layout::broadcast_shapes;
 use crate::ops::elementwise::elementwise_layouts;
 use crate::ops::kinds::CmpOp;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Error, Layout, Result, Tensor};
 
 macro_rules! cmp_methods {
     ($($(#[$doc:meta])* $name:ident => $op:expr),* $(,)?) => {
@@ -87,7 +87,19 @@ impl Tensor {
     /// `on_true`), all three broadcast together (`torch.where(mask, on_true, on_false)`). The
     /// values share one dtype (any) and the output has it; values are copied bit for bit.
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
-        let op = "where_cond";
+        self.select_elements("where_cond", on_true, on_false, false)
+    }
+
+    /// [`Tensor::where_cond`] for `op`, its result in TensorIterator's memory order (as
+    /// `torch.where`) or, with `row_major`, contiguous (as the ops PyTorch builds on a
+    /// contiguous clone: `masked_fill`, `tril`, `triu`).
+    pub(crate) fn select_elements(
+        &self,
+        op: &'static str,
+        on_true: &Tensor,
+        on_false: &Tensor,
+        row_major: bool,
+    ) -> Result<Tensor> {
         self.same_device(on_true, op)?;
         self.same_device(on_false, op)?;
         if self.dtype() != DType::U8 {
@@ -103,7 +115,15 @@ impl Tensor {
         on_true.same_dtype(on_false, op)?;
         let shape = broadcast_shapes(op, self.shape(), on_true.shape())?;
         let shape = broadcast_shapes(op, &shape, on_false.shape())?;
-        let (reads, out) = elementwise_layouts(&[self, on_true, on_false], &shape)?;
+        let (reads, out) = if row_major {
+            let reads = [self, on_true, on_false]
+                .iter()
+                .map(|t| t.layout().broadcast_to(&shape))
+                .collect::<Result<Vec<_>>>()?;
+            (reads, Layout::contiguous(&shape))
+        } else {
+            elementwise_layouts(&[self, on_true, on_false], &shape)?
+        };
         let s = self.storage().select(
             &reads[0],
             (on_true.storage(), &reads[1]),
@@ -114,11 +134,13 @@ impl Tensor {
 
     /// `self` with `value` (converted to `self`'s dtype) wherever the `u8` `mask` is nonzero;
     /// `self` and the mask broadcast together, so the result has their broadcast shape
-    /// (`torch.Tensor.masked_fill`, out of place).
+    /// (`torch.Tensor.masked_fill`, out of place); the result is contiguous, as PyTorch's
+    /// (which fills a contiguous clone).
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
-        broadcast_shapes("masked_fill", self.shape(), mask.shape())?;
+        let op = "masked_fill";
+        broadcast_shapes(op, self.shape(), mask.shape())?;
         let fill = Tensor::full(value, &[], self.dtype(), self.device())?;
-        mask.where_cond(&fill, self)
+        mask.select_elements(op, &fill, self, true)
     }
 }
 

@@ -41,6 +41,6 @@ impl Tensor {
         // j - i stays inside i32 for sizes inside it (|j - i| < 2^31).
         let mask = j.sub(&i)?.cmp_scalar(keep, diagonal as f64)?;
         let zero = Tensor::zeros(&[], self.dtype(), device)?;
-        mask.where_cond(self, &zero)
+        mask.select_elements(op, self, &zero, true)
     }
 }

@@ -156,8 +156,8 @@ impl Tensor {
     }
 
     /// Concatenates tensors along `dim`; all must share device, dtype and every other dim. The
-    /// result is contiguous, except that joining channel-wise (`dim` 1 of 4-D tensors) parts
-    /// that are all channels-last gives a dense channels-last result, as in PyTorch.
+    /// result is contiguous, except that joining 4-D parts that are all channels-last (along
+    /// any dim) gives a dense channels-last result, as in PyTorch.
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         let Some(first) = tensors.first() else {
             return Err(Error::invalid(
@@ -193,16 +193,18 @@ impl Tensor {
                 Error::invalid("cat", "the joined dim is larger than memory can address")
             })?;
         }
-        // Channels along channels-last parts (PyTorch keeps the format): the NHWC views joined
-        // on their last dim, so every pixel's channels stay one run; the result is channels-last.
+        // Channels-last parts (PyTorch keeps the format all parts suggest): their NHWC views
+        // joined along the same dim there, so every pixel's channels stay one run; the result
+        // is channels-last.
         let channels_last = |t: &&Tensor| t.memory_format() == crate::MemoryFormat::ChannelsLast;
-        if d == 1 && first.rank() == 4 && tensors.iter().all(channels_last) {
+        if first.rank() == 4 && tensors.iter().all(channels_last) {
             let views = tensors
                 .iter()
                 .map(|t| t.permute(&[0, 2, 3, 1]))
                 .collect::<Result<Vec<_>>>()?;
             let refs: Vec<&Tensor> = views.iter().collect();
-            return Tensor::cat(&refs, 3)?.permute(&[0, 3, 1, 2]);
+            let nhwc_dim = [0, 3, 1, 2][d];
+            return Tensor::cat(&refs, nhwc_dim)?.permute(&[0, 3, 1, 2]);
         }
         let parts: Vec<(&Storage, &Layout)> =
             tensors.iter().map(|t| (t.storage(), t.layout())).collect();
