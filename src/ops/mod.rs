@@ -18,6 +18,7 @@ mod matmul;
 mod norm;
 mod pool;
 mod reduce;
+mod reduce_dims;
 mod resize;
 mod resize_linear;
 mod select;
