@@ -45,6 +45,9 @@ fn reference(x: &Tensor, dims: &[isize], f: &dyn Fn(&[f64]) -> f64) -> Vec<f64> 
     groups.iter().map(|g| f(g)).collect()
 }
 
+/// A reference reduction of one output element's values.
+type Reference = Box<dyn Fn(&[f64]) -> f64>;
+
 fn mean(g: &[f64]) -> f64 {
     g.iter().sum::<f64>() / g.len() as f64
 }
@@ -102,7 +105,7 @@ fn reductions_over_dims_match_a_reference() {
                         // Tolerances: the inputs' own rounding is in the reference, so only the
                         // result's rounding and f32 accumulation remain.
                         let tol = eps(dtype) * 4.0;
-                        let run: [(&str, xpu::Result<Tensor>, Box<dyn Fn(&[f64]) -> f64>); 6] = [
+                        let run: [(&str, xpu::Result<Tensor>, Reference); 6] = [
                             (
                                 "sum",
                                 x.sum_dims(dims, keepdim),
