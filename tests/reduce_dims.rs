@@ -166,13 +166,6 @@ fn truth_and_logsumexp_over_dims() {
         let pos = x.cmp_scalar(xpu::CmpOp::Gt, -0.3).unwrap();
         for dims in [&[0isize, 2][..], &[-1], &[]] {
             let what = format!("{dims:?} on {device}");
-            let all = pos.all_dims(dims, false).unwrap();
-            let any = pos.any_dims(dims, true).unwrap();
-            let want_all = reference(&pos, dims, &|g| f64::from(g.iter().all(|&v| v != 0.0)));
-            let want_any = reference(&pos, dims, &|g| f64::from(g.iter().any(|&v| v != 0.0)));
-            assert_eq!(values(&all), want_all, "all {what}");
-            assert_eq!(values(&any), want_any, "any {what}");
-            assert_eq!(any.dtype(), DType::U8);
             let lse = x.logsumexp_dims(dims, false).unwrap();
             let want = reference(&x, dims, &|g| g.iter().map(|v| v.exp()).sum::<f64>().ln());
             assert_close(
@@ -182,6 +175,20 @@ fn truth_and_logsumexp_over_dims() {
                 1e-5,
                 1e-5,
             );
+            let all = pos.all_dims(dims, false).unwrap();
+            let any = pos.any_dims(dims, true).unwrap();
+            if dims.is_empty() {
+                // PyTorch's `all(dim=())` reduces nothing: each element's truth.
+                assert_eq!(all.shape(), x.shape(), "all {what}");
+                assert_eq!(values(&all), values(&pos), "all {what}");
+                assert_eq!(values(&any), values(&pos), "any {what}");
+                continue;
+            }
+            let want_all = reference(&pos, dims, &|g| f64::from(g.iter().all(|&v| v != 0.0)));
+            let want_any = reference(&pos, dims, &|g| f64::from(g.iter().any(|&v| v != 0.0)));
+            assert_eq!(values(&all), want_all, "all {what}");
+            assert_eq!(values(&any), want_any, "any {what}");
+            assert_eq!(any.dtype(), DType::U8);
         }
         // A 0-d tensor reduces along its one dim, to a 0-d tensor, keepdim or not.
         let s = Tensor::full(2.5, &[], DType::F32, device).unwrap();

@@ -19,6 +19,7 @@
 
 #[path = "../sd_unet/io.rs"]
 mod io;
+mod reduce;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -221,25 +222,8 @@ impl Case {
                 f64_arg(a, "shift")?,
                 x()?.dtype(),
             ),
-            "reduce" => {
-                let (dim, keep) = (isize_arg(a, "dim")?, bool_arg(a, "keepdim"));
-                let x = x()?;
-                match a.get("kind").and_then(Value::as_str).unwrap_or("") {
-                    "sum" => x.sum(dim, keep),
-                    "mean" => x.mean(dim, keep),
-                    "max" => x.max(dim, keep),
-                    "min" => x.min(dim, keep),
-                    "argmax" => x.argmax(dim, keep),
-                    "argmin" => x.argmin(dim, keep),
-                    "var" => x.var(dim, f64_arg(a, "correction")?, keep),
-                    "std" => x.std(dim, f64_arg(a, "correction")?, keep),
-                    "logsumexp" => x.logsumexp(dim, keep),
-                    "softmax" => x.softmax(dim),
-                    "log_softmax" => x.log_softmax(dim),
-                    "cumsum" => x.cumsum(dim),
-                    other => Err(bad(format!("unknown reduction {other:?}"))),
-                }
-            }
+            "reduce" => reduce::along_dim(x()?, a),
+            "reduce_dims" => reduce::over_dims(x()?, a),
             "binary" => {
                 let (x, y) = (x()?, self.input("y")?);
                 match a.get("kind").and_then(Value::as_str).unwrap_or("") {
@@ -281,16 +265,7 @@ impl Case {
                 };
                 x()?.to_dtype(to)
             }
-            "reduce_all" => {
-                let x = x()?;
-                match a.get("kind").and_then(Value::as_str).unwrap_or("") {
-                    "sum" => x.sum_all(),
-                    "mean" => x.mean_all(),
-                    "max" => x.max_all(),
-                    "argmax" => x.argmax_all(),
-                    other => Err(bad(format!("unknown reduction {other:?}"))),
-                }
-            }
+            "reduce_all" => reduce::whole(x()?, a),
             "tril" => x()?.tril(isize_arg(a, "diagonal")? as i64),
             "triu" => x()?.triu(isize_arg(a, "diagonal")? as i64),
             "flip" => {

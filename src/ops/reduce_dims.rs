@@ -3,14 +3,16 @@
 //! `torch.var(x, dim=(1, 2, 3))` (a group norm's statistics by hand).
 //!
 //! Invariants: dims are resolved as PyTorch resolves them (negative from the end; a dim named
-//! twice is an error; an empty list reduces every dim, as `x.sum(dim=[])` does; a 0-d tensor
-//! takes dim 0 or -1). The reduced dims are moved last and merged into one (a view wherever
+//! twice is an error; an empty list reduces every dim, as `x.sum(dim=[])` does, except for
+//! `all_dims` / `any_dims`, where as in PyTorch it reduces none; a 0-d tensor takes dim 0 or
+//! -1). The reduced dims are moved last and merged into one (a view wherever
 //! strides allow it: a contiguous tensor's trailing dims, a channels-last tensor's H and W;
 //! otherwise a copy), which the one-dim reduction then reduces: each result element is one
 //! reduction over all its elements, never a chain of partial results, so a mean divides one
 //! sum once and a variance subtracts one mean. The result is contiguous, as PyTorch's.
 
 use crate::layout::resolve_dim;
+use crate::ops::kinds::CmpOp;
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -54,13 +56,22 @@ impl Tensor {
         self.over_dims("logsumexp", dims, keepdim, |t| t.logsumexp(-1, false))
     }
 
-    /// `U8` 1 where every element over `dims` is nonzero (`torch.all(x, dim=dims)`).
+    /// `U8` 1 where every element over `dims` is nonzero (`torch.all(x, dim=dims)`). Unlike
+    /// the other reductions, and as in PyTorch, an empty `dims` reduces nothing: each element's
+    /// own truth (NaN counts as nonzero).
     pub fn all_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if dims.is_empty() {
+            return self.cmp_scalar(CmpOp::Ne, 0.0);
+        }
         self.over_dims("all", dims, keepdim, |t| t.all(-1, false))
     }
 
-    /// `U8` 1 where some element over `dims` is nonzero (`torch.any(x, dim=dims)`).
+    /// `U8` 1 where some element over `dims` is nonzero (`torch.any(x, dim=dims)`); an empty
+    /// `dims` reduces nothing, as for [`Tensor::all_dims`].
     pub fn any_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        if dims.is_empty() {
+            return self.cmp_scalar(CmpOp::Ne, 0.0);
+        }
         self.over_dims("any", dims, keepdim, |t| t.any(-1, false))
     }
 
