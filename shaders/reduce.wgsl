@@ -186,9 +186,13 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     red_v[lid] = sum;
     tree(lid, 0u);
     let inv = 1.0 / red_v[0];
+    // The output is contiguous in the input's dim order, as softmax_each's (row a * inner + b
+    // writes a * len * inner + r * inner + b, inner = params[34]; inner 1 for the last dim).
+    let inner = p(34u);
+    let first = (g.row / inner) * g.r_len * inner + g.row % inner;
     if (g.in_range) {
         for (var r = lid; r < g.r_len; r = r + WG) {
-            dst[g.row * g.r_len + r] = bitcast<u32>(exp(load0(g.base + r * g.r_stride) - row_max) * inv);
+            dst[first + r * inner] = bitcast<u32>(exp(load0(g.base + r * g.r_stride) - row_max) * inv);
         }
     }
 }

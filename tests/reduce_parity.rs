@@ -360,3 +360,25 @@ fn int_reference(v: &[i32], shape: &[usize], dim: usize, op: ReduceOp) -> Vec<i3
     }
     out
 }
+
+/// Softmax along every dim of long rows (past the one-invocation-per-row kernel's reach, so
+/// the workgroup-per-row kernel runs) on the Xpu: contiguous results in the input's dim order,
+/// the Cpu's values, each float dtype.
+#[test]
+fn xpu_softmax_along_every_dim_is_contiguous() {
+    if !common::xpu() {
+        return;
+    }
+    for &dtype in &FLOATS {
+        let x = randn(&[130, 3, 97], dtype, 8);
+        let g = x.to(Device::Xpu).unwrap();
+        for dim in 0..3 {
+            let what = format!("{dtype} softmax dim {dim}");
+            let got = g.softmax(dim).unwrap();
+            assert!(got.is_contiguous(), "{what}");
+            let want = values(&x.softmax(dim).unwrap());
+            let tol = eps(dtype) * 2.0;
+            assert_close(&what, &values(&got), &want, tol, tol);
+        }
+    }
+}

@@ -154,29 +154,13 @@ impl XpuStorage {
         Ok(out)
     }
 
-    /// Softmax along `dim`, returned with the layout that views the result in the original dim
-    /// order: the workgroup-per-row kernel writes it contiguous with `dim` moved last, the
-    /// per-output kernel contiguous in the original order.
+    /// Softmax along `dim`, contiguous in the input's dim order (both kernels write row
+    /// `a * inner + b`, `inner` the product of the dims after `dim`, at `a * len * inner +
+    /// r * inner + b`), returned with that layout.
     pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<(XpuStorage, Layout)> {
         check_float(self, "softmax")?;
         let (p, rows, len, each) = self.row_params(layout, dim, "softmax")?;
-        let mut moved_shape = layout.shape().to_vec();
-        let d = moved_shape.remove(dim);
-        moved_shape.push(d);
-        let rank = moved_shape.len();
-        // perm[i] is the position of original dim i in the dim-last order.
-        let perm: Vec<usize> = (0..rank)
-            .map(|i| match i.cmp(&dim) {
-                std::cmp::Ordering::Less => i,
-                std::cmp::Ordering::Equal => rank - 1,
-                std::cmp::Ordering::Greater => i - 1,
-            })
-            .collect();
-        let view = if each {
-            Layout::contiguous(layout.shape())
-        } else {
-            Layout::contiguous(&moved_shape).permute(&perm)?
-        };
+        let view = Layout::contiguous(layout.shape());
         let out = XpuStorage::alloc(&self.ctx, DType::F32, rows * len)?;
         if rows * len > 0 {
             let entry = if each { "softmax_each" } else { "softmax" };
