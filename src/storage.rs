@@ -219,20 +219,14 @@ impl Storage {
         })
     }
 
-    /// Softmax: the storage and the layout that views it in the input's dim order.
-    pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<(Storage, Layout)> {
+    /// Softmax along `dim`, contiguous in the input's dim order on every device.
+    pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<Storage> {
         Ok(match self {
             Storage::Cpu(s) => {
                 host_output("softmax", layout.numel(), s.dtype())?;
-                (
-                    Storage::Cpu(s.softmax(layout, dim)?),
-                    Layout::contiguous(layout.shape()),
-                )
+                Storage::Cpu(s.softmax(layout, dim)?)
             }
-            Storage::Xpu(s) => {
-                let (st, l) = s.softmax(layout, dim)?;
-                (Storage::Xpu(st), l)
-            }
+            Storage::Xpu(s) => Storage::Xpu(s.softmax(layout, dim)?),
         })
     }
 

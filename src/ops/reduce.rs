@@ -229,7 +229,7 @@ impl Tensor {
             return v.softmax(0)?.reshape(&[]);
         }
         let d = resolve_dim("softmax", dim, self.rank())?;
-        let (s, layout) = self.storage().softmax(self.layout(), d)?;
-        Ok(Tensor::from_storage(s, layout))
+        let s = self.storage().softmax(self.layout(), d)?;
+        Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
     }
 }

@@ -156,11 +156,10 @@ impl XpuStorage {
 
     /// Softmax along `dim`, contiguous in the input's dim order (both kernels write row
     /// `a * inner + b`, `inner` the product of the dims after `dim`, at `a * len * inner +
-    /// r * inner + b`), returned with that layout.
-    pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<(XpuStorage, Layout)> {
+    /// r * inner + b`).
+    pub(crate) fn softmax(&self, layout: &Layout, dim: usize) -> Result<XpuStorage> {
         check_float(self, "softmax")?;
         let (p, rows, len, each) = self.row_params(layout, dim, "softmax")?;
-        let view = Layout::contiguous(layout.shape());
         let out = XpuStorage::alloc(&self.ctx, DType::F32, rows * len)?;
         if rows * len > 0 {
             let entry = if each { "softmax_each" } else { "softmax" };
@@ -169,9 +168,9 @@ impl XpuStorage {
             launch(&out, k, p, &[self], row_grid(max, rows, each))?;
         }
         if self.dtype == DType::F32 {
-            return Ok((out, view));
+            return Ok(out);
         }
         let n = out.len;
-        Ok((out.copy_cast(&Layout::contiguous(&[n]), self.dtype)?, view))
+        out.copy_cast(&Layout::contiguous(&[n]), self.dtype)
     }
 }
