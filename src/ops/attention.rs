@@ -9,8 +9,15 @@
 //!   together (as `torch.matmul` does inside PyTorch's attention: `[1, H, L, D]` queries with
 //!   `[B, 1, L, D]` keys, or ranks that differ), by stride-0 views, never copies; the kernels see
 //!   equal leading dims (rank-2 operands gain a leading 1 that the output drops). The output has
-//!   q's dtype and is contiguous. f16/bf16 inputs are computed in f32 (scores, softmax
-//!   statistics and P·V) and rounded once.
+//!   q's dtype. f16/bf16 inputs are computed in f32 (scores, softmax statistics and P·V) and
+//!   rounded once.
+//! - The fused output has PyTorch's memory format ([`flash_strides`]): where PyTorch's CPU
+//!   flash kernel serves the call (rank 3 or 4, q/k/v last-dim stride 1, equal batch, k and v
+//!   with q's heads or both with one, equal nonzero head dims, keys present) it is laid out as
+//!   `empty_like(q)`, so diffusers' `[B, L, H, D] -> transpose(1, 2)` queries give an output whose
+//!   `transpose(1, 2).reshape(B, L, H·D)` is a view; every other call (PyTorch's math path) and
+//!   the unfused reference give a contiguous output. Checked against PyTorch's strides
+//!   (`tests/attention_strides.rs`).
 //! - `mask` broadcasts to `[..., Lq, Lk]` (leading size-1 dims beyond that rank are dropped);
 //!   a `U8` mask is boolean (nonzero keeps the key, as a
 //!   PyTorch bool mask), any other mask must have q's dtype and is added to the scaled scores.
@@ -184,12 +191,26 @@ impl Tensor {
         mask: Option<&Tensor>,
         scale: Option<f64>,
     ) -> Result<Tensor> {
+        let strides = flash_strides(self, k, v);
+        self.fused_attention(k, v, mask, scale, strides.as_deref())
+    }
+
+    /// The fused attention with its output laid out by `strides` (dense, of the output's shape;
+    /// `None`: contiguous), which the caller derived from the original operands.
+    fn fused_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        scale: Option<f64>,
+        strides: Option<&[usize]>,
+    ) -> Result<Tensor> {
         let op = "scaled_dot_product_attention";
         if let Some(m) = trimmed_mask(self, k, v, mask)? {
-            return self.scaled_dot_product_attention(k, v, Some(&m), scale);
+            return self.fused_attention(k, v, Some(&m), scale, strides);
         }
         if let Some((q, k, v, squeeze)) = broadcast_qkv(op, self, k, v)? {
-            let out = q.scaled_dot_product_attention(&k, &v, mask, scale)?;
+            let out = q.fused_attention(&k, &v, mask, scale, strides)?;
             return if squeeze { out.squeeze(0) } else { Ok(out) };
         }
         let shape = check(op, self, k, v, mask, scale)?;
@@ -199,7 +220,11 @@ impl Tensor {
         if self.device() == crate::Device::Xpu && shape.dv > crate::xpu::kernels::attention::MAX_DV
         {
             // Beyond the Xpu kernel's register budget: the materialised path.
-            return self.scaled_dot_product_attention_unfused(k, v, mask, scale);
+            let out = self.scaled_dot_product_attention_unfused(k, v, mask, scale)?;
+            return match strides {
+                Some(st) => out.copy_to_strides(st),
+                None => Ok(out),
+            };
         }
         let mask = match mask {
             Some(m) => Some((m.storage(), m.layout().broadcast_to(&shape.score_shape())?)),
@@ -212,14 +237,16 @@ impl Tensor {
             mask.as_ref().map(|(s, l)| (*s, l)),
             &shape,
         )?;
-        Ok(Tensor::from_storage(
-            s,
-            Layout::contiguous(&shape.out_shape()),
-        ))
+        let out = Tensor::from_storage(s, Layout::contiguous(&shape.out_shape()));
+        match strides {
+            Some(st) => out.copy_to_strides(st),
+            None => Ok(out),
+        }
     }
 
     /// The same computed as matmul -> scale -> (mask) -> softmax -> matmul with materialised
-    /// `[..., Lq, Lk]` f32 scores (the reference for tests and the `unfused` bench rows).
+    /// `[..., Lq, Lk]` f32 scores (the reference for tests and the `unfused` bench rows). Its
+    /// output is contiguous, as PyTorch's math path.
     pub fn scaled_dot_product_attention_unfused(
         &self,
         k: &Tensor,
@@ -251,6 +278,39 @@ impl Tensor {
         };
         p.matmul(&v.to_dtype(DType::F32)?)?.to_dtype(self.dtype())
     }
+}
+
+/// The strides of PyTorch's output when its CPU flash kernel serves the call, else `None`
+/// (contiguous). That kernel (PyTorch 2.15) takes rank 3 or 4 operands of equal
+/// rank whose last dims have stride 1, equal batch (rank 4), k and v with q's heads or both
+/// with one head, equal nonzero head dims, and at least one query and one key; it allocates
+/// its output as `empty_like(q)`: q's strides when q is dense (a transpose, a permute), else
+/// dense strides in q's memory order. The math path that serves every other call gives a
+/// contiguous output.
+fn flash_strides(q: &Tensor, k: &Tensor, v: &Tensor) -> Option<Vec<usize>> {
+    let r = q.rank();
+    if !(r == 3 || r == 4) || k.rank() != r || v.rank() != r {
+        return None;
+    }
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    if r == 4 && (ks[0] != qs[0] || vs[0] != qs[0]) {
+        return None;
+    }
+    let h = r - 3;
+    if ks[h] != vs[h] || (ks[h] != qs[h] && ks[h] != 1) {
+        return None;
+    }
+    let (d, lq, lk) = (qs[r - 1], qs[r - 2], ks[r - 2]);
+    if d == 0 || ks[r - 1] != d || vs[r - 1] != d || lq == 0 || lk == 0 || vs[r - 2] != lk {
+        return None;
+    }
+    if [q, k, v].iter().any(|t| t.strides()[r - 1] != 1) {
+        return None;
+    }
+    Some(match q.layout().dense_span() {
+        Some(_) => q.strides().to_vec(),
+        None => q.layout().dense_strides_like().0,
+    })
 }
 
 /// The mask without leading size-1 dims beyond the rank of the scores (PyTorch accepts a

@@ -127,6 +127,31 @@ impl Tensor {
         Ok(Tensor::from_storage(s, Layout::contiguous(self.shape())))
     }
 
+    /// These values laid out by `strides`, dense strides of this shape (e.g. PyTorch's
+    /// `empty_like` of another tensor): the dims are copied in the memory order the strides
+    /// give, or, where the strides address elements as a contiguous layout does (they differ
+    /// at most on size-1 dims) and this tensor is contiguous, only relabelled.
+    pub(crate) fn copy_to_strides(&self, strides: &[usize]) -> Result<Tensor> {
+        let shape = self.shape().to_vec();
+        let target = Layout::from_parts(shape.clone(), strides.to_vec(), 0);
+        if strides.len() != shape.len() || (self.numel() > 0 && target.dense_span().is_none()) {
+            return Err(Error::invalid(
+                "copy_to_strides",
+                format!("strides {strides:?} are not dense for shape {shape:?}"),
+            ));
+        }
+        let plain = crate::layout::contiguous_strides(&shape);
+        let same = shape
+            .iter()
+            .zip(strides.iter().zip(&plain))
+            .all(|(&n, (a, b))| n <= 1 || a == b);
+        if same && self.is_contiguous() && self.layout().offset() == 0 {
+            return Ok(self.with_layout(target));
+        }
+        let (_, outer_first) = target.dense_strides_like();
+        Ok(self.permute(&outer_first)?.copy()?.with_layout(target))
+    }
+
     /// The layouts of a format-preserving copy (PyTorch's `preserve_format` in `_to_copy`):
     /// what to read from this tensor's storage (its elements in the order the copy stores
     /// them), and the layout the copy's own storage then has. A dense view (contiguous, a
