@@ -380,7 +380,8 @@ impl Storage {
     }
 
     /// Fused scaled dot-product attention of `self = q` with `k`, `v` and an optional mask
-    /// whose layout is broadcast to the scores `[..., Lq, Lk]` (see `ops::attention`).
+    /// whose layout is broadcast to the scores `[..., Lq, Lk]` (see `ops::attention`), its
+    /// output laid out by `out` (a dense layout of the output's shape at offset 0).
     pub(crate) fn attention(
         &self,
         q: &Layout,
@@ -388,6 +389,7 @@ impl Storage {
         v: (&Storage, &Layout),
         mask: Option<(&Storage, &Layout)>,
         shape: &crate::ops::attention::AttnShape,
+        out: &Layout,
     ) -> Result<Storage> {
         let op = "scaled_dot_product_attention";
         match (self, k.0, v.0, mask) {
@@ -404,6 +406,7 @@ impl Storage {
                     (vs, v.1),
                     m,
                     shape,
+                    out,
                 )?))
             }
             (Storage::Xpu(qs), Storage::Xpu(ks), Storage::Xpu(vs), m) => {
@@ -418,6 +421,7 @@ impl Storage {
                     (vs, v.1),
                     m,
                     shape,
+                    out,
                 )?))
             }
             (_, ks, vs, _) => Err(mismatch(

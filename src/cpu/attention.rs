@@ -51,7 +51,7 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-pub(super) use schedule::{for_head_groups, plan_tasks};
+pub(super) use schedule::{for_head_groups, out_layout_fits, plan_tasks, OutRows};
 
 use operands::{
     fill_bias, head_base, inverse_weight_sum, load_row, mask_data, mat_strides, pack_kv, MaskData,
@@ -189,18 +189,23 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
-/// Computes query rows `q0..q0 + out.len() / dv` of head `h` into `out`.
-fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut [T]) {
+/// Computes query rows `q0..q0 + out.rows()` of head `h` into `out`.
+fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut OutRows<T>) {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => task_in(c, (h, q0), out, &mut s),
         Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
     })
 }
 
-fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc: &mut Scratch) {
+fn task_in<T: FloatElem>(
+    c: &Ctx<T>,
+    (h, q0): (usize, usize),
+    out: &mut OutRows<T>,
+    sc: &mut Scratch,
+) {
     // A zero head dim is packed as one zero column (scores 0, uniform weights).
     let (d, dk, dv, dvp, lk) = (c.s.d, c.s.d.max(1), c.s.dv, c.dvp, c.s.lk);
-    let rows = out.len() / dv.max(1);
+    let rows = out.rows();
     let tiles = rows.div_ceil(MR);
     sc.q.resize(tiles * MR * dk, 0.0);
     sc.o.resize(tiles * MR * dvp, 0.0);
@@ -268,7 +273,8 @@ fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc:
             tile(level, &tl, &mut st);
         }
     }
-    for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
+    for r in 0..rows {
+        let orow = out.row(r);
         let (t, i) = (r / MR, r % MR);
         let acc = &sc.o[(t * MR + i) * dvp..][..dv];
         let (mi, li) = (sc.m[t][i], sc.l[t][i].iter().sum::<f32>());
@@ -286,7 +292,7 @@ fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc:
 
 fn attention_float<T: FloatElem>(
     k: Kernels,
-    q: View<T>,
+    (q, ol): (View<T>, &Layout),
     kv: (View<T>, View<T>),
     mask: Option<(MaskData, &Layout)>,
     s: &AttnShape,
@@ -332,10 +338,10 @@ fn attention_float<T: FloatElem>(
         let plan = plan_tasks(s.heads(), tiles, max_tiles, lanes::QL);
         #[cfg(test)]
         LANES_RAN.with(|c| c.set(true));
-        for_head_groups(&mut out, s, plan, group_ctx, lanes::task);
+        for_head_groups(&mut out, ol, s, plan, group_ctx, lanes::task);
         return out;
     }
-    for_head_groups(&mut out, s, (rows_per_task, group), group_ctx, task);
+    for_head_groups(&mut out, ol, s, (rows_per_task, group), group_ctx, task);
     out
 }
 
@@ -392,7 +398,9 @@ fn note(_k: AttnKernel) {
 impl CpuStorage {
     /// Fused attention of `self = q` (layout `ql`) with `k`, `v` and an optional mask whose
     /// layout is already broadcast to `[..., Lq, Lk]`; `s` is the checked geometry. Returns the
-    /// contiguous `[..., Lq, Dv]` output in q's dtype.
+    /// `[..., Lq, Dv]` output in q's dtype, laid out by `out` (a dense layout of that shape
+    /// at offset 0 with adjacent value columns: contiguous, or e.g. `[B, L, H, D]` memory for
+    /// a `[B, H, L, D]` result), written in place by the kernels.
     pub(crate) fn attention(
         &self,
         ql: &Layout,
@@ -400,8 +408,20 @@ impl CpuStorage {
         v: (&CpuStorage, &Layout),
         mask: Option<(&CpuStorage, &Layout)>,
         s: &AttnShape,
+        out: &Layout,
     ) -> Result<CpuStorage> {
         let op = "scaled_dot_product_attention";
+        if !out_layout_fits(out, s, s.heads() * s.lq * s.dv) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "output layout {:?} / {:?} is not a dense layout of {:?}",
+                    out.shape(),
+                    out.strides(),
+                    s.out_shape()
+                ),
+            ));
+        }
         check_layout(op, ql, self.len())?;
         check_layout(op, k.1, k.0.len())?;
         check_layout(op, v.1, v.0.len())?;
@@ -431,14 +451,14 @@ impl CpuStorage {
             let view = |data, layout| View { data, layout };
             if bf16_kernels_enabled() {
                 let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
-                if let Some(out) = amx::attention(kern, q, kv, mask, s) {
+                if let Some(o) = amx::attention(kern, (q, out), kv, mask, s) {
                     note(AttnKernel::Amx);
-                    return Ok(CpuStorage::BF16(out));
+                    return Ok(CpuStorage::BF16(o));
                 }
                 let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
-                if let Some(out) = dp::attention(kern, q, kv, mask, s) {
+                if let Some(o) = dp::attention(kern, (q, out), kv, mask, s) {
                     note(AttnKernel::Dot);
-                    return Ok(CpuStorage::BF16(out));
+                    return Ok(CpuStorage::BF16(o));
                 }
             }
         }
@@ -470,7 +490,7 @@ impl CpuStorage {
                         layout: v.1,
                     },
                 );
-                CpuStorage::$variant(attention_float(kern, q, kv, mask, s))
+                CpuStorage::$variant(attention_float(kern, (q, out), kv, mask, s))
             }};
         }
         Ok(match self {

@@ -230,18 +230,19 @@ impl Tensor {
             Some(m) => Some((m.storage(), m.layout().broadcast_to(&shape.score_shape())?)),
             None => None,
         };
+        let out = match strides {
+            Some(st) => Layout::from_parts(shape.out_shape(), st.to_vec(), 0),
+            None => Layout::contiguous(&shape.out_shape()),
+        };
         let s = self.storage().attention(
             self.layout(),
             (k.storage(), k.layout()),
             (v.storage(), v.layout()),
             mask.as_ref().map(|(s, l)| (*s, l)),
             &shape,
+            &out,
         )?;
-        let out = Tensor::from_storage(s, Layout::contiguous(&shape.out_shape()));
-        match strides {
-            Some(st) => out.copy_to_strides(st),
-            None => Ok(out),
-        }
+        Ok(Tensor::from_storage(s, out))
     }
 
     /// The same computed as matmul -> scale -> (mask) -> softmax -> matmul with materialised

@@ -44,7 +44,7 @@ use rayon::prelude::*;
 use super::amx::read_row;
 use super::dp_kernel::{tile, State, Tile};
 use super::operands::{fill_bias, head_base, mat_strides, store_normalised, MaskData, View};
-use super::{KB, MAX_TILES_PER_TASK, MR};
+use super::{OutRows, KB, MAX_TILES_PER_TASK, MR};
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
 use crate::layout::Layout;
@@ -165,17 +165,17 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
-fn task(c: &Ctx, h: usize, q0: usize, out: &mut [bf16]) {
+fn task(c: &Ctx, h: usize, q0: usize, out: &mut OutRows<bf16>) {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => task_in(c, (h, q0), out, &mut s),
         Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
     })
 }
 
-/// Computes query rows `q0..q0 + out.len() / dv` of head `h` into `out`.
-fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch) {
+/// Computes query rows `q0..q0 + out.rows()` of head `h` into `out`.
+fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut OutRows<bf16>, sc: &mut Scratch) {
     let (g, d, dv, lk) = (c.g, c.s.d, c.s.dv, c.s.lk);
-    let rows = out.len() / dv.max(1);
+    let rows = out.rows();
     let tiles = rows.div_ceil(MR);
     let sq = sc.q.slice_mut::<u32>(tiles * MR * g.dpairs);
     let so = sc.o.slice_mut::<f32>(tiles * MR * g.dvp);
@@ -242,7 +242,7 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut [bf16], sc: &mut Scratch)
 /// contract), or `None` when [`usable`] does not hold.
 pub(super) fn attention(
     k: Kernels,
-    q: View<bf16>,
+    (q, ol): (View<bf16>, &Layout),
     kv: (View<bf16>, View<bf16>),
     mask: Option<(MaskData, &Layout)>,
     s: &AttnShape,
@@ -283,6 +283,6 @@ pub(super) fn attention(
         s,
         g,
     };
-    super::for_head_groups(&mut out, s, (rows_per_task, group), group_ctx, task);
+    super::for_head_groups(&mut out, ol, s, (rows_per_task, group), group_ctx, task);
     Some(out)
 }

@@ -23,7 +23,7 @@
 //! checked.
 
 use super::avx512::exp2;
-use super::{Ctx, KB};
+use super::{Ctx, OutRows, KB};
 use crate::cpu::attention::operands::{
     fill_bias, head_base, inverse_weight_sum, load_row, mat_strides,
 };
@@ -222,19 +222,24 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
-/// Computes query rows `q0..q0 + out.len() / dv` of head `h` into `out` (the caller checked
+/// Computes query rows `q0..q0 + out.rows()` of head `h` into `out` (the caller checked
 /// that the kernels' level is AVX-512).
-pub(super) fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut [T]) {
+pub(super) fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut OutRows<T>) {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => task_in(c, (h, q0), out, &mut s),
         Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
     })
 }
 
-fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc: &mut Scratch) {
+fn task_in<T: FloatElem>(
+    c: &Ctx<T>,
+    (h, q0): (usize, usize),
+    out: &mut OutRows<T>,
+    sc: &mut Scratch,
+) {
     // A zero head dim is packed as one zero column (scores 0, uniform weights).
     let (d, dk, dv, dvp, lk) = (c.s.d, c.s.d.max(1), c.s.dv, c.dvp, c.s.lk);
-    let rows = out.len() / dv.max(1);
+    let rows = out.rows();
     let tiles = rows.div_ceil(QL);
     sc.qt.clear();
     sc.qt.resize(tiles * dk * QL, 0.0);
@@ -309,7 +314,8 @@ fn task_in<T: FloatElem>(c: &Ctx<T>, (h, q0): (usize, usize), out: &mut [T], sc:
             }
         }
     }
-    for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
+    for r in 0..rows {
+        let orow = out.row(r);
         let (t, i) = (r / QL, r % QL);
         let (mi, li) = (sc.m[t][i], sc.l[t][i]);
         let inv = inverse_weight_sum(mi, li);

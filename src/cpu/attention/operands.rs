@@ -212,11 +212,12 @@ pub(super) fn store_normalised<const MR: usize>(
     k: Kernels,
     (o, dvp): (&[f32], usize),
     (m, l): (&[[f32; MR]], &[[[f32; 16]; MR]]),
-    out: &mut [bf16],
+    out: &mut super::OutRows<bf16>,
     row: &mut [f32],
 ) {
     let dv = row.len();
-    for (r, orow) in out.chunks_mut(dv.max(1)).enumerate() {
+    for r in 0..out.rows() {
+        let orow = out.row(r);
         let (t, i) = (r / MR, r % MR);
         let acc = &o[(t * MR + i) * dvp..][..dv];
         let (mi, li) = (m[t][i], l[t][i].iter().sum::<f32>());

@@ -4,7 +4,8 @@
 //! Invariants: one workgroup per (head, tile of 32 query rows); q, k, v and the mask are read
 //! in place through their strides (head dims jointly coalesced, at most 6 after coalescing),
 //! the output is written as f32 words, contiguous `[heads, Lq, Dv]`, and cast once for 16-bit
-//! dtypes (so no two invocations share a word). Workgroup memory is 14 KiB whatever the head
+//! dtypes (so no two invocations share a word); that pass reads the rows in the order of the
+//! layout the caller asked for (PyTorch's `empty_like(q)` where that is not contiguous). Workgroup memory is 14 KiB whatever the head
 //! dim; extra memory is O(Lq·Dv) (the f32 output). `Dv` is limited to [`MAX_DV`]; every index
 //! the shader forms is checked to fit in 32 bits here.
 
@@ -46,7 +47,9 @@ fn check_reach(op: &'static str, l: &Layout) -> Result<()> {
 impl XpuStorage {
     /// Fused attention of `self = q` (layout `ql`) with `k`, `v` and an optional mask whose
     /// layout is broadcast to `[..., Lq, Lk]`; `s` is the checked geometry. Returns the
-    /// contiguous `[..., Lq, Dv]` output in q's dtype.
+    /// `[..., Lq, Dv]` output in q's dtype laid out by `out` (a dense layout of that shape at
+    /// offset 0): the kernels write f32 rows in head order, and the pass that rounds them to a
+    /// 16-bit dtype (or, for f32 in another order, one copy) reads them in `out`'s order.
     pub(crate) fn attention(
         &self,
         ql: &Layout,
@@ -54,6 +57,7 @@ impl XpuStorage {
         v: (&XpuStorage, &Layout),
         mask: Option<(&XpuStorage, &Layout)>,
         s: &AttnShape,
+        out: &Layout,
     ) -> Result<XpuStorage> {
         let op = "scaled_dot_product_attention";
         if !self.dtype.is_float() {
@@ -84,11 +88,31 @@ impl XpuStorage {
         }
         let coop = attention_coop::fits(self, [ql, k.1, v.1], mask.is_some(), s)
             && attention_coop::enabled(self);
-        let out = self.attention_on(ql, k, v, mask, s, coop)?;
-        if self.dtype == DType::F32 {
-            return Ok(out);
+        let dense = out.numel() == 0 || out.dense_span().is_some();
+        if out.shape() != s.out_shape().as_slice() || out.offset() != 0 || !dense {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "output layout {:?} / {:?} is not a dense layout of {:?}",
+                    out.shape(),
+                    out.strides(),
+                    s.out_shape()
+                ),
+            ));
         }
-        out.copy_cast(&Layout::contiguous(&[out.len]), self.dtype)
+        let rows = self.attention_on(ql, k, v, mask, s, coop)?;
+        let read = if out.is_contiguous() {
+            Layout::contiguous(&[rows.len])
+        } else {
+            // The head-ordered rows viewed in `out`'s memory order, outermost dim first.
+            let (_, outer_first) = out.dense_strides_like();
+            Layout::contiguous(out.shape()).permute(&outer_first)?
+        };
+        match self.dtype {
+            DType::F32 if out.is_contiguous() => Ok(rows),
+            DType::F32 => rows.duplicate(&read),
+            dt => rows.copy_cast(&read, dt),
+        }
     }
 
     /// The f32 output `[..., Lq, Dv]` of the FMA kernel, or of the tensor-core kernel when
