@@ -6,7 +6,7 @@
 // Invocation (r, tx) = (lid / 8, lid % 8) owns query row r of the tile, score columns
 // tx + 8i (i < 4) and output columns tx + 8j (j < VARIANT <= OC, so Dv <= 160).
 //
-// Bindings: 1 dst (f32 words, [heads, Lq, Dv] contiguous), 2 q (src0), 3 k (src1), 4 v, 5 mask
+// Bindings: 1 dst (f32 words; rows of Dv placed by out_row), 2 q (src0), 3 k (src1), 4 v, 5 mask
 // (bound to q and never read when absent). q, k, v have dtype DT_IN; the mask is u8 (boolean,
 // nonzero keeps) or DT_IN (additive; values below -2.35e38, e.g. -inf or f32::MIN, drop the
 // key), selected by params[43].
@@ -16,7 +16,7 @@
 // [38] k row stride, [39] k col stride, [40] v row stride, [41] v col stride, [42] v offset,
 // [43] mask kind (0 none, 1 u8 boolean, 2 additive), [44] mask row stride, [45] mask col
 // stride, [46] mask offset, [47] q tiles per head, [48..54) v head strides, [54..60) mask head
-// strides.
+// strides, [60..64) output row placement (out_row in common.wgsl).
 // Rows whose keys are all masked out (or Lk == 0) are written as 0, as PyTorch does.
 // Workgroup memory: (2560 + 1024) f32 = 14 KiB, inside WebGPU's 16 KiB minimum.
 
@@ -247,7 +247,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         if (m > NEG && l > 0.0) {
             inv = 1.0 / l;
         }
-        let out = (bh * lq + row) * dv;
+        let out = out_row(bh, row);
         store_cols(out, tx, 0u, dv, o0 * inv);
         store_cols(out, tx, 1u, dv, o1 * inv);
         store_cols(out, tx, 2u, dv, o2 * inv);

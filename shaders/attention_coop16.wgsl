@@ -25,7 +25,7 @@
 // elements per 32-bit word: column stride 1, even row strides, head strides, offsets, D and Dv.
 // A once-per-process self-check against the FMA kernel (attention.wgsl) guards every use.
 //
-// Bindings and params are attention.wgsl's: 1 dst (f32 words, [heads, Lq, Dv] contiguous),
+// Bindings and params are attention.wgsl's: 1 dst (f32 words, rows placed by out_row),
 // 2 q, 3 k, 4 v (5, 6 bound and unused); [0] workgroups, [1] rank of the head dims, [4..12)
 // head dims, [12..) q / [20..) k / [48..) v head strides, [28] q offset, [29] k offset,
 // [30] scale, [32] Lq, [33] Lk, [34] D, [35] Dv, [36] q row stride, [38] k row stride,
@@ -187,7 +187,7 @@ fn write_tile(bh: u32, r0: u32, c0: u32, sbase: u32, lane: u32) {
         let row = r0 + q / 16u;
         let col = c0 + q % 16u;
         if (row < lq && col < dv) {
-            dst[(bh * lq + row) * dv + col] = bitcast<u32>(as_s[sbase + q]);
+            dst[out_row(bh, row) + col] = bitcast<u32>(as_s[sbase + q]);
         }
     }
 }

@@ -244,7 +244,7 @@ fn attention4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
         if (m > NEG && l > 0.0) {
             inv = 1.0 / l;
         }
-        let out = (bh * lq + row) * dv;
+        let out = out_row(bh, row);
         at4_store(out, tx, 0u, dv, acc.o0 * inv);
         at4_store(out, tx, 1u, dv, acc.o1 * inv);
         at4_store(out, tx, 2u, dv, acc.o2 * inv);

@@ -142,6 +142,14 @@ fn strided(i: u32, strides_at: u32) -> u32 {
     return off;
 }
 
+// Attention kernels: storage offset (in output words) of output row `row` of head `bh`, the
+// output laid out as the caller asked (contiguous, or PyTorch's empty_like(q) order):
+// params[60] inner head-dim size, [61] outer and [62] inner head strides, [63] row stride.
+fn out_row(bh: u32, row: u32) -> u32 {
+    let inner = p(60u);
+    return (bh / inner) * p(61u) + (bh % inner) * p(62u) + row * p(63u);
+}
+
 // Linear invocation id over a 2-D grid of 1-D workgroups of WG invocations.
 fn linear_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;

@@ -3,9 +3,11 @@
 //!
 //! Invariants: one workgroup per (head, tile of 32 query rows); q, k, v and the mask are read
 //! in place through their strides (head dims jointly coalesced, at most 6 after coalescing),
-//! the output is written as f32 words, contiguous `[heads, Lq, Dv]`, and cast once for 16-bit
-//! dtypes (so no two invocations share a word); that pass reads the rows in the order of the
-//! layout the caller asked for (PyTorch's `empty_like(q)` where that is not contiguous). Workgroup memory is 14 KiB whatever the head
+//! the output is written as f32 words in the layout the caller asked for (contiguous, or
+//! PyTorch's `empty_like(q)` order such as `[B, L, H, D]` memory for a `[B, H, L, D]` result:
+//! [`out_rows`] places each row), and cast once for 16-bit dtypes (so no two invocations share
+//! a word). A layout whose head dims do not merge into two levels is written contiguous and
+//! reordered by that pass (or one copy for f32). Workgroup memory is 14 KiB whatever the head
 //! dim; extra memory is O(Lq·Dv) (the f32 output). `Dv` is limited to [`MAX_DV`]; every index
 //! the shader forms is checked to fit in 32 bits here.
 
@@ -32,6 +34,30 @@ const MAX_HEAD_DIMS: usize = 6;
 const LQ: usize = EXTRA;
 const V_STRIDES: usize = EXTRA + 16;
 const M_STRIDES: usize = EXTRA + 22;
+/// Where output rows go (`out_row` in `common.wgsl`): inner lead size, outer and inner lead
+/// strides, row stride.
+const OUT_ROWS: usize = EXTRA + 28;
+
+/// How the kernels place output rows for a dense layout `l` of `[..., Lq, Dv]` at offset 0
+/// with adjacent value columns: `[inner, outer stride, inner stride, row stride]`, row `r` of
+/// head `h` starting at `(h / inner)·outer + (h % inner)·inner_stride + r·row_stride`. `None`
+/// when the head dims do not merge into two such levels (ranks above 4 that are not
+/// contiguous) or the layout is not of that kind; contiguous layouts always fit.
+pub(crate) fn out_rows(l: &Layout) -> Option<[usize; 4]> {
+    let r = l.rank();
+    let dense = l.numel() == 0 || l.dense_span().is_some();
+    if r < 2 || l.offset() != 0 || !dense || (l.shape()[r - 1] > 1 && l.strides()[r - 1] != 1) {
+        return None;
+    }
+    let (lead, strides) = coalesce_joint(&l.shape()[..r - 2], &[&l.strides()[..r - 2]]);
+    let row = l.strides()[r - 2];
+    match (lead.as_slice(), strides[0].as_slice()) {
+        ([], _) => Some([1, 0, 0, row]),
+        ([_], [s]) => Some([1, *s, 0, row]),
+        ([_, inner], [so, si]) => Some([*inner, *so, *si, row]),
+        _ => None,
+    }
+}
 
 /// The last storage element a `[..., rows, cols]` view reaches, checked to fit 32 bits.
 fn check_reach(op: &'static str, l: &Layout) -> Result<()> {
@@ -100,8 +126,14 @@ impl XpuStorage {
                 ),
             ));
         }
-        let rows = self.attention_on(ql, k, v, mask, s, coop)?;
-        let read = if out.is_contiguous() {
+        let placed = out_rows(out).is_some();
+        let written = if placed {
+            out.clone()
+        } else {
+            Layout::contiguous(out.shape())
+        };
+        let rows = self.attention_on(ql, k, v, mask, s, coop, &written)?;
+        let read = if placed || out.is_contiguous() {
             Layout::contiguous(&[rows.len])
         } else {
             // The head-ordered rows viewed in `out`'s memory order, outermost dim first.
@@ -109,14 +141,16 @@ impl XpuStorage {
             Layout::contiguous(out.shape()).permute(&outer_first)?
         };
         match self.dtype {
-            DType::F32 if out.is_contiguous() => Ok(rows),
+            DType::F32 if placed || out.is_contiguous() => Ok(rows),
             DType::F32 => rows.duplicate(&read),
             dt => rows.copy_cast(&read, dt),
         }
     }
 
     /// The f32 output `[..., Lq, Dv]` of the FMA kernel, or of the tensor-core kernel when
-    /// `coop` (the caller has checked [`attention_coop::fits`]).
+    /// `coop` (the caller has checked [`attention_coop::fits`]), laid out by `ol`: a dense
+    /// layout of that shape that [`out_rows`] accepts (contiguous always is).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention_on(
         &self,
         ql: &Layout,
@@ -125,11 +159,27 @@ impl XpuStorage {
         mask: Option<(&XpuStorage, &Layout)>,
         s: &AttnShape,
         coop: bool,
+        ol: &Layout,
     ) -> Result<XpuStorage> {
+        let op = "scaled_dot_product_attention";
         let n = s.heads() * s.lq * s.dv;
+        let rows = match out_rows(ol) {
+            Some(rows) if ol.shape() == s.out_shape().as_slice() && ol.numel() == n => rows,
+            _ => {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "output layout {:?} / {:?} cannot hold {:?}",
+                        ol.shape(),
+                        ol.strides(),
+                        s.out_shape()
+                    ),
+                ))
+            }
+        };
         let out = XpuStorage::alloc(&self.ctx, DType::F32, n)?;
         if n > 0 {
-            self.launch_attention(&out, ql, k, v, mask, s, coop)?;
+            self.launch_attention(&out, ql, k, v, mask, s, coop, rows)?;
         }
         Ok(out)
     }
@@ -144,6 +194,7 @@ impl XpuStorage {
         mask: Option<(&XpuStorage, &Layout)>,
         s: &AttnShape,
         coop: bool,
+        out_rows: [usize; 4],
     ) -> Result<()> {
         let op = "scaled_dot_product_attention";
         let mut layouts = vec![ql, k.1, v.1];
@@ -215,6 +266,9 @@ impl XpuStorage {
             p.set(LQ + i, w, op)?;
         }
         p.set(LQ + 15, qtiles, op)?;
+        for (i, &w) in out_rows.iter().enumerate() {
+            p.set(OUT_ROWS + i, w, op)?;
+        }
         let mut mask_buf = self;
         if let Some((m, ml)) = mask {
             let kind = match m.dtype {

@@ -228,7 +228,8 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
                 scale: 1.0 / (d as f32).sqrt(),
             };
             let run = |coop| -> crate::Result<Vec<f32>> {
-                let out = q.attention_on(&ql, (&k, &kl), (&v, &vl), None, &shape, coop)?;
+                let ol = Layout::contiguous(&shape.out_shape());
+                let out = q.attention_on(&ql, (&k, &kl), (&v, &vl), None, &shape, coop, &ol)?;
                 match &out.download(&Layout::contiguous(&[heads * lq * dv]))? {
                     CpuStorage::F32(x) => Ok(x.clone()),
                     _ => Err(crate::Error::Gpu("attention output is not f32".into())),
