@@ -50,7 +50,10 @@ fn check_call(call: &Value, device: Device, dtype: DType) -> Option<String> {
         .scaled_dot_product_attention(&kc, &vc, mc.as_ref(), None)
         .unwrap();
     assert!(reference.is_contiguous(), "{what}: contiguous operands");
-    assert_close(&what, &values(&out), &values(&reference), 1e-6, 1e-6);
+    // 16-bit calls may take another kernel for the copies (the tensor-core attention reads
+    // only some layouts), which rounds its probabilities differently.
+    let tol = if dtype == DType::F32 { 1e-6 } else { 5e-3 };
+    assert_close(&what, &values(&out), &values(&reference), tol, tol);
     let want = usizes(&call["strides"]);
     (out.strides() != want.as_slice())
         .then(|| format!("{what}: strides {:?}, PyTorch's {want:?}", out.strides()))
