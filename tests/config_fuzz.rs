@@ -5,26 +5,11 @@
 
 mod common;
 
+use common::rng::Rng;
 use serde_json::{json, Map, Value};
 use xpu::nn::{UNet2DConditionModel, UNetConfig};
 use xpu::schedulers::{DdimScheduler, EulerDiscreteScheduler, SchedulerConfig};
 use xpu::{DType, Device, Tensor};
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// Odd values for a key that held `v`.
 fn odd_values(v: &Value) -> Vec<Value> {

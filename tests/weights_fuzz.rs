@@ -3,31 +3,18 @@
 //! `config.json` replaced by other JSON values. Every outcome must be a model or an
 //! `xpu::Error`: no panic, no abort, no runaway allocation (the process would be killed).
 
+mod common;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
+use common::rng::Rng;
 use serde_json::Value;
 use xpu::nn::{UNet2DConditionModel, UNetConfig, WeightStore};
 use xpu::{DType, Device};
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unet_sd1")
-}
-
-/// A small seeded generator (xorshift64*), so a failure names a reproducible case.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+    common::repo_root().join("tests/fixtures/unet_sd1")
 }
 
 /// A scratch folder unique to this process and test, removed when dropped.

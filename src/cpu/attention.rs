@@ -412,15 +412,7 @@ impl CpuStorage {
     ) -> Result<CpuStorage> {
         let op = "scaled_dot_product_attention";
         if !out_layout_fits(out, s, s.heads() * s.lq * s.dv) {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "output layout {:?} / {:?} is not a dense layout of {:?}",
-                    out.shape(),
-                    out.strides(),
-                    s.out_shape()
-                ),
-            ));
+            return Err(s.bad_out_layout(out));
         }
         check_layout(op, ql, self.len())?;
         check_layout(op, k.1, k.0.len())?;

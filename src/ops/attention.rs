@@ -61,6 +61,20 @@ impl AttnShape {
         s
     }
 
+    /// The error for an output layout `l` that cannot hold this output (the devices accept
+    /// dense layouts of [`Self::out_shape`] at offset 0).
+    pub(crate) fn bad_out_layout(&self, l: &Layout) -> Error {
+        Error::invalid(
+            "scaled_dot_product_attention",
+            format!(
+                "output layout {:?} / {:?} is not a dense layout of {:?}",
+                l.shape(),
+                l.strides(),
+                self.out_shape()
+            ),
+        )
+    }
+
     /// The score shape `[..., Lq, Lk]` the mask broadcasts to.
     pub(crate) fn score_shape(&self) -> Vec<usize> {
         let mut s = self.lead.clone();

@@ -4,6 +4,7 @@
 
 pub mod coop16;
 pub mod fixtures;
+pub mod rng;
 pub mod stride_fixture;
 pub mod unet_fixture;
 

@@ -116,15 +116,7 @@ impl XpuStorage {
             && attention_coop::enabled(self);
         let dense = out.numel() == 0 || out.dense_span().is_some();
         if out.shape() != s.out_shape().as_slice() || out.offset() != 0 || !dense {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "output layout {:?} / {:?} is not a dense layout of {:?}",
-                    out.shape(),
-                    out.strides(),
-                    s.out_shape()
-                ),
-            ));
+            return Err(s.bad_out_layout(out));
         }
         let placed = out_rows(out).is_some();
         let written = if placed {
@@ -161,21 +153,10 @@ impl XpuStorage {
         coop: bool,
         ol: &Layout,
     ) -> Result<XpuStorage> {
-        let op = "scaled_dot_product_attention";
         let n = s.heads() * s.lq * s.dv;
         let rows = match out_rows(ol) {
             Some(rows) if ol.shape() == s.out_shape().as_slice() && ol.numel() == n => rows,
-            _ => {
-                return Err(Error::invalid(
-                    op,
-                    format!(
-                        "output layout {:?} / {:?} cannot hold {:?}",
-                        ol.shape(),
-                        ol.strides(),
-                        s.out_shape()
-                    ),
-                ))
-            }
+            _ => return Err(s.bad_out_layout(ol)),
         };
         let out = XpuStorage::alloc(&self.ctx, DType::F32, n)?;
         if n > 0 {
