@@ -209,6 +209,27 @@ impl Tensor {
         self.fused_attention(k, v, mask, scale, strides.as_deref())
     }
 
+    /// Causal fused attention, PyTorch's `F.scaled_dot_product_attention(q, k, v,
+    /// is_causal=True)`: query `i` attends to keys `0..=i` (PyTorch's top-left aligned
+    /// `ones(Lq, Lk).tril()` mask, so with more keys than queries the last keys are seen by
+    /// none, and with more queries every query past `Lk` sees them all). Everything else is
+    /// [`Tensor::scaled_dot_product_attention`]'s; the boolean `[Lq, Lk]` mask is built on
+    /// q's device (`Lq·Lk` bytes).
+    pub fn scaled_dot_product_attention_causal(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        scale: Option<f64>,
+    ) -> Result<Tensor> {
+        if self.rank() < 2 || k.rank() < 2 {
+            // The plain call reports the rank error.
+            return self.scaled_dot_product_attention(k, v, None, scale);
+        }
+        let (lq, lk) = (self.shape()[self.rank() - 2], k.shape()[k.rank() - 2]);
+        let mask = Tensor::ones(&[lq, lk], DType::U8, self.device())?.tril(0)?;
+        self.scaled_dot_product_attention(k, v, Some(&mask), scale)
+    }
+
     /// The fused attention with its output laid out by `strides` (dense, of the output's shape;
     /// `None`: contiguous), which the caller derived from the original operands.
     fn fused_attention(

@@ -1,8 +1,10 @@
 //! Scaled dot-product attention: Cpu (fused and unfused) against a materialised f64 softmax
 //! reference, Xpu against Cpu; masks (boolean and additive, broadcast), fully masked rows,
 //! empty inputs, strided (diffusers-style transposed) views, every float dtype, head dims
-//! 40..160, self- and cross-attention; argument errors.
+//! 40..160, self- and cross-attention; causal attention against PyTorch's `is_causal`;
+//! argument errors.
 
+mod causal;
 #[path = "../common/mod.rs"]
 mod common;
 mod coop;
