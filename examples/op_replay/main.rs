@@ -159,6 +159,10 @@ impl Case {
                 self.optional("bias"),
                 f64_arg(a, "eps")?,
             ),
+            "sdpa" if bool_arg(a, "causal") => {
+                let scale = a.get("scale").and_then(Value::as_f64);
+                x()?.scaled_dot_product_attention_causal(self.input("k")?, self.input("v")?, scale)
+            }
             "sdpa" => {
                 let scale = a.get("scale").and_then(Value::as_f64);
                 x()?.scaled_dot_product_attention(
