@@ -1,5 +1,6 @@
 //! The fused attention's output takes PyTorch's memory format: `empty_like(q)` where PyTorch's
-//! CPU flash kernel serves the call, contiguous where its math path does (the `attention` part
+//! CPU flash kernel serves the call, contiguous where its math path does, grouped-query calls
+//! (`enable_gqa`) included (the `attention` part
 //! of `tests/fixtures/strides.json`, made by `make_stride_fixtures.py` with PyTorch: q, k, v
 //! and mask recipes and the output strides PyTorch gave). Each output must also hold the values
 //! of the same call on contiguous copies, on every device and in every float dtype.
@@ -35,9 +36,12 @@ fn check_call(call: &Value, device: Device, dtype: DType) -> Option<String> {
     let what = format!("{name} on {device} in {dtype}");
     let [q, k, v] = ["q", "k", "v"].map(|t| made(&call[t], device, dtype));
     let mask = (!call["mask"].is_null()).then(|| made(&call["mask"], device, dtype));
-    let out = q
-        .scaled_dot_product_attention(&k, &v, mask.as_ref(), None)
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let gqa = call["enable_gqa"].as_bool().unwrap_or(false);
+    let run = |q: &Tensor, k: &Tensor, v: &Tensor, m: Option<&Tensor>| match gqa {
+        true => q.scaled_dot_product_attention_gqa(k, v, m, None),
+        false => q.scaled_dot_product_attention(k, v, m, None),
+    };
+    let out = run(&q, &k, &v, mask.as_ref()).unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(
         out.shape(),
         usizes(&call["shape"]).as_slice(),
@@ -46,9 +50,7 @@ fn check_call(call: &Value, device: Device, dtype: DType) -> Option<String> {
     assert_eq!(out.dtype(), dtype, "{what}: dtype");
     let [qc, kc, vc] = [&q, &k, &v].map(|t| t.contiguous().unwrap());
     let mc = mask.as_ref().map(|m| m.contiguous().unwrap());
-    let reference = qc
-        .scaled_dot_product_attention(&kc, &vc, mc.as_ref(), None)
-        .unwrap();
+    let reference = run(&qc, &kc, &vc, mc.as_ref()).unwrap();
     assert!(reference.is_contiguous(), "{what}: contiguous operands");
     // 16-bit calls may take another kernel for the copies (the tensor-core attention reads
     // only some layouts), which rounds its probabilities differently.

@@ -205,7 +205,7 @@ impl Tensor {
         mask: Option<&Tensor>,
         scale: Option<f64>,
     ) -> Result<Tensor> {
-        let strides = flash_strides(self, k, v);
+        let strides = flash_strides(self, k, v, false);
         self.fused_attention(k, v, mask, scale, strides.as_deref())
     }
 
@@ -232,7 +232,7 @@ impl Tensor {
 
     /// The fused attention with its output laid out by `strides` (dense, of the output's shape;
     /// `None`: contiguous), which the caller derived from the original operands.
-    fn fused_attention(
+    pub(crate) fn fused_attention(
         &self,
         k: &Tensor,
         v: &Tensor,
@@ -319,11 +319,12 @@ impl Tensor {
 /// The strides of PyTorch's output when its CPU flash kernel serves the call, else `None`
 /// (contiguous). That kernel (PyTorch 2.15) takes rank 3 or 4 operands of equal
 /// rank whose last dims have stride 1, equal batch (rank 4), k and v with q's heads or both
-/// with one head, equal nonzero head dims, and at least one query and one key; it allocates
+/// with one head (with `gqa`, `enable_gqa=True`: k and v with one head count that divides q's),
+/// equal nonzero head dims, and at least one query and one key; it allocates
 /// its output as `empty_like(q)`: q's strides when q is dense (a transpose, a permute), else
 /// dense strides in q's memory order. The math path that serves every other call gives a
 /// contiguous output.
-fn flash_strides(q: &Tensor, k: &Tensor, v: &Tensor) -> Option<Vec<usize>> {
+pub(crate) fn flash_strides(q: &Tensor, k: &Tensor, v: &Tensor, gqa: bool) -> Option<Vec<usize>> {
     let r = q.rank();
     if !(r == 3 || r == 4) || k.rank() != r || v.rank() != r {
         return None;
@@ -333,7 +334,12 @@ fn flash_strides(q: &Tensor, k: &Tensor, v: &Tensor) -> Option<Vec<usize>> {
         return None;
     }
     let h = r - 3;
-    if ks[h] != vs[h] || (ks[h] != qs[h] && ks[h] != 1) {
+    let heads_ok = if gqa {
+        ks[h] > 0 && qs[h].is_multiple_of(ks[h])
+    } else {
+        ks[h] == qs[h] || ks[h] == 1
+    };
+    if ks[h] != vs[h] || !heads_ok {
         return None;
     }
     let (d, lq, lk) = (qs[r - 1], qs[r - 2], ks[r - 2]);

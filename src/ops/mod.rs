@@ -4,6 +4,7 @@
 pub mod kinds;
 
 pub(crate) mod attention;
+mod attention_gqa;
 pub mod conv;
 pub mod conv_transpose;
 #[doc(hidden)]

@@ -1,8 +1,8 @@
 //! Scaled dot-product attention: Cpu (fused and unfused) against a materialised f64 softmax
 //! reference, Xpu against Cpu; masks (boolean and additive, broadcast), fully masked rows,
 //! empty inputs, strided (diffusers-style transposed) views, every float dtype, head dims
-//! 40..160, self- and cross-attention; causal attention against PyTorch's `is_causal`;
-//! argument errors.
+//! 40..160, self- and cross-attention; causal and grouped-query attention against PyTorch's
+//! `is_causal` and `enable_gqa`; argument errors.
 
 mod causal;
 #[path = "../common/mod.rs"]
@@ -10,6 +10,7 @@ mod common;
 mod coop;
 mod errors;
 mod forms;
+mod gqa;
 mod masks;
 
 use common::{assert_close, eps, randn, values, FLOATS};
