@@ -118,6 +118,49 @@ fn geglu_matches_the_unfused_sequence() {
     }
 }
 
+/// Per-element relative error of `got` against `want` (a floor of 1e-30 for zeros).
+fn worst_relative(got: &[f64], want: &[f64]) -> f64 {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() / w.abs().max(1e-30))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn gelu_epilogue_keeps_the_negative_tail() {
+    // Pre-activations from -9.5 to 3 (GELU down to ~1e-20): the fused GELU and GEGLU must keep
+    // each value's relative accuracy there, as the elementwise `gelu` does (the GEMM store
+    // once used an erf approximation whose tail was off by 0.5% at -6.6).
+    let (m, n) = (64, 32);
+    let rows: Vec<f32> = (0..m).map(|i| 0.5 + i as f32 / (2 * m) as f32).collect();
+    let gates: Vec<f32> = (0..n)
+        .map(|j| -9.5 + 12.5 * j as f32 / (n - 1) as f32)
+        .collect();
+    let mut w = vec![1.0f32; n];
+    w.extend(&gates);
+    for device in common::devices() {
+        let x = Tensor::from_vec(rows.clone(), &[m, 1], device).unwrap();
+        let wg = Tensor::from_vec(gates.clone(), &[1, n], device).unwrap();
+        let w2 = Tensor::from_vec(w.clone(), &[1, 2 * n], device).unwrap();
+        let fused = x
+            .matmul_fused(&wg)
+            .activation(Activation::Gelu)
+            .run()
+            .unwrap();
+        let want = x.matmul(&wg).unwrap().gelu().unwrap();
+        let err = worst_relative(&values(&fused), &values(&want));
+        assert!(err < 2e-5, "{device}: fused GELU tail off by {err:.2e}");
+        let geglu = x.matmul_fused(&w2).geglu().run().unwrap();
+        let y = x.matmul(&w2).unwrap();
+        let gated = y.narrow(1, 0, n).unwrap();
+        let want = gated
+            .mul(&y.narrow(1, n, n).unwrap().gelu().unwrap())
+            .unwrap();
+        let err = worst_relative(&values(&geglu), &values(&want));
+        assert!(err < 2e-5, "{device}: fused GEGLU tail off by {err:.2e}");
+    }
+}
+
 #[test]
 fn builder_validates_operands() {
     let a = randn(&[4, 6], DType::F32, 1);

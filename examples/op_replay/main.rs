@@ -163,6 +163,11 @@ impl Case {
                 let scale = a.get("scale").and_then(Value::as_f64);
                 x()?.scaled_dot_product_attention_causal(self.input("k")?, self.input("v")?, scale)
             }
+            "sdpa" if bool_arg(a, "gqa") => {
+                let scale = a.get("scale").and_then(Value::as_f64);
+                let (k, v) = (self.input("k")?, self.input("v")?);
+                x()?.scaled_dot_product_attention_gqa(k, v, self.optional("mask"), scale)
+            }
             "sdpa" => {
                 let scale = a.get("scale").and_then(Value::as_f64);
                 x()?.scaled_dot_product_attention(

@@ -64,37 +64,14 @@ fn x_sigmoid(x: __m256, s: __m256) -> __m256 {
     _mm256_div_ps(x, _mm256_add_ps(splat(1.0), e))
 }
 
-/// Exact-form GELU with erf from A&S 7.1.26, written via erfc to keep negative inputs accurate.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn gelu_ps(x: __m256) -> __m256 {
-    let ax = _mm256_andnot_ps(splat(-0.0), x);
-    let z = _mm256_mul_ps(ax, splat(std::f32::consts::FRAC_1_SQRT_2));
-    let t = _mm256_div_ps(
-        splat(1.0),
-        _mm256_fmadd_ps(z, splat(0.327_591_1), splat(1.0)),
-    );
-    let mut p = splat(1.061_405_4);
-    for c in [-1.453_152_1, 1.421_413_8, -0.284_496_74, 0.254_829_6] {
-        p = _mm256_fmadd_ps(p, t, splat(c));
-    }
-    p = _mm256_mul_ps(p, t);
-    // erfc(z) ~= p * exp(-z^2); h = 0.5 * x * erfc(|x| / sqrt 2)
-    let e = exp_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), z), z));
-    let h = _mm256_mul_ps(_mm256_mul_ps(splat(0.5), x), _mm256_mul_ps(p, e));
-    // x >= 0: x - h ; x < 0: h
-    let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
-    _mm256_blendv_ps(_mm256_sub_ps(x, h), h, neg)
-}
-
 /// Applies `act` to a vector.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn act_ps(act: Activation, x: __m256) -> __m256 {
+pub(crate) fn act_ps(act: Activation, x: __m256) -> __m256 {
     match act {
         Activation::None => x,
         Activation::Relu => _mm256_max_ps(x, _mm256_setzero_ps()),
-        Activation::Gelu => gelu_ps(x),
+        Activation::Gelu => crate::cpu::simd::avx2_math::gelu_erf(x),
         Activation::GeluTanh => {
             // 0.5 x (1 + tanh u) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
             let x2 = _mm256_mul_ps(x, x);

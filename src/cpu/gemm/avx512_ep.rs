@@ -4,8 +4,9 @@
 //! loads/stores, which never fault on masked-off lanes); C is read only when accumulating a
 //! later K block or when `beta != 0`; with a 16-bit output ([`Out16`]) the last K block's values
 //! are rounded (bit for bit as the library's narrowing conversions) and written there, never to C. Activations: `exp` by range reduction and a degree-7
-//! polynomial with `vscalefps` (rel. err. ~2e-7), `erf` by Abramowitz–Stegun 7.1.26 (abs. err.
-//! 1.5e-7), reciprocals by `vrcp14ps` plus one Newton step.
+//! polynomial with `vscalefps` (rel. err. ~2e-7), GELU by the elementwise op's own exact form
+//! (`simd::avx512_math::gelu_erf`: relative accuracy in the negative tail, where a fused
+//! GEGLU's gate can sit), reciprocals by `vrcp14ps` plus one Newton step.
 
 use super::driver::{EpCtx, Tile};
 use super::{Activation, Half, Out16, Residual};
@@ -58,26 +59,6 @@ unsafe fn x_sigmoid(x: __m512, s: __m512) -> __m512 {
     _mm512_mul_ps(x, recip_ps(_mm512_add_ps(splat(1.0), e)))
 }
 
-/// Exact-form GELU with erf from A&S 7.1.26, written via erfc to keep negative inputs accurate.
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn gelu_ps(x: __m512) -> __m512 {
-    let ax = _mm512_abs_ps(x);
-    let z = _mm512_mul_ps(ax, splat(std::f32::consts::FRAC_1_SQRT_2));
-    let t = recip_ps(_mm512_fmadd_ps(z, splat(0.327_591_1), splat(1.0)));
-    let mut p = splat(1.061_405_4);
-    for c in [-1.453_152_1, 1.421_413_8, -0.284_496_74, 0.254_829_6] {
-        p = _mm512_fmadd_ps(p, t, splat(c));
-    }
-    p = _mm512_mul_ps(p, t);
-    // erfc(z) ~= p * exp(-z^2); h = 0.5 * x * erfc(|x| / sqrt 2)
-    let e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), z), z));
-    let h = _mm512_mul_ps(_mm512_mul_ps(splat(0.5), x), _mm512_mul_ps(p, e));
-    // x >= 0: x - h ; x < 0: h
-    let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
-    _mm512_mask_blend_ps(neg, _mm512_sub_ps(x, h), h)
-}
-
 /// Applies `act` to a vector.
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -85,7 +66,9 @@ pub(crate) unsafe fn act_ps(act: Activation, x: __m512) -> __m512 {
     match act {
         Activation::None => x,
         Activation::Relu => _mm512_max_ps(x, _mm512_setzero_ps()),
-        Activation::Gelu => gelu_ps(x),
+        // SAFETY: the AVX-512 GEMM runs only where the CPU has AVX-512F/DQ and FMA, which
+        // the library's exact GELU needs (the same function as the elementwise `gelu`).
+        Activation::Gelu => crate::cpu::simd::avx512_math::gelu_erf(x),
         Activation::GeluTanh => {
             // 0.5 x (1 + tanh u) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
             let x2 = _mm512_mul_ps(x, x);

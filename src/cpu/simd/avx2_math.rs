@@ -128,7 +128,7 @@ pub(super) fn gelu_tanh(x: __m256) -> __m256 {
 /// Exact GELU: the portable kernel's erf polynomial for |z| < 1, its erfc expansion beyond.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) fn gelu_erf(x: __m256) -> __m256 {
+pub(crate) fn gelu_erf(x: __m256) -> __m256 {
     let one = splat(1.0);
     let half = splat(0.5);
     let z = _mm256_mul_ps(x, splat(std::f32::consts::FRAC_1_SQRT_2));

@@ -178,7 +178,7 @@ unsafe fn erfc_large(a: __m512) -> __m512 {
 /// `erfc(a) = e^{-a^2} Q(2/a-1) / a` with `a^2` split exactly by FMA.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
-pub(super) unsafe fn gelu_erf(x: __m512) -> __m512 {
+pub(crate) unsafe fn gelu_erf(x: __m512) -> __m512 {
     let one = splat(1.0);
     let half = splat(0.5);
     let z = _mm512_mul_ps(x, splat(std::f32::consts::FRAC_1_SQRT_2));

@@ -22,13 +22,13 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
-mod avx2_math;
+pub(crate) mod avx2_math;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_convert;
 #[cfg(target_arch = "x86_64")]
-mod avx512_math;
+pub(crate) mod avx512_math;
 #[cfg(target_arch = "x86_64")]
 mod avx512_norm;
 pub(crate) mod fallback;

@@ -23,6 +23,72 @@ fn erf_reference_values() {
     }
 }
 
+#[test]
+fn erfc_and_gelu_keep_the_tail() {
+    for (x, want) in [
+        (3.0, 2.209_049_699_858_543_8e-5),
+        (5.0, 1.537_459_794_428_035_1e-12),
+        (10.0, 2.088_487_583_762_545e-45),
+        (-1.0, 1.842_700_792_949_715),
+    ] {
+        let got = act::erfc(x);
+        assert!(
+            (got - want).abs() <= 1e-13 * want,
+            "erfc({x}) = {got}, want {want}"
+        );
+    }
+    // GELU(-8√2) = -8√2 · erfc(8) / 2: relative accuracy where 1 + erf(x) would be 0.
+    let x = -8.0 * std::f64::consts::SQRT_2;
+    let want = x * 1.122_429_717_298_292_7e-29 / 2.0;
+    let got = act::apply(Activation::Gelu, x);
+    assert!(
+        (got - want).abs() <= 1e-12 * want.abs(),
+        "gelu({x}) = {got}, want {want}"
+    );
+}
+
+/// The vector epilogues' GELU keeps relative accuracy in the negative tail (down to -12, where
+/// it is ~1e-32), as the elementwise `gelu`: a fused GEGLU's gate can sit there.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vector_gelu_keeps_the_negative_tail() {
+    use std::arch::x86_64::*;
+    let xs: Vec<f32> = (0..1024)
+        .map(|i| -12.0 + 11.0 * i as f32 / 1023.0)
+        .collect();
+    let check = |level: &str, out: &[f32]| {
+        for (x, y) in xs.iter().zip(out) {
+            let want = act::apply(Activation::Gelu, *x as f64);
+            let rel = (*y as f64 - want).abs() / want.abs();
+            assert!(
+                rel < 2e-5,
+                "{level} gelu({x}) = {y}, want {want} (rel {rel:.1e})"
+            );
+        }
+    };
+    let mut out = vec![0f32; xs.len()];
+    if avx512::has_avx512() {
+        for (x, y) in xs.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
+            // SAFETY: AVX-512F/DQ and FMA detected (`has_avx512`); 16 lanes in and out.
+            unsafe {
+                let v = avx512_ep::act_ps(Activation::Gelu, _mm512_loadu_ps(x.as_ptr()));
+                _mm512_storeu_ps(y.as_mut_ptr(), v);
+            }
+        }
+        check("avx512", &out);
+    }
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        for (x, y) in xs.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
+            // SAFETY: AVX2 and FMA detected above; 8 lanes in and out.
+            unsafe {
+                let v = avx2_ep::act_ps(Activation::Gelu, _mm256_loadu_ps(x.as_ptr()));
+                _mm256_storeu_ps(y.as_mut_ptr(), v);
+            }
+        }
+        check("avx2", &out);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vector_activations_match_scalar() {
