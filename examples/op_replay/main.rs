@@ -12,7 +12,7 @@
 //! named `mask` stay `U8` when `args.bool_mask` is true. `args.views` may give, per input, a
 //! permutation applied as a view (the stored tensor is the permuted data made contiguous, so
 //! the op sees a non-contiguous input), and `args.channels_last` lists inputs converted to
-//! channels-last memory. Each case's output is written as `"<name>"` (f32); a case whose op
+//! channels-last memory (when they are 4-D). Each case's output is written as `"<name>"` (f32); a case whose op
 //! fails is reported as `error <name>: <message>` on stdout and written as nothing, so the
 //! script can tell refusals from results. Invariant: the output file is written whole or not
 //! at all (`io::write_file_atomically`).
@@ -439,7 +439,9 @@ fn prepare(
         .get("channels_last")
         .and_then(Value::as_array)
         .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(input)));
-    if channels_last {
+    // A layout hint for a 4-D input: an input the script resized to another rank (a user
+    // error it injects) keeps its layout, so the op, not the hint, meets the wrong rank.
+    if channels_last && t.rank() == 4 {
         t = t.to_memory_format(MemoryFormat::ChannelsLast)?;
     }
     Ok(t)
