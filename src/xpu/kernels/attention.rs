@@ -6,8 +6,8 @@
 //! the output is written as f32 words in the layout the caller asked for (contiguous, or
 //! PyTorch's `empty_like(q)` order such as `[B, L, H, D]` memory for a `[B, H, L, D]` result:
 //! [`out_rows`] places each row), and cast once for 16-bit dtypes (so no two invocations share
-//! a word). A layout whose head dims do not merge into two levels is written contiguous and
-//! reordered by that pass (or one copy for f32). Workgroup memory is 14 KiB whatever the head
+//! a word). A layout whose head dims do not merge into two levels is an error (the caller asks
+//! for other layouts only at ranks 3 and 4). Workgroup memory is 14 KiB whatever the head
 //! dim; extra memory is O(Lq·Dv) (the f32 output). `Dv` is limited to [`MAX_DV`]; every index
 //! the shader forms is checked to fit in 32 bits here.
 
@@ -74,8 +74,9 @@ impl XpuStorage {
     /// Fused attention of `self = q` (layout `ql`) with `k`, `v` and an optional mask whose
     /// layout is broadcast to `[..., Lq, Lk]`; `s` is the checked geometry. Returns the
     /// `[..., Lq, Dv]` output in q's dtype laid out by `out` (a dense layout of that shape at
-    /// offset 0): the kernels write f32 rows in head order, and the pass that rounds them to a
-    /// 16-bit dtype (or, for f32 in another order, one copy) reads them in `out`'s order.
+    /// offset 0 that [`out_rows`] accepts: contiguous, or PyTorch's `empty_like(q)` order of a
+    /// rank 3 or 4 call): the kernels write the f32 rows there, and a 16-bit dtype is rounded
+    /// from them in storage order.
     pub(crate) fn attention(
         &self,
         ql: &Layout,
@@ -114,28 +115,10 @@ impl XpuStorage {
         }
         let coop = attention_coop::fits(self, [ql, k.1, v.1], mask.is_some(), s)
             && attention_coop::enabled(self);
-        let dense = out.numel() == 0 || out.dense_span().is_some();
-        if out.shape() != s.out_shape().as_slice() || out.offset() != 0 || !dense {
-            return Err(s.bad_out_layout(out));
-        }
-        let placed = out_rows(out).is_some();
-        let written = if placed {
-            out.clone()
-        } else {
-            Layout::contiguous(out.shape())
-        };
-        let rows = self.attention_on(ql, k, v, mask, s, coop, &written)?;
-        let read = if placed || out.is_contiguous() {
-            Layout::contiguous(&[rows.len])
-        } else {
-            // The head-ordered rows viewed in `out`'s memory order, outermost dim first.
-            let (_, outer_first) = out.dense_strides_like();
-            Layout::contiguous(out.shape()).permute(&outer_first)?
-        };
+        let rows = self.attention_on(ql, k, v, mask, s, coop, out)?;
         match self.dtype {
-            DType::F32 if placed || out.is_contiguous() => Ok(rows),
-            DType::F32 => rows.duplicate(&read),
-            dt => rows.copy_cast(&read, dt),
+            DType::F32 => Ok(rows),
+            dt => rows.copy_cast(&Layout::contiguous(&[rows.len]), dt),
         }
     }
 
