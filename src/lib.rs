@@ -33,6 +33,7 @@ mod dtype;
 mod error;
 mod json_values;
 pub mod layout;
+pub mod models;
 pub mod nn;
 pub mod ops;
 pub mod schedulers;

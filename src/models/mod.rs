@@ -1,0 +1,5 @@
+//! Models built on the Tensor API and `nn` layers: the parts of a Stable Diffusion pipeline
+//! (tokenizer, text encoders, VAE, schedulers, the pipeline itself).
+//!
+//! Invariant: nothing here names a backend type; every model runs on whichever device its
+//! weights were loaded to.
