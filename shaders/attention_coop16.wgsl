@@ -21,7 +21,7 @@
 // than LAZY = 8 (then every subgroup rescales its f32 accumulators through workgroup memory, a
 // branch made uniform by workgroupUniformLoad), and O is divided by the row sums at the end.
 // Head dims up to MAX_TILES * 16 (D and Dv; padded to whole 16-column tiles with zeros). The launcher
-// (src/xpu/kernels/attention_coop.rs) sends only f16, no mask, Lk > 0, and q/k/v read two
+// (src/gpu/kernels/attention_coop.rs) sends only f16, no mask, Lk > 0, and q/k/v read two
 // elements per 32-bit word: column stride 1, even row strides, head strides, offsets, D and Dv.
 // A once-per-process self-check against the FMA kernel (attention.wgsl) guards every use.
 //

@@ -22,7 +22,7 @@
 //   halves per key) and loaded as a column-major A tile.
 // The form is two-pass like the default, or one-pass with VARIANT bit 4096 (the lazily raised
 // row max of attention_coop16_softmax.wgsl, in base 2); the prefetch bit is ignored with it;
-// the host also writes its module without naga's bounds clamps (src/xpu/passthrough.rs): every
+// the host also writes its module without naga's bounds clamps (src/gpu/passthrough.rs): every
 // workgroup index here is bounded by construction (rows < 32, pair columns < 8 * MAX_TILES,
 // lanes < SG, subgroups < SUBGROUPS).
 

@@ -2,7 +2,7 @@
 // `common.wgsl` followed by one family file (never text substitution), and tests/shaders.rs
 // validates exactly those compositions with naga.
 //
-// Conventions (mirrored by src/xpu/kernels/params.rs):
+// Conventions (mirrored by src/gpu/kernels/params.rs):
 // - every tensor buffer is `array<u32>`: f32/i32 take one word per element, f16/bf16 two lanes
 //   per word, u8 four lanes per word (little-endian lane order);
 // - dtype codes: 0 f32, 1 f16, 2 bf16, 3 i32, 4 u8; DT_IN/DT_OUT select them per pipeline;
@@ -226,7 +226,7 @@ fn silu(x: f32) -> f32 {
     return x * sigmoid(x);
 }
 
-// The fused epilogues' activation by code (src/xpu/kernels/conv.rs `activation_code`):
+// The fused epilogues' activation by code (src/gpu/kernels/conv.rs `activation_code`):
 // 0 none, 1 relu (NaN kept), 2 gelu (erf), 3 gelu (tanh), 4 silu.
 fn activation_by_code(code: u32, x: f32) -> f32 {
     switch code {

@@ -136,7 +136,7 @@ fn copy_cast(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     dst[w] = word;
 }
 
-// Tiled transpose for copy_cast (src/xpu/kernels/elementwise.rs, `transpose_plan`): the view's
+// Tiled transpose for copy_cast (src/gpu/kernels/elementwise.rs, `transpose_plan`): the view's
 // innermost output dim A (the last of the coalesced shape) is strided in the input, and dim B
 // (params[32]) has input stride 1. A workgroup moves one 32 (B) x 32 (A) tile of one batch
 // index (every other dim; params[33] is the number of tiles): its lanes read along B, where the

@@ -47,7 +47,7 @@
 // twenty-seventh session, benches/gpu/results/2026-11-27-h200/), and 16-byte quads of 8 f16
 // through `array<vec4<u32>>` views of A and B and the convolution gather (H200: 4096^3 2.72
 // against 2.51 ms, convolutions 3-10% faster, the step 0.111 s both ways; twenty-eighth session).
-// Split K (matmul.wgsl's header, src/xpu/kernels/split_k.rs): a workgroup may cover one K range
+// Split K (matmul.wgsl's header, src/gpu/kernels/split_k.rs): a workgroup may cover one K range
 // of its tile and write f32 partials.
 // The convolution gather's addressing (`conv_pixel`, `conv_tap`, `conv_at`) comes from
 // matmul_coop16_gather.wgsl (shared with mm_coop16t), the word-pair staging (`Words`,
@@ -141,7 +141,7 @@ fn pairs_mode(ab: u32, bb: u32) -> u32 {
     return select(0u, 1u | select(0u, 2u, a_r) | select(0u, 4u, b_k), ok);
 }
 
-// Convolution gather (VARIANT bit 6 and flags bit 4, set by src/xpu/kernels/conv_coop.rs): A is
+// Convolution gather (VARIANT bit 6 and flags bit 4, set by src/gpu/kernels/conv_coop.rs): A is
 // the implicit im2col matrix of a channels-last f16 input, row m = output pixel (image, oh, ow), column
 // k = (ky, kx, ci) with ci fastest; B is the weight stored [O][kh][kw][C] (B by k, column stride
 // K). params [12] C, [13] H, [14] W, [15] Ho*Wo, [16] Wo, [17] kw, [18..20) stride h/w,

@@ -1,7 +1,7 @@
 // matmul_coop16_tiles.wgsl: f16 tensor-core products with the workgroup and subgroup tiles as
 // pipeline constants (composed as common.wgsl + matmul.wgsl + matmul_coop16_gather.wgsl + this
 // file), so that one GPU run
-// can time many tile shapes (`XPU_COOP16_TILES`, src/xpu/kernels/coop16_tiles.rs,
+// can time many tile shapes (`XPU_COOP16_TILES`, src/gpu/kernels/coop16_tiles.rs,
 // `benches/gpu/run_gpu.sh tiles`) where mm_coop16 (matmul_coop16.wgsl) has one, 128x128x32
 // with 32x64 per subgroup, written out by hand. An experiment until a GPU says which shape wins:
 // products and their fused epilogues, and the convolution gather (no GEGLU: that stays on

@@ -9,7 +9,7 @@
 // VARIANT bit 12 (`XPU_COOP16_VARIANT=4096`, an experiment): ConvRows keeps each row's top and
 // left input position packed in `ih` as (top + 32768) << 16 | (left + 32768), `iw` unused (8
 // registers fewer through the K loop). The host sets it only where every position fits 16 bits
-// (src/xpu/kernels/conv_coop.rs); a row past M packs as top -32768, which no tap reaches.
+// (src/gpu/kernels/conv_coop.rs); a row past M packs as top -32768, which no tap reaches.
 fn conv_packed() -> bool { return (VARIANT & 4096u) != 0u; }
 
 fn conv_pack(q: vec3<i32>) -> i32 {

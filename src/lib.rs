@@ -23,14 +23,16 @@
 //!
 //! Architecture (data flows one way): the Tensor layer (`tensor/`, `ops/`) checks shapes,
 //! dtypes and devices; `storage.rs` is the one place that matches on the device; `cpu/` and
-//! `xpu/` hold the kernels. See `../shared/DESIGN.md` for the design this grew from.
+//! `gpu/` hold the kernels. See `../shared/DESIGN.md` for the design this grew from.
 
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod cpu;
 mod device;
 mod dtype;
 mod error;
+mod gpu;
 mod json_values;
 pub mod layout;
 pub mod models;
@@ -39,39 +41,38 @@ pub mod ops;
 pub mod schedulers;
 mod storage;
 mod tensor;
-mod xpu;
 
 pub use cpu::gemm::Activation;
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
+pub use gpu::{AdapterSummary, KernelTime, MemoryStats, XpuFeatures};
 pub use layout::Layout;
 pub use ops::conv::{Conv2dBuilder, Conv2dParams};
 pub use ops::conv_transpose::ConvTranspose2dParams;
 pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
 pub use ops::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 pub use tensor::{MemoryFormat, Tensor};
-pub use xpu::{AdapterSummary, KernelTime, MemoryStats, XpuFeatures};
 
 /// Every GPU adapter wgpu can see (name, backend, driver, the features `xpu` uses, limits);
 /// the one `Device::Xpu` uses has `selected == true`.
 pub fn devices() -> Vec<AdapterSummary> {
-    xpu::context::list_adapters()
+    gpu::context::list_adapters()
 }
 
 /// The adapter `Device::Xpu` uses, creating its context if needed.
 pub fn xpu_adapter() -> Result<AdapterSummary> {
-    Ok(xpu::ctx()?.summary().clone())
+    Ok(gpu::ctx()?.summary().clone())
 }
 
 /// Features of the adapter `Device::Xpu` uses.
 pub fn xpu_features() -> Result<XpuFeatures> {
-    Ok(xpu::ctx()?.features())
+    Ok(gpu::ctx()?.features())
 }
 
 /// True if `Device::Xpu` can be used (an adapter exists and opened).
 pub fn xpu_available() -> bool {
-    xpu::ctx().is_ok()
+    gpu::ctx().is_ok()
 }
 
 fn xpu_only(op: &'static str, device: Device) -> Result<()> {
@@ -87,7 +88,7 @@ fn xpu_only(op: &'static str, device: Device) -> Result<()> {
 /// Allocator statistics of a device (Xpu only), like `torch.cuda.memory_stats()`.
 pub fn memory_stats(device: Device) -> Result<MemoryStats> {
     xpu_only("memory_stats", device)?;
-    xpu::ctx()?.allocator.stats()
+    gpu::ctx()?.allocator.stats()
 }
 
 /// Releases every cached (unused) buffer: the Xpu allocator's, so `reserved` drops to what live
@@ -96,27 +97,27 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
 /// adapter only the CPU's are released.
 pub fn empty_cache() -> Result<()> {
     cpu::pool::clear();
-    let Ok(ctx) = xpu::ctx() else {
+    let Ok(ctx) = gpu::ctx() else {
         return Ok(());
     };
-    xpu::synchronize()?;
+    gpu::synchronize()?;
     ctx.allocator.empty_cache()
 }
 
 /// Limits the bytes the Xpu allocator may reserve (`None` removes the limit). Also settable
 /// with the environment variable `XPU_MEMORY_LIMIT` (e.g. `512M`, `2G`).
 pub fn set_memory_limit(limit: Option<u64>) -> Result<()> {
-    xpu::ctx()?.allocator.set_limit(limit)
+    gpu::ctx()?.allocator.set_limit(limit)
 }
 
 /// Resets `peak_allocated` to the current `allocated`.
 pub fn reset_peak_memory_stats() -> Result<()> {
-    xpu::ctx()?.allocator.reset_peak()
+    gpu::ctx()?.allocator.reset_peak()
 }
 
 /// Submits all queued GPU work and waits for it to finish (a no-op without an adapter in use).
 pub fn synchronize() -> Result<()> {
-    xpu::synchronize()
+    gpu::synchronize()
 }
 
 /// GPU time per kernel pipeline since the last call, longest first, when the process runs with
@@ -125,13 +126,13 @@ pub fn synchronize() -> Result<()> {
 /// ` mnk MxNxK grid XxYxZ` for products, ` grid XxYxZ` otherwise).
 /// `Ok(None)` when profiling is off or the adapter has no timestamp queries.
 pub fn xpu_profile() -> Result<Option<Vec<KernelTime>>> {
-    xpu::take_profile()
+    gpu::take_profile()
 }
 
 /// Every WGSL module exactly as the runtime compiles it: `(file, source)`. For validation tests
 /// and tools; not needed to use the library.
 pub fn shader_sources() -> Vec<(&'static str, String)> {
-    xpu::pipelines::ShaderId::ALL
+    gpu::pipelines::ShaderId::ALL
         .iter()
         .map(|s| (s.file(), s.source()))
         .collect()
@@ -141,8 +142,8 @@ pub fn shader_sources() -> Vec<(&'static str, String)> {
 /// `Error::Shader` with the compiler's message on failure. For tests and shader development.
 #[doc(hidden)]
 pub fn compile_wgsl(source: &str) -> Result<()> {
-    let ctx = xpu::ctx()?;
-    xpu::pipelines::compile_module(&ctx.device, "user.wgsl", source, false).map(drop)
+    let ctx = gpu::ctx()?;
+    gpu::pipelines::compile_module(&ctx.device, "user.wgsl", source, false).map(drop)
 }
 
 /// The README's example, compiled and run as a doctest.

@@ -5,9 +5,9 @@
 //! the mixed arms below are unreachable in practice and still return an error, never panic).
 
 use crate::cpu::CpuStorage;
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
 use crate::ops::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
-use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
 /// Epilogue operands of a fused product (see `ops::fused`), views broadcast to the output.
@@ -100,7 +100,7 @@ impl Storage {
         Ok(match (self, device) {
             (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)),
             (Storage::Cpu(s), Device::Xpu) => {
-                let ctx = crate::xpu::ctx()?;
+                let ctx = crate::gpu::ctx()?;
                 if layout.is_contiguous() && layout.offset() == 0 && layout.numel() == s.len() {
                     Storage::Xpu(XpuStorage::upload(&ctx, s)?)
                 } else {

@@ -1,5 +1,5 @@
 //! The driver's statistics of the pipelines a run dumped with `XPU_DUMP_SPIRV=DIR`
-//! (`src/xpu/spirv_dump.rs`): register counts and the occupancy they allow.
+//! (`src/gpu/spirv_dump.rs`): register counts and the occupancy they allow.
 //!
 //! ```text
 //! XPU_DUMP_SPIRV=/tmp/spv cargo run --release --example sd_unet -- --dtype f16 --steps 1

@@ -51,7 +51,7 @@ fn parse_args() -> Res<Args> {
     })
 }
 
-/// What `src/xpu/spirv_dump.rs` wrote beside a module.
+/// What `src/gpu/spirv_dump.rs` wrote beside a module.
 struct Description {
     entry: String,
     threads: u32,

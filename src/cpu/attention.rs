@@ -248,12 +248,12 @@ fn rows_kernel_forced() -> bool {
     false
 }
 
-/// Whether bf16 attention may use its own kernels (AMX, dot products): `XPU_CPU_ATTN=fma`
-/// keeps the f32 FMA kernel (read once); otherwise each runs wherever its `usable` holds.
+/// Whether bf16 attention may use its own kernels (AMX, dot products):
+/// `config::CpuConfig::bf16_attention` (default yes); each then runs wherever its `usable`
+/// holds.
 #[cfg(target_arch = "x86_64")]
 fn bf16_kernels_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("XPU_CPU_ATTN").map_or(true, |v| v.trim() != "fma"))
+    crate::config::with(|c| c.cpu.bf16_attention)
 }
 
 /// Which kernel family ran an attention (recorded for the tests).

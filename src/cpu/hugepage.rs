@@ -24,15 +24,9 @@ pub(crate) const MIN_BYTES: usize = 4 << 20;
 #[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Whether large buffers are advised (`XPU_CPU_HUGEPAGES=0` says no; default yes).
+/// Whether large buffers are advised (`config::CpuConfig::hugepages`; default yes).
 pub(crate) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("XPU_CPU_HUGEPAGES").as_deref().map(str::trim),
-            Ok("0") | Ok("off") | Ok("false")
-        )
-    })
+    crate::config::with(|c| c.cpu.hugepages)
 }
 
 /// The 2 MiB-aligned byte range inside `[start, start + len)`, if any.

@@ -137,7 +137,7 @@ impl Conv2d {
             && g == 1
             && cg % 2 == 0
             && o % 2 == 0
-            && crate::xpu::conv_coop_active()
+            && crate::gpu::conv_coop_active()
         {
             weight.to_memory_format(MemoryFormat::ChannelsLast)?
         } else {

@@ -252,7 +252,7 @@ impl Tensor {
         if let Some(empty) = empty_output(self, &shape)? {
             return Ok(empty);
         }
-        if self.device() == crate::Device::Xpu && shape.dv > crate::xpu::kernels::attention::MAX_DV
+        if self.device() == crate::Device::Xpu && shape.dv > crate::gpu::kernels::attention::MAX_DV
         {
             // Beyond the Xpu kernel's register budget: the materialised path.
             let out = self.scaled_dot_product_attention_unfused(k, v, mask, scale)?;

@@ -37,15 +37,14 @@
 //! implicit GEMM instead (a forced Winograd reports the OutOfMemory).
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 
-use crate::ops::conv::ConvGeom;
-use crate::storage::Storage;
-use crate::xpu::kernels::conv::ConvLaunch;
-use crate::xpu::kernels::winograd::{
+use crate::gpu::kernels::conv::ConvLaunch;
+use crate::gpu::kernels::winograd::{
     filters, inputs, operand_dtype, outputs, padded_channels, tiles, POINTS,
 };
-use crate::xpu::XpuStorage;
+use crate::gpu::XpuStorage;
+use crate::ops::conv::ConvGeom;
+use crate::storage::Storage;
 use crate::{DType, Error, Layout, Result, Tensor};
 
 /// Whether F(2,3) computes this geometry: 3×3, stride 1, dilation 1, one group.
@@ -63,7 +62,7 @@ static OVERRIDE: AtomicU8 = AtomicU8::new(0);
 
 /// How `ConvTile::Auto` treats Winograd from now on (process-wide): `Some(true)` takes it for
 /// every eligible geometry (tests use this to run whole models through it), `Some(false)`
-/// never, `None` by size (the default) — unless `XPU_CONV_WINOGRAD` is `1` or `0`, read once,
+/// never, `None` by size (the default) — unless `config::GpuConfig::conv_winograd` says otherwise,
 /// which then plays the role of the override.
 pub fn set_winograd_auto(on: Option<bool>) {
     OVERRIDE.store(
@@ -77,13 +76,12 @@ pub fn set_winograd_auto(on: Option<bool>) {
 }
 
 fn auto_mode() -> u8 {
-    static ENV: OnceLock<u8> = OnceLock::new();
     match OVERRIDE.load(Ordering::Relaxed) {
-        0 => *ENV.get_or_init(|| match std::env::var("XPU_CONV_WINOGRAD").as_deref() {
-            Ok("1") => 1,
-            Ok("0") => 2,
-            _ => 0,
-        }),
+        0 => match crate::config::with(|c| c.gpu.conv_winograd) {
+            Some(true) => 1,
+            Some(false) => 2,
+            None => 0,
+        },
         v => v,
     }
 }

@@ -12,10 +12,10 @@
 //! work is recorded.
 
 use crate::cpu::gemm::Activation;
+use crate::gpu::kernels::conv::{conv2d, ConvLaunch, Operand};
 use crate::ops::conv::ConvGeom;
 use crate::ops::conv_winograd_xpu as winograd;
 use crate::storage::Storage;
-use crate::xpu::kernels::conv::{conv2d, ConvLaunch, Operand};
 use crate::{Conv2dParams, Device, Error, Layout, Result, Tensor};
 
 /// Tile config of the Xpu implicit-GEMM convolution. Every config computes every shape; the
@@ -73,7 +73,7 @@ pub use crate::ops::conv_winograd_xpu::set_winograd_auto;
 /// tensor cores multiply them), so the 16-bit transforms run on any adapter. Process-wide.
 #[doc(hidden)]
 pub fn set_winograd_sixteen_bit_operands(on: bool) {
-    crate::xpu::kernels::winograd::set_sixteen_bit_operands(on)
+    crate::gpu::kernels::winograd::set_sixteen_bit_operands(on)
 }
 
 fn xpu_operand<'a>(op: &'static str, t: &'a Tensor) -> Result<Operand<'a>> {
@@ -150,7 +150,7 @@ pub fn conv2d_xpu(
         ConvTile::Auto
             if winograd::auto_uses_winograd(
                 &launch,
-                crate::xpu::kernels::conv_coop::eligible(&launch),
+                crate::gpu::kernels::conv_coop::eligible(&launch),
             ) =>
         {
             // Winograd's temporaries (transformed inputs and point products) take several

@@ -11,9 +11,9 @@
 //! devices channels-last data is normalised in place of its NHWC order (no transpose).
 
 use crate::cpu::CpuStorage;
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
 use crate::storage::{NormSpec, Storage};
-use crate::xpu::XpuStorage;
 use crate::{Device, Error, MemoryFormat, Result, Tensor};
 
 /// An optional norm parameter as Cpu storage.

@@ -5,15 +5,15 @@
 
 use super::{random, Tensor};
 use crate::cpu::{ensure_host_memory, CpuStorage};
+use crate::gpu::XpuStorage;
 use crate::layout::{numel, Layout};
 use crate::storage::Storage;
-use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result, WithDType};
 
 fn place(cpu: CpuStorage, shape: &[usize], device: Device) -> Result<Tensor> {
     let storage = match device {
         Device::Cpu => Storage::Cpu(cpu),
-        Device::Xpu => Storage::Xpu(XpuStorage::upload(&crate::xpu::ctx()?, &cpu)?),
+        Device::Xpu => Storage::Xpu(XpuStorage::upload(&crate::gpu::ctx()?, &cpu)?),
     };
     Ok(Tensor::from_storage(storage, Layout::contiguous(shape)))
 }
@@ -47,7 +47,7 @@ impl Tensor {
         let n = numel(shape);
         let storage = match device {
             Device::Cpu => Storage::Cpu(CpuStorage::try_zeros("zeros", dtype, n)?),
-            Device::Xpu => Storage::Xpu(XpuStorage::zeros(&crate::xpu::ctx()?, dtype, n)?),
+            Device::Xpu => Storage::Xpu(XpuStorage::zeros(&crate::gpu::ctx()?, dtype, n)?),
         };
         Ok(Tensor::from_storage(storage, Layout::contiguous(shape)))
     }

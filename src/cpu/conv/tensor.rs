@@ -175,15 +175,14 @@ pub fn set_winograd_override(on: Option<bool>) {
 }
 
 /// Whether weights packed now may take the Winograd path: the override, else false under
-/// `XPU_CPU_WINOGRAD=0` (read once), else true.
+/// `config::CpuConfig::winograd` (default true).
 fn winograd_enabled() -> bool {
     match WINOGRAD_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
         1 => return true,
         2 => return false,
         _ => {}
     }
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("XPU_CPU_WINOGRAD").map_or(true, |v| v.trim() != "0"))
+    crate::config::with(|c| c.cpu.winograd)
 }
 
 /// The residual as `[N·Ho·Wo, O]` rows in its own dtype (the store reads f32, bf16 and f16 in

@@ -137,25 +137,19 @@ const F4_CO_LIMIT: usize = 1280 * 1280;
 
 /// The Winograd variant for a `c → o` layer whose point GEMMs multiply `operands`: F(2,3) for
 /// bf16 operands (F(4,3)'s larger transform coefficients turn their two extra roundings into
-/// errors of several percent, see the tests); for f32 operands `XPU_CPU_WINOGRAD_TILE=2|4`
-/// (read once) forces one, else F(4,3) below [`F4_CO_LIMIT`] and F(2,3) for wider layers.
+/// errors of several percent, see the tests); for f32 operands
+/// `config::CpuConfig::winograd_tile` forces one, else F(4,3) below [`F4_CO_LIMIT`] and F(2,3) for wider layers.
 pub(crate) fn choose_tile(c: usize, o: usize, operands: Operands) -> Tile {
     if operands == Operands::Bf16 {
         return Tile::F2;
     }
-    static FORCED: std::sync::OnceLock<Option<Tile>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| {
-        match std::env::var("XPU_CPU_WINOGRAD_TILE")
-            .as_deref()
-            .map(str::trim)
-        {
-            Ok("2") => Some(Tile::F2),
-            Ok("4") => Some(Tile::F4),
-            _ => None,
-        }
-    });
+    let forced = match crate::config::with(|c| c.cpu.winograd_tile) {
+        Some(2) => Some(Tile::F2),
+        Some(4) => Some(Tile::F4),
+        _ => None,
+    };
     match forced {
-        Some(t) => *t,
+        Some(t) => t,
         None if c.saturating_mul(o) < F4_CO_LIMIT => Tile::F4,
         None => Tile::F2,
     }

@@ -180,10 +180,10 @@ fn pack_b_panel(b: &MatRef<bf16>, l: &BLayout, p: usize, (u0, u1): (usize, usize
     }
 }
 
-/// Whether B packing may use AVX-512 (never under `XPU_CPU_SIMD=fallback`).
+/// Whether B packing may use AVX-512 (never under a portable-code cap).
 #[cfg(target_arch = "x86_64")]
 fn simd_pack() -> bool {
-    !super::env_fallback() && super::avx512::has_avx512()
+    !super::configured_portable() && super::avx512::has_avx512()
 }
 
 /// Packs rows `row0..row0 + rows` (`rows <= 32`) and pairs `u0..u1` (a multiple of [`STEP`]) of A

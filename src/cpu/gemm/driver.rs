@@ -316,11 +316,10 @@ pub(crate) fn run_panels<K: Kernel>(
     }
 }
 
-/// Whether short parallel products start on the caller ([`super::eager`]): yes unless
-/// `XPU_CPU_EAGER=0` (read once; for comparisons).
+/// Whether short parallel products start on the caller ([`super::eager`]):
+/// `config::CpuConfig::eager` (default yes).
 fn eager_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("XPU_CPU_EAGER").is_none_or(|v| v != "0"))
+    crate::config::with(|c| c.cpu.eager)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -83,6 +83,7 @@ pub use types::{Activation, Epilogue, MatRef};
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
 pub(crate) use types::{Half, Out16, Residual};
 
+use crate::config::CpuIsa;
 use crate::{DType, Error, Result};
 pub(crate) use buf::{clear_spare, with_partial_sums, AlignedBuf};
 use buf::{with_scratch, Slot};
@@ -90,7 +91,6 @@ use driver::EpCtx;
 use half::{bf16, f16};
 use runner::{BPack, Runner};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 
 /// Which implementation a GEMM call runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,22 +119,18 @@ pub fn set_gemm_override(path: Option<GemmPath>) {
     OVERRIDE.store(v, Ordering::Relaxed);
 }
 
-/// `XPU_CPU_SIMD` as a path cap: `fallback` or `avx2` (read once; anything else: no cap).
-fn env_cap() -> Option<GemmPath> {
-    static ENV: OnceLock<Option<GemmPath>> = OnceLock::new();
-    *ENV.get_or_init(|| {
-        let v = std::env::var("XPU_CPU_SIMD").ok()?;
-        match v.trim().to_ascii_lowercase().as_str() {
-            "fallback" => Some(GemmPath::Fallback),
-            "avx2" => Some(GemmPath::Avx2),
-            _ => None,
-        }
-    })
+/// The configured instruction set cap (`config::CpuConfig::isa`) as a path cap.
+fn configured_cap() -> Option<GemmPath> {
+    match crate::config::with(|c| c.cpu.isa) {
+        CpuIsa::Portable => Some(GemmPath::Fallback),
+        CpuIsa::Avx2 => Some(GemmPath::Avx2),
+        CpuIsa::Auto => None,
+    }
 }
 
-/// True under `XPU_CPU_SIMD=fallback`.
-fn env_fallback() -> bool {
-    env_cap() == Some(GemmPath::Fallback)
+/// True when the configuration caps the CPU at portable code.
+fn configured_portable() -> bool {
+    configured_cap() == Some(GemmPath::Fallback)
 }
 
 /// True when the CPU can run `path`'s kernels for `dtype` inputs.
@@ -162,7 +158,7 @@ pub fn gemm_path(dtype: DType) -> GemmPath {
         1 => GemmPath::Avx512,
         2 => GemmPath::Fallback,
         3 => GemmPath::Avx2,
-        _ => env_cap().unwrap_or(GemmPath::Avx512),
+        _ => configured_cap().unwrap_or(GemmPath::Avx512),
     };
     let order = [GemmPath::Avx512, GemmPath::Avx2, GemmPath::Fallback];
     let from = order.iter().position(|&p| p == wanted).unwrap_or(0);

@@ -199,32 +199,40 @@ thread_local! {
 /// [`PackKind::Bf16`] runs `vdpbf16ps`, [`PackKind::F32`] widens bf16 to f32 while packing and
 /// runs the FMA kernel.
 ///
-/// Chosen once per process: [`PackKind::F32`] under `XPU_CPU_SIMD=fallback` or `avx2`; else
-/// `XPU_CPU_BF16=dot|widen` if set; else (default, or `XPU_CPU_BF16=amx`) [`PackKind::Amx`]
+/// Chosen when weights are packed: [`PackKind::F32`] under an instruction set cap
+/// (`config::CpuConfig::isa`); else the configured method (`config::CpuConfig::bf16`) if set;
+/// else (measured once per process) [`PackKind::Amx`]
 /// when AMX is usable; else widen when the CPU lacks AVX512_BF16; else the dot kernel on AMD
 /// CPUs (full-rate `vdpbf16ps` from Zen 4 on); else a ~1 ms calibration comparing the two
 /// instructions' flop rates (on the Sapphire Rapids this was written on `vdpbf16ps` delivers
 /// about half the flops of the FMA pipes, so widening wins; on CPUs with full-rate
 /// `vdpbf16ps` the dot kernel wins).
 pub(crate) fn bf16_kind() -> PackKind {
+    use crate::config::{CpuBf16, CpuIsa};
     #[cfg(test)]
     if let Some(k) = BF16_KIND.with(|c| c.get()) {
         return k;
     }
-    static KIND: std::sync::OnceLock<PackKind> = std::sync::OnceLock::new();
-    *KIND.get_or_init(|| {
-        // The portable and AVX2 paths have no bf16 pair kernels: widen (under
-        // `XPU_CPU_SIMD=avx2` an AMX or `vdpbf16ps` layout would only meet the portable kernel).
-        if super::env_fallback() || super::env_cap() == Some(super::GemmPath::Avx2) {
-            return PackKind::F32;
+    let (isa, method) = crate::config::with(|c| (c.cpu.isa, c.cpu.bf16));
+    // The portable and AVX2 paths have no bf16 pair kernels: widen (under an AVX2 cap an AMX
+    // or `vdpbf16ps` layout would only meet the portable kernel).
+    if isa != CpuIsa::Auto {
+        return PackKind::F32;
+    }
+    match method {
+        CpuBf16::Dot => PackKind::Bf16,
+        CpuBf16::Widen => PackKind::F32,
+        CpuBf16::Auto => {
+            static AUTO: std::sync::OnceLock<PackKind> = std::sync::OnceLock::new();
+            *AUTO.get_or_init(|| {
+                if super::amx_unavailable_reason().is_none() {
+                    PackKind::Amx
+                } else {
+                    calibrate()
+                }
+            })
         }
-        match std::env::var("XPU_CPU_BF16").as_deref().map(str::trim) {
-            Ok("dot") => PackKind::Bf16,
-            Ok("widen") => PackKind::F32,
-            _ if super::amx_unavailable_reason().is_none() => PackKind::Amx,
-            _ => calibrate(),
-        }
-    })
+    }
 }
 
 fn calibrate() -> PackKind {

@@ -33,6 +33,7 @@ pub(crate) mod avx512_math;
 mod avx512_norm;
 pub(crate) mod fallback;
 
+use crate::config::CpuIsa;
 use crate::ops::kinds::{BinaryOp, UnaryOp};
 use half::{bf16, f16};
 use std::cell::Cell;
@@ -54,7 +55,6 @@ pub enum SimdLevel {
 
 static OVERRIDE: AtomicU8 = AtomicU8::new(0);
 static HARDWARE: OnceLock<SimdLevel> = OnceLock::new();
-static ENV_DEFAULT: OnceLock<SimdLevel> = OnceLock::new();
 
 thread_local! {
     static LOCAL_OVERRIDE: Cell<Option<SimdLevel>> = const { Cell::new(None) };
@@ -103,15 +103,13 @@ pub fn hardware_simd_level() -> SimdLevel {
     })
 }
 
-fn env_default_level() -> SimdLevel {
-    *ENV_DEFAULT.get_or_init(|| {
-        let v = std::env::var("XPU_CPU_SIMD").unwrap_or_default();
-        match v.trim().to_ascii_lowercase().as_str() {
-            "fallback" | "scalar" | "none" | "off" => SimdLevel::Fallback,
-            "avx2" => clamp_to_hardware(SimdLevel::Avx2),
-            _ => hardware_simd_level(),
-        }
-    })
+/// The level the configuration's instruction set cap allows (`config::CpuConfig::isa`).
+fn configured_level() -> SimdLevel {
+    match crate::config::with(|c| c.cpu.isa) {
+        CpuIsa::Portable => SimdLevel::Fallback,
+        CpuIsa::Avx2 => clamp_to_hardware(SimdLevel::Avx2),
+        CpuIsa::Auto => hardware_simd_level(),
+    }
 }
 
 /// `level`, or the best level below it that the hardware has (AVX-512 → AVX2 → fallback).
@@ -131,7 +129,7 @@ pub fn simd_level() -> SimdLevel {
     let requested = LOCAL_OVERRIDE
         .with(|c| c.get())
         .or_else(|| decode(OVERRIDE.load(Ordering::Relaxed)))
-        .unwrap_or_else(env_default_level);
+        .unwrap_or_else(configured_level);
     clamp_to_hardware(requested)
 }
 

@@ -155,17 +155,16 @@ impl UNet2DConditionModel {
     /// The memory format [`Self::forward`] keeps activations in: channels-last on the Cpu
     /// (its convolution engine works on NHWC, so no conv transposes its input or output and the
     /// transformers' tokens are views) and for f16 on an Xpu whose convolutions run on tensor
-    /// cores (they gather channels-last inputs); NCHW on other Xpus. `XPU_UNET_CHANNELS_LAST=0`
-    /// or `1` overrides the Xpu choice (for comparisons).
+    /// cores (they gather channels-last inputs); NCHW on other Xpus. `config::GpuConfig::unet_channels_last`
+    /// overrides the Xpu choice (for comparisons).
     pub fn activation_format(&self) -> MemoryFormat {
         match self.device {
             Device::Cpu => MemoryFormat::ChannelsLast,
             Device::Xpu => {
-                let forced = std::env::var("XPU_UNET_CHANNELS_LAST").ok();
-                let channels_last = match forced.as_deref() {
-                    Some("1") => true,
-                    Some("0") => false,
-                    _ => self.dtype == DType::F16 && crate::xpu::conv_coop_active(),
+                let forced = crate::config::with(|c| c.gpu.unet_channels_last);
+                let channels_last = match forced {
+                    Some(on) => on,
+                    None => self.dtype == DType::F16 && crate::gpu::conv_coop_active(),
                 };
                 if channels_last {
                     MemoryFormat::ChannelsLast

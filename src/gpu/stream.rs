@@ -1,7 +1,7 @@
 //! Batched submission: the one open command encoder of a context.
 //!
 //! Ops record dispatches into the open encoder; the batch is submitted when a result is read
-//! back, on `xpu::synchronize()`, or after `XPU_BATCH` dispatches (default 64, at most
+//! back, on `xpu::synchronize()`, or after `config::GpuConfig::batch` dispatches (default 64, at most
 //! [`MAX_BATCH`]) — never once per op.
 //! Kernel parameters go into a CPU-side arena of 256-byte slots that is written to one uniform
 //! buffer with a single `write_buffer` right before the submit (wgpu applies queue writes before
@@ -19,22 +19,15 @@ use super::profile::{KernelTime, Profiler};
 use crate::{Error, Result};
 
 /// Most dispatches per submitted batch (also the number of parameter slots).
-pub(crate) const MAX_BATCH: usize = 256;
-/// Dispatches per submitted batch unless `XPU_BATCH` says otherwise. 64 rather than 256: the
-/// GPU starts on the first batch while the rest of a step is recorded (H100, f16 SD 1.5 step,
-/// six steps each: 0.122 s at 64 or 32, 0.126 s at 256).
-const DEFAULT_BATCH: usize = 64;
+pub(crate) use crate::config::gpu::MAX_BATCH;
 /// Bytes per parameter slot (WebGPU's largest `min_uniform_buffer_offset_alignment`).
 pub(crate) const SLOT: usize = 256;
 /// u32 words per parameter slot.
 pub(crate) const PARAM_WORDS: usize = 64;
 
-/// Dispatches per batch: [`DEFAULT_BATCH`], or `XPU_BATCH` (1 to [`MAX_BATCH`]).
+/// Dispatches per batch (`config::GpuConfig::batch`, 1 to [`MAX_BATCH`]).
 fn batch_size() -> usize {
-    std::env::var("XPU_BATCH")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .map_or(DEFAULT_BATCH, |n| n.clamp(1, MAX_BATCH))
+    crate::config::with(|c| c.gpu.batch.clamp(1, MAX_BATCH))
 }
 
 /// The open batch.

@@ -16,11 +16,11 @@ use super::dispatch;
 use super::matmul_select::{choose, subgroup_gemv, Engine};
 use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1};
 use crate::cpu::gemm::Activation;
+use crate::gpu::pipelines::{PipelineKey, ShaderId};
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
 use crate::ops::fused::{MatmulKernel, TileConfig};
 use crate::storage::{FusedArgs, Storage};
-use crate::xpu::pipelines::{PipelineKey, ShaderId};
-use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
 mod split;
@@ -203,7 +203,7 @@ impl XpuStorage {
         u32_arg(op, self.len)?;
         u32_arg(op, rhs.len)?;
         u32_arg(op, batch * m * pitch.max(np))?;
-        if EPI_BATCH_STRIDES + 2 * batch_shape.len() > crate::xpu::stream::PARAM_WORDS {
+        if EPI_BATCH_STRIDES + 2 * batch_shape.len() > crate::gpu::stream::PARAM_WORDS {
             return Err(Error::invalid(
                 op,
                 format!("at most 6 batch dims, got {}", batch_shape.len()),

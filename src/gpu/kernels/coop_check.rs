@@ -16,8 +16,8 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use crate::xpu::context::COOP16_DOUBLE_WORKGROUP_BYTES;
-use crate::xpu::pipelines::ShaderId;
+use crate::gpu::context::COOP16_DOUBLE_WORKGROUP_BYTES;
+use crate::gpu::pipelines::ShaderId;
 use crate::{DType, Device, MatmulKernel, Tensor, TileConfig};
 
 thread_local! {

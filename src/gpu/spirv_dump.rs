@@ -128,7 +128,7 @@ fn describe(module: &naga::Module, entry: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xpu::pipelines::ShaderId;
+    use crate::gpu::pipelines::ShaderId;
     use crate::DType;
 
     #[test]

@@ -114,7 +114,7 @@ fn coop_module_switches_to_glsl450() {
             "attention_coop16",
             constants(128.0, head_dims_40),
         ),
-        // mm_coop16t's tile shapes (src/xpu/kernels/coop16_tiles.rs): 4x2:2x4:32, and
+        // mm_coop16t's tile shapes (src/gpu/kernels/coop16_tiles.rs): 4x2:2x4:32, and
         // 4x4:2x2:32:2 with B by k (16 slots: the epilogue in two rounds), and the split-K
         // partials of 2x1:2x2:64:2.
         (
@@ -238,10 +238,10 @@ fn coop_module_switches_to_glsl450() {
         // Every form stages f16 words: their unpacks are folded into bitcasts (none left).
         let (module, info) = resolve(id.file(), &id.source(), entry, &c).unwrap();
         let plain = write_spirv(id.file(), &module, &info, entry, [Restrict, Restrict]).unwrap();
-        let unpacks = crate::xpu::spirv_fold::fold_unpack_half(&plain).unwrap().1;
+        let unpacks = crate::gpu::spirv_fold::fold_unpack_half(&plain).unwrap().1;
         assert!(unpacks > 0, "{entry} {variant}: no f16 word unpack to fold");
-        let left = crate::xpu::spirv_fold::fold_unpack_half(&words).unwrap().1;
-        let on = crate::xpu::spirv_fold::enabled();
+        let left = crate::gpu::spirv_fold::fold_unpack_half(&words).unwrap().1;
+        let on = crate::gpu::spirv_fold::enabled();
         assert_eq!(left, if on { 0 } else { unpacks }, "{entry} {variant}");
         let mut i = 5;
         let mut model = None;
@@ -343,8 +343,8 @@ fn dump_attention_for_nak() {
             ("WG", f64::from(wg)),
             ("VARIANT", f64::from(v)),
         ];
-        crate::xpu::spirv_dump::dump(&dir, &key, &shader.source(), &c, true).unwrap();
-        let base = dir.join(crate::xpu::spirv_dump::base_name(&key));
+        crate::gpu::spirv_dump::dump(&dir, &key, &shader.source(), &c, true).unwrap();
+        let base = dir.join(crate::gpu::spirv_dump::base_name(&key));
         assert!(base.with_extension("spv").is_file(), "{}", base.display());
     }
 }

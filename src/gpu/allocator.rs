@@ -10,7 +10,7 @@
 //! Three pools never mix: storage (tensors), staging (MAP_READ for read-back) and the uniform
 //! arena, which lives in `stream.rs`. Invariants: `allocated` counts the class sizes of buffers
 //! held by live tensors, `reserved` counts those plus the cached ones; a memory limit (API or
-//! `XPU_MEMORY_LIMIT`) bounds `reserved`: past it the cache is emptied and the request retried
+//! `config::Config::memory_limit`, `XPU_MEMORY_LIMIT`) bounds `reserved`: past it the cache is emptied and the request retried
 //! once, then `Error::OutOfMemory`. In steady state a model step creates no new wgpu buffers.
 
 use std::collections::BTreeMap;
@@ -126,20 +126,7 @@ impl Drop for PooledBuffer {
 }
 
 fn env_limit() -> Option<u64> {
-    let raw = std::env::var("XPU_MEMORY_LIMIT").ok()?;
-    parse_bytes(&raw)
-}
-
-/// Parses `1048576`, `512M`, `2G`, `64K` (binary units).
-pub(crate) fn parse_bytes(raw: &str) -> Option<u64> {
-    let raw = raw.trim();
-    let (num, mul) = match raw.chars().last()?.to_ascii_uppercase() {
-        'K' => (&raw[..raw.len() - 1], 1u64 << 10),
-        'M' => (&raw[..raw.len() - 1], 1 << 20),
-        'G' => (&raw[..raw.len() - 1], 1 << 30),
-        _ => (raw, 1),
-    };
-    num.trim().parse::<u64>().ok()?.checked_mul(mul)
+    crate::config::with(|c| c.memory_limit)
 }
 
 impl Allocator {
@@ -291,13 +278,5 @@ mod tests {
             assert!(c >= b && (c - b) * 4 <= b, "{b} -> {c}");
             assert_eq!(size_class(c), c);
         }
-    }
-
-    #[test]
-    fn parses_byte_sizes() {
-        assert_eq!(parse_bytes("512M"), Some(512 << 20));
-        assert_eq!(parse_bytes("2g"), Some(2 << 30));
-        assert_eq!(parse_bytes("100"), Some(100));
-        assert_eq!(parse_bytes("x"), None);
     }
 }

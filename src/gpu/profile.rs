@@ -72,9 +72,9 @@ impl Profiler {
         queue: &wgpu::Queue,
         timestamps: bool,
     ) -> Option<Profiler> {
-        let mode = std::env::var_os("XPU_PROFILE");
-        let by_shape = mode.as_ref().is_some_and(|v| v == "shapes");
-        let wanted = by_shape || mode.is_some_and(|v| v == "1");
+        let mode = crate::config::with(|c| c.profile);
+        let by_shape = mode == crate::config::Profile::Shapes;
+        let wanted = mode != crate::config::Profile::Off;
         if !wanted || !timestamps {
             return None;
         }

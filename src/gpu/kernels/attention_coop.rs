@@ -31,10 +31,10 @@ use std::sync::OnceLock;
 use super::coop_check;
 use super::matmul_select::coop16;
 use crate::cpu::CpuStorage;
+use crate::gpu::pipelines::ShaderId;
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
 use crate::ops::attention::AttnShape;
-use crate::xpu::pipelines::ShaderId;
-use crate::xpu::XpuStorage;
 use crate::DType;
 
 /// Largest q/k and v head dim of the kernel (five 16-column tiles: SD 1.5's 40 and 80, SD 2's 64).
@@ -124,7 +124,7 @@ pub(crate) fn onepass_variant() -> u32 {
 pub(crate) fn lean_variant() -> u32 {
     static ON: OnceLock<bool> = OnceLock::new();
     if switched_on(&ON, "XPU_ATTN_LEAN") {
-        crate::xpu::passthrough::ATTENTION_LEAN
+        crate::gpu::passthrough::ATTENTION_LEAN
     } else {
         0
     }

@@ -20,7 +20,7 @@
 //! pipeline creation in the twenty-seventh session; a test checks each module); any naga or
 //! driver failure is an `Error::Shader`.
 
-use crate::xpu::pipelines::{PipelineKey, ShaderId};
+use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::{Error, Result};
 
 const OP_EXTENSION: u32 = 10;

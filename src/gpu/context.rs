@@ -165,7 +165,7 @@ fn adapter_features(adapter: &wgpu::Adapter) -> XpuFeatures {
 /// (`benches/lavapipe_coop/`); a development switch, and the kernels' self-checks still guard
 /// every use.
 fn assume_coop16() -> bool {
-    std::env::var_os("XPU_COOP16_ASSUME").is_some_and(|v| v == "1")
+    crate::config::with(|c| c.gpu.coop16_assume)
 }
 
 fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
@@ -210,7 +210,7 @@ fn choose(adapters: &[wgpu::Adapter]) -> std::result::Result<usize, String> {
     if adapters.is_empty() {
         return Err("no Vulkan, Metal or DX12 adapter was found".into());
     }
-    if let Ok(want) = std::env::var("XPU_ADAPTER") {
+    if let Some(want) = crate::config::with(|c| c.adapter.clone()) {
         if let Ok(i) = want.parse::<usize>() {
             return if i < adapters.len() {
                 Ok(i)

@@ -25,8 +25,8 @@
 //! several on lavapipe 26, `tests/matmul_coop16_tiles.rs`), and the once-per-process
 //! cooperative-matrix self-check runs through it when it is set.
 
-use crate::xpu::context::Context;
-use crate::xpu::pipelines::{PipelineKey, ShaderId};
+use crate::gpu::context::Context;
+use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::{DType, Error, Result};
 
 /// One tile shape of `mm_coop16t` (see the module docs for the fields' meaning).

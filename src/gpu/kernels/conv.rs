@@ -14,11 +14,11 @@
 use super::launch;
 use super::params::{u32_arg, Params};
 use crate::cpu::gemm::Activation;
+use crate::gpu::pipelines::{PipelineKey, ShaderId};
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
 use crate::ops::conv::ConvGeom;
 use crate::ops::conv_xpu::ConvTile;
-use crate::xpu::pipelines::{PipelineKey, ShaderId};
-use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
 /// An Xpu operand: storage and the view of it.

@@ -22,10 +22,10 @@ use super::launch;
 use super::matmul::SPLITS;
 use super::matmul_select::coop16;
 use super::params::{grid as grid_for, u32_arg, Params, COUNT, EXTRA, OFFSET0, OFFSET1, RANK};
+use crate::gpu::kernels::conv::{activation_code, ConvLaunch};
+use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::xpu::kernels::conv::{activation_code, ConvLaunch};
-use crate::xpu::pipelines::PipelineKey;
-use crate::xpu::XpuStorage;
 use crate::{DType, Result};
 
 /// Flag bit of the matmul prelude's word 40 that selects the convolution gather.
@@ -36,7 +36,7 @@ const TILE: usize = 128;
 /// Whether f16 convolutions run on the tensor-core kernel in this process (the adapter has it,
 /// the self-check passed, `XPU_CONV_COOP` is not `0`). Creates the Xpu context.
 pub(crate) fn active() -> bool {
-    crate::xpu::ctx().is_ok_and(|ctx| {
+    crate::gpu::ctx().is_ok_and(|ctx| {
         std::env::var_os("XPU_CONV_COOP").is_none_or(|v| v != "0")
             && coop16(&ctx.features)
             && coop_check::verdict().is_ok()

@@ -1,12 +1,12 @@
-//! Split-K products (`crate::xpu::kernels::split_k`): each tile's K range as separate
+//! Split-K products (`crate::gpu::kernels::split_k`): each tile's K range as separate
 //! workgroups writing f32 partials into a `[batch, S, M, np]` buffer, which the matmul
 //! family's epilogue pass sums and finishes. Invariant: the partial products carry the
 //! identity epilogue over all (virtual) product columns, so GEGLU, C, bias, residual and the
 //! output dtype are applied exactly once, by the pass.
 
 use super::{dispatch, params, Epilogue, Problem, SPLITS};
-use crate::xpu::pipelines::PipelineKey;
-use crate::xpu::XpuStorage;
+use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::XpuStorage;
 use crate::{DType, Result};
 
 impl XpuStorage {

@@ -4,8 +4,8 @@
 //! shapes are jointly coalesced across all operands before they are written, so kernels do the
 //! least index arithmetic that keeps the element order.
 
+use crate::gpu::stream::PARAM_WORDS;
 use crate::layout::MAX_DIMS;
-use crate::xpu::stream::PARAM_WORDS;
 use crate::{Error, Result};
 
 /// Word indices into the parameter block.

@@ -14,10 +14,10 @@
 
 use super::params::{grid, Params, EXTRA, OFFSET0, OFFSET1};
 use super::{key, launch};
+use crate::gpu::pipelines::ShaderId;
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
 use crate::ops::kinds::{BinaryOp, UnaryOp};
-use crate::xpu::pipelines::ShaderId;
-use crate::xpu::XpuStorage;
 use crate::{DType, Device, Error, Result};
 
 pub(super) fn words(len: usize, dtype: DType) -> usize {
@@ -130,7 +130,7 @@ impl XpuStorage {
             return self.copy_cast(layout, self.dtype);
         }
         let out = XpuStorage::alloc(&self.ctx, self.dtype, layout.numel())?;
-        let mut stream = self.ctx.stream.lock().map_err(|_| crate::xpu::poisoned())?;
+        let mut stream = self.ctx.stream.lock().map_err(|_| crate::gpu::poisoned())?;
         stream.copy(
             &self.ctx,
             &self.buffer,

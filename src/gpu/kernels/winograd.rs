@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::conv::{activation_code, ConvLaunch, Operand};
 use super::launch;
 use super::params::{grid, u32_arg, Params};
+use crate::gpu::pipelines::{PipelineKey, ShaderId};
+use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::xpu::pipelines::{PipelineKey, ShaderId};
-use crate::xpu::XpuStorage;
 use crate::{DType, Result};
 
 /// Points of an F(2×2, 3×3) tile.
@@ -34,7 +34,7 @@ const PAIR_CHANNELS: u32 = 4;
 /// too), else f32 — the FMA kernels compute in f32 whatever they load, and f32 operands keep
 /// bf16/f16 convolutions free of two extra roundings (of sums of up to four inputs, and of
 /// the filter combinations), at twice the transformed data's bytes.
-pub(crate) fn operand_dtype(dtype: DType, ctx: &crate::xpu::context::Context) -> DType {
+pub(crate) fn operand_dtype(dtype: DType, ctx: &crate::gpu::context::Context) -> DType {
     let own = dtype.size_in_bytes() == 2 && SIXTEEN_BIT_OPERANDS.load(Ordering::Relaxed);
     if own
         || (dtype == DType::F16

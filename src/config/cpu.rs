@@ -1,0 +1,121 @@
+//! CPU backend settings: the instruction set cap, the bf16 product method, huge pages, and the
+//! kernel choices that tests and comparisons force.
+
+use super::parse::{choice, switch, Warnings};
+
+/// The widest instruction set the CPU kernels may use (`XPU_CPU_SIMD`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CpuIsa {
+    /// The best the processor has: AVX-512 (with AMX or AVX512_BF16 for bf16), else AVX2 + FMA,
+    /// else portable code (the default).
+    #[default]
+    Auto,
+    /// At most AVX2 + FMA (`avx2`).
+    Avx2,
+    /// Portable code only (`portable`; also `fallback`, `scalar`, `none`, `off`).
+    Portable,
+}
+
+/// How bf16 products multiply on the CPU (`XPU_CPU_BF16`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CpuBf16 {
+    /// AMX tiles where the processor has them, else the faster of `vdpbf16ps` dot products and
+    /// widening to f32, as measured once (the default).
+    #[default]
+    Auto,
+    /// AVX512_BF16 dot products (`dot`).
+    Dot,
+    /// Widen to f32 and multiply with FMA (`widen`).
+    Widen,
+}
+
+/// CPU backend settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuConfig {
+    /// Instruction set cap (`XPU_CPU_SIMD`).
+    pub isa: CpuIsa,
+    /// bf16 product method (`XPU_CPU_BF16`).
+    pub bf16: CpuBf16,
+    /// Advise huge pages for large buffers on Linux (`XPU_CPU_HUGEPAGES=0` turns it off).
+    pub hugepages: bool,
+    /// Short parallel products start on the calling thread while the pool wakes
+    /// (`XPU_CPU_EAGER=0` turns it off).
+    pub eager: bool,
+    /// bf16 attention may use its own AMX and dot-product kernels (`XPU_CPU_ATTN=fma` keeps the
+    /// f32 FMA kernel).
+    pub bf16_attention: bool,
+    /// 3×3 convolutions packed now may use Winograd (`XPU_CPU_WINOGRAD=0` turns it off).
+    pub winograd: bool,
+    /// Forces Winograd's output tile for f32 operands: 2 (F(2,3)) or 4 (F(4,3))
+    /// (`XPU_CPU_WINOGRAD_TILE`); `None` chooses by layer width.
+    pub winograd_tile: Option<u8>,
+}
+
+impl Default for CpuConfig {
+    fn default() -> CpuConfig {
+        CpuConfig {
+            isa: CpuIsa::Auto,
+            bf16: CpuBf16::Auto,
+            hugepages: true,
+            eager: true,
+            bf16_attention: true,
+            winograd: true,
+            winograd_tile: None,
+        }
+    }
+}
+
+impl CpuConfig {
+    pub(super) fn from_lookup(
+        lookup: &dyn Fn(&str) -> Option<String>,
+        warn: &mut Warnings,
+    ) -> CpuConfig {
+        let d = CpuConfig::default();
+        let isa = choice(
+            lookup,
+            "XPU_CPU_SIMD",
+            &[
+                ("auto", CpuIsa::Auto),
+                ("avx512", CpuIsa::Auto),
+                ("avx2", CpuIsa::Avx2),
+                ("portable", CpuIsa::Portable),
+                ("fallback", CpuIsa::Portable),
+                ("scalar", CpuIsa::Portable),
+                ("none", CpuIsa::Portable),
+                ("off", CpuIsa::Portable),
+            ],
+            warn,
+        );
+        let bf16 = choice(
+            lookup,
+            "XPU_CPU_BF16",
+            &[
+                ("auto", CpuBf16::Auto),
+                ("dot", CpuBf16::Dot),
+                ("widen", CpuBf16::Widen),
+            ],
+            warn,
+        );
+        let attention = choice(
+            lookup,
+            "XPU_CPU_ATTN",
+            &[("auto", true), ("fma", false)],
+            warn,
+        );
+        let tile = choice(
+            lookup,
+            "XPU_CPU_WINOGRAD_TILE",
+            &[("2", 2u8), ("4", 4u8)],
+            warn,
+        );
+        CpuConfig {
+            isa: isa.unwrap_or(d.isa),
+            bf16: bf16.unwrap_or(d.bf16),
+            hugepages: switch(lookup, "XPU_CPU_HUGEPAGES", warn).unwrap_or(d.hugepages),
+            eager: switch(lookup, "XPU_CPU_EAGER", warn).unwrap_or(d.eager),
+            bf16_attention: attention.unwrap_or(d.bf16_attention),
+            winograd: switch(lookup, "XPU_CPU_WINOGRAD", warn).unwrap_or(d.winograd),
+            winograd_tile: tile.or(d.winograd_tile),
+        }
+    }
+}
