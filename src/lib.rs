@@ -29,6 +29,7 @@
 
 pub mod config;
 pub mod cpu;
+pub(crate) mod desc;
 mod device;
 mod dtype;
 mod error;
@@ -42,16 +43,18 @@ pub mod schedulers;
 mod storage;
 mod tensor;
 
-pub use cpu::gemm::Activation;
+pub use desc::conv::Conv2dParams;
+pub use desc::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+pub use desc::matmul::{MatmulKernel, TileConfig};
+pub use desc::Activation;
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use gpu::{AdapterSummary, KernelTime, MemoryStats, XpuFeatures};
 pub use layout::Layout;
-pub use ops::conv::{Conv2dBuilder, Conv2dParams};
+pub use ops::conv::Conv2dBuilder;
 pub use ops::conv_transpose::ConvTranspose2dParams;
-pub use ops::fused::{MatmulBuilder, MatmulKernel, TileConfig};
-pub use ops::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+pub use ops::fused::MatmulBuilder;
 pub use tensor::{MemoryFormat, Tensor};
 
 /// Every GPU adapter wgpu can see (name, backend, driver, the features `xpu` uses, limits);

@@ -5,9 +5,9 @@
 //! the mixed arms below are unreachable in practice and still return an error, never panic).
 
 use crate::cpu::CpuStorage;
+use crate::desc::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::{DType, Device, Error, Result};
 
 /// Epilogue operands of a fused product (see `ops::fused`), views broadcast to the output.
@@ -16,10 +16,10 @@ pub(crate) struct FusedArgs<'a> {
     pub beta: f32,
     pub c: Option<(&'a Storage, Layout)>,
     pub bias: Option<(&'a Storage, Layout)>,
-    pub activation: crate::cpu::gemm::Activation,
+    pub activation: crate::desc::Activation,
     pub residual: Option<(&'a Storage, Layout)>,
     pub geglu: bool,
-    pub kernel: crate::ops::fused::MatmulKernel,
+    pub kernel: crate::desc::MatmulKernel,
     pub out_dtype: DType,
 }
 
@@ -388,7 +388,7 @@ impl Storage {
         k: (&Storage, &Layout),
         v: (&Storage, &Layout),
         mask: Option<(&Storage, &Layout)>,
-        shape: &crate::ops::attention::AttnShape,
+        shape: &crate::desc::AttnShape,
         out: &Layout,
     ) -> Result<Storage> {
         let op = "scaled_dot_product_attention";

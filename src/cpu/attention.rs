@@ -60,8 +60,8 @@ use super::elem::FloatElem;
 use super::simd::{Kernels, SimdLevel};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
+use crate::desc::AttnShape;
 use crate::layout::Layout;
-use crate::ops::attention::AttnShape;
 use crate::{Device, Error, Result};
 
 /// Query rows per register tile.

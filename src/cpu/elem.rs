@@ -5,7 +5,7 @@
 //! (to nearest even) on the way back. Every helper processes the common prefix of its slices.
 
 use super::simd::Kernels;
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use crate::WithDType;
 use half::{bf16, f16};
 

@@ -13,8 +13,8 @@ use super::parallel;
 use super::simd::Kernels;
 use super::storage::CpuStorage;
 use super::strided::{check_layout, contiguous_cow, JointRows};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
-use crate::ops::kinds::{BinaryOp, UnaryOp};
 use crate::{DType, Device, Error, Result};
 
 fn unsupported(op: &'static str, dtype: DType, hint: String) -> Error {

@@ -5,11 +5,12 @@
 //! contiguous f32; `bias` is gathered to f32; a 16-bit output is rounded once, by the GEMM store
 //! (or after the epilogue when K = 0).
 
-use super::gemm::{Activation, Epilogue, MatRef, Out16, Residual};
+use super::gemm::{Epilogue, MatRef, Out16, Residual};
 use super::matmul::{batch_offset, dims, narrow, GemmElem};
 use super::prepack::{residual_in_place, residual_of};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
+use crate::desc::Activation;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
 use rayon::prelude::*;

@@ -7,9 +7,10 @@
 //! `h · act(g)` (`N` columns); the bias then has `2N` entries. 16-bit products are rounded in
 //! the engine's store (no f32 output pass), bit-identical to rounding the f32 product after.
 
-use super::gemm::{self, Activation, Epilogue, MatRef, Out16, PackedB, Residual};
+use super::gemm::{self, Epilogue, MatRef, Out16, PackedB, Residual};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
+use crate::desc::Activation;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
 use half::{bf16, f16};

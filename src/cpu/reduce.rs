@@ -12,8 +12,8 @@ use super::parallel;
 use super::simd::Kernels;
 use super::storage::CpuStorage;
 use super::strided::{check_dim, check_layout, contiguous_cow, gather};
+use crate::desc::kinds::ReduceOp;
 use crate::layout::Layout;
-use crate::ops::kinds::ReduceOp;
 use crate::{DType, Device, Error, Result};
 use std::borrow::Cow;
 

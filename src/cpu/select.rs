@@ -14,8 +14,8 @@ use super::elementwise::{drive, zip_piece};
 use super::parallel;
 use super::storage::CpuStorage;
 use super::strided::{check_layout, contiguous_cow};
+use crate::desc::kinds::CmpOp;
 use crate::layout::Layout;
-use crate::ops::kinds::CmpOp;
 use crate::{Error, Result};
 
 /// `op(a, b)` as 0/1 over joint rows.

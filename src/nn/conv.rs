@@ -17,10 +17,10 @@
 use std::sync::Arc;
 
 use crate::cpu::conv::{f32_vec, pack_weight, PackedConv};
-use crate::cpu::gemm::Activation;
+use crate::desc::Activation;
+use crate::desc::ConvGeom;
 use crate::nn::held::HeldWeight;
 use crate::nn::restore::{Regenerate, WeightRestore};
-use crate::ops::conv::ConvGeom;
 use crate::{Conv2dParams, DType, Device, Error, MemoryFormat, Result, Tensor};
 
 /// Cpu only: the prepacked weight and the bias widened to f32, both made once.

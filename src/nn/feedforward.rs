@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use crate::cpu::gemm::Activation;
 use crate::cpu::prepack::PackedWeight;
+use crate::desc::Activation;
 use crate::nn::held::HeldWeight;
 use crate::nn::layers::{join, MapFn};
 use crate::nn::linear::{residual_rows, residual_view};

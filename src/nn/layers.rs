@@ -6,7 +6,7 @@
 //! every layer can be rebuilt with each tensor mapped (`map`), which is how whole models move
 //! between devices and dtypes.
 
-use crate::cpu::gemm::Activation;
+use crate::desc::Activation;
 use crate::nn::config::ActFn;
 use crate::nn::weights::{Init, ParamSource};
 use crate::nn::{Conv2d, Linear};

@@ -7,9 +7,10 @@
 //! transposed weight is a view (never copied per call) and the bias is fused into the product's
 //! store. Both paths compute the same thing as `x.matmul(&w.t()?)?.add(&b)?`.
 
+use crate::desc::Activation;
 use std::sync::Arc;
 
-use crate::cpu::gemm::{Activation, Residual};
+use crate::cpu::gemm::Residual;
 use crate::cpu::prepack::PackedWeight;
 use crate::nn::held::HeldWeight;
 use crate::storage::Storage;

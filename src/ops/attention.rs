@@ -29,59 +29,9 @@
 //!   scores; on Xpu a value head dim above 160 takes the unfused path instead. Additive mask
 //!   values below about -2.3e38 (`-inf`, `f32::MIN`) drop the key on both devices.
 
+use crate::desc::AttnShape;
 use crate::layout::{broadcast_shapes, Layout};
 use crate::{DType, Error, Result, Tensor};
-
-/// The checked geometry of one attention call.
-pub(crate) struct AttnShape {
-    /// Leading (batch) dims, shared by q, k, v and the output.
-    pub lead: Vec<usize>,
-    /// Query rows.
-    pub lq: usize,
-    /// Key/value rows.
-    pub lk: usize,
-    /// Query/key head dim.
-    pub d: usize,
-    /// Value head dim.
-    pub dv: usize,
-    /// The softmax scale.
-    pub scale: f32,
-}
-
-impl AttnShape {
-    /// Number of heads (product of the leading dims).
-    pub(crate) fn heads(&self) -> usize {
-        self.lead.iter().product()
-    }
-
-    /// The output shape `[..., Lq, Dv]`.
-    pub(crate) fn out_shape(&self) -> Vec<usize> {
-        let mut s = self.lead.clone();
-        s.extend([self.lq, self.dv]);
-        s
-    }
-
-    /// The error for an output layout `l` that cannot hold this output (the devices accept
-    /// dense layouts of [`Self::out_shape`] at offset 0).
-    pub(crate) fn bad_out_layout(&self, l: &Layout) -> Error {
-        Error::invalid(
-            "scaled_dot_product_attention",
-            format!(
-                "output layout {:?} / {:?} is not a dense layout of {:?}",
-                l.shape(),
-                l.strides(),
-                self.out_shape()
-            ),
-        )
-    }
-
-    /// The score shape `[..., Lq, Lk]` the mask broadcasts to.
-    pub(crate) fn score_shape(&self) -> Vec<usize> {
-        let mut s = self.lead.clone();
-        s.extend([self.lq, self.lk]);
-        s
-    }
-}
 
 /// Checks q, k, v, the mask and the scale; returns the geometry.
 pub(crate) fn check(

@@ -38,12 +38,12 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use crate::desc::ConvGeom;
 use crate::gpu::kernels::conv::ConvLaunch;
 use crate::gpu::kernels::winograd::{
     filters, inputs, operand_dtype, outputs, padded_channels, tiles, POINTS,
 };
 use crate::gpu::XpuStorage;
-use crate::ops::conv::ConvGeom;
 use crate::storage::Storage;
 use crate::{DType, Error, Layout, Result, Tensor};
 

@@ -5,8 +5,8 @@
 //! for channels-last ones, a transpose's order for a transpose. The kernels see the operands
 //! permuted into that order, so they read in storage order and write one contiguous buffer.
 
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use crate::layout::broadcast_shapes;
-use crate::ops::kinds::{BinaryOp, UnaryOp};
 use crate::Tensor;
 use crate::{Layout, Result};
 

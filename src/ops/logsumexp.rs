@@ -11,7 +11,7 @@
 //! in f32 and rounded once at the end; float dtypes only. Checked against PyTorch by
 //! `tests/torch_parity.rs` (fixtures with `±inf` rows).
 
-use crate::ops::kinds::CmpOp;
+use crate::desc::kinds::CmpOp;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {

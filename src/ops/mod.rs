@@ -1,7 +1,7 @@
 //! Tensor ops by family. Each family checks shapes, dtypes and devices, applies broadcasting
 //! and dim rules, then forwards to `Storage`, which picks the device kernel.
 
-pub mod kinds;
+pub use crate::desc::kinds;
 
 pub(crate) mod attention;
 mod attention_gqa;

@@ -3,8 +3,8 @@
 //! deviations, so no cancellation; 16-bit inputs are widened first and the result rounded once,
 //! as PyTorch computes them).
 
+use crate::desc::kinds::{CmpOp, ReduceOp};
 use crate::layout::{resolve_dim, Layout};
-use crate::ops::kinds::{CmpOp, ReduceOp};
 use crate::storage::Storage;
 use crate::{DType, Error, Result, Tensor};
 

@@ -11,8 +11,8 @@
 //! reduction over all its elements, never a chain of partial results, so a mean divides one
 //! sum once and a variance subtracts one mean. The result is contiguous, as PyTorch's.
 
+use crate::desc::kinds::CmpOp;
 use crate::layout::resolve_dim;
-use crate::ops::kinds::CmpOp;
 use crate::{Error, Result, Tensor};
 
 impl Tensor {

@@ -12,9 +12,9 @@
 //! compare by IEEE rules: NaN is unordered, `-0 == +0`); outputs are contiguous; broadcast
 //! operands are read through zero strides, never materialised on the Xpu.
 
+use crate::desc::kinds::CmpOp;
 use crate::layout::broadcast_shapes;
 use crate::ops::elementwise::elementwise_layouts;
-use crate::ops::kinds::CmpOp;
 use crate::{DType, Error, Layout, Result, Tensor};
 
 macro_rules! cmp_methods {

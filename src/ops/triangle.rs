@@ -6,7 +6,7 @@
 //! dtype); the output is contiguous. Built from `arange`, an exact integer comparison and
 //! `where_cond`, so both devices run it with the same kernels.
 
-use crate::ops::kinds::CmpOp;
+use crate::desc::kinds::CmpOp;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {

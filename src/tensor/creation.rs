@@ -140,7 +140,7 @@ impl Tensor {
         const CHUNK: usize = 4096;
         ensure_host_memory("rand", numel(shape), DType::F32)?;
         let mut v = random::uniform(seed, numel(shape));
-        let op = crate::ops::kinds::UnaryOp::Affine {
+        let op = crate::desc::kinds::UnaryOp::Affine {
             mul: mul as f32,
             add: add as f32,
         };

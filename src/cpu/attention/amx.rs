@@ -33,8 +33,8 @@ use super::operands::{head_base, mat_strides, store_normalised, MaskData, View};
 use super::OutRows;
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
+use crate::desc::AttnShape;
 use crate::layout::Layout;
-use crate::ops::attention::AttnShape;
 /// Query tiles per task at most.
 const MAX_TILES_PER_TASK: usize = 4;
 

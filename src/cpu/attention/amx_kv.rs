@@ -155,8 +155,8 @@ mod tests {
     use super::super::amx::{pack, SCALAR_PACK};
     use super::super::amx_kernel::Geo;
     use super::super::operands::View;
+    use crate::desc::AttnShape;
     use crate::layout::Layout;
-    use crate::ops::attention::AttnShape;
     use half::bf16;
 
     /// The vectorised packer writes the scalar packer's bits, for contiguous heads and for

@@ -47,8 +47,8 @@ use super::operands::{fill_bias, head_base, mat_strides, store_normalised, MaskD
 use super::{OutRows, KB, MAX_TILES_PER_TASK, MR};
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
+use crate::desc::AttnShape;
 use crate::layout::Layout;
-use crate::ops::attention::AttnShape;
 
 /// Whether the dot-product attention can run with kernels `k` in this process.
 pub(super) fn usable(k: Kernels) -> bool {

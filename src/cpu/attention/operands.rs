@@ -12,8 +12,8 @@ use super::KB;
 use crate::cpu::elem::FloatElem;
 use crate::cpu::simd::Kernels;
 use crate::cpu::storage::CpuStorage;
+use crate::desc::AttnShape;
 use crate::layout::Layout;
-use crate::ops::attention::AttnShape;
 use crate::{Error, Result};
 
 /// A mask operand: element type, storage and its layout broadcast to `[..., Lq, Lk]`.

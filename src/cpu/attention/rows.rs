@@ -8,7 +8,7 @@
 use super::operands::{fill_bias, head_base, inverse_weight_sum, load_row, mat_strides};
 use super::{tile, Ctx, OutRows, State, Tile, KB, MR};
 use crate::cpu::elem::FloatElem;
-use crate::ops::kinds::BinaryOp;
+use crate::desc::kinds::BinaryOp;
 
 /// Per-thread scratch of the tasks, reused across tasks and calls (no allocation or zeroing
 /// per task; every element a task reads it has written first).

@@ -45,12 +45,13 @@ pub(crate) use winograd::{
 };
 
 use super::gemm::{
-    self, bf16_method, Activation, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB,
-    Residual, RowSource, ToF32, GATHER_KCU,
+    self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB, Residual, RowSource,
+    ToF32, GATHER_KCU,
 };
 use super::storage::CpuStorage;
+use crate::desc::Activation;
+use crate::desc::ConvGeom;
 use crate::layout::Layout;
-use crate::ops::conv::ConvGeom;
 use crate::{DType, Device, Error, Result};
 use half::bf16;
 

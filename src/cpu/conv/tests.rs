@@ -4,7 +4,7 @@
 //! larger than C), 16-bit inputs, and the whole epilogue with a strided residual.
 
 use super::*;
-use crate::ops::conv::ConvGeom;
+use crate::desc::ConvGeom;
 use crate::Conv2dParams;
 use half::{bf16, f16};
 

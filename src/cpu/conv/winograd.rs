@@ -59,8 +59,8 @@ use crate::cpu::gemm::{
     self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB, SrcKind, ToF32,
 };
 use crate::cpu::simd::Kernels;
+use crate::desc::ConvGeom;
 use crate::layout::Layout;
-use crate::ops::conv::ConvGeom;
 use crate::{Conv2dParams, DType, Error, Result};
 use half::bf16;
 use rayon::prelude::*;

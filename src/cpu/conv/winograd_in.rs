@@ -10,7 +10,7 @@
 use super::winograd_avx2::{input_tile8, input_tile8_f4};
 use super::winograd_math::{input_transform, input_transform4, Tile, L, MAX_POINTS};
 use crate::cpu::gemm::ToF32;
-use crate::ops::conv::ConvGeom;
+use crate::desc::ConvGeom;
 
 /// The input geometry the transforms need.
 #[derive(Clone, Copy)]

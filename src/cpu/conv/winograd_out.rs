@@ -9,10 +9,11 @@
 use super::winograd::{Input, Tile};
 use super::winograd_math::{output_transform, output_transform4, L, MAX_POINTS};
 use super::ConvEpilogue;
-use crate::cpu::gemm::{Activation, Residual};
+use crate::cpu::gemm::Residual;
 use crate::cpu::simd::Kernels;
-use crate::ops::conv::ConvGeom;
-use crate::ops::kinds::UnaryOp;
+use crate::desc::kinds::UnaryOp;
+use crate::desc::Activation;
+use crate::desc::ConvGeom;
 
 /// The point-major products of one block as a tile row's output transform reads them.
 pub(super) struct BlockProducts<'a> {

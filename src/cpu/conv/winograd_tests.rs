@@ -42,7 +42,7 @@ const TILES: [Tile; 2] = [Tile::F2, Tile::F4];
 fn full_epilogue<'a>(
     bias: &'a [f32],
     res: &'a [f32],
-    g: &crate::ops::conv::ConvGeom,
+    g: &crate::desc::ConvGeom,
     path: GemmPath,
 ) -> ConvEpilogue<'a> {
     ConvEpilogue {

@@ -4,8 +4,7 @@
 //! continued fraction for `erfc` above; GELU through `erfc`, so its negative tail keeps relative
 //! accuracy down to f64's range), so they may serve as the reference the vectorised f32
 //! approximations are checked against.
-
-use super::Activation;
+use crate::desc::Activation;
 
 /// The error function.
 pub(crate) fn erf(x: f64) -> f64 {

@@ -17,7 +17,8 @@
 use super::avx2::MR;
 use super::driver::{EpCtx, Tile};
 use super::layout::NR;
-use super::{Activation, Half, Out16, Residual};
+use super::{Half, Out16, Residual};
+use crate::desc::Activation;
 use std::arch::x86_64::*;
 
 #[inline]

@@ -9,7 +9,8 @@
 //! GEGLU's gate can sit), reciprocals by `vrcp14ps` plus one Newton step.
 
 use super::driver::{EpCtx, Tile};
-use super::{Activation, Half, Out16, Residual};
+use super::{Half, Out16, Residual};
+use crate::desc::Activation;
 use std::arch::x86_64::*;
 
 #[inline]

@@ -17,7 +17,8 @@
 use super::avx512::has_avx512_bf16;
 use super::avx512_ep::{act_ps, bias, store16_row};
 use super::driver::{EpCtx, Tile};
-use super::{Activation, Half, Out16, Residual};
+use super::{Half, Out16, Residual};
+use crate::desc::Activation;
 use std::arch::x86_64::*;
 
 /// Stores `acc` through a fast path when the tile is one of the module's cases; returns false

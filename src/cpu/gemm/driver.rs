@@ -32,7 +32,7 @@ use super::layout::PackedView;
 use super::layout::NR;
 use super::panels::{PanelAccess, Panels};
 use super::types::{Out16, Residual};
-use super::Activation;
+use crate::desc::Activation;
 use rayon::prelude::*;
 
 /// Products smaller than this many flops run on the calling thread.

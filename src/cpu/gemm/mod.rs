@@ -78,7 +78,7 @@ pub(crate) use layout::{KCU_BF16, KCU_F32};
 pub(crate) use pack::{SrcKind, ToF32};
 pub(crate) use peak::bf16_kind;
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
-pub use types::{Activation, Epilogue, MatRef};
+pub use types::{Epilogue, MatRef};
 // `Half` is named by the x86 epilogues and by tests on every target.
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
 pub(crate) use types::{Half, Out16, Residual};

@@ -5,6 +5,7 @@
 //! where that formula is checked against `data.len()`, and every entry point calls it before any
 //! unchecked access.
 
+use crate::desc::Activation;
 use crate::{Error, Result};
 
 /// A read-only, arbitrarily strided view of a `rows × cols` matrix.
@@ -137,22 +138,6 @@ impl<'a, T: Copy> MatRef<'a, T> {
             .data
             .get_unchecked(self.offset + r * self.row_stride + c * self.col_stride)
     }
-}
-
-/// Element-wise activation applied by the epilogue (or, for the GLU entry points, to the gate).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Activation {
-    /// Identity.
-    #[default]
-    None,
-    /// `max(x, 0)`.
-    Relu,
-    /// Exact GELU: `0.5 x (1 + erf(x / sqrt 2))` (PyTorch `approximate="none"`).
-    Gelu,
-    /// Tanh GELU: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
-    GeluTanh,
-    /// SiLU / swish: `x * sigmoid(x)`.
-    Silu,
 }
 
 /// What happens to an output tile when its last K block is stored.

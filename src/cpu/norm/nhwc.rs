@@ -19,7 +19,7 @@ use super::super::elem::FloatElem;
 use super::super::parallel;
 use super::super::pool;
 use super::super::simd::Kernels;
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 
 /// Elements per statistics / normalisation block (64 KiB of `f32`).
 const BLOCK: usize = 1 << 14;

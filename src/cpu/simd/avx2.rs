@@ -31,7 +31,7 @@ macro_rules! avx2_versions {
     };
 }
 
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 
 avx2_versions! {
     fn binary(op: BinaryOp, a: &[f32], b: &[f32], dst: &mut [f32]);

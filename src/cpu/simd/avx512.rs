@@ -8,7 +8,7 @@
 
 use super::avx512_math as m;
 use super::MATMUL_NR;
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use std::arch::x86_64::*;
 
 /// `roundscale` modes of the rounding ops (exceptions suppressed).

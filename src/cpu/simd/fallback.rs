@@ -8,7 +8,7 @@
 #![allow(clippy::excessive_precision)] // fitted coefficients are quoted as printed
 
 use super::{bf16_from_f32_rne, MATMUL_NR};
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use half::{bf16, f16};
 
 /// `(e^r - 1 - r) / r^2` as a polynomial in `r` for `|r| <= ln 2 / 2` (cephes `expf`), shared by

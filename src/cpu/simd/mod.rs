@@ -34,7 +34,7 @@ mod avx512_norm;
 pub(crate) mod fallback;
 
 use crate::config::CpuIsa;
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use half::{bf16, f16};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};

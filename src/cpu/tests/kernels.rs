@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::cpu::simd::{bf16_from_f32_rne, Kernels};
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use half::{bf16, f16};
 
 const EPS: f64 = f32::EPSILON as f64;

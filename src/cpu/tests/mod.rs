@@ -10,7 +10,7 @@ mod reduce;
 mod storage;
 
 use super::simd::{hardware_simd_level, SimdLevel};
-use crate::ops::kinds::{BinaryOp, UnaryOp};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 
 /// Every length the element-wise tests sweep (tails, vector multiples, threading is separate).
 pub(crate) const LENGTHS: [usize; 9] = [0, 1, 7, 15, 16, 17, 63, 65, 257];

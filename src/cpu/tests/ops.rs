@@ -94,7 +94,7 @@ fn unary_every_dtype_layout_and_level() {
 
 #[test]
 fn unary_i32_and_errors() {
-    use crate::ops::kinds::UnaryOp::*;
+    use crate::desc::kinds::UnaryOp::*;
     let data = [-7.0f32, -1.0, 0.0, 3.0, 5.0, 2147483000.0];
     let s = make(DType::I32, &data);
     let l = Layout::contiguous(&[6]);
@@ -144,7 +144,7 @@ fn unary_i32_and_errors() {
 
 #[test]
 fn binary_every_dtype_broadcast_and_level() {
-    use crate::ops::kinds::BinaryOp::*;
+    use crate::desc::kinds::BinaryOp::*;
     // (lhs layout, rhs layout, lhs storage len, rhs storage len)
     let m = 5;
     let shapes: Vec<(Layout, Layout, usize, usize)> = vec![
@@ -261,7 +261,7 @@ fn big_tensors_use_threads_and_match() {
         with_simd_level(level, || {
             let s = make(DType::F32, &data);
             let l = Layout::contiguous(&[n]);
-            let e = s.unary(&l, crate::ops::kinds::UnaryOp::Exp).unwrap();
+            let e = s.unary(&l, crate::desc::kinds::UnaryOp::Exp).unwrap();
             let e = values(&e, &l);
             assert!(data.iter().zip(&e).all(|(&x, &y)| close(
                 y,
@@ -277,7 +277,7 @@ fn big_tensors_use_threads_and_match() {
                 .unwrap();
             let (a, b) = (make(DType::BF16, &data), make(DType::BF16, &bias));
             let out = a
-                .binary(&la, &b, &lb, crate::ops::kinds::BinaryOp::Add)
+                .binary(&la, &b, &lb, crate::desc::kinds::BinaryOp::Add)
                 .unwrap();
             let (va, vb, got) = (
                 values(&a, &la),

@@ -4,8 +4,8 @@ use super::ops::{eps, make};
 use super::storage::values;
 use super::*;
 use crate::cpu::{with_simd_level, CpuStorage};
+use crate::desc::kinds::ReduceOp;
 use crate::layout::Layout;
-use crate::ops::kinds::ReduceOp;
 use crate::{DType, Error};
 
 const OPS: [ReduceOp; 6] = [

@@ -14,10 +14,10 @@
 use super::params::{coalesce_joint, grid, u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK};
 use super::params::{SHAPE, STRIDES0, STRIDES1};
 use super::{attention_coop, key, launch};
+use crate::desc::AttnShape;
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::attention::AttnShape;
 use crate::{DType, Device, Error, Result};
 
 /// Largest value head dim the kernel holds in registers (8 lanes x 20 columns).

@@ -31,10 +31,10 @@ use std::sync::OnceLock;
 use super::coop_check;
 use super::matmul_select::coop16;
 use crate::cpu::CpuStorage;
+use crate::desc::AttnShape;
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::attention::AttnShape;
 use crate::DType;
 
 /// Largest q/k and v head dim of the kernel (five 16-column tiles: SD 1.5's 40 and 80, SD 2's 64).

@@ -13,11 +13,11 @@
 
 use super::launch;
 use super::params::{u32_arg, Params};
-use crate::cpu::gemm::Activation;
+use crate::desc::Activation;
+use crate::desc::ConvGeom;
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::conv::ConvGeom;
 use crate::ops::conv_xpu::ConvTile;
 use crate::{DType, Device, Error, Result};
 

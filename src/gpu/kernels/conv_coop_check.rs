@@ -17,7 +17,7 @@ use std::cell::Cell;
 use std::sync::OnceLock;
 
 use super::coop_check;
-use crate::ops::conv::Conv2dParams;
+use crate::desc::Conv2dParams;
 use crate::ops::conv_xpu::{conv2d_xpu, ConvTile, ConvXpuArgs};
 use crate::{DType, Device, Tensor};
 

@@ -14,10 +14,10 @@
 
 use super::params::{grid, Params, EXTRA, OFFSET0, OFFSET1};
 use super::{key, launch};
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::kinds::{BinaryOp, UnaryOp};
 use crate::{DType, Device, Error, Result};
 
 pub(super) fn words(len: usize, dtype: DType) -> usize {

@@ -15,11 +15,11 @@
 use super::dispatch;
 use super::matmul_select::{choose, subgroup_gemv, Engine};
 use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1};
-use crate::cpu::gemm::Activation;
+use crate::desc::Activation;
+use crate::desc::{MatmulKernel, TileConfig};
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::fused::{MatmulKernel, TileConfig};
 use crate::storage::{FusedArgs, Storage};
 use crate::{DType, Device, Error, Result};
 

@@ -20,9 +20,9 @@
 //! medium tile but lost at K = 320 and 640 (8192x320x1280: 0.454 vs 0.431 ms; 2048x640x640:
 //! 0.258 vs 0.204 ms, 80 large tiles for 132 SMs).
 
+use crate::desc::{MatmulKernel, TileConfig};
 use crate::gpu::context::XpuFeatures;
 use crate::gpu::pipelines::ShaderId;
-use crate::ops::fused::{MatmulKernel, TileConfig};
 use crate::{DType, Error, Result};
 
 /// One concrete Xpu matmul kernel.

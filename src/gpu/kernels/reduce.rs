@@ -11,10 +11,10 @@
 
 use super::params::{grid, Params, EXTRA, OFFSET0};
 use super::{key, launch};
+use crate::desc::kinds::ReduceOp;
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::kinds::ReduceOp;
 use crate::{DType, Device, Error, Result};
 
 /// The outer layout (dim removed), the reduced length and its stride.

@@ -9,10 +9,10 @@
 use super::elementwise::workgroups;
 use super::params::{Params, EXTRA, OFFSET0, OFFSET1};
 use super::{key, launch};
+use crate::desc::kinds::CmpOp;
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::kinds::CmpOp;
 use crate::{DType, Error, Result};
 
 /// Word of the mask's storage offset (after its eight strides at EXTRA).

@@ -8,7 +8,8 @@
 use super::util::{run_case, with_bf16_kind, Case, Ep, Lay, LAYS};
 use crate::cpu::gemm::amx_pack::LAST;
 use crate::cpu::gemm::layout::PackKind;
-use crate::cpu::gemm::{amx_unavailable_reason, Activation, Bf16Method, GemmPath};
+use crate::cpu::gemm::{amx_unavailable_reason, Bf16Method, GemmPath};
+use crate::desc::Activation;
 use half::bf16;
 use std::sync::Once;
 

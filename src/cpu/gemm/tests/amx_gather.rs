@@ -5,9 +5,9 @@ use super::util::{with_bf16_kind, Lay, Owned, Rng};
 use crate::cpu::gemm::amx_gather::gemm_gather_amx;
 use crate::cpu::gemm::layout::PackKind;
 use crate::cpu::gemm::{
-    amx_unavailable_reason, gemm_with_path, Activation, BSrc, Epilogue, GemmPath, PackedB,
-    RowSource,
+    amx_unavailable_reason, gemm_with_path, BSrc, Epilogue, GemmPath, PackedB, RowSource,
 };
+use crate::desc::Activation;
 use half::bf16;
 
 /// A dense row-major bf16 matrix handed out in runs of varying length.

@@ -12,7 +12,8 @@
 //! runs of any variant come out 2–3× slow at random: the shared machine, not the code.
 
 use super::util::{Lay, Owned, Rng};
-use crate::cpu::gemm::{amx_unavailable_reason, Activation};
+use crate::cpu::gemm::amx_unavailable_reason;
+use crate::desc::Activation;
 use half::bf16;
 
 #[test]

@@ -2,7 +2,8 @@
 //! including K large enough to need several K blocks.
 
 use super::util::{both_paths, Case, Ep, Lay};
-use crate::cpu::gemm::{Activation, Runner};
+use crate::cpu::gemm::Runner;
+use crate::desc::Activation;
 use crate::WithDType;
 use half::{bf16, f16};
 

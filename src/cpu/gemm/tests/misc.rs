@@ -4,6 +4,7 @@
 use super::util::{Lay, Owned, Rng};
 use crate::cpu::gemm::layout::PackKind;
 use crate::cpu::gemm::*;
+use crate::desc::Activation;
 use half::bf16;
 use rayon::prelude::*;
 

@@ -2,7 +2,8 @@
 //! on L1/L2-resident panels, in GFLOP per CPU-second of this thread.
 
 use crate::cpu::gemm::driver::{EpCtx, Kernel, Tile};
-use crate::cpu::gemm::{Activation, MatRef};
+use crate::cpu::gemm::MatRef;
+use crate::desc::Activation;
 
 pub(super) fn thread_cpu() -> f64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")

@@ -1,11 +1,11 @@
 //! Test helpers: strided operands with poisoned gaps, a plain f64 reference, one-case checker.
 
 use super::super::{
-    act, gemm_with_path, Activation, BSrc, Epilogue, GemmPath, Half, MatRef, Out16, PackedB,
-    Residual, Runner,
+    act, gemm_with_path, BSrc, Epilogue, GemmPath, Half, MatRef, Out16, PackedB, Residual, Runner,
 };
 use crate::cpu::gemm::layout::PackKind;
 use crate::cpu::gemm::peak::BF16_KIND;
+use crate::desc::Activation;
 use crate::WithDType;
 use half::{bf16, f16};
 
@@ -362,7 +362,7 @@ pub(crate) fn plain_ep<'a>(n: usize) -> crate::cpu::gemm::driver::EpCtx<'a> {
         alpha: 1.0,
         beta: 0.0,
         bias: None,
-        act: crate::cpu::gemm::Activation::None,
+        act: crate::desc::Activation::None,
         residual: None,
         glu: false,
         n,
