@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 pub mod config;
 pub mod cpu;
 pub(crate) mod desc;
@@ -40,7 +41,6 @@ pub mod models;
 pub mod nn;
 pub mod ops;
 pub mod schedulers;
-mod storage;
 mod tensor;
 
 pub use desc::conv::Conv2dParams;

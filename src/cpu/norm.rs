@@ -19,9 +19,9 @@ use super::parallel;
 use super::simd::Kernels;
 use super::storage::CpuStorage;
 use super::strided::{check_layout, contiguous_cow};
+use crate::backend::NormSpec;
 use crate::desc::kinds::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
-use crate::storage::NormSpec;
 use crate::{Device, Error, Result};
 
 /// Per-chunk scratch rows (`f32`), allocated once per parallel chunk.

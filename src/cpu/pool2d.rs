@@ -9,25 +9,8 @@
 //! PyTorch's formula); max propagates NaN; average divides by `kh·kw` or by the window's
 //! count of input elements.
 
+use crate::desc::pool::{PoolGeom, PoolKind};
 use rayon::prelude::*;
-
-/// What a window reduces to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PoolKind {
-    /// The largest element (NaN if any is NaN).
-    Max,
-    /// The mean, counting padded positions when `true`.
-    Avg(bool),
-}
-
-/// Window geometry: `(kh, kw)`, `(sh, sw)`, `(ph, pw)`, `(oh, ow)`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PoolGeom {
-    pub kernel: (usize, usize),
-    pub stride: (usize, usize),
-    pub padding: (usize, usize),
-    pub out: (usize, usize),
-}
 
 /// Pools `x` (`planes` contiguous `h × w` planes) into `planes` contiguous `oh × ow` planes.
 pub(crate) fn pool2d(x: &[f32], (h, w): (usize, usize), g: PoolGeom, kind: PoolKind) -> Vec<f32> {

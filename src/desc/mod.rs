@@ -9,9 +9,12 @@ pub mod attention;
 pub mod conv;
 pub mod kinds;
 pub mod matmul;
+pub mod norm;
+pub mod pool;
 
 pub use activation::Activation;
 pub(crate) use attention::AttnShape;
 pub use conv::Conv2dParams;
 pub(crate) use conv::ConvGeom;
 pub use matmul::{MatmulKernel, TileConfig};
+pub(crate) use norm::NormSpec;

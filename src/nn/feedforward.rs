@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
+use crate::backend::Storage;
 use crate::cpu::prepack::PackedWeight;
 use crate::desc::Activation;
 use crate::nn::held::HeldWeight;
 use crate::nn::layers::{join, MapFn};
 use crate::nn::linear::{residual_rows, residual_view};
 use crate::nn::weights::{Init, ParamSource};
-use crate::storage::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// Cpu-only prepacked form: `net.0` (GEGLU) and `net.2` with their f32 biases.

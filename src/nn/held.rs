@@ -16,8 +16,8 @@
 
 use std::sync::OnceLock;
 
+use crate::backend::Storage;
 use crate::cpu::CpuStorage;
-use crate::storage::Storage;
 use crate::{DType, Device, Layout, Tensor};
 
 /// A weight tensor, or the shape and dtype of one that a layer's packs can rebuild.

@@ -10,10 +10,10 @@
 use crate::desc::Activation;
 use std::sync::Arc;
 
+use crate::backend::Storage;
 use crate::cpu::gemm::Residual;
 use crate::cpu::prepack::PackedWeight;
 use crate::nn::held::HeldWeight;
-use crate::storage::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// A fully connected layer.

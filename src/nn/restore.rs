@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
+use crate::backend::Storage;
 use crate::cpu::CpuStorage;
-use crate::storage::Storage;
 use crate::{DType, Device, Result, Tensor};
 
 /// Draws a parameter again, bit for bit (see the module invariants).

@@ -202,8 +202,7 @@ impl Tensor {
         if let Some(empty) = empty_output(self, &shape)? {
             return Ok(empty);
         }
-        if self.device() == crate::Device::Xpu && shape.dv > crate::gpu::kernels::attention::MAX_DV
-        {
+        if crate::backend::attention_max_value_dim(self.device()).is_some_and(|m| shape.dv > m) {
             // Beyond the Xpu kernel's register budget: the materialised path.
             let out = self.scaled_dot_product_attention_unfused(k, v, mask, scale)?;
             return match strides {

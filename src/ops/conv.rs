@@ -25,11 +25,11 @@
 //! Semantics are defined by [`Conv2dBuilder::run_unfused`] (separate ops, f32 until one final
 //! rounding), which the tests compare the fused engines against.
 
+use crate::backend::Storage;
 use crate::cpu::conv::{conv2d_cpu, f32_vec, pack_weight, PackedConv};
 use crate::desc::Activation;
 pub use crate::desc::Conv2dParams;
 use crate::desc::ConvGeom;
-use crate::storage::Storage;
 use crate::{DType, Error, Layout, MemoryFormat, Result, Tensor};
 
 /// A convolution with a fused epilogue, `act(conv2d(x, w) + bias) + residual`; made by
@@ -168,7 +168,7 @@ impl<'a> Conv2dBuilder<'a> {
         }
         if let Storage::Cpu(_) = self.x.storage() {
             let out_numel = crate::layout::numel(&g.out_shape());
-            crate::cpu::ensure_host_memory("conv2d", out_numel, crate::DType::F32)?;
+            crate::backend::ensure_host_memory("conv2d", out_numel, crate::DType::F32)?;
             let winograd = if crate::cpu::conv::winograd_per_call_layer_tile(g.m(), g.c, g.o) {
                 crate::cpu::conv::WinogradUse::Layer
             } else if g.m() >= crate::cpu::conv::winograd_per_call_min_pixels(self.weight.dtype()) {

@@ -38,13 +38,13 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use crate::backend::Storage;
 use crate::desc::ConvGeom;
 use crate::gpu::kernels::conv::ConvLaunch;
 use crate::gpu::kernels::winograd::{
     filters, inputs, operand_dtype, outputs, padded_channels, tiles, POINTS,
 };
 use crate::gpu::XpuStorage;
-use crate::storage::Storage;
 use crate::{DType, Error, Layout, Result, Tensor};
 
 /// Whether F(2,3) computes this geometry: 3×3, stride 1, dilation 1, one group.

@@ -11,11 +11,11 @@
 //! channels-last output for a channels-last input). Every check happens here, before any GPU
 //! work is recorded.
 
+use crate::backend::Storage;
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
 use crate::gpu::kernels::conv::{conv2d, ConvLaunch, Operand};
 use crate::ops::conv_winograd_xpu as winograd;
-use crate::storage::Storage;
 use crate::{Conv2dParams, Device, Error, Layout, Result, Tensor};
 
 /// Tile config of the Xpu implicit-GEMM convolution. Every config computes every shape; the

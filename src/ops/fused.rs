@@ -6,10 +6,10 @@
 //! product's column count (`2N` for GEGLU, whose output has `N` columns). The unfused sequence
 //! in [`MatmulBuilder::run_unfused`] defines the semantics and is what tests compare against.
 
+use crate::backend::{FusedArgs, Storage};
 use crate::desc::Activation;
 use crate::desc::MatmulKernel;
 use crate::layout::broadcast_shapes;
-use crate::storage::{FusedArgs, Storage};
 use crate::{DType, Error, Layout, Result, Tensor};
 
 /// A matrix product with a fused epilogue; see the module docs. Made by [`Tensor::matmul_fused`].

@@ -12,7 +12,6 @@
 //! follows the same rules with an index tensor of the source's rank (the output's shape).
 
 use crate::layout::{resolve_dim, Layout};
-use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
 impl Tensor {
@@ -102,22 +101,10 @@ impl Tensor {
                 got: format!("{} indices of shape {:?}", index.dtype(), index.shape()),
             });
         }
+        self.same_device(index, op)?;
         self.check_indices(op, d, index)?;
         let (l, il) = (self.layout(), index.layout());
-        let s = match (self.storage(), index.storage()) {
-            (Storage::Cpu(s), Storage::Cpu(i)) => {
-                crate::cpu::ensure_host_memory(op, il.numel(), self.dtype())?;
-                Storage::Cpu(s.gather(l, d, (i, il))?)
-            }
-            (Storage::Xpu(s), Storage::Xpu(i)) => Storage::Xpu(s.gather(l, d, (i, il))?),
-            _ => {
-                return Err(Error::DeviceMismatch {
-                    op,
-                    lhs: self.device(),
-                    rhs: index.device(),
-                })
-            }
-        };
+        let s = self.storage().gather(l, d, (index.storage(), il))?;
         Ok(Tensor::from_storage(s, Layout::contiguous(index.shape())))
     }
 

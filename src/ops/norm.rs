@@ -10,43 +10,9 @@
 //! input whose [`Tensor::memory_format`] is `ChannelsLast`, contiguous otherwise); on both
 //! devices channels-last data is normalised in place of its NHWC order (no transpose).
 
-use crate::cpu::CpuStorage;
-use crate::gpu::XpuStorage;
+use crate::desc::NormSpec;
 use crate::layout::Layout;
-use crate::storage::{NormSpec, Storage};
-use crate::{Device, Error, MemoryFormat, Result, Tensor};
-
-/// An optional norm parameter as Cpu storage.
-type CpuParam<'a> = Option<(&'a CpuStorage, &'a Layout)>;
-
-/// A parameter's Cpu storage (a device error otherwise, which `check` has already ruled out).
-fn cpu_param<'a>(op: &'static str, p: Option<(&'a Storage, &'a Layout)>) -> Result<CpuParam<'a>> {
-    match p {
-        None => Ok(None),
-        Some((Storage::Cpu(s), l)) => Ok(Some((s, l))),
-        Some((Storage::Xpu(_), _)) => Err(Error::DeviceMismatch {
-            op,
-            lhs: Device::Cpu,
-            rhs: Device::Xpu,
-        }),
-    }
-}
-
-/// A parameter's Xpu storage (a device error otherwise, which `check` has already ruled out).
-fn xpu_param<'a>(
-    op: &'static str,
-    p: Option<(&'a Storage, &'a Layout)>,
-) -> Result<Option<(&'a XpuStorage, &'a Layout)>> {
-    match p {
-        None => Ok(None),
-        Some((Storage::Xpu(s), l)) => Ok(Some((s, l))),
-        Some((Storage::Cpu(_), _)) => Err(Error::DeviceMismatch {
-            op,
-            lhs: Device::Xpu,
-            rhs: Device::Cpu,
-        }),
-    }
-}
+use crate::{Error, MemoryFormat, Result, Tensor};
 
 /// Checks the input dtype, `eps` and an optional `[channels]` parameter.
 fn check(
@@ -202,16 +168,9 @@ impl Tensor {
             eps: eps as f32,
             silu,
         };
-        let out = match x.storage() {
-            Storage::Xpu(xs) => {
-                let (w, b) = (xpu_param(op, weight)?, xpu_param(op, bias)?);
-                Storage::Xpu(xs.norm(op, x.layout(), w, b, &spec, true)?)
-            }
-            Storage::Cpu(xs) => {
-                let (w, b) = (cpu_param(op, weight)?, cpu_param(op, bias)?);
-                Storage::Cpu(xs.group_norm_channels_last(op, x.layout(), w, b, &spec)?)
-            }
-        };
+        let out = x
+            .storage()
+            .group_norm_channels_last(op, x.layout(), weight, bias, &spec)?;
         Tensor::from_storage(out, Layout::contiguous(&[n, h, w_, c])).permute(&[0, 3, 1, 2])
     }
 }

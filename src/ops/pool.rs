@@ -14,10 +14,8 @@
 //! `kh·kw` (`count_include_pad`) or by the window's count of real elements, rounding once to
 //! the input's dtype. A channels-last input gives a channels-last output, as in PyTorch.
 
-use crate::cpu::pool2d::{pool2d, PoolGeom, PoolKind};
-use crate::cpu::CpuStorage;
+use crate::desc::pool::{PoolGeom, PoolKind};
 use crate::layout::Layout;
-use crate::storage::Storage;
 use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
 
 /// Window geometry of one pooling call.
@@ -113,21 +111,18 @@ impl Windows {
         } else {
             x.to_dtype(DType::F32)?.contiguous()?
         };
-        let (off, n) = (dense.layout().offset(), dense.numel());
-        let values = match dense.storage() {
-            Storage::Cpu(CpuStorage::F32(v)) => v.get(off..off + n),
-            _ => None,
-        }
-        .ok_or_else(|| Error::invalid("pool2d", "expected contiguous f32 data on the Cpu"))?;
         let geom = PoolGeom {
             kernel: self.kernel,
             stride: self.stride,
             padding: self.padding,
             out: self.out,
         };
-        let out = pool2d(values, (s[2], s[3]), geom, kind);
-        Tensor::from_vec(out, &[s[0], s[1], self.out.0, self.out.1], Device::Cpu)?
-            .to_dtype(x.dtype())
+        let out = dense.storage().pool2d_f32(dense.layout(), geom, kind)?;
+        Tensor::from_storage(
+            out,
+            Layout::contiguous(&[s[0], s[1], self.out.0, self.out.1]),
+        )
+        .to_dtype(x.dtype())
     }
 
     /// `x` padded on H and W with `value` (unchanged without padding).

@@ -5,7 +5,6 @@
 
 use crate::desc::kinds::{CmpOp, ReduceOp};
 use crate::layout::{resolve_dim, Layout};
-use crate::storage::Storage;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {
@@ -212,13 +211,7 @@ impl Tensor {
         let d = resolve_dim(op, dim, self.rank())?;
         self.float_only(op, " (cast integers with to_dtype first)")?;
         let x = self.to_dtype(DType::F32)?;
-        let s = match x.storage() {
-            Storage::Cpu(s) => {
-                crate::cpu::ensure_host_memory(op, x.numel(), DType::F32)?;
-                Storage::Cpu(s.cumsum_f32(x.layout(), d)?)
-            }
-            Storage::Xpu(s) => Storage::Xpu(s.cumsum_f32(x.layout(), d)?),
-        };
+        let s = x.storage().cumsum_f32(x.layout(), d)?;
         Tensor::from_storage(s, Layout::contiguous(self.shape())).to_dtype(self.dtype())
     }
 

@@ -122,7 +122,7 @@ impl Tensor {
         let out_numel = crate::layout::numel(&out_shape);
         crate::layout::alloc_bytes("interpolate_nearest", out_numel, self.dtype())?;
         if self.device() == crate::Device::Cpu {
-            crate::cpu::ensure_host_memory("interpolate_nearest", out_numel, self.dtype())?;
+            crate::backend::ensure_host_memory("interpolate_nearest", out_numel, self.dtype())?;
         }
         if self.memory_format() == MemoryFormat::ChannelsLast {
             return self.via_nhwc(|v| {
@@ -221,7 +221,7 @@ impl Tensor {
         // where one ulp of a frequency moves sin/cos by ~1e-4, so a different rounding order (or
         // a GPU's looser exp) would show as a 1e-4 difference from diffusers.
         // (An absurd `dim` is an error here, before the table is allocated.)
-        crate::cpu::ensure_host_memory("timestep_embedding", half, DType::F32)?;
+        crate::backend::ensure_host_memory("timestep_embedding", half, DType::F32)?;
         let (scale, denom) = (-(10000f64.ln()) as f32, denom as f32);
         let table: Vec<f32> = (0..half)
             .map(|k| ((scale * k as f32) / denom).exp())

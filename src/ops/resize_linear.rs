@@ -77,7 +77,7 @@ impl Tensor {
         let out_numel = crate::layout::numel(&out_shape);
         crate::layout::alloc_bytes(op, out_numel, DType::F32)?;
         if self.device() == Device::Cpu {
-            crate::cpu::ensure_host_memory(op, out_numel, DType::F32)?;
+            crate::backend::ensure_host_memory(op, out_numel, DType::F32)?;
         }
         let mut x = self.to_dtype(DType::F32)?;
         // Width first, then height (PyTorch's order of the weighted sums).

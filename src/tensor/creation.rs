@@ -4,24 +4,23 @@
 //! GPU instead), so a seeded tensor holds the same values on every device.
 
 use super::{random, Tensor};
-use crate::cpu::{ensure_host_memory, CpuStorage};
-use crate::gpu::XpuStorage;
+use crate::backend::{affine_in_place_f32, ensure_host_memory, Storage};
 use crate::layout::{numel, Layout};
-use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, WithDType};
 
-fn place(cpu: CpuStorage, shape: &[usize], device: Device) -> Result<Tensor> {
-    let storage = match device {
-        Device::Cpu => Storage::Cpu(cpu),
-        Device::Xpu => Storage::Xpu(XpuStorage::upload(&crate::gpu::ctx()?, &cpu)?),
-    };
-    Ok(Tensor::from_storage(storage, Layout::contiguous(shape)))
+fn place<T: WithDType>(data: Vec<T>, shape: &[usize], device: Device) -> Result<Tensor> {
+    Ok(Tensor::from_storage(
+        Storage::from_vec(data, device)?,
+        Layout::contiguous(shape),
+    ))
 }
 
-/// The generated f32 values in `dtype`: moved as they are for f32 (no copy: SD 1.5's random
-/// weights are 3.4 GB), converted once otherwise.
-fn f32_as(values: Vec<f32>, dtype: DType) -> CpuStorage {
-    CpuStorage::from_vec(values).into_dtype(dtype)
+/// Generated f32 values in `dtype` on `device` (see [`Storage::from_f32_as`]).
+fn place_f32_as(values: Vec<f32>, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    Ok(Tensor::from_storage(
+        Storage::from_f32_as(values, dtype, device)?,
+        Layout::contiguous(shape),
+    ))
 }
 
 impl Tensor {
@@ -34,7 +33,7 @@ impl Tensor {
                 got: format!("{} elements", data.len()),
             });
         }
-        place(CpuStorage::from_vec(data), shape, device)
+        place(data, shape, device)
     }
 
     /// A tensor copied from a slice.
@@ -45,10 +44,7 @@ impl Tensor {
     /// All zeros.
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel(shape);
-        let storage = match device {
-            Device::Cpu => Storage::Cpu(CpuStorage::try_zeros("zeros", dtype, n)?),
-            Device::Xpu => Storage::Xpu(XpuStorage::zeros(&crate::gpu::ctx()?, dtype, n)?),
-        };
+        let storage = Storage::zeros("zeros", dtype, n, device)?;
         Ok(Tensor::from_storage(storage, Layout::contiguous(shape)))
     }
 
@@ -61,14 +57,13 @@ impl Tensor {
     pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel(shape);
         ensure_host_memory("full", n, dtype)?;
-        let cpu = match dtype {
-            DType::F32 => CpuStorage::from_vec(vec![value as f32; n]),
-            DType::F16 => CpuStorage::from_vec(vec![half::f16::from_f64(value); n]),
-            DType::BF16 => CpuStorage::from_vec(vec![half::bf16::from_f64(value); n]),
-            DType::I32 => CpuStorage::from_vec(vec![<i32 as WithDType>::from_f64(value); n]),
-            DType::U8 => CpuStorage::from_vec(vec![<u8 as WithDType>::from_f64(value); n]),
-        };
-        place(cpu, shape, device)
+        match dtype {
+            DType::F32 => place(vec![value as f32; n], shape, device),
+            DType::F16 => place(vec![half::f16::from_f64(value); n], shape, device),
+            DType::BF16 => place(vec![half::bf16::from_f64(value); n], shape, device),
+            DType::I32 => place(vec![<i32 as WithDType>::from_f64(value); n], shape, device),
+            DType::U8 => place(vec![<u8 as WithDType>::from_f64(value); n], shape, device),
+        }
     }
 
     /// `start, start + step, ...` below `end` (above it for a negative step), as a 1-D tensor.
@@ -83,48 +78,28 @@ impl Tensor {
         // Each value passes through an f64 (two f32s' bytes).
         ensure_host_memory("arange", n.saturating_mul(2), DType::F32)?;
         let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        let cpu = match dtype {
-            DType::F32 => CpuStorage::from_vec(values.iter().map(|&v| v as f32).collect()),
-            DType::F16 => {
-                CpuStorage::from_vec(values.iter().map(|&v| half::f16::from_f64(v)).collect())
-            }
-            DType::BF16 => {
-                CpuStorage::from_vec(values.iter().map(|&v| half::bf16::from_f64(v)).collect())
-            }
-            DType::I32 => CpuStorage::from_vec(
-                values
-                    .iter()
-                    .map(|&v| <i32 as WithDType>::from_f64(v))
-                    .collect(),
-            ),
-            DType::U8 => CpuStorage::from_vec(
-                values
-                    .iter()
-                    .map(|&v| <u8 as WithDType>::from_f64(v))
-                    .collect(),
-            ),
-        };
-        place(cpu, &[n], device)
+        fn cast<T: WithDType>(values: &[f64]) -> Vec<T> {
+            values.iter().map(|&v| T::from_f64(v)).collect()
+        }
+        match dtype {
+            DType::F32 => place(cast::<f32>(&values), &[n], device),
+            DType::F16 => place(cast::<half::f16>(&values), &[n], device),
+            DType::BF16 => place(cast::<half::bf16>(&values), &[n], device),
+            DType::I32 => place(cast::<i32>(&values), &[n], device),
+            DType::U8 => place(cast::<u8>(&values), &[n], device),
+        }
     }
 
     /// Standard normal values from `seed`: the same on every device.
     pub fn randn(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
         ensure_host_memory("randn", numel(shape), DType::F32)?;
-        place(
-            f32_as(random::normal(seed, numel(shape)), dtype),
-            shape,
-            device,
-        )
+        place_f32_as(random::normal(seed, numel(shape)), shape, dtype, device)
     }
 
     /// Uniform values in [0, 1) from `seed`: the same on every device.
     pub fn rand(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
         ensure_host_memory("rand", numel(shape), DType::F32)?;
-        place(
-            f32_as(random::uniform(seed, numel(shape)), dtype),
-            shape,
-            device,
-        )
+        place_f32_as(random::uniform(seed, numel(shape)), shape, dtype, device)
     }
 
     /// `Tensor::rand(shape, F32, Cpu, seed).affine(mul, add)`, the same values, computed in
@@ -136,27 +111,10 @@ impl Tensor {
         mul: f64,
         add: f64,
     ) -> Result<Tensor> {
-        use rayon::prelude::*;
-        const CHUNK: usize = 4096;
         ensure_host_memory("rand", numel(shape), DType::F32)?;
         let mut v = random::uniform(seed, numel(shape));
-        let op = crate::desc::kinds::UnaryOp::Affine {
-            mul: mul as f32,
-            add: add as f32,
-        };
-        let k = crate::cpu::simd::Kernels::current();
-        v.par_chunks_mut(CHUNK).for_each(|chunk| {
-            // The elementwise kernel `affine` runs, on a copy of the chunk (it reads and writes
-            // distinct slices).
-            let mut src = [0f32; CHUNK];
-            let src = &mut src[..chunk.len()];
-            src.copy_from_slice(chunk);
-            k.unary_f32(op, src, chunk);
-        });
-        Ok(Tensor::from_storage(
-            Storage::Cpu(CpuStorage::from_vec(v)),
-            Layout::contiguous(shape),
-        ))
+        affine_in_place_f32(&mut v, mul as f32, add as f32);
+        place(v, shape, Device::Cpu)
     }
 
     /// Zeros with this tensor's shape, dtype and device.

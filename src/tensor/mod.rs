@@ -19,8 +19,8 @@ pub(crate) use format::{channels_last_layout, NCHW_FROM_NHWC, NHWC};
 
 use std::sync::Arc;
 
+use crate::backend::Storage;
 use crate::layout::Layout;
-use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, WithDType};
 
 struct Inner {
@@ -211,12 +211,7 @@ impl Tensor {
                 got: T::DTYPE,
             });
         }
-        match self.storage() {
-            Storage::Cpu(s) => s.to_vec::<T>(self.layout()),
-            Storage::Xpu(s) => s
-                .download(self.layout())?
-                .to_vec::<T>(&Layout::contiguous(self.shape())),
-        }
+        self.storage().to_vec::<T>(self.layout())
     }
 
     /// The single element of a one-element tensor.

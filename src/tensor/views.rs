@@ -2,8 +2,8 @@
 //! new layout over the same storage and copy nothing.
 
 use super::Tensor;
+use crate::backend::Storage;
 use crate::layout::{numel, resolve_dim, Layout};
-use crate::storage::Storage;
 use crate::{Error, Result};
 
 impl Tensor {

@@ -5,12 +5,12 @@
 //! rows; everything that is not already in that form is converted here exactly once.
 
 use super::{conv2d_nhwc, nchw_to_nhwc, nhwc_to_nchw, ConvEpilogue, PackedConv};
+use crate::backend::Storage;
 use crate::cpu::gemm::{bf16_method, gemm_path, Bf16Method};
 use crate::cpu::prepack::residual_of;
 use crate::cpu::CpuStorage;
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
-use crate::storage::Storage;
 use crate::{Conv2dParams, DType, Device, Error, Layout, MemoryFormat, Result, Tensor};
 
 /// `act(conv(x, w) + bias) + residual` on the Cpu engine for a validated convolution `g`

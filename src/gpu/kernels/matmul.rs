@@ -15,12 +15,12 @@
 use super::dispatch;
 use super::matmul_select::{choose, subgroup_gemv, Engine};
 use super::params::{u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1};
+use crate::backend::{FusedArgs, Storage};
 use crate::desc::Activation;
 use crate::desc::{MatmulKernel, TileConfig};
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::storage::{FusedArgs, Storage};
 use crate::{DType, Device, Error, Result};
 
 mod split;

@@ -13,10 +13,10 @@
 
 use super::params::{grid, u32_arg, Params, EXTRA};
 use super::{key, launch};
+use crate::backend::NormSpec;
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::storage::NormSpec;
 use crate::{DType, Device, Error, Result};
 
 /// `VARIANT` bits of `norm.wgsl`.

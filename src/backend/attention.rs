@@ -1,0 +1,67 @@
+//! Attention dispatch: the fused scaled dot-product attention on either device.
+
+use super::*;
+
+/// The largest value head dim the fused attention kernels of `device` take (`None`: any);
+/// larger calls run the materialised path.
+pub(crate) fn attention_max_value_dim(device: Device) -> Option<usize> {
+    match device {
+        Device::Cpu => None,
+        Device::Xpu => Some(crate::gpu::kernels::attention::MAX_DV),
+    }
+}
+
+impl Storage {
+    /// Fused scaled dot-product attention of `self = q` with `k`, `v` and an optional mask
+    /// whose layout is broadcast to the scores `[..., Lq, Lk]` (see `ops::attention`), its
+    /// output laid out by `out` (a dense layout of the output's shape at offset 0).
+    pub(crate) fn attention(
+        &self,
+        q: &Layout,
+        k: (&Storage, &Layout),
+        v: (&Storage, &Layout),
+        mask: Option<(&Storage, &Layout)>,
+        shape: &crate::desc::AttnShape,
+        out: &Layout,
+    ) -> Result<Storage> {
+        let op = "scaled_dot_product_attention";
+        match (self, k.0, v.0, mask) {
+            (Storage::Cpu(qs), Storage::Cpu(ks), Storage::Cpu(vs), m) => {
+                let m = match m {
+                    None => None,
+                    Some((Storage::Cpu(ms), ml)) => Some((ms, ml)),
+                    Some((other, _)) => return Err(mismatch(op, self, other)),
+                };
+                host_output(op, q.numel(), qs.dtype())?;
+                Ok(Storage::Cpu(qs.attention(
+                    q,
+                    (ks, k.1),
+                    (vs, v.1),
+                    m,
+                    shape,
+                    out,
+                )?))
+            }
+            (Storage::Xpu(qs), Storage::Xpu(ks), Storage::Xpu(vs), m) => {
+                let m = match m {
+                    None => None,
+                    Some((Storage::Xpu(ms), ml)) => Some((ms, ml)),
+                    Some((other, _)) => return Err(mismatch(op, self, other)),
+                };
+                Ok(Storage::Xpu(qs.attention(
+                    q,
+                    (ks, k.1),
+                    (vs, v.1),
+                    m,
+                    shape,
+                    out,
+                )?))
+            }
+            (_, ks, vs, _) => Err(mismatch(
+                op,
+                self,
+                if ks.device() != self.device() { ks } else { vs },
+            )),
+        }
+    }
+}
