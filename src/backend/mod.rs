@@ -5,6 +5,7 @@
 //! the mixed arms below are unreachable in practice and still return an error, never panic).
 
 mod attention;
+pub(crate) mod conv;
 pub(crate) use attention::attention_max_value_dim;
 mod host;
 mod index;

@@ -16,11 +16,12 @@
 
 use std::sync::Arc;
 
-use crate::cpu::conv::{f32_vec, pack_weight, PackedConv};
+use crate::backend::conv::PackedConv;
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
 use crate::nn::held::HeldWeight;
 use crate::nn::restore::{Regenerate, WeightRestore};
+use crate::ops::conv::{layer_weight_format, prepare_layer_weight};
 use crate::{Conv2dParams, DType, Device, Error, MemoryFormat, Result, Tensor};
 
 /// Cpu only: the prepacked weight and the bias widened to f32, both made once.
@@ -123,25 +124,12 @@ impl Conv2d {
             weight.shape(),
             params,
         )?;
-        let packed = match weight.device() {
-            Device::Cpu => Some(Arc::new((
-                pack_weight(&weight, params, crate::cpu::conv::WinogradUse::Layer)?,
-                bias.as_ref().map(f32_vec).transpose()?,
-            ))),
-            Device::Xpu => None,
-        };
-        // The Xpu's tensor-core convolutions read the weight as [O][kh][kw][C]: store it so
-        // once, instead of a repacking copy per call.
-        let weight = if weight.device() == Device::Xpu
-            && weight.dtype() == DType::F16
-            && g == 1
-            && cg % 2 == 0
-            && o % 2 == 0
-            && crate::gpu::conv_coop_active()
-        {
-            weight.to_memory_format(MemoryFormat::ChannelsLast)?
-        } else {
-            weight
+        let packed = prepare_layer_weight(&weight, bias.as_ref(), params)?.map(Arc::new);
+        // Tensor-core convolutions read the weight as [O][kh][kw][C]: store it so once,
+        // instead of a repacking copy per call.
+        let weight = match layer_weight_format(&weight, g) {
+            Some(fmt) => weight.to_memory_format(fmt)?,
+            None => weight,
         };
         let packs_only = owned
             && packed.is_some()

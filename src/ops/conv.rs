@@ -25,11 +25,11 @@
 //! Semantics are defined by [`Conv2dBuilder::run_unfused`] (separate ops, f32 until one final
 //! rounding), which the tests compare the fused engines against.
 
-use crate::backend::Storage;
-use crate::cpu::conv::{conv2d_cpu, f32_vec, pack_weight, PackedConv};
+use crate::backend::conv::{ConvPacking, PackedConv};
 use crate::desc::Activation;
 pub use crate::desc::Conv2dParams;
 use crate::desc::ConvGeom;
+use crate::ops::conv_cpu::{conv2d_cpu, f32_vec, pack_weight};
 use crate::{DType, Error, Layout, MemoryFormat, Result, Tensor};
 
 /// A convolution with a fused epilogue, `act(conv2d(x, w) + bias) + residual`; made by
@@ -166,17 +166,10 @@ impl<'a> Conv2dBuilder<'a> {
             };
             return crate::ops::conv_xpu::conv2d_xpu(self.x, self.weight, g.p, &args);
         }
-        if let Storage::Cpu(_) = self.x.storage() {
+        if self.x.device() == crate::Device::Cpu {
             let out_numel = crate::layout::numel(&g.out_shape());
             crate::backend::ensure_host_memory("conv2d", out_numel, crate::DType::F32)?;
-            let winograd = if crate::cpu::conv::winograd_per_call_layer_tile(g.m(), g.c, g.o) {
-                crate::cpu::conv::WinogradUse::Layer
-            } else if g.m() >= crate::cpu::conv::winograd_per_call_min_pixels(self.weight.dtype()) {
-                crate::cpu::conv::WinogradUse::PerCall
-            } else {
-                crate::cpu::conv::WinogradUse::Off
-            };
-            let packed = pack_weight(self.weight, g.p, winograd)?;
+            let packed = pack_weight(self.weight, g.p, ConvPacking::PerCall, Some(&g))?;
             let bias = self.bias.map(f32_vec).transpose()?;
             return conv2d_cpu(self.x, &packed, bias.as_deref(), self.epilogue(), &g, fmt);
         }
@@ -321,4 +314,41 @@ fn im2col(
     }
     let refs: Vec<&Tensor> = outs.iter().collect();
     Tensor::cat(&refs, 1)
+}
+
+/// The form a convolution layer keeps its weight in for `weight`'s device: on the Cpu the
+/// weight packed once into the engine's panels (Winograd points where they win) and the bias
+/// widened to f32; on the Xpu nothing (the kernels read the weight tensor).
+pub(crate) fn prepare_layer_weight(
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    params: Conv2dParams,
+) -> Result<Option<(PackedConv, Option<Vec<f32>>)>> {
+    if weight.device() != crate::Device::Cpu {
+        return Ok(None);
+    }
+    Ok(Some((
+        pack_weight(weight, params, ConvPacking::Layer, None)?,
+        bias.map(f32_vec).transpose()?,
+    )))
+}
+
+/// The memory format a convolution layer should store `weight` in: channels-last (the
+/// `[O][kh][kw][C]` order) for f16 weights on a device whose tensor-core convolutions read it
+/// so (even channel counts, one group), so no call repacks it; `None`: keep it as given.
+pub(crate) fn layer_weight_format(weight: &Tensor, groups: usize) -> Option<MemoryFormat> {
+    let s = weight.shape();
+    let tensor_cores = weight.dtype() == DType::F16
+        && groups == 1
+        && s.len() == 4
+        && s[1] % 2 == 0
+        && s[0] % 2 == 0
+        && crate::backend::conv::tensor_core_convolutions(weight.device());
+    tensor_cores.then_some(MemoryFormat::ChannelsLast)
+}
+
+/// Whether f16 activations are best kept channels-last on `device` (its tensor-core
+/// convolutions gather channels-last inputs).
+pub(crate) fn prefers_channels_last_f16(device: crate::Device) -> bool {
+    crate::backend::conv::tensor_core_convolutions(device)
 }

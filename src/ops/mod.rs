@@ -6,6 +6,7 @@ pub use crate::desc::kinds;
 pub(crate) mod attention;
 mod attention_gqa;
 pub mod conv;
+mod conv_cpu;
 pub mod conv_transpose;
 #[doc(hidden)]
 mod conv_winograd_xpu;

@@ -22,7 +22,6 @@
 //!   against its storage once, before any unchecked read.
 //! - Accumulation is f32; 16-bit outputs are rounded once at the end.
 
-mod tensor;
 #[cfg(test)]
 mod tests;
 mod transpose;
@@ -35,14 +34,15 @@ mod winograd_out;
 mod winograd_pack;
 #[cfg(test)]
 mod winograd_tests;
+mod winograd_use;
 
-pub use tensor::set_winograd_override;
-pub(crate) use tensor::{conv2d_cpu, f32_vec, pack_weight, WinogradUse};
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 pub(crate) use winograd::{
     per_call_layer_tile as winograd_per_call_layer_tile,
     per_call_min_pixels as winograd_per_call_min_pixels, suits as winograd_suits,
 };
+pub use winograd_use::set_winograd_override;
+pub(crate) use winograd_use::{winograd_enabled, WinogradUse};
 
 use super::gemm::{
     self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB, Residual, RowSource,

@@ -164,7 +164,10 @@ impl UNet2DConditionModel {
                 let forced = crate::config::with(|c| c.gpu.unet_channels_last);
                 let channels_last = match forced {
                     Some(on) => on,
-                    None => self.dtype == DType::F16 && crate::gpu::conv_coop_active(),
+                    None => {
+                        self.dtype == DType::F16
+                            && crate::ops::conv::prefers_channels_last_f16(self.device)
+                    }
                 };
                 if channels_last {
                     MemoryFormat::ChannelsLast

@@ -1,0 +1,119 @@
+//! The Tensor side of the Cpu convolution engine: format conversions around the backend's NHWC
+//! implicit GEMM (`backend::conv`), weight packing from a tensor, and the residual as output
+//! rows.
+//!
+//! Invariants: the engine always sees an input with channel stride 1 and writes dense NHWC
+//! rows; everything that is not already in that form is converted here exactly once.
+
+use crate::backend::conv::{
+    conv2d_nhwc, nchw_to_nhwc, nhwc_to_nchw, pack_conv_weight, ConvPacking, PackedConv,
+    ResidualRows,
+};
+use crate::desc::{Activation, ConvGeom};
+use crate::{Conv2dParams, DType, Layout, MemoryFormat, Result, Tensor};
+
+/// `act(conv(x, w) + bias) + residual` on the Cpu engine for a validated convolution `g`
+/// (`epilogue` = activation and residual), with `packed` weights and the bias in f32; the
+/// output is `[N, O, Ho, Wo]` in `fmt`. NCHW inputs are converted to NHWC once, an NCHW output
+/// is converted back once (both with tiled transposes); channels-last costs neither.
+pub(crate) fn conv2d_cpu(
+    x_in: &Tensor,
+    packed: &PackedConv,
+    bias: Option<&[f32]>,
+    (activation, residual_in): (Activation, Option<&Tensor>),
+    g: &ConvGeom,
+    fmt: MemoryFormat,
+) -> Result<Tensor> {
+    // The input with channel stride 1: as is, or converted once.
+    let x = if x_in.strides()[1] == 1 || g.c == 1 {
+        x_in.clone()
+    } else {
+        match nchw_to_nhwc(x_in.storage(), x_in.layout()) {
+            Some(t) => Tensor::from_storage(t, nhwc_layout([g.n, g.h, g.w, g.c])),
+            None => x_in.to_memory_format(MemoryFormat::ChannelsLast)?,
+        }
+    };
+    let res = residual_in.map(|r| residual_rows(r, g)).transpose()?;
+    let residual = res.as_ref().map(|(t, rows)| (t.storage(), *rows));
+    let out = conv2d_nhwc(
+        (x.storage(), x.layout()),
+        packed,
+        g,
+        bias,
+        activation,
+        residual,
+        x_in.dtype(),
+    )?;
+    let dims = [g.n, g.ho, g.wo, g.o];
+    Ok(match fmt {
+        MemoryFormat::ChannelsLast => Tensor::from_storage(out, nhwc_layout(dims)),
+        MemoryFormat::Contiguous => match nhwc_to_nchw(&out, dims) {
+            Some(s) => Tensor::from_storage(s, Layout::contiguous(&g.out_shape())),
+            None => Tensor::from_storage(out, nhwc_layout(dims)).contiguous()?,
+        },
+    })
+}
+
+/// The `[N, C, H, W]` layout of dense NHWC data `[n, h, w, c]`.
+fn nhwc_layout([n, h, w, c]: [usize; 4]) -> Layout {
+    Layout::from_parts(vec![n, c, h, w], vec![h * w * c, 1, w * c, c], 0)
+}
+
+/// A tensor's values as an f32 vector.
+pub(crate) fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?.to_vec::<f32>()
+}
+
+/// Packs a Cpu weight `[O, C/G, kh, kw]` (any layout and float dtype) for `params` (see
+/// `backend::conv::pack_conv_weight`); `call` is the geometry of the one call weights packed
+/// per call serve.
+pub(crate) fn pack_weight(
+    w: &Tensor,
+    params: Conv2dParams,
+    packing: ConvPacking,
+    call: Option<&ConvGeom>,
+) -> Result<PackedConv> {
+    let dense = w.contiguous()?;
+    pack_conv_weight((dense.storage(), dense.layout()), params, packing, call)
+}
+
+/// The residual as `[N·Ho·Wo, O]` rows in its own dtype (the store reads f32, bf16 and f16 in
+/// place): the tensor holding them and `(offset, row stride, column stride, image stride)`. A
+/// view when the residual has channel stride 1 (or one channel) and its pixels at one stride,
+/// either across the whole batch (image stride `None`) or within each image (image stride
+/// `Some`, e.g. a `[N, O, 1, 1]` broadcast with row stride 0); otherwise one conversion to dense
+/// NHWC.
+fn residual_rows(r: &Tensor, g: &ConvGeom) -> Result<(Tensor, ResidualRows)> {
+    let rb = r.broadcast_to(&g.out_shape())?;
+    let (sh, st) = (rb.shape().to_vec(), rb.strides().to_vec());
+    // Dims that are not size 1 among `dims`, outermost first, and whether they merge into one.
+    let merge = |dims: &[usize]| -> (bool, usize) {
+        let px: Vec<(usize, usize)> = dims
+            .iter()
+            .filter(|&&d| sh[d] > 1)
+            .map(|&d| (sh[d], st[d]))
+            .collect();
+        let merged = px.windows(2).all(|p| p[0].1 == p[1].0 * p[1].1);
+        (merged, px.last().map_or(0, |p| p.1))
+    };
+    if st[1] == 1 || g.o == 1 {
+        let off = rb.layout().offset();
+        if let (true, row_stride) = merge(&[0, 2, 3]) {
+            return Ok((rb, (off, row_stride, st[1], None)));
+        }
+        if let (true, row_stride) = merge(&[2, 3]) {
+            return Ok((rb, (off, row_stride, st[1], Some(st[0]))));
+        }
+    }
+    let dense = if rb.dtype() == DType::F32 && rb.is_contiguous() {
+        nchw_to_nhwc(rb.storage(), rb.layout())
+            .map(|t| Tensor::from_storage(t, nhwc_layout([g.n, g.ho, g.wo, g.o])))
+    } else {
+        None
+    };
+    let dense = match dense {
+        Some(t) => t,
+        None => rb.to_memory_format(MemoryFormat::ChannelsLast)?,
+    };
+    Ok((dense, (0, g.o, 1, None)))
+}
