@@ -167,7 +167,7 @@ fn other_layers_do_not_use_winograd() {
     assert!(on_xpu_or_cpu.uses_winograd() || std::env::var("XPU_CPU_WINOGRAD").is_ok());
 }
 
-/// `set_winograd_override` decides for layers built while it is set; both paths agree.
+/// The Winograd setting (`config::CpuConfig::winograd`) decides for layers built while it is set; both paths agree.
 #[test]
 fn override_switches_the_path_of_new_layers() {
     let _turn = layers_lock();
@@ -175,12 +175,13 @@ fn override_switches_the_path_of_new_layers() {
     let x = x.unwrap();
     let w = randn(&[24, 16, 3, 3], DType::F32, 6);
     let build = |on| {
-        xpu::cpu::set_winograd_override(on);
-        let l = Conv2d::new(w.clone(), None, pad(1, 1));
-        xpu::cpu::set_winograd_override(None);
-        l.unwrap()
+        xpu::config::scoped(
+            |c| c.cpu.winograd = on,
+            || Conv2d::new(w.clone(), None, pad(1, 1)),
+        )
+        .unwrap()
     };
-    let (off, on) = (build(Some(false)), build(Some(true)));
+    let (off, on) = (build(false), build(true));
     assert!(!off.uses_winograd() && on.uses_winograd());
     let (a, b) = (off.forward(&x).unwrap(), on.forward(&x).unwrap());
     assert_close("override", &values(&b), &values(&a), 1e-4, 1e-4);
@@ -198,12 +199,13 @@ fn wide_f32_winograd_layer_matches_the_implicit_gemm() {
         .affine(0.05, 0.0)
         .unwrap();
     let build = |on| {
-        xpu::cpu::set_winograd_override(on);
-        let l = Conv2d::new(w.clone(), None, pad(1, 1));
-        xpu::cpu::set_winograd_override(None);
-        l.unwrap()
+        xpu::config::scoped(
+            |c| c.cpu.winograd = on,
+            || Conv2d::new(w.clone(), None, pad(1, 1)),
+        )
+        .unwrap()
     };
-    let (gemm, wino) = (build(Some(false)), build(Some(true)));
+    let (gemm, wino) = (build(false), build(true));
     assert!(!gemm.uses_winograd() && wino.uses_winograd());
     let (want, got) = (gemm.forward(&x).unwrap(), wino.forward(&x).unwrap());
     let t = tol(DType::F32, 320);

@@ -323,10 +323,10 @@ impl Case {
                 // Half the draws put every eligible Xpu convolution (3×3, stride 1) on
                 // Winograd F(2,3), which the automatic choice keeps for wide layers.
                 let winograd = self.bit(11);
-                xpu::ops::conv_xpu::set_winograd_auto(winograd.then_some(true));
-                let y = op.run();
-                xpu::ops::conv_xpu::set_winograd_auto(None);
-                y
+                xpu::config::scoped(
+                    |c| c.gpu.conv_winograd = winograd.then_some(true),
+                    || op.run(),
+                )
             }
             2 => {
                 let heads = 1 + (self.flags % 3) as usize;

@@ -40,17 +40,13 @@ fn models_match_diffusers_with_xpu_winograd_everywhere() {
     if !xpu() {
         return;
     }
-    /// Puts the automatic choice back even when a check panics.
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            xpu::ops::conv_xpu::set_winograd_auto(None);
-        }
-    }
-    let _reset = Reset;
-    xpu::ops::conv_xpu::set_winograd_auto(Some(true));
-    check_model("sd1", Device::Xpu, DType::F32);
-    check_model("sd2", Device::Xpu, DType::F16);
+    xpu::config::scoped(
+        |c| c.gpu.conv_winograd = Some(true),
+        || {
+            check_model("sd1", Device::Xpu, DType::F32);
+            check_model("sd2", Device::Xpu, DType::F16);
+        },
+    );
 }
 
 #[test]

@@ -259,10 +259,10 @@ pub(super) fn conv(
         let res =
             Tensor::randn(&[2, c, hw, hw], dtype, device, 4)?.to_memory_format(ChannelsLast)?;
         let layer = xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p)?;
-        xpu::cpu::set_winograd_override(Some(false));
-        let implicit = xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p);
-        xpu::cpu::set_winograd_override(None);
-        let implicit = implicit?;
+        let implicit = xpu::config::scoped(
+            |c| c.cpu.winograd = false,
+            || xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p),
+        )?;
         let silu = xpu::Activation::Silu;
         let variants: [(&str, Op); 5] = [
             ("nchw", Box::new(|| x.conv2d(&w, Some(&b), p))),
@@ -276,10 +276,10 @@ pub(super) fn conv(
                 "layer_cl_implicit",
                 Box::new(|| {
                     // Xpu: Winograd is chosen per call; turn the automatic choice off for it.
-                    xpu::ops::conv_xpu::set_winograd_auto(Some(false));
-                    let y = implicit.forward(&xcl);
-                    xpu::ops::conv_xpu::set_winograd_auto(None);
-                    y
+                    xpu::config::scoped(
+                        |c| c.gpu.conv_winograd = Some(false),
+                        || implicit.forward(&xcl),
+                    )
                 }),
             ),
         ];

@@ -6,6 +6,8 @@
 
 mod attention;
 pub(crate) mod conv;
+pub(crate) mod conv_gpu;
+mod conv_gpu_winograd;
 pub(crate) use attention::attention_max_value_dim;
 mod host;
 mod index;

@@ -37,7 +37,6 @@ mod strided;
 mod tests;
 pub(crate) mod transpose;
 
-pub use conv::set_winograd_override;
 pub use matmul::matmul_f32_strided;
 pub use simd::{set_simd_override, simd_level, with_simd_level, SimdLevel};
 pub(crate) use storage::ensure_host_memory;

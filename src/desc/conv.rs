@@ -144,3 +144,26 @@ impl ConvGeom {
         self.n * self.ho * self.wo
     }
 }
+
+/// Tile config of the Xpu implicit-GEMM convolution. Every config computes every shape; the
+/// choice only changes speed (`Auto` picks by shape).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvTile {
+    /// Chosen from the problem's shape.
+    #[default]
+    Auto,
+    /// 128 pixels × 128 output channels per workgroup (8×8 registers per invocation).
+    Large,
+    /// 64 × 64 per workgroup (4×4 registers per invocation).
+    Medium,
+    /// 128 pixels × 16 output channels per workgroup, for few output channels.
+    Narrow,
+    /// `Large` with its workgroup tiles held as vec4 (one load per 4 rows or channels).
+    LargeVec4,
+    /// `Medium` with vec4 workgroup tiles.
+    MediumVec4,
+    /// Winograd F(2×2, 3×3): transforms plus 16 batched point products on the matrix engine
+    /// (3×3, stride 1, dilation 1, one group only; anything else is an error). `Auto` takes it
+    /// for wide channels (see `backend::conv_gpu_winograd`).
+    Winograd,
+}

@@ -14,7 +14,7 @@ pub mod pool;
 
 pub use activation::Activation;
 pub(crate) use attention::AttnShape;
-pub use conv::Conv2dParams;
 pub(crate) use conv::ConvGeom;
+pub use conv::{Conv2dParams, ConvTile};
 pub use matmul::{MatmulKernel, TileConfig};
 pub(crate) use norm::NormSpec;

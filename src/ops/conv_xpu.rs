@@ -11,35 +11,12 @@
 //! channels-last output for a channels-last input). Every check happens here, before any GPU
 //! work is recorded.
 
-use crate::backend::Storage;
+use crate::backend::conv_gpu::{conv2d_gpu, GpuConv};
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
-use crate::gpu::kernels::conv::{conv2d, ConvLaunch, Operand};
-use crate::ops::conv_winograd_xpu as winograd;
-use crate::{Conv2dParams, Device, Error, Layout, Result, Tensor};
+use crate::{Conv2dParams, Error, Layout, Result, Tensor};
 
-/// Tile config of the Xpu implicit-GEMM convolution. Every config computes every shape; the
-/// choice only changes speed (`Auto` picks by shape).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ConvTile {
-    /// Chosen from the problem's shape.
-    #[default]
-    Auto,
-    /// 128 pixels × 128 output channels per workgroup (8×8 registers per invocation).
-    Large,
-    /// 64 × 64 per workgroup (4×4 registers per invocation).
-    Medium,
-    /// 128 pixels × 16 output channels per workgroup, for few output channels.
-    Narrow,
-    /// `Large` with its workgroup tiles held as vec4 (one load per 4 rows or channels).
-    LargeVec4,
-    /// `Medium` with vec4 workgroup tiles.
-    MediumVec4,
-    /// Winograd F(2×2, 3×3): transforms plus 16 batched point products on the matrix engine
-    /// (3×3, stride 1, dilation 1, one group only; anything else is an error). `Auto` takes it
-    /// for wide channels (see `conv_winograd_xpu`).
-    Winograd,
-}
+pub use crate::desc::ConvTile;
 
 /// Epilogue and output options of [`conv2d_xpu`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -63,28 +40,16 @@ pub struct ConvXpuArgs<'a> {
 /// keeps them passes them as [`ConvXpuArgs::winograd_filters`] and saves the transform on
 /// every call. Shape `[16, C', O]`, `C'` being `C` rounded up to even for 16-bit dtypes.
 pub fn winograd_filters(weight: &Tensor) -> Result<Tensor> {
-    crate::ops::conv_winograd_xpu::transform_filters(weight)
+    let (s, l) = crate::backend::conv_gpu::winograd_filters((weight.storage(), weight.layout()))?;
+    Ok(Tensor::from_storage(s, l))
 }
-
-pub use crate::ops::conv_winograd_xpu::set_winograd_auto;
 
 /// Test hook: f16 and bf16 Winograd convolutions keep their transformed filters and inputs in
 /// their own dtype on every adapter (by default they are f32, except f16 on adapters whose
 /// tensor cores multiply them), so the 16-bit transforms run on any adapter. Process-wide.
 #[doc(hidden)]
 pub fn set_winograd_sixteen_bit_operands(on: bool) {
-    crate::gpu::kernels::winograd::set_sixteen_bit_operands(on)
-}
-
-fn xpu_operand<'a>(op: &'static str, t: &'a Tensor) -> Result<Operand<'a>> {
-    match t.storage() {
-        Storage::Xpu(s) => Ok((s, t.layout())),
-        Storage::Cpu(_) => Err(Error::DeviceMismatch {
-            op,
-            lhs: Device::Xpu,
-            rhs: Device::Cpu,
-        }),
-    }
+    crate::backend::conv_gpu::set_winograd_sixteen_bit_operands(on)
 }
 
 /// `F.conv2d(input, weight, bias, stride, padding, dilation, groups)` on Xpu, followed by the
@@ -135,36 +100,19 @@ pub fn conv2d_xpu(
     } else {
         (vec![chan * pix, pix, wo, 1], [chan * pix, pix, 1])
     };
-    let launch = ConvLaunch {
-        shape: geom,
-        input: xpu_operand(op, input)?,
-        weight: xpu_operand(op, weight)?,
-        bias: args.bias.map(|b| xpu_operand(op, b)).transpose()?,
-        residual: residual.as_ref().map(|r| xpu_operand(op, r)).transpose()?,
+    let out = conv2d_gpu(&GpuConv {
+        geom,
+        input: (input.storage(), input.layout()),
+        weight: (weight.storage(), weight.layout()),
+        bias: args.bias.map(|b| (b.storage(), b.layout())),
+        residual: residual.as_ref().map(|r| (r.storage(), r.layout())),
         activation: args.activation,
         out_strides,
         tile: args.tile,
-    };
-    let out = match args.tile {
-        ConvTile::Winograd => winograd::conv2d(&launch, args.winograd_filters)?,
-        ConvTile::Auto
-            if winograd::auto_uses_winograd(
-                &launch,
-                crate::gpu::kernels::conv_coop::eligible(&launch),
-            ) =>
-        {
-            // Winograd's temporaries (transformed inputs and point products) take several
-            // times the output's memory; where they do not fit, the implicit GEMM, which needs
-            // only the output, still does (the temporaries are released on the way out).
-            match winograd::conv2d(&launch, args.winograd_filters) {
-                Err(Error::OutOfMemory { .. }) => conv2d(&launch)?,
-                r => r?,
-            }
-        }
-        _ => conv2d(&launch)?,
-    };
+        winograd_filters: args.winograd_filters.map(|u| (u.storage(), u.layout())),
+    })?;
     Ok(Tensor::from_storage(
-        Storage::Xpu(out),
+        out,
         Layout::from_parts(out_shape.to_vec(), strides, 0),
     ))
 }

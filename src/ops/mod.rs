@@ -8,8 +8,6 @@ mod attention_gqa;
 pub mod conv;
 mod conv_cpu;
 pub mod conv_transpose;
-#[doc(hidden)]
-mod conv_winograd_xpu;
 pub mod conv_xpu;
 mod elementwise;
 mod ffn;

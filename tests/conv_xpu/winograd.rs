@@ -8,8 +8,7 @@
 use super::common::{self, randn, values, FLOATS};
 use super::{check, check_every_dtype_and_layout, gpu_lock, params, Case, Run, EPIS};
 use xpu::ops::conv_xpu::{
-    conv2d_xpu, set_winograd_auto, set_winograd_sixteen_bit_operands, winograd_filters, ConvTile,
-    ConvXpuArgs,
+    conv2d_xpu, set_winograd_sixteen_bit_operands, winograd_filters, ConvTile, ConvXpuArgs,
 };
 use xpu::{Conv2dParams, DType, Device, Error, Tensor};
 
@@ -115,11 +114,13 @@ fn auto_takes_winograd_on_wide_layers() {
     );
     assert_ne!(wino, implicit);
     assert_eq!(run(&x, &w, ConvTile::Auto), implicit);
-    set_winograd_auto(Some(true));
-    let all = run(&x, &w, ConvTile::Auto);
-    set_winograd_auto(Some(false));
-    let none = run(&x, &w, ConvTile::Auto);
-    set_winograd_auto(None);
+    let auto = |on| {
+        xpu::config::scoped(
+            |c| c.gpu.conv_winograd = Some(on),
+            || run(&x, &w, ConvTile::Auto),
+        )
+    };
+    let (all, none) = (auto(true), auto(false));
     assert_eq!(all, wino);
     assert_eq!(none, implicit);
 }
@@ -153,9 +154,13 @@ fn auto_falls_back_when_winograd_temporaries_do_not_fit() {
         })
     };
     let wino = values(&run(ConvTile::Winograd).unwrap());
-    set_winograd_auto(Some(false));
-    let implicit = values(&run(ConvTile::Auto).unwrap());
-    set_winograd_auto(None);
+    let implicit = values(
+        &xpu::config::scoped(
+            |c| c.gpu.conv_winograd = Some(false),
+            || run(ConvTile::Auto),
+        )
+        .unwrap(),
+    );
     assert_eq!(values(&run(ConvTile::Auto).unwrap()), wino);
     xpu::synchronize().unwrap();
     xpu::empty_cache().unwrap();

@@ -41,7 +41,6 @@ pub(crate) use winograd::{
     per_call_layer_tile as winograd_per_call_layer_tile,
     per_call_min_pixels as winograd_per_call_min_pixels, suits as winograd_suits,
 };
-pub use winograd_use::set_winograd_override;
 pub(crate) use winograd_use::{winograd_enabled, WinogradUse};
 
 use super::gemm::{

@@ -11,28 +11,8 @@ pub(crate) enum WinogradUse {
     Layer,
 }
 
-/// 0: no override; 1: Winograd on; 2: off (see [`set_winograd_override`]).
-static WINOGRAD_OVERRIDE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Turns the Winograd path for 3×3 stride-1 convolutions on or off for every weight packed
-/// from now on (process-wide; layers already built keep their panels), or with `None` returns
-/// to the default: on, unless `XPU_CPU_WINOGRAD=0`.
-pub fn set_winograd_override(on: Option<bool>) {
-    let v = match on {
-        None => 0,
-        Some(true) => 1,
-        Some(false) => 2,
-    };
-    WINOGRAD_OVERRIDE.store(v, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether weights packed now may take the Winograd path: the override, else false under
-/// `config::CpuConfig::winograd` (default true).
+/// Whether weights packed now may take the Winograd path (`config::CpuConfig::winograd`,
+/// default true; layers already built keep their panels).
 pub(crate) fn winograd_enabled() -> bool {
-    match WINOGRAD_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => return true,
-        2 => return false,
-        _ => {}
-    }
     crate::config::with(|c| c.cpu.winograd)
 }

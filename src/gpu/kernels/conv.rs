@@ -15,10 +15,10 @@ use super::launch;
 use super::params::{u32_arg, Params};
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
+use crate::desc::ConvTile;
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::ops::conv_xpu::ConvTile;
 use crate::{DType, Device, Error, Result};
 
 /// An Xpu operand: storage and the view of it.

@@ -51,7 +51,7 @@ pub(crate) fn eligible(l: &ConvLaunch) -> bool {
     let (ho_wo, o) = (s.ho * s.wo, s.o);
     let channels_last_out = l.out_strides == [ho_wo * o, 1, o];
     let nchw_out = l.out_strides == [o * ho_wo, ho_wo, 1];
-    l.tile == crate::ops::conv_xpu::ConvTile::Auto
+    l.tile == crate::desc::ConvTile::Auto
         && x.dtype == DType::F16
         && s.p.groups == 1
         && s.c.is_multiple_of(2)

@@ -22,7 +22,7 @@
 //! CPU lavapipe runs on), and the transforms move `4·(C + O)` values per output pixel both
 //! ways against `5·C·O` multiply-adds saved: at 64 channels the two are close on an H100 at
 //! its peak, at 320 the saving is ~3× the traffic. `ConvTile::Winograd` forces it (an
-//! ineligible geometry is an error); [`set_winograd_auto`] / `XPU_CONV_WINOGRAD=0|1` turn the
+//! ineligible geometry is an error); `config::GpuConfig::conv_winograd` (`XPU_CONV_WINOGRAD=0|1`) turns the
 //! automatic choice off or on for every eligible geometry.
 //!
 //! Invariants: the result equals the convolution up to f32 rounding of the transforms: the
@@ -36,16 +36,14 @@
 //! released when the call returns; where they exceed the allocator's limit, `Auto` runs the
 //! implicit GEMM instead (a forced Winograd reports the OutOfMemory).
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
-use crate::backend::Storage;
-use crate::desc::ConvGeom;
+use super::{FusedArgs, Storage};
+use crate::desc::{Activation, ConvGeom, MatmulKernel};
 use crate::gpu::kernels::conv::ConvLaunch;
 use crate::gpu::kernels::winograd::{
     filters, inputs, operand_dtype, outputs, padded_channels, tiles, POINTS,
 };
 use crate::gpu::XpuStorage;
-use crate::{DType, Error, Layout, Result, Tensor};
+use crate::{DType, Error, Layout, Result};
 
 /// Whether F(2,3) computes this geometry: 3×3, stride 1, dilation 1, one group.
 pub(crate) fn eligible(s: &ConvGeom) -> bool {
@@ -57,32 +55,13 @@ const MIN_CHANNELS: usize = 128;
 /// Minimum output tiles (`N·⌈Ho/2⌉·⌈Wo/2⌉`) of an automatic Winograd convolution.
 const MIN_TILES: usize = 128;
 
-/// 0: by size; 1: every eligible convolution; 2: never (see [`set_winograd_auto`]).
-static OVERRIDE: AtomicU8 = AtomicU8::new(0);
-
-/// How `ConvTile::Auto` treats Winograd from now on (process-wide): `Some(true)` takes it for
-/// every eligible geometry (tests use this to run whole models through it), `Some(false)`
-/// never, `None` by size (the default) — unless `config::GpuConfig::conv_winograd` says otherwise,
-/// which then plays the role of the override.
-pub fn set_winograd_auto(on: Option<bool>) {
-    OVERRIDE.store(
-        match on {
-            None => 0,
-            Some(true) => 1,
-            Some(false) => 2,
-        },
-        Ordering::Relaxed,
-    );
-}
-
+/// The automatic mode: 0 by size, 1 every eligible convolution, 2 never
+/// (`config::GpuConfig::conv_winograd`).
 fn auto_mode() -> u8 {
-    match OVERRIDE.load(Ordering::Relaxed) {
-        0 => match crate::config::with(|c| c.gpu.conv_winograd) {
-            Some(true) => 1,
-            Some(false) => 2,
-            None => 0,
-        },
-        v => v,
+    match crate::config::with(|c| c.gpu.conv_winograd) {
+        Some(true) => 1,
+        Some(false) => 2,
+        None => 0,
     }
 }
 
@@ -129,16 +108,17 @@ pub(crate) fn filter_shape(c: usize, o: usize, udt: DType) -> [usize; 3] {
 }
 
 /// Transformed filters `[16, Cp, O]` of an Xpu weight `[O, C, 3, 3]` (any strides), for
-/// layers that keep them across calls.
-pub(crate) fn transform_filters(weight: &Tensor) -> Result<Tensor> {
-    let &[o, c, 3, 3] = weight.shape() else {
+/// layers that keep them across calls: the storage and its (contiguous) layout.
+pub(crate) fn transform_filters(weight: (&Storage, &Layout)) -> Result<(Storage, Layout)> {
+    let (ws, wl) = weight;
+    let &[o, c, 3, 3] = wl.shape() else {
         return Err(Error::shape(
             "conv2d (Winograd filters)",
             "a weight of shape [O, C, 3, 3]",
-            weight.shape(),
+            wl.shape(),
         ));
     };
-    let Storage::Xpu(w) = weight.storage() else {
+    let Storage::Xpu(w) = ws else {
         return Err(Error::invalid(
             "conv2d (Winograd filters)",
             "the weight must be on Xpu",
@@ -153,8 +133,8 @@ pub(crate) fn transform_filters(weight: &Tensor) -> Result<Tensor> {
         });
     }
     let udt = operand_dtype(w.dtype, &w.ctx);
-    let u = filters((w, weight.layout()), c, o, udt)?;
-    Ok(Tensor::from_storage(
+    let u = filters((w, wl), c, o, udt)?;
+    Ok((
         Storage::Xpu(u),
         Layout::contiguous(&filter_shape(c, o, udt)),
     ))
@@ -162,7 +142,7 @@ pub(crate) fn transform_filters(weight: &Tensor) -> Result<Tensor> {
 
 /// Runs the convolution of `l` as F(2,3); `prepared` are filters from [`transform_filters`]
 /// of the launch's weight (checked for shape and dtype, made here when absent).
-pub(crate) fn conv2d(l: &ConvLaunch, prepared: Option<&Tensor>) -> Result<XpuStorage> {
+pub(crate) fn conv2d(l: &ConvLaunch, prepared: Option<(&Storage, &Layout)>) -> Result<XpuStorage> {
     let s = &l.shape;
     check_forced(s)?;
     let vdt = operand_dtype(l.input.0.dtype, &l.input.0.ctx);
@@ -170,17 +150,17 @@ pub(crate) fn conv2d(l: &ConvLaunch, prepared: Option<&Tensor>) -> Result<XpuSto
     let u = match prepared {
         Some(u) => {
             let want = filter_shape(s.c, s.o, vdt);
-            if u.shape() != want || u.dtype() != vdt {
+            if u.1.shape() != want || u.0.dtype() != vdt {
                 return Err(Error::shape(
                     "conv2d (Winograd filters)",
                     format!(
                         "prepared filters of shape {want:?} in {vdt} (from winograd_filters), got {}",
-                        u.dtype()
+                        u.0.dtype()
                     ),
-                    u.shape(),
+                    u.1.shape(),
                 ));
             }
-            if u.device() != crate::Device::Xpu {
+            if u.0.device() != crate::Device::Xpu {
                 return Err(Error::invalid(
                     "conv2d (Winograd filters)",
                     "prepared filters must be on Xpu",
@@ -189,26 +169,33 @@ pub(crate) fn conv2d(l: &ConvLaunch, prepared: Option<&Tensor>) -> Result<XpuSto
             u
         }
         None => {
-            made = Tensor::from_storage(
+            made = (
                 Storage::Xpu(filters(l.weight, s.c, s.o, vdt)?),
                 Layout::contiguous(&filter_shape(s.c, s.o, vdt)),
             );
-            &made
+            (&made.0, &made.1)
         }
     };
     let (_, _, t) = tiles(l);
-    let v = Tensor::from_storage(
-        Storage::Xpu(inputs(l, vdt)?),
-        Layout::contiguous(&[POINTS, t, padded_channels(s.c, vdt)]),
-    );
-    let m = v.matmul_fused(u).out_dtype(DType::F32).run()?;
-    match m.storage() {
-        Storage::Xpu(ms) if m.layout().is_contiguous() && m.layout().offset() == 0 => {
-            outputs(l, ms)
-        }
-        _ => Err(Error::invalid(
+    let v = Storage::Xpu(inputs(l, vdt)?);
+    let vl = Layout::contiguous(&[POINTS, t, padded_channels(s.c, vdt)]);
+    let args = FusedArgs {
+        alpha: 1.0,
+        beta: 0.0,
+        c: None,
+        bias: None,
+        activation: Activation::None,
+        residual: None,
+        geglu: false,
+        kernel: MatmulKernel::Auto,
+        out_dtype: DType::F32,
+    };
+    // The point products `[16, T, Cp] @ [16, Cp, O]`, contiguous `[16, T, O]` in f32.
+    match v.matmul_fused(&vl, u.0, u.1, &args)? {
+        Storage::Xpu(ms) => outputs(l, &ms),
+        Storage::Cpu(_) => Err(Error::invalid(
             "conv2d (Winograd)",
-            "the point products came back in an unexpected layout",
+            "the point products came back on the Cpu",
         )),
     }
 }
