@@ -48,6 +48,12 @@ impl Storage {
         })
     }
 
+    /// An empty Cpu storage of `dtype` (a stand-in no layout with elements fits: ops on it
+    /// report a bad layout instead of reading memory).
+    pub(crate) fn empty(dtype: DType) -> Storage {
+        Storage::Cpu(CpuStorage::zeros(dtype, 0))
+    }
+
     /// The elements `layout` addresses, in its logical (row-major) order, as `T` (the caller
     /// checks that `T` is the storage's dtype). Waits for the device.
     pub(crate) fn to_vec<T: WithDType>(&self, layout: &Layout) -> Result<Vec<T>> {

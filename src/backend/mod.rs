@@ -14,6 +14,7 @@ mod index;
 mod matmul;
 mod norm;
 mod pool;
+pub(crate) mod prepared;
 mod reduce;
 
 pub(crate) use crate::desc::NormSpec;

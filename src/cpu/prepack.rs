@@ -187,6 +187,15 @@ impl PackedWeight {
         !matches!(self, PackedWeight::BF16(p) if p.is_amx())
     }
 
+    /// Columns of the packed `K × N` matrix.
+    pub(crate) fn n(&self) -> usize {
+        match self {
+            PackedWeight::F32(p) => p.n(),
+            PackedWeight::F16(p) => p.n(),
+            PackedWeight::BF16(p) => p.n(),
+        }
+    }
+
     pub(crate) fn dtype(&self) -> DType {
         match self {
             PackedWeight::F32(_) => DType::F32,

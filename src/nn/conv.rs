@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::conv::PackedConv;
+use crate::backend::prepared::PackedConv;
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
 use crate::nn::held::HeldWeight;

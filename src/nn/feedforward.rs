@@ -12,20 +12,19 @@
 
 use std::sync::Arc;
 
-use crate::backend::Storage;
-use crate::cpu::prepack::PackedWeight;
+use crate::backend::prepared::PreparedProduct;
 use crate::desc::Activation;
 use crate::nn::held::HeldWeight;
 use crate::nn::layers::{join, MapFn};
-use crate::nn::linear::{residual_rows, residual_view};
+use crate::nn::linear::residual_rows;
 use crate::nn::weights::{Init, ParamSource};
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// Cpu-only prepacked form: `net.0` (GEGLU) and `net.2` with their f32 biases.
 struct Packed {
-    w1: PackedWeight,
+    w1: PreparedProduct,
     b1: Vec<f32>,
-    w2: PackedWeight,
+    w2: PreparedProduct,
     b2: Vec<f32>,
 }
 
@@ -93,11 +92,14 @@ impl FeedForward {
                 hint: "; weights must be f32, f16 or bf16".into(),
             });
         }
-        let packed = match (w1.storage(), w2.storage()) {
-            (Storage::Cpu(s1), Storage::Cpu(s2)) => Some(Arc::new(Packed {
-                w1: PackedWeight::new_geglu(s1, w1.t()?.layout())?,
+        let packed = match (
+            PreparedProduct::new_geglu(w1.storage(), w1.t()?.layout())?,
+            PreparedProduct::new(w2.storage(), w2.t()?.layout())?,
+        ) {
+            (Some(p1), Some(p2)) => Some(Arc::new(Packed {
+                w1: p1,
                 b1: f32_vec(&b1)?,
-                w2: PackedWeight::new(s2, w2.t()?.layout())?,
+                w2: p2,
                 b2: f32_vec(&b2)?,
             })),
             _ => None,
@@ -226,27 +228,26 @@ impl FeedForward {
         let rows_of = |r: &Tensor| residual_rows(r, dim_out);
         let r = r.as_ref().map(rows_of).transpose()?;
         let x2 = x.reshape(&[rows, dim])?;
-        let Storage::Cpu(xs) = x2.storage() else {
+        if x.device() != Device::Cpu {
             return Err(Error::DeviceMismatch {
                 op,
                 lhs: Device::Cpu,
                 rhs: x.device(),
             });
-        };
-        let hidden =
-            p.w1.apply(xs, x2.layout(), Some(&p.b1), Activation::Gelu, None)?;
-        let residual = r
-            .as_ref()
-            .map(|(t, strides)| residual_view(t, (rows, dim_out), *strides))
-            .transpose()?;
+        }
+        let hidden = p.w1.apply(
+            (x2.storage(), x2.layout()),
+            Some(&p.b1),
+            Activation::Gelu,
+            None,
+        )?;
+        let residual = r.as_ref().map(|(t, strides)| (t.storage(), *strides));
         let out = p.w2.apply(
-            &hidden,
-            &Layout::contiguous(&[rows, inner]),
+            (&hidden, &Layout::contiguous(&[rows, inner])),
             Some(&p.b2),
             Activation::None,
             residual,
         )?;
-        Tensor::from_storage(Storage::Cpu(out), Layout::contiguous(&[rows, dim_out]))
-            .reshape(&out_shape)
+        Tensor::from_storage(out, Layout::contiguous(&[rows, dim_out])).reshape(&out_shape)
     }
 }

@@ -17,7 +17,6 @@
 use std::sync::OnceLock;
 
 use crate::backend::Storage;
-use crate::cpu::CpuStorage;
 use crate::{DType, Device, Layout, Tensor};
 
 /// A weight tensor, or the shape and dtype of one that a layer's packs can rebuild.
@@ -73,12 +72,12 @@ impl HeldWeight {
 
     /// The tensor, rebuilt by `rebuild` (row-major values in the weight's dtype) on first use and
     /// kept from then on.
-    pub(crate) fn get(&self, rebuild: impl FnOnce() -> Option<CpuStorage>) -> &Tensor {
+    pub(crate) fn get(&self, rebuild: impl FnOnce() -> Option<Storage>) -> &Tensor {
         self.get_tensor(|| rebuild().and_then(|s| self.wrap(s)))
     }
 
     /// The tensor (a cheap clone when held, else rebuilt by `rebuild` and not kept).
-    pub(crate) fn owned(&self, rebuild: impl FnOnce() -> Option<CpuStorage>) -> Tensor {
+    pub(crate) fn owned(&self, rebuild: impl FnOnce() -> Option<Storage>) -> Tensor {
         self.owned_tensor(|| rebuild().and_then(|s| self.wrap(s)))
     }
 
@@ -96,10 +95,10 @@ impl HeldWeight {
     }
 
     /// Row-major values of the weight as a tensor (`None` if they do not fit its shape/dtype).
-    fn wrap(&self, storage: CpuStorage) -> Option<Tensor> {
+    fn wrap(&self, storage: Storage) -> Option<Tensor> {
         let n: usize = self.shape.iter().product();
         (storage.len() == n && storage.dtype() == self.dtype)
-            .then(|| Tensor::from_storage(Storage::Cpu(storage), Layout::contiguous(&self.shape)))
+            .then(|| Tensor::from_storage(storage, Layout::contiguous(&self.shape)))
     }
 
     fn build(&self, rebuild: impl FnOnce() -> Option<Tensor>) -> Tensor {
@@ -114,10 +113,9 @@ impl HeldWeight {
         // rebuild tests would catch the former.
         rebuild().filter(fits).unwrap_or_else(|| {
             let n: usize = self.shape.iter().product();
-            Tensor::from_storage(
-                Storage::Cpu(CpuStorage::zeros(self.dtype, n)),
-                Layout::contiguous(&self.shape),
-            )
+            let zeros = Storage::zeros("weight", self.dtype, n, Device::Cpu)
+                .unwrap_or_else(|_| Storage::empty(self.dtype));
+            Tensor::from_storage(zeros, Layout::contiguous(&self.shape))
         })
     }
 }

@@ -10,9 +10,8 @@
 use crate::desc::Activation;
 use std::sync::Arc;
 
+use crate::backend::prepared::{PreparedProduct, ResidualRowsOf};
 use crate::backend::Storage;
-use crate::cpu::gemm::Residual;
-use crate::cpu::prepack::PackedWeight;
 use crate::nn::held::HeldWeight;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
@@ -22,7 +21,7 @@ pub struct Linear {
     weight: HeldWeight,
     bias: Option<Tensor>,
     /// Cpu only: the prepacked weight and the bias widened to f32, both made once.
-    packed: Option<Arc<(PackedWeight, Option<Vec<f32>>)>>,
+    packed: Option<Arc<(PreparedProduct, Option<Vec<f32>>)>>,
 }
 
 impl std::fmt::Debug for Linear {
@@ -68,18 +67,15 @@ impl Linear {
                 hint: "; weights must be f32, f16 or bf16".into(),
             });
         }
-        let packed = match weight.storage() {
-            Storage::Cpu(s) => {
+        let packed = match PreparedProduct::new(weight.storage(), weight.t()?.layout())? {
+            Some(p) => {
                 let bias32 = bias
                     .as_ref()
                     .map(|b| b.to_dtype(DType::F32)?.to_vec::<f32>())
                     .transpose()?;
-                Some(Arc::new((
-                    PackedWeight::new(s, weight.t()?.layout())?,
-                    bias32,
-                )))
+                Some(Arc::new((p, bias32)))
             }
-            Storage::Xpu(_) => None,
+            None => None,
         };
         let weight = match &packed {
             Some(p) if p.0.can_unpack() => HeldWeight::packed_only(&weight),
@@ -118,7 +114,7 @@ impl Linear {
         self.weight.is_held()
     }
 
-    fn unpack(&self) -> Option<crate::cpu::CpuStorage> {
+    fn unpack(&self) -> Option<Storage> {
         self.packed.as_ref()?.0.unpack_transposed()
     }
 
@@ -175,11 +171,8 @@ impl Linear {
             }
             return op.run();
         }
-        let n = self.out_features();
-        let rows = r.numel() / n.max(1);
-        let (rt, strides) = residual_rows(&r, n)?;
-        let residual = residual_view(&rt, (rows, n), strides)?;
-        self.run_packed(x, Activation::None, Some(residual))
+        let (rt, strides) = residual_rows(&r, self.out_features())?;
+        self.run_packed(x, Activation::None, Some((rt.storage(), strides)))
     }
 
     /// The output shape for `x` `[..., in]`, checking device, dtype and the last dim.
@@ -217,21 +210,23 @@ impl Linear {
         &self,
         x: &Tensor,
         activation: Activation,
-        residual: Option<Residual>,
+        residual: Option<ResidualRowsOf>,
     ) -> Result<Tensor> {
         let out_shape = self.out_shape(x)?;
         let k = self.in_features();
         let rows = x.numel() / k.max(1);
         let x2 = x.reshape(&[rows, k])?;
-        match (&self.packed, x2.storage()) {
-            (Some(packed), Storage::Cpu(s)) => {
+        match (&self.packed, x2.device()) {
+            (Some(packed), Device::Cpu) => {
                 let (weight, bias) = &**packed;
-                let out = weight.apply(s, x2.layout(), bias.as_deref(), activation, residual)?;
-                Tensor::from_storage(
-                    Storage::Cpu(out),
-                    Layout::contiguous(&[rows, self.out_features()]),
-                )
-                .reshape(&out_shape)
+                let out = weight.apply(
+                    (x2.storage(), x2.layout()),
+                    bias.as_deref(),
+                    activation,
+                    residual,
+                )?;
+                Tensor::from_storage(out, Layout::contiguous(&[rows, self.out_features()]))
+                    .reshape(&out_shape)
             }
             _ => Err(Error::invalid(
                 "Linear",
@@ -278,26 +273,4 @@ pub(crate) fn residual_rows(r: &Tensor, cols: usize) -> Result<(Tensor, (usize, 
     let dense = r.contiguous()?;
     let off = dense.layout().offset();
     Ok((dense, (off, cols, 1)))
-}
-
-/// The engine's view of `rows × cols` residual rows found by [`residual_rows`].
-pub(crate) fn residual_view(
-    t: &Tensor,
-    (rows, cols): (usize, usize),
-    (off, rs, cs): (usize, usize, usize),
-) -> Result<Residual<'_>> {
-    let view = match t.storage() {
-        Storage::Cpu(s) => crate::cpu::prepack::residual_of(s, (rows, cols), (off, rs, cs)),
-        Storage::Xpu(_) => None,
-    };
-    view.ok_or_else(|| {
-        Error::invalid(
-            "Linear",
-            format!(
-                "a Cpu f32/bf16/f16 residual, got {} on {}",
-                t.dtype(),
-                t.device()
-            ),
-        )
-    })
 }

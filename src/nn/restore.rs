@@ -19,8 +19,6 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use crate::backend::Storage;
-use crate::cpu::CpuStorage;
 use crate::{DType, Device, Result, Tensor};
 
 /// Draws a parameter again, bit for bit (see the module invariants).
@@ -47,11 +45,7 @@ impl WeightRestore {
         if w.device() != Device::Cpu || w.dtype() != DType::F32 || !w.is_contiguous() {
             return None;
         }
-        let Storage::Cpu(CpuStorage::F32(all)) = w.storage() else {
-            return None;
-        };
-        let off = w.layout().offset();
-        let values = all.get(off..off + w.numel())?;
+        let values = w.storage().cpu_f32_run(w.layout())?;
         let f16_exact = |v: &f32| f16::from_f32(*v).to_f32().to_bits() == v.to_bits();
         let bf16_exact = |v: &f32| bf16::from_f32(*v).to_f32().to_bits() == v.to_bits();
         let narrow = if values.iter().all(f16_exact) {

@@ -1,0 +1,119 @@
+//! Product weights prepared once for a device: the prepared-weight type `nn` layers keep.
+//!
+//! On the Cpu a `Linear` (or the two products of a feed-forward block) keeps its weight packed
+//! into the GEMM engine's panels, so a forward packs only its input; on the Xpu nothing is
+//! prepared (its kernels read the weight tensor). Invariant: a [`PreparedProduct`] is built
+//! only from a Cpu weight, and `apply` checks that its input and residual are Cpu storages
+//! with fitting layouts before any work.
+
+use super::*;
+use crate::cpu::prepack::PackedWeight;
+use crate::desc::Activation;
+
+/// Convolution weights packed once for the Cpu engine (see `backend::conv`).
+pub(crate) use super::conv::PackedConv;
+
+/// Residual rows of a product: the storage, and `(offset, row stride, column stride)` of
+/// `M × N` rows in it.
+pub(crate) type ResidualRowsOf<'a> = (&'a Storage, (usize, usize, usize));
+
+/// A `K × N` product weight packed for the Cpu engine.
+pub(crate) struct PreparedProduct(PackedWeight);
+
+fn cpu<'s>(op: &'static str, s: &'s Storage) -> Result<&'s CpuStorage> {
+    match s {
+        Storage::Cpu(c) => Ok(c),
+        Storage::Xpu(_) => Err(Error::DeviceMismatch {
+            op,
+            lhs: Device::Cpu,
+            rhs: Device::Xpu,
+        }),
+    }
+}
+
+impl PreparedProduct {
+    /// Packs the 2-D `K × N` view `(s, l)` (any strides, e.g. a transposed `[out, in]` weight);
+    /// `None` for an Xpu weight (nothing to prepare).
+    pub(crate) fn new(s: &Storage, l: &Layout) -> Result<Option<PreparedProduct>> {
+        match s {
+            Storage::Cpu(c) => Ok(Some(PreparedProduct(PackedWeight::new(c, l)?))),
+            Storage::Xpu(_) => Ok(None),
+        }
+    }
+
+    /// Packs a `K × 2N` view for GEGLU products (`[h | g]` halves of the columns); `None` on
+    /// the Xpu.
+    pub(crate) fn new_geglu(s: &Storage, l: &Layout) -> Result<Option<PreparedProduct>> {
+        match s {
+            Storage::Cpu(c) => Ok(Some(PreparedProduct(PackedWeight::new_geglu(c, l)?))),
+            Storage::Xpu(_) => Ok(None),
+        }
+    }
+
+    /// `act(x @ B + bias) + residual` for `x` viewed as `M × K` on the Cpu (any strides); the
+    /// output is contiguous `M × N` in `x`'s dtype (a GEGLU pack: `h · act(g)` of the halves,
+    /// bias `2N` long); the residual rows are f32, bf16 or f16, read in place.
+    pub(crate) fn apply(
+        &self,
+        x: (&Storage, &Layout),
+        bias: Option<&[f32]>,
+        activation: Activation,
+        residual: Option<ResidualRowsOf>,
+    ) -> Result<Storage> {
+        let op = "linear";
+        let xs = cpu(op, x.0)?;
+        let m = x.1.shape().first().copied().unwrap_or(0);
+        host_output(op, m.saturating_mul(self.n()), xs.dtype())?;
+        let residual = match residual {
+            Some((s, (off, rs, cs))) => Some(
+                crate::cpu::prepack::residual_of(cpu(op, s)?, (m, self.n()), (off, rs, cs))
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            op,
+                            format!("a Cpu f32/bf16/f16 residual, got {}", s.dtype()),
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        Ok(Storage::Cpu(
+            self.0.apply(xs, x.1, bias, activation, residual)?,
+        ))
+    }
+
+    /// Output columns `N` (for a GEGLU pack, the width of one half).
+    fn n(&self) -> usize {
+        self.0.n()
+    }
+
+    /// The packed matrix given back as row-major `[cols, K]` values in the weight's dtype, bit
+    /// for bit what was packed; `None` when the panels cannot give it back (the AMX layout).
+    pub(crate) fn unpack_transposed(&self) -> Option<Storage> {
+        self.0.unpack_transposed().map(Storage::Cpu)
+    }
+
+    /// True when [`Self::unpack_transposed`] gives the weight back.
+    pub(crate) fn can_unpack(&self) -> bool {
+        self.0.can_unpack()
+    }
+}
+
+impl Storage {
+    /// The f32 values `layout` addresses when they are one contiguous run of a Cpu f32
+    /// storage (read in place), else `None`.
+    pub(crate) fn cpu_f32_run(&self, layout: &Layout) -> Option<&[f32]> {
+        match self {
+            Storage::Cpu(CpuStorage::F32(all)) if layout.is_contiguous() => {
+                let off = layout.offset();
+                all.get(off..off + layout.numel())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Releases the host's recycled large buffers (the pool of tensor storages and the storage
+/// kept from dropped packed weights).
+pub(crate) fn release_host_cache() {
+    crate::cpu::pool::clear();
+}
