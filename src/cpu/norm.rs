@@ -19,8 +19,8 @@ use super::parallel;
 use super::simd::Kernels;
 use super::storage::CpuStorage;
 use super::strided::{check_layout, contiguous_cow};
-use crate::backend::NormSpec;
 use crate::desc::kinds::{BinaryOp, UnaryOp};
+use crate::desc::NormSpec;
 use crate::layout::Layout;
 use crate::{Device, Error, Result};
 

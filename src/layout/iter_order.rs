@@ -35,11 +35,11 @@ pub(crate) fn elementwise_output(operands: &[&Layout], same_shape: bool) -> (Vec
         if operands.iter().all(|l| l.is_contiguous()) {
             return row_major();
         }
-        let nhwc = crate::tensor::NHWC;
+        let nhwc = super::channels_last::NHWC;
         let channels_last =
             |l: &&Layout| rank == 4 && l.permute(&nhwc).is_ok_and(|p| p.is_contiguous());
         if operands.iter().all(channels_last) {
-            if let Ok(out) = crate::tensor::channels_last_layout(&shape) {
+            if let Ok(out) = super::channels_last::channels_last_layout(&shape) {
                 return (nhwc.to_vec(), out);
             }
         }

@@ -5,6 +5,7 @@
 //! [`Layout::max_offset`] lets callers check once. Views (permute, narrow, broadcast, ...) only
 //! build a new `Layout`; they never touch data.
 
+pub(crate) mod channels_last;
 mod dense;
 mod iter_order;
 

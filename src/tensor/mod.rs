@@ -15,7 +15,7 @@ mod random;
 mod views;
 
 pub use format::MemoryFormat;
-pub(crate) use format::{channels_last_layout, NCHW_FROM_NHWC, NHWC};
+pub(crate) use format::{NCHW_FROM_NHWC, NHWC};
 
 use std::sync::Arc;
 
