@@ -7,7 +7,7 @@ mod common;
 
 use common::unet_fixture::{self, assert_rel, Io};
 use common::values;
-use xpu::nn::{AddedCond, UNet2DConditionModel};
+use xpu::models::unet::{AddedCond, UNet2DConditionModel};
 use xpu::{DType, Device, MemoryFormat, Tensor};
 
 fn io(key: &str, dtype: DType) -> Tensor {

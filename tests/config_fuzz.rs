@@ -7,7 +7,7 @@ mod common;
 
 use common::rng::Rng;
 use serde_json::{json, Map, Value};
-use xpu::nn::{UNet2DConditionModel, UNetConfig};
+use xpu::models::unet::{UNet2DConditionModel, UNetConfig};
 use xpu::schedulers::{DdimScheduler, EulerDiscreteScheduler, SchedulerConfig};
 use xpu::{DType, Device, Tensor};
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{values, xpu};
-use xpu::nn::{UNet2DConditionModel, UNetConfig};
+use xpu::models::unet::{UNet2DConditionModel, UNetConfig};
 use xpu::{DType, Device, Tensor};
 
 /// `(sample, timestep, context)` for a tiny UNet, in `dtype` on `device`.

@@ -12,7 +12,7 @@ mod common;
 
 use common::unet_fixture::{added, check_blocks, check_model, dtypes, load, Io};
 use common::{devices, randn, values};
-use xpu::nn::{
+use xpu::models::unet::{
     AddedCond, ClassEmbedType, MidBlockType, TimeEmbeddingType, UNet2DConditionModel, UNetConfig,
 };
 use xpu::{DType, Device, Tensor};

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use xpu::nn::UNet2DConditionModel;
+use xpu::models::unet::UNet2DConditionModel;
 use xpu::{DType, Device, Tensor};
 
 fn fixture_dir() -> PathBuf {

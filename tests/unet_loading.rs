@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use xpu::nn::{UNet2DConditionModel, UNetConfig, WeightStore};
+use xpu::models::unet::{UNet2DConditionModel, UNetConfig};
+use xpu::nn::WeightStore;
 use xpu::{DType, Device, Error};
 
 fn fixture_dir() -> PathBuf {

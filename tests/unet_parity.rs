@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use common::unet_fixture::{added, assert_rel, check_blocks, check_model, dtypes, load, Io};
 use common::{devices, values, xpu};
-use xpu::nn::{AddedCond, UNet2DConditionModel, UNetConfig};
+use xpu::models::unet::{AddedCond, UNet2DConditionModel, UNetConfig};
 use xpu::{DType, Device, Tensor};
 
 /// Serialises the tests of this file: the memory test reads the process-wide Xpu allocator.

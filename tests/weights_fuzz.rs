@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use common::rng::Rng;
 use serde_json::Value;
-use xpu::nn::{UNet2DConditionModel, UNetConfig, WeightStore};
+use xpu::models::unet::{UNet2DConditionModel, UNetConfig};
+use xpu::nn::WeightStore;
 use xpu::{DType, Device};
 
 fn fixture_dir() -> PathBuf {

@@ -12,7 +12,7 @@
 //! 1280-wide pooled embedding of OpenCLIP ViT-bigG; any other model gets the base's six ids
 //! and whatever text width remains.
 
-use xpu::nn::{AddedCond, ClassEmbedType, TextTimeEmbed, UNetConfig};
+use xpu::models::unet::{AddedCond, ClassEmbedType, TextTimeEmbed, UNetConfig};
 use xpu::{DType, Device, Tensor};
 
 /// OpenCLIP ViT-bigG's pooled text embedding width (SDXL base and refiner).

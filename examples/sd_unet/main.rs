@@ -26,7 +26,7 @@ use std::time::Instant;
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use schedule::{PredictionArg, SchedulerArg};
-use xpu::nn::{AddedCond, ClassEmbedType, UNet2DConditionModel, UNetConfig};
+use xpu::models::unet::{AddedCond, ClassEmbedType, UNet2DConditionModel, UNetConfig};
 use xpu::schedulers::Scheduler;
 use xpu::{DType, Device, Tensor};
 

@@ -7,8 +7,8 @@
 //! between devices and dtypes.
 
 use crate::desc::Activation;
-use crate::nn::config::ActFn;
 use crate::nn::weights::{Init, ParamSource};
+use crate::nn::ActFn;
 use crate::nn::{Conv2d, Linear};
 use crate::{Conv2dParams, DType, MemoryFormat, Result, Tensor};
 

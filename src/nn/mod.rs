@@ -1,23 +1,19 @@
 //! Neural-network layers built on the Tensor API. Each layer works on both devices and picks the
 //! fastest path for its device (prepacked weights on Cpu, fused epilogues on Xpu).
 
+mod act_fn;
 mod attention;
-mod config;
-mod config_check;
-mod config_depths;
-mod config_json;
 mod conv;
 mod conv_transpose;
 mod feedforward;
 mod held;
-mod layers;
+pub(crate) mod layers;
 mod linear;
 mod qkv;
-mod resnet;
+pub(crate) mod resnet;
 mod restore;
-mod transformer;
-mod unet;
-mod weights;
+pub(crate) mod transformer;
+pub(crate) mod weights;
 mod weights_index;
 
 pub use conv::Conv2d;
@@ -25,14 +21,10 @@ pub use conv_transpose::ConvTranspose2d;
 pub use linear::Linear;
 pub use qkv::FusedQkv;
 
+pub use act_fn::ActFn;
 pub use attention::Attention;
-pub use config::{
-    ActFn, ClassEmbedType, DownBlockType, MidBlockType, TextTimeEmbed, TimeEmbeddingType,
-    UNetConfig, UpBlockType,
-};
 pub use feedforward::FeedForward;
 pub use layers::{GroupNorm, LayerNorm};
 pub use resnet::{Downsample2D, ResnetBlock2D, Upsample2D};
 pub use transformer::{BasicTransformerBlock, Transformer2DModel};
-pub use unet::{AddedCond, DownBlock, MidBlock, TimestepEmbedding, UNet2DConditionModel, UpBlock};
 pub use weights::WeightStore;

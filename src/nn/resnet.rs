@@ -8,9 +8,9 @@
 //! shortcut is a 1x1 conv exactly when the channel count changes (diffusers' `use_in_shortcut`
 //! default).
 
-use crate::nn::config::ActFn;
 use crate::nn::layers::{act, join, load_linear, map_linear, Conv, GroupNorm, MapFn};
 use crate::nn::weights::ParamSource;
+use crate::nn::ActFn;
 use crate::nn::Linear;
 use crate::{Error, MemoryFormat, Result, Tensor};
 

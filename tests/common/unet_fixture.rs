@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 
 use super::values;
-use xpu::nn::{AddedCond, UNet2DConditionModel, WeightStore};
+use xpu::models::unet::{AddedCond, UNet2DConditionModel};
+use xpu::nn::WeightStore;
 use xpu::{DType, Device, Tensor};
 
 pub fn fixture_dir(name: &str) -> PathBuf {

@@ -20,6 +20,10 @@
 
 mod blocks;
 mod class_embed;
+pub(crate) mod config;
+mod config_check;
+mod config_depths;
+pub(crate) mod config_json;
 mod embeddings;
 mod folder;
 mod forward;
@@ -27,15 +31,17 @@ mod forward;
 use std::path::Path;
 
 pub use blocks::{DownBlock, MidBlock, UpBlock};
+pub use config::{
+    ClassEmbedType, DownBlockType, MidBlockType, TextTimeEmbed, TimeEmbeddingType, UNetConfig,
+    UpBlockType,
+};
 pub use embeddings::{AddedCond, TimestepEmbedding};
 
-use crate::nn::config::{
-    ActFn, DownBlockType, MidBlockType, TimeEmbeddingType, UNetConfig, UpBlockType,
-};
 use crate::nn::layers::{load_linear, map_linear, Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;
 use crate::nn::transformer::TransformerDims;
 use crate::nn::weights::{Init, ParamSource, RandomSource, Recorder, StoreSource, WeightStore};
+use crate::nn::ActFn;
 use crate::nn::Linear;
 use crate::{DType, Device, Error, Result};
 use blocks::{LevelDims, UpChannels};

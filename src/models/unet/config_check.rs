@@ -1,7 +1,7 @@
 //! [`UNetConfig::validate`]: the checks every constructor of a [`UNetConfig`] runs (see the
 //! invariants in `config.rs`), kept apart from the type so each file stays readable.
 
-use crate::nn::config::{
+use crate::models::unet::config::{
     cfg_err, ClassEmbedType, DownBlockType, MidBlockType, TimeEmbeddingType, UNetConfig,
     UpBlockType,
 };

@@ -9,9 +9,10 @@
 //! (as `text_embeds` must), and are checked before anything is computed.
 
 use super::embeddings::{TimeDims, TimestepEmbedding};
-use crate::nn::config::{ActFn, ClassEmbedType, UNetConfig};
+use crate::models::unet::config::{ClassEmbedType, UNetConfig};
 use crate::nn::layers::{load_linear, map_linear, MapFn};
 use crate::nn::weights::{Init, ParamSource};
+use crate::nn::ActFn;
 use crate::nn::Linear;
 use crate::{DType, Device, Error, Result, Tensor};
 

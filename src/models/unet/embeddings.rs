@@ -6,9 +6,9 @@
 //! model's device; a scalar or `[1]` is broadcast to the batch (diffusers' `expand`). The
 //! sinusoid is computed in f32 and cast to the model dtype before `linear_1`, as diffusers does.
 
-use crate::nn::config::ActFn;
 use crate::nn::layers::{join, linear_act, load_linear, map_linear, MapFn};
 use crate::nn::weights::ParamSource;
+use crate::nn::ActFn;
 use crate::nn::Linear;
 use crate::{DType, Error, Result, Tensor};
 

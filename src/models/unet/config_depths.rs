@@ -9,8 +9,8 @@
 
 use serde_json::Value;
 
-use crate::nn::config::{cfg_err, UNetConfig};
-use crate::nn::config_check::MAX_LAYERS;
+use crate::models::unet::config::{cfg_err, UNetConfig};
+use crate::models::unet::config_check::MAX_LAYERS;
 use crate::Result;
 
 /// One level's entry: a depth for every layer, or one depth per layer.

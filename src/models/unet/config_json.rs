@@ -6,14 +6,15 @@
 //! naming the key; an unknown key is an error. Missing keys take diffusers' constructor
 //! defaults. The result is validated ([`UNetConfig::validate`]) before it is returned.
 
-use crate::nn::config_depths::{self, Depths};
+use crate::models::unet::config_depths::{self, Depths};
 use serde_json::{Map, Value};
 
 use crate::json_values::{as_bool, as_f64, as_str, as_usize};
-use crate::nn::config::{
-    cfg_err, ActFn, ClassEmbedType, DownBlockType, MidBlockType, TextTimeEmbed, TimeEmbeddingType,
+use crate::models::unet::config::{
+    cfg_err, ClassEmbedType, DownBlockType, MidBlockType, TextTimeEmbed, TimeEmbeddingType,
     UNetConfig, UpBlockType,
 };
+use crate::nn::ActFn;
 use crate::{Error, Result};
 
 /// An int (repeated per level later) or a list of ints.

@@ -13,6 +13,7 @@
 //!   `attention_head_dim`, so SD 1.x's `attention_head_dim: 8` means 8 heads per transformer;
 //!   the head size is `channels / heads` of the level.
 
+use crate::nn::ActFn;
 use crate::Error;
 
 /// The down block kinds of SD 1.x/2.x UNets.
@@ -41,19 +42,6 @@ pub enum MidBlockType {
     /// `UNetMidBlock2D` as `UNet2DConditionModel` builds it (no layers, no attention): one
     /// ResNet.
     UNetMidBlock2D,
-}
-
-/// The activation named by `act_fn` (diffusers' `get_activation`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ActFn {
-    /// `silu` / `swish`.
-    Silu,
-    /// `gelu` (exact erf form).
-    Gelu,
-    /// `relu`.
-    Relu,
-    /// `mish`: `x * tanh(softplus(x))`.
-    Mish,
 }
 
 /// SDXL's `addition_embed_type: "text_time"`: pooled text embeddings and "time ids" (image

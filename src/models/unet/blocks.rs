@@ -9,7 +9,7 @@
 //! format (NCHW or channels-last; the channel concatenation of channels-last tensors is
 //! channels-last), so a channels-last UNet never converts between blocks.
 
-use crate::nn::config::{DownBlockType, MidBlockType, UpBlockType};
+use crate::models::unet::config::{DownBlockType, MidBlockType, UpBlockType};
 use crate::nn::layers::{join, MapFn};
 use crate::nn::resnet::{Downsample2D, ResnetBlock2D, ResnetDims, Upsample2D};
 use crate::nn::transformer::{Transformer2DModel, TransformerDims};
