@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch eager reference for one SD 1.5 UNet step (issue 5's performance comparison).
+"""PyTorch eager reference for one SD 1.5 UNet step.
 
 Builds diffusers' UNet2DConditionModel with the SD 1.5 config (or SDXL base's, `--arch sdxl`,
 with its added text/time conditions) and seeded random weights (no download), then times forward passes of batch 2 (classifier-free guidance), 77 tokens, at the

@@ -23,7 +23,7 @@
 //!
 //! Architecture (data flows one way): the Tensor layer (`tensor/`, `ops/`) checks shapes,
 //! dtypes and devices; `storage.rs` is the one place that matches on the device; `cpu/` and
-//! `gpu/` hold the kernels. See `../shared/DESIGN.md` for the design this grew from.
+//! `gpu/` hold the kernels. `docs/ARCHITECTURE.md` describes the layers.
 
 #![warn(missing_docs)]
 

@@ -289,7 +289,7 @@ fn copy_peak(device: Device, quick: bool) -> xpu::Result<f64> {
     }
     // The faster of a device-to-device buffer copy and an elementwise kernel (read + write of
     // every element): on an H200 the buffer copy ran at about 0.8 TB/s while kernels moved 2.1
-    // TB/s (twenty-seventh session), which put kernel rows above "peak".
+    // TB/s, which put kernel rows above "peak".
     let copy_ms = time(device, quick, || x.copy())?;
     let kernel_ms = time(device, quick, || x.neg())?;
     PROFILES.with(|p| p.borrow_mut().clear()); // no rows for these timings

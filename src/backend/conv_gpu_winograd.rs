@@ -8,7 +8,7 @@
 //! each activation a few times — cheap beside the product when channels are wide. The point
 //! products reuse the matmul kernels (tiled, cooperative-matrix), so they gain from every
 //! improvement there. On the H100 the f32 step spent 131 of 266 ms in 3×3 convolutions on
-//! FMAs (BENCHMARKS.md, twelfth session); cuDNN uses the same idea. F(4,3) (4× fewer) was not
+//! FMAs ; cuDNN uses the same idea. F(4,3) (4× fewer) was not
 //! taken: its larger transform coefficients cost f16/bf16 operands their accuracy (see
 //! `cpu::conv::winograd`), and one transform serves every dtype here.
 //!

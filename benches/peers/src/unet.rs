@@ -9,7 +9,7 @@ use std::path::Path;
 
 use candle_core::Device as CDevice;
 use candle_transformers::models::stable_diffusion::StableDiffusionConfig;
-use xpu::nn::UNet2DConditionModel;
+use xpu::models::unet::UNet2DConditionModel;
 use xpu::{DType, Device, Tensor};
 
 use crate::{candle_dtype, emit, median_ms, pair, AnyResult, Row};

@@ -20,7 +20,7 @@
 //! - `P` takes the AMX kernel's degree-3 `exp2` (7 operations a vector instead of 13): the
 //!   softmax is about a quarter of the kernel's time at head dim 40.
 //! - Measured on a 2-core Zen 4 (bf16, 2 × 8 heads, FMA kernel = `XPU_CPU_ATTN=fma` in the same
-//!   session): SD 1.5 self-attention 4096² × 40: 135 against 253 ms (~318 GFLOP/s, ~73% of the
+//!   process): SD 1.5 self-attention 4096² × 40: 135 against 253 ms (~318 GFLOP/s, ~73% of the
 //!   measured `vdpbf16ps` peak); cross-attention (77 keys) 4.0 against 6.3 ms; 1024² × 80: 18
 //!   against 30 ms; 256² × 160: 3.9 against 5.0 ms. The ymm half vector measured faster than
 //!   padding Dv = 40 to 48 (three full vectors).

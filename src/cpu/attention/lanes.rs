@@ -5,8 +5,8 @@
 //! broadcasts the queries): with queries in lanes, the softmax's maxima and sums are per-lane
 //! vector operations with no horizontal reduction, the rescale factors are vectors, and `P · V`
 //! runs on whole vectors whatever the value width (SD's head dim 40 is 2.5 vectors of a row,
-//! but 40 broadcast columns here). Measured on the AMX machine (twenty-second session,
-//! BENCHMARKS.md): SD 1.5's f32 self-attention 2×8×4096²×40 at ~55% of the FMA peak on the
+//! but 40 broadcast columns here). Measured on a Sapphire Rapids with AMX:
+//! SD 1.5's f32 self-attention 2×8×4096²×40 at ~55% of the FMA peak on the
 //! row kernel and ~70% here. The row kernel keeps short query sequences (below [`MIN_QUERIES`]
 //! a 32-query tile is mostly padding).
 //!

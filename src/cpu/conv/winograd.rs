@@ -7,7 +7,7 @@
 //! fewer), F(4,3) (m = 4, 36 points) `2.25·C·O` (4× fewer). The work becomes one independent
 //! plain GEMM per point of the transformed tile, on the engine's own microkernels, plus two
 //! cheap linear transforms. SD's UNet spends most of its time in such convolutions, so this
-//! is where a CPU step gains most (see BENCHMARKS.md).
+//! is where a CPU step gains most.
 //!
 //! Which variant ([`choose_tile`]): F(4,3) for f32 operands of layers below 1280·1280 channel
 //! pairs — on Zen 4 it took SD's 2×320×64×64 layer from 42 to 28–34 ms and 2×640×32×32 from
@@ -117,8 +117,8 @@ pub(crate) fn per_call_min_pixels(dtype: DType) -> usize {
 /// variant a layer would ([`choose_tile`]: F(4,3) below the widest layers) instead of F(2,3):
 /// from 4096 px on, or from 1024 px with at least 448·448 channel pairs, its 36-point
 /// transforms cost less than the multiply-adds they save. Throwaway per-call loops on Zen 4
-/// (f32, channels-last, best of 5–6, F(2,3) → F(4,3), with the vectorised filter transform of
-/// the sixteenth session; the machine was noisy): 640 ch at 2048 px 57–60 → 40–41 ms, at 1024
+/// (f32, channels-last, best of 5–6, F(2,3) → F(4,3), with the vectorised filter transform; the
+/// machine was noisy): 640 ch at 2048 px 57–60 → 40–41 ms, at 1024
 /// px 33–35 → 31–32, 2×640×24×24 36.9 → 32.3, 2×448×24×24 22 → 12–19, 2×512×32×32 31–38 →
 /// 25–27; but 320 ch at 2048 px 16–17 → 18–19 (at 3200 px 24.5–27.7 → 23.8–24.2), and at 512
 /// px 640 ch 19.7 → 22.2, 960 ch 33–37 → 41–48.

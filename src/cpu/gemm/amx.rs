@@ -258,7 +258,7 @@ pub(crate) unsafe fn tile_amx(kcu: usize, a: *const u32, b: *const u32, t: &Tile
     // No prefetch of the 16-bit output lines here (the AVX-512 kernels do it): with AMX the
     // A panel, the streaming B panel and the 4 KiB accumulator buffer nearly fill L1, and 32
     // more lines per tile cost more than the store's misses (bf16 8192×320×320 0.84 → 0.75
-    // ms, 8192×320×1280 2.73 → 2.50 ms, interleaved, twenty-third session).
+    // ms, 8192×320×1280 2.73 → 2.50 ms, interleaved).
     if t.last {
         super::avx512_ep::prefetch_residual(ep, t);
     }

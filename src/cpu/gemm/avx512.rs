@@ -163,7 +163,7 @@ impl Kernel for AvxBf16<'_> {
 }
 
 /// How far ahead (in f32 values: 32 k steps, 4 KiB) the f32 kernel prefetches B. Measured on
-/// this workplace's Sapphire Rapids VM, interleaved best-of runs with prepacked B on 2 threads:
+/// a Sapphire Rapids VM, interleaved best-of runs with prepacked B on 2 threads:
 /// 2048³ 63–71% → 74–82% of the FMA peak, 8192×320×320 58–64% → 68–74%, 512³ 63–65% → 70–72%;
 /// the B-stationary convolution (B already in L1) unchanged.
 const B_PREFETCH: usize = 1024;

@@ -14,8 +14,7 @@
 //! Measured on Zen 4 (ten-group loops, old and new binaries alternating): f32 512³ 196–200 →
 //! 198–206 GFLOP/s per call (a prepacked B: 200–208), 154×768×320 166 → 176–178 (best), 1024³
 //! 201–205 → 207–210; bf16 (pair layout) 512³ 376–381 → 380–387 (prepacked 398), 1024³ 413–423
-//! → 428–432, 154×768×320 280–289 → 316–322 (medians, `Tensor::matmul`). f16 rows (sixteenth
-//! session): see BENCHMARKS.md.
+//! → 428–432, 154×768×320 280–289 → 316–322 (medians, `Tensor::matmul`).
 
 use super::avx512::MR;
 use super::avx512_ep::{prefetch_c, store};

@@ -194,7 +194,7 @@ pub(crate) const B_STREAM_BYTES: usize = 8 << 20;
 /// all of its A rows, so among splits into at least two tasks per thread, a multiple of the
 /// thread count, with A blocks that fit L2 (at most [`MC_PANELS`] micro-panels a task), the
 /// one with the least `mt · np + nt · mp` panel traffic wins. Measured on the AMX machine
-/// (BENCHMARKS.md, twenty-second session): SD's bf16 3×3 convolution 2×1280×16×16 (29 MB of
+/// (measured on a Sapphire Rapids): SD's bf16 3×3 convolution 2×1280×16×16 (29 MB of
 /// B; [`plan`] gave 8 M tasks, 236 MB of B traffic per call) 8.1 → 6.3 ms, the 1280-wide
 /// feed-forward products 512 × 5120 × 1280 3.7 → 2.9 ms.
 fn plan_streams(mp: usize, np: usize, threads: usize, b_bytes: usize) -> (usize, usize) {

@@ -28,7 +28,7 @@ pub(crate) const NR: usize = 32;
 /// while 64 KiB B micro-panels stream from L2; larger K blocks mean fewer passes over C (and
 /// fewer A packings). 512 rather than 384 (chosen on Sapphire Rapids, 48 KiB L1): on Zen 4
 /// (32 KiB L1), paired best-of runs put 512³ at 191–196 against 162–191 GFLOP/s, 1024³ and
-/// 2048³ 1–4% faster, K = 1280 and 2560 products equal or faster (BENCHMARKS.md).
+/// 2048³ 1–4% faster, K = 1280 and 2560 products equal or faster.
 pub(crate) const KCU_F32: usize = 512;
 /// Maximum units (k pairs) per K block for the bf16-pair layout (same footprint as f32; 512
 /// measured on Zen 4 as for f32: 1024³ 333–362 → 368–380 GFLOP/s, other shapes within noise).

@@ -239,7 +239,7 @@ fn calibrate() -> PackKind {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
         // AMD's AVX512_BF16 (Zen 4 on) runs `vdpbf16ps` at twice the FMA flop rate (measured
-        // 388–464 against 195–229 GFLOP/s on this workplace's Zen 4): no timing needed. The
+        // 388–464 against 195–229 GFLOP/s on a Zen 4): no timing needed. The
         // timing below once chose widening there while the other core ran AVX-512 work,
         // halving every bf16 product of that process.
         if x86::is_amd() {

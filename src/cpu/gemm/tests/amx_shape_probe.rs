@@ -4,7 +4,7 @@
 //! loaded in turn into three rotating registers, one B tile per step streaming from L2, so a
 //! step's four products take 1 KiB from L2 instead of the 2×2 loop's 2 KiB.
 //!
-//! What it showed on the AMX machine (twenty-second session, BENCHMARKS.md): 47.9 cycles per
+//! What it showed on the AMX machine : 47.9 cycles per
 //! step with 8-step panels (A 32 KiB, L1 resident) against 60 for the 2×2 loop with 16-step
 //! panels, but 78 from 12 steps on (A no longer fits L1), and half the K per C round trip:
 //! not adopted.

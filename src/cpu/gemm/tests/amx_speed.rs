@@ -2,7 +2,7 @@
 //! --nocapture`): never part of the suite. On a shared machine each figure is the best of many
 //! short runs.
 //!
-//! What they showed on this workplace's Sapphire Rapids VM: `tdpbf16ps` on register tiles runs at
+//! What they showed on a Sapphire Rapids VM: `tdpbf16ps` on register tiles runs at
 //! ~16 cycles (2.2 TFLOP/s per core). The 2×2-tile loop with A in L1 and B streaming from L2
 //! takes ~87 cycles per 32-deep step (64 ideal) when the panels start on cache lines, but
 //! 200–440 when they sit 4–16 bytes past one (`AMX_PROBE_SKEW=4`): every tile row then spans
