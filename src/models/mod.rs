@@ -3,3 +3,4 @@
 //!
 //! Invariant: nothing here names a backend type; every model runs on whichever device its
 //! weights were loaded to.
+pub mod vae;

@@ -10,14 +10,14 @@ mod conv;
 mod conv_transpose;
 mod feedforward;
 mod held;
-mod layers;
+pub(crate) mod layers;
 mod linear;
 mod qkv;
 mod resnet;
 mod restore;
 mod transformer;
-mod unet;
-mod weights;
+pub(crate) mod unet;
+pub(crate) mod weights;
 mod weights_index;
 
 pub use conv::Conv2d;

@@ -21,7 +21,7 @@
 mod blocks;
 mod class_embed;
 mod embeddings;
-mod folder;
+pub(crate) mod folder;
 mod forward;
 
 use std::path::Path;
