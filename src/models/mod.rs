@@ -7,3 +7,4 @@
 pub mod clip;
 pub mod tokenizer;
 pub mod unet;
+pub mod vae;
