@@ -3,3 +3,5 @@
 //!
 //! Invariant: nothing here names a backend type; every model runs on whichever device its
 //! weights were loaded to.
+
+pub mod generator;
