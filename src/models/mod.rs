@@ -5,6 +5,7 @@
 //! weights were loaded to.
 
 pub mod clip;
+pub mod generator;
 pub mod tokenizer;
 pub mod unet;
 pub mod vae;
