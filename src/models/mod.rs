@@ -6,6 +6,7 @@
 
 pub mod clip;
 pub mod generator;
+pub mod pipeline;
 pub mod tokenizer;
 pub mod unet;
 pub mod vae;
