@@ -42,8 +42,7 @@ impl StableDiffusionPipeline {
             None => file.kind()?,
         };
         let img2img = req.init_image.is_some();
-        if img2img && self.kind() == PipelineKind::LatentConsistency && kind == SchedulerKind::Lcm
-        {
+        if img2img && self.kind() == PipelineKind::LatentConsistency && kind == SchedulerKind::Lcm {
             let config = file.config_for(SchedulerKind::Lcm)?;
             let s = LcmScheduler::with_strength(config, r.steps, req.strength)?;
             return Ok((Box::new(s), 0));
@@ -113,12 +112,8 @@ impl StableDiffusionPipeline {
         let mut generator = TorchGenerator::with_kernel(req.seed, kernel);
 
         let start = Instant::now();
-        let embeds = self.encode_prompt(
-            &req.prompt,
-            req.negative_prompt.as_deref(),
-            r.images,
-            r.cfg,
-        )?;
+        let embeds =
+            self.encode_prompt(&req.prompt, req.negative_prompt.as_deref(), r.images, r.cfg)?;
         self.finish_work()?;
         for w in &embeds.warnings {
             progress(Progress::Warning(w.clone()));
@@ -153,7 +148,9 @@ impl StableDiffusionPipeline {
             } else {
                 latents.clone()
             };
-            let x = scheduler.scale_model_input(&x, index)?.to_dtype(self.dtype())?;
+            let x = scheduler
+                .scale_model_input(&x, index)?
+                .to_dtype(self.dtype())?;
             let timestep = Tensor::full(t, &[x.shape()[0]], DType::F32, self.device())?;
             let out = self
                 .unet()

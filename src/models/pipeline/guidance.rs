@@ -31,7 +31,11 @@ pub(crate) fn guide(output: &Tensor, guidance: f64, rescale: f64) -> Result<Tens
 /// diffusers' `rescale_noise_cfg`: `noise_cfg` rescaled to the standard deviation of
 /// `noise_pred_text` (per sample), mixed back by `rescale`:
 /// `rescale · noise_cfg · (std_text / std_cfg) + (1 − rescale) · noise_cfg`.
-pub fn rescale_noise_cfg(noise_cfg: &Tensor, noise_pred_text: &Tensor, rescale: f64) -> Result<Tensor> {
+pub fn rescale_noise_cfg(
+    noise_cfg: &Tensor,
+    noise_pred_text: &Tensor,
+    rescale: f64,
+) -> Result<Tensor> {
     let dims: Vec<isize> = (1..noise_cfg.rank() as isize).collect();
     let std_text = noise_pred_text.std_dims(&dims, 1.0, true)?;
     let std_cfg = noise_cfg.std_dims(&dims, 1.0, true)?;

@@ -42,7 +42,10 @@ impl StableDiffusionPipeline {
         generator: &mut TorchGenerator,
     ) -> Result<Tensor> {
         let vae = self.vae();
-        let x = image.to_tensor()?.to(self.device())?.to_dtype(vae.dtype())?;
+        let x = image
+            .to_tensor()?
+            .to(self.device())?
+            .to_dtype(vae.dtype())?;
         let posterior = vae.encode(&x)?;
         let noise = generator
             .randn(posterior.mean().shape())?

@@ -138,7 +138,11 @@ impl ModelIndex {
         };
         let class_name = match map.get("_class_name") {
             Some(Value::String(s)) => s.clone(),
-            _ => return Err(bad("no `_class_name` string naming the pipeline class".into())),
+            _ => {
+                return Err(bad(
+                    "no `_class_name` string naming the pipeline class".into()
+                ))
+            }
         };
         let kind = PipelineKind::from_class_name(&class_name).ok_or_else(|| {
             bad(format!(
@@ -181,7 +185,10 @@ impl ModelIndex {
 }
 
 /// The class of component `name` (`None` when absent or `[null, null]`).
-fn component_class(map: &Map<String, Value>, name: &str) -> std::result::Result<Option<String>, String> {
+fn component_class(
+    map: &Map<String, Value>,
+    name: &str,
+) -> std::result::Result<Option<String>, String> {
     match map.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(pair)) => match pair.as_slice() {
@@ -222,9 +229,21 @@ mod tests {
             ("{", "JSON"),
             (r#"{"a": 1}"#, "_class_name"),
             (r#"{"_class_name": "FluxPipeline"}"#, "not supported"),
-            (&SD.replace("\"vae\": [\"diffusers\", \"AutoencoderKL\"]", "\"vae\": [null, null]"), "vae"),
-            (&SD.replace("UNet2DConditionModel", "UNet2DModel"), "UNet2DModel"),
-            (&SD.replace("[\"transformers\", \"CLIPTokenizer\"]", "\"x\""), "tokenizer"),
+            (
+                &SD.replace(
+                    "\"vae\": [\"diffusers\", \"AutoencoderKL\"]",
+                    "\"vae\": [null, null]",
+                ),
+                "vae",
+            ),
+            (
+                &SD.replace("UNet2DConditionModel", "UNet2DModel"),
+                "UNet2DModel",
+            ),
+            (
+                &SD.replace("[\"transformers\", \"CLIPTokenizer\"]", "\"x\""),
+                "tokenizer",
+            ),
         ] {
             let e = ModelIndex::parse(text, "m").unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");

@@ -96,8 +96,12 @@ impl StableDiffusionPipeline {
         } else {
             (None, None)
         };
-        let text_encoder =
-            ClipTextModel::from_pretrained_variant(folder("text_encoder")?, variant, dtype, device)?;
+        let text_encoder = ClipTextModel::from_pretrained_variant(
+            folder("text_encoder")?,
+            variant,
+            dtype,
+            device,
+        )?;
         let unet =
             UNet2DConditionModel::from_pretrained_variant(folder("unet")?, variant, dtype, device)?;
         let vae_dir = folder("vae")?;

@@ -106,7 +106,9 @@ impl StableDiffusionPipeline {
         let p = &parts;
         let xl = p.kind == PipelineKind::StableDiffusionXl;
         if p.text_encoder.device() != device || p.vae.device() != device {
-            return Err(parts_error("every model must be on the UNet's device".into()));
+            return Err(parts_error(
+                "every model must be on the UNet's device".into(),
+            ));
         }
         if p.text_encoder.dtype() != dtype {
             return Err(parts_error(format!(

@@ -97,7 +97,8 @@ impl StableDiffusionPipeline {
                     pooled.as_ref().map(|p| p.zeros_like()).transpose()?,
                 ),
                 _ => {
-                    let (n, np) = self.encode_text(negative_prompt.unwrap_or(""), &mut Vec::new())?;
+                    let (n, np) =
+                        self.encode_text(negative_prompt.unwrap_or(""), &mut Vec::new())?;
                     (rep(&n)?, np.as_ref().map(rep).transpose()?)
                 }
             };

@@ -56,10 +56,8 @@ pub fn byte_level_tokenizer() -> Result<ClipTokenizer> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "xpu-byte-tokenizer-{}-{nanos}",
-        std::process::id()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("xpu-byte-tokenizer-{}-{nanos}", std::process::id()));
     let io = |e: std::io::Error| Error::Io {
         context: format!("writing a byte-level vocabulary to {}", dir.display()),
         source: e,
@@ -81,7 +79,11 @@ impl StableDiffusionPipeline {
     /// images are noise-like, not pictures.
     pub fn random_sd15(device: Device, dtype: DType, seed: u64) -> Result<Self> {
         Self::random_with(
-            (&ClipTextConfig::sd15(), &UNetConfig::sd15(), &VaeConfig::sd()),
+            (
+                &ClipTextConfig::sd15(),
+                &UNetConfig::sd15(),
+                &VaeConfig::sd(),
+            ),
             device,
             dtype,
             seed,
@@ -127,7 +129,10 @@ mod tests {
         assert_eq!(e.ids[0], tok.bos_id());
         assert!(e.ids.iter().all(|&id| id < 514));
         // "a" is one token ending its word.
-        assert_eq!(tok.token_ids("a")?, vec![tok.token_to_id("a</w>").unwrap_or(0)]);
+        assert_eq!(
+            tok.token_ids("a")?,
+            vec![tok.token_to_id("a</w>").unwrap_or(0)]
+        );
         Ok(())
     }
 }
