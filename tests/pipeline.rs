@@ -89,12 +89,7 @@ fn pixels(images: &[Image]) -> Vec<u8> {
 }
 
 /// Runs every case on `device` in `dtype`, calling `check(case, got, want)`.
-fn run_all(
-    device: Device,
-    dtype: DType,
-    filter: &dyn Fn(&Case) -> bool,
-    check: &dyn Fn(&str, &[u8], &[u8]),
-) {
+fn run_all(device: Device, dtype: DType, filter: &dyn Fn(&Case) -> bool, check: &Check) {
     let fx = common::fixtures::load("pipelines/cases.safetensors");
     let mut pipes: HashMap<String, StableDiffusionPipeline> = HashMap::new();
     for case in cases().into_iter().filter(|c| filter(c)) {
@@ -113,6 +108,12 @@ fn run_all(
         );
     }
 }
+
+/// A comparison of an image (`got`) with diffusers' (`want`), named for messages.
+type Check = dyn Fn(&str, &[u8], &[u8]);
+
+/// A change to a request.
+type Perturbation = Box<dyn Fn(&mut GenerateRequest)>;
 
 fn check_f32(name: &str, got: &[u8], want: &[u8]) {
     assert_eq!(got.len(), want.len(), "{name}: image size");
@@ -223,7 +224,7 @@ fn perturbed_requests_do_not_match() {
             (n, p.unwrap())
         })
         .collect();
-    let perturbations: Vec<(&str, Box<dyn Fn(&mut GenerateRequest)>)> = vec![
+    let perturbations: Vec<(&str, Perturbation)> = vec![
         ("sd1_default", Box::new(|r| r.guidance = Some(4.0))),
         ("sd1_euler-a", Box::new(|r| r.seed += 1)),
         (

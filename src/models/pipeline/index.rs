@@ -151,7 +151,7 @@ impl ModelIndex {
         })?;
         let mut scheduler_class = None;
         for (name, classes) in kind.components() {
-            let class = component_class(&map, name).map_err(|m| bad(m))?;
+            let class = component_class(&map, name).map_err(&bad)?;
             let Some(class) = class else {
                 return Err(bad(format!(
                     "{class_name} needs the component `{name}`, which is missing or null"
