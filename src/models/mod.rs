@@ -4,4 +4,5 @@
 //! Invariant: nothing here names a backend type; every model runs on whichever device its
 //! weights were loaded to.
 
+pub mod generator;
 pub mod unet;
