@@ -68,7 +68,12 @@ impl ClipTextModel {
     /// The architecture of `config` with seeded random weights (Linear weights uniform in
     /// `±1/sqrt(fan_in)`, embeddings uniform with standard deviation 0.02, norm scales 1,
     /// biases 0): the same values on every device.
-    pub fn random(config: &ClipTextConfig, dtype: DType, device: Device, seed: u64) -> Result<Self> {
+    pub fn random(
+        config: &ClipTextConfig,
+        dtype: DType,
+        device: Device,
+        seed: u64,
+    ) -> Result<Self> {
         config.validate()?;
         check_float("ClipTextModel::random", dtype, device)?;
         let mut p = Params::Random {
@@ -303,7 +308,11 @@ impl ClipTextModel {
     }
 
     /// The outputs for checked ids, with `hidden_states[keep]` when asked.
-    pub(crate) fn forward_ids(&self, ids: &TokenIds, keep: Option<usize>) -> Result<ClipTextOutput> {
+    pub(crate) fn forward_ids(
+        &self,
+        ids: &TokenIds,
+        keep: Option<usize>,
+    ) -> Result<ClipTextOutput> {
         let mut hidden_state = None;
         let last = self.encode(ids, self.layers.len(), &mut |i, h| {
             if Some(i) == keep {
