@@ -242,7 +242,10 @@ impl ClipTextModel {
 
     /// [`Self::forward`] also returning `hidden_states[index]` (Python indexing over the
     /// `num_hidden_layers + 1` hidden states: `-2` is the penultimate layer's output, which
-    /// SD 2.x and SDXL condition on; clip skip `s` is `-(s + 1)`).
+    /// SDXL conditions on; clip skip `s` is `-(s + 1)`, normed by
+    /// [`Self::final_layer_norm`] in SD 1.x/2.x pipelines). SD 2.x's shipped encoder already
+    /// ends at OpenCLIP's penultimate layer, so its pipelines condition on
+    /// `last_hidden_state`.
     pub fn forward_with_hidden_state(
         &self,
         input_ids: &Tensor,
