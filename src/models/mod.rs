@@ -4,5 +4,6 @@
 //! Invariant: nothing here names a backend type; every model runs on whichever device its
 //! weights were loaded to.
 
+pub mod clip;
 pub mod generator;
 pub mod unet;
