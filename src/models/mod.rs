@@ -6,4 +6,5 @@
 
 pub mod clip;
 pub mod generator;
+pub mod tokenizer;
 pub mod unet;
