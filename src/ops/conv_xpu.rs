@@ -150,7 +150,7 @@ pub fn conv2d_xpu(
         ConvTile::Auto
             if winograd::auto_uses_winograd(
                 &launch,
-                crate::gpu::kernels::conv_coop::eligible(&launch),
+                crate::gpu::kernels::conv::coop::eligible(&launch),
             ) =>
         {
             // Winograd's temporaries (transformed inputs and point products) take several
