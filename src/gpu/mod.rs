@@ -1,8 +1,8 @@
 //! The GPU device: wgpu context, caching allocator, typed pipeline cache, batched stream and
-//! the WGSL kernels.
+//! the WGSL kernels (`kernels/`, one folder per kernel family).
 //!
 //! Invariant: `XpuStorage` owns a pooled buffer holding `len` elements of `dtype`, packed
-//! (two 16-bit or four 8-bit elements per 32-bit word, see `shaders/common.wgsl`); the buffer
+//! (two 16-bit or four 8-bit elements per 32-bit word, see `kernels/common.wgsl`); the buffer
 //! is at least `len * size` bytes rounded up to 4. Storage is immutable once its producing
 //! kernel is recorded.
 
@@ -12,7 +12,6 @@ pub(crate) mod kernels;
 pub(crate) mod passthrough;
 pub(crate) mod pipelines;
 pub(crate) mod profile;
-pub(crate) mod spirv_dump;
 pub(crate) mod spirv_fold;
 pub(crate) mod stream;
 
@@ -130,7 +129,7 @@ pub(crate) fn take_profile() -> Result<Option<Vec<KernelTime>>> {
     Ok(stream.take_profile(&ctx))
 }
 
-/// Whether f16 convolutions run on the tensor-core kernel (see `kernels::conv_coop`).
+/// Whether f16 convolutions run on the tensor-core kernel (see `kernels::conv::coop`).
 pub(crate) fn conv_coop_active() -> bool {
-    kernels::conv_coop::active()
+    kernels::conv::coop::active()
 }
