@@ -23,13 +23,12 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use crate::cpu::CpuStorage;
+use crate::desc::AttnShape;
 use crate::gpu::kernels::matmul::select::coop16;
 use crate::gpu::kernels::self_check::{max_abs_diff, once};
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::AttnShape;
 use crate::DType;
 
 /// Largest q/k and v head dim of the kernel (five 16-column tiles: SD 1.5's 40 and 80, SD 2's 64).
@@ -112,11 +111,11 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
             (1, 33, 40, 80, 80, false),
             (1, 20, 100, 40, 40, true),
         ] {
+            let upload_f16 = |v: &[half::f16]| {
+                XpuStorage::upload(ctx, DType::F16, v.len(), bytemuck::cast_slice(v))
+            };
             let upload = |rows: usize, cols: usize, seed: usize, span: usize| {
-                XpuStorage::upload(
-                    ctx,
-                    &CpuStorage::F16(values(heads * rows * cols, seed, span)),
-                )
+                upload_f16(&values(heads * rows * cols, seed, span))
             };
             let mut keys = values(heads * lk * d, 2, 8);
             if ramp {
@@ -127,7 +126,7 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
             }
             let (q, k, v) = (
                 upload(lq, d, 1, 61)?,
-                XpuStorage::upload(ctx, &CpuStorage::F16(keys))?,
+                upload_f16(&keys)?,
                 upload(lk, dv, 3, 8)?,
             );
             let (ql, kl, vl) = (
@@ -146,10 +145,11 @@ fn run_check(like: &XpuStorage) -> Result<(), String> {
             let run = |coop| -> crate::Result<Vec<f32>> {
                 let ol = Layout::contiguous(&shape.out_shape());
                 let out = q.attention_on(&ql, (&k, &kl), (&v, &vl), None, &shape, coop, &ol)?;
-                match &out.download(&Layout::contiguous(&[heads * lq * dv]))? {
-                    CpuStorage::F32(x) => Ok(x.clone()),
-                    _ => Err(crate::Error::Gpu("attention output is not f32".into())),
+                if out.dtype != DType::F32 {
+                    return Err(crate::Error::Gpu("attention output is not f32".into()));
                 }
+                let bytes = out.download(&Layout::contiguous(&[heads * lq * dv]))?;
+                Ok(bytemuck::pod_collect_to_vec::<u8, f32>(&bytes))
             };
             let (coop, fma) = (run(true)?, run(false)?);
             let worst = max_abs_diff(&coop, &fma);

@@ -17,11 +17,11 @@ use crate::gpu::kernels::params::{
 use crate::gpu::kernels::params::{SHAPE, STRIDES0, STRIDES1};
 pub(crate) mod coop;
 
+use crate::desc::AttnShape;
 use crate::gpu::kernels::{key, launch};
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::AttnShape;
 use crate::{DType, Device, Error, Result};
 
 /// Largest value head dim the kernel holds in registers (8 lanes x 20 columns).

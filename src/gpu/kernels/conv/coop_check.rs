@@ -16,10 +16,10 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use crate::gpu::kernels::self_check::{exact, max_abs_diff, once};
-use crate::desc::Conv2dParams;
-use crate::ops::conv_xpu::{conv2d_xpu, ConvTile, ConvXpuArgs};
-use crate::{DType, Device, Tensor};
+use super::{conv2d, ConvLaunch};
+use crate::desc::{Activation, Conv2dParams, ConvGeom, ConvTile};
+use crate::gpu::kernels::self_check::{download_f32, exact, max_abs_diff, once, upload_exact};
+use crate::{DType, Layout};
 
 thread_local! {
     /// True while this thread runs the check.
@@ -50,29 +50,34 @@ fn run_check() -> Result<(), String> {
         ([1, 2, 7, 9], 8, 3, 1, 2, 2),
     ];
     let check = || -> crate::Result<Result<(), String>> {
+        let ctx = crate::gpu::ctx()?;
         for (ci, &(shape, o, k, stride, padding, dilation)) in cases.iter().enumerate() {
             let [n, c, h, w] = shape;
-            let x = Tensor::from_vec(exact(n * c * h * w, ci), &shape, Device::Cpu)?
-                .to_dtype(DType::F16)?
-                .to(Device::Xpu)?;
-            let wt = Tensor::from_vec(exact(o * c * k * k, ci + 5), &[o, c, k, k], Device::Cpu)?
-                .to_dtype(DType::F16)?
-                .to(Device::Xpu)?;
+            // The input channels-last, as the tensor-core gather reads it.
+            let x = upload_exact(&ctx, &exact(n * c * h * w, ci), DType::F16)?;
+            let xl = Layout::contiguous(&[n, h, w, c]).permute(&[0, 3, 1, 2])?;
+            let wt = upload_exact(&ctx, &exact(o * c * k * k, ci + 5), DType::F16)?;
+            let wl = Layout::contiguous(&[o, c, k, k]);
             let p = Conv2dParams {
                 stride: (stride, stride),
                 padding: (padding, padding),
                 dilation: (dilation, dilation),
                 groups: 1,
             };
+            let geom = ConvGeom::new("conv2d self-check", &shape, &[o, c, k, k], p)?;
+            let (pix, out_len) = (geom.ho * geom.wo, n * o * geom.ho * geom.wo);
             let run = |tile| -> crate::Result<Vec<f32>> {
-                let args = ConvXpuArgs {
-                    channels_last_out: true,
+                let out = conv2d(&ConvLaunch {
+                    shape: geom,
+                    input: (&x, &xl),
+                    weight: (&wt, &wl),
+                    bias: None,
+                    residual: None,
+                    activation: Activation::None,
+                    out_strides: [pix * o, 1, o],
                     tile,
-                    ..ConvXpuArgs::default()
-                };
-                conv2d_xpu(&x, &wt, p, &args)?
-                    .to_dtype(DType::F32)?
-                    .to_vec::<f32>()
+                })?;
+                download_f32(&out, &Layout::contiguous(&[out_len]))
             };
             let (coop, fma) = (run(ConvTile::Auto)?, run(ConvTile::Medium)?);
             let worst = max_abs_diff(&coop, &fma);

@@ -16,13 +16,13 @@ pub(crate) mod coop;
 mod coop_check;
 
 use crate::desc::Activation;
+use crate::desc::ConvGeom;
+use crate::desc::ConvTile;
 use crate::gpu::kernels::launch;
 use crate::gpu::kernels::params::{u32_arg, Params};
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::ConvGeom;
-use crate::desc::ConvTile;
 use crate::{DType, Device, Error, Result};
 
 /// An Xpu operand: storage and the view of it.

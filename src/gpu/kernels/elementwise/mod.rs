@@ -15,12 +15,12 @@
 mod index;
 mod select;
 
+use crate::desc::kinds::{BinaryOp, UnaryOp};
 use crate::gpu::kernels::params::{grid, Params, EXTRA, OFFSET0, OFFSET1};
 use crate::gpu::kernels::{key, launch};
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::kinds::{BinaryOp, UnaryOp};
 use crate::{DType, Device, Error, Result};
 
 fn words(len: usize, dtype: DType) -> usize {

@@ -7,12 +7,12 @@
 //! f32 values, NaN tested on its bits); selection takes a u8 mask and two operands of one dtype.
 
 use super::workgroups;
+use crate::desc::kinds::CmpOp;
 use crate::gpu::kernels::params::{Params, EXTRA, OFFSET0, OFFSET1};
 use crate::gpu::kernels::{key, launch};
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::kinds::CmpOp;
 use crate::{DType, Error, Result};
 
 /// Word of the mask's storage offset (after its eight strides at EXTRA).

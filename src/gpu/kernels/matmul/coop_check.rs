@@ -15,8 +15,9 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use crate::gpu::kernels::self_check::{exact, max_abs_diff, once};
-use crate::{DType, Device, MatmulKernel, Tensor, TileConfig};
+use super::Epilogue;
+use crate::gpu::kernels::self_check::{download_f32, exact, max_abs_diff, once, upload_exact};
+use crate::{DType, Layout, MatmulKernel, TileConfig};
 
 thread_local! {
     /// True while this thread runs the check (its products skip the check).
@@ -36,8 +37,9 @@ fn run_check() -> std::result::Result<(), String> {
     // words carried from step to step are checked too (two steps ran only the first fetch).
     // 70 x 83 outputs are all edge tiles; the 128 x 128 cases are one whole tile.
     let check = || -> crate::Result<std::result::Result<(), String>> {
+        let ctx = crate::gpu::ctx()?;
         let dtypes = {
-            let f = crate::xpu_features()?;
+            let f = ctx.features();
             if f.coop_f32_8x8 {
                 vec![DType::F32, DType::F16, DType::BF16]
             } else {
@@ -55,25 +57,18 @@ fn run_check() -> std::result::Result<(), String> {
             ]
         });
         for (dtype, [m, k, n], b_transposed) in cases {
-            let a = Tensor::from_vec(exact(m * k, 1), &[m, k], Device::Cpu)?
-                .to_dtype(dtype)?
-                .to(Device::Xpu)?;
-            let b = if b_transposed {
-                Tensor::from_vec(exact(k * n, 2), &[n, k], Device::Cpu)?
-                    .to_dtype(dtype)?
-                    .to(Device::Xpu)?
-                    .t()?
+            let a = upload_exact(&ctx, &exact(m * k, 1), dtype)?;
+            let al = Layout::contiguous(&[m, k]);
+            let b = upload_exact(&ctx, &exact(k * n, 2), dtype)?;
+            let bl = if b_transposed {
+                Layout::contiguous(&[n, k]).transpose(0, 1)
             } else {
-                Tensor::from_vec(exact(k * n, 2), &[k, n], Device::Cpu)?
-                    .to_dtype(dtype)?
-                    .to(Device::Xpu)?
+                Layout::contiguous(&[k, n])
             };
             let run = |kernel| -> crate::Result<Vec<f32>> {
-                a.matmul_fused(&b)
-                    .kernel(kernel)
-                    .out_dtype(DType::F32)
-                    .run()?
-                    .to_vec::<f32>()
+                let ep = Epilogue::identity("matmul self-check", kernel, DType::F32);
+                let out = a.matmul_fused(&al, &b, &bl, &ep)?;
+                download_f32(&out, &Layout::contiguous(&[m, n]))
             };
             let coop = run(MatmulKernel::CoopMatrix)?;
             let tiled = run(MatmulKernel::Tiled(TileConfig::Medium))?;

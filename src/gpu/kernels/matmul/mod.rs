@@ -18,6 +18,7 @@ mod split;
 pub(crate) mod split_k;
 
 use crate::desc::Activation;
+use crate::desc::{MatmulKernel, TileConfig};
 use crate::gpu::kernels::dispatch;
 use crate::gpu::kernels::params::{
     u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1,
@@ -25,8 +26,6 @@ use crate::gpu::kernels::params::{
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::{MatmulKernel, TileConfig};
-use crate::backend::{FusedArgs, Storage};
 use crate::{DType, Device, Error, Result};
 use select::{choose, subgroup_gemv, Engine};
 
@@ -35,25 +34,26 @@ const EPI_BATCH_STRIDES: usize = 51;
 /// Parameter words of split K: the number of splits, then K per split (`matmul.wgsl`).
 pub(crate) const SPLITS: usize = 2;
 
-type Operand<'a> = Option<(&'a XpuStorage, &'a Layout)>;
+/// An optional Xpu operand with its layout.
+pub(crate) type Operand<'a> = Option<(&'a XpuStorage, &'a Layout)>;
 
-/// The epilogue of one product, with Xpu operands.
-struct Epilogue<'a> {
-    op: &'static str,
-    alpha: f32,
-    beta: f32,
-    c: Operand<'a>,
-    bias: Operand<'a>,
-    residual: Operand<'a>,
-    activation: Activation,
-    geglu: bool,
-    kernel: MatmulKernel,
-    out_dtype: DType,
+/// The epilogue of one product, with Xpu operands (views broadcast to the output).
+pub(crate) struct Epilogue<'a> {
+    pub op: &'static str,
+    pub alpha: f32,
+    pub beta: f32,
+    pub c: Operand<'a>,
+    pub bias: Operand<'a>,
+    pub residual: Operand<'a>,
+    pub activation: Activation,
+    pub geglu: bool,
+    pub kernel: MatmulKernel,
+    pub out_dtype: DType,
 }
 
 impl Epilogue<'_> {
     /// No epilogue: the product itself, as `out_dtype`.
-    fn identity(op: &'static str, kernel: MatmulKernel, out_dtype: DType) -> Self {
+    pub(crate) fn identity(op: &'static str, kernel: MatmulKernel, out_dtype: DType) -> Self {
         Epilogue {
             op,
             alpha: 1.0,
@@ -96,18 +96,6 @@ struct Problem<'a> {
     pitch: usize,
 }
 
-fn xpu_operand<'a>(op: &'static str, x: Option<&'a (&'a Storage, Layout)>) -> Result<Operand<'a>> {
-    match x {
-        None => Ok(None),
-        Some((Storage::Xpu(s), l)) => Ok(Some((s, l))),
-        Some((other, _)) => Err(Error::DeviceMismatch {
-            op,
-            lhs: Device::Xpu,
-            rhs: other.device(),
-        }),
-    }
-}
-
 impl XpuStorage {
     /// `lhs` is [..batch, M, K], `rhs` [..batch, K, N] with identical (broadcast) batch dims;
     /// the result has the inputs' dtype (the fused engine with no epilogue).
@@ -127,22 +115,9 @@ impl XpuStorage {
         lhs: &Layout,
         rhs: &XpuStorage,
         rhs_layout: &Layout,
-        args: &FusedArgs,
+        ep: &Epilogue,
     ) -> Result<XpuStorage> {
-        let op = "matmul_fused";
-        let ep = Epilogue {
-            op,
-            alpha: args.alpha,
-            beta: args.beta,
-            c: xpu_operand(op, args.c.as_ref())?,
-            bias: xpu_operand(op, args.bias.as_ref())?,
-            residual: xpu_operand(op, args.residual.as_ref())?,
-            activation: args.activation,
-            geglu: args.geglu,
-            kernel: args.kernel,
-            out_dtype: args.out_dtype,
-        };
-        self.matmul_engine(lhs, rhs, rhs_layout, &ep)
+        self.matmul_engine(lhs, rhs, rhs_layout, ep)
     }
 
     fn matmul_engine(

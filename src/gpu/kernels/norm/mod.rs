@@ -11,12 +11,12 @@
 //! cast, so no two invocations ever write the same 32-bit word. Absent weight/bias bindings are
 //! filled with the input and never read.
 
+use crate::desc::NormSpec;
 use crate::gpu::kernels::params::{grid, u32_arg, Params, EXTRA};
 use crate::gpu::kernels::{key, launch};
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::NormSpec;
 use crate::{DType, Device, Error, Result};
 
 /// `VARIANT` bits of `norm.wgsl`.

@@ -9,12 +9,12 @@
 //! kernels write 32-bit results (f32 or i32 values, or i32 indices for argmax/argmin); 16-bit
 //! outputs are produced by one extra cast, so no two workgroups ever write the same 32-bit word.
 
+use crate::desc::kinds::ReduceOp;
 use crate::gpu::kernels::params::{grid, Params, EXTRA, OFFSET0};
 use crate::gpu::kernels::{key, launch};
 use crate::gpu::pipelines::ShaderId;
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
-use crate::desc::kinds::ReduceOp;
 use crate::{DType, Device, Error, Result};
 
 /// The outer layout (dim removed), the reduced length and its stride.
