@@ -8,3 +8,4 @@ pub mod clip;
 pub mod generator;
 pub mod tokenizer;
 pub mod unet;
+pub mod vae;

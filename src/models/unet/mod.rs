@@ -25,7 +25,7 @@ mod config_check;
 mod config_depths;
 pub(crate) mod config_json;
 mod embeddings;
-mod folder;
+pub(crate) mod folder;
 mod forward;
 
 use std::path::Path;
