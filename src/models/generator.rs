@@ -106,7 +106,12 @@ impl NormalKernel {
     /// `ATEN_CPU_CAPABILITY=default` (torch reads it too), else `Avx2` on x86 CPUs with AVX2
     /// and FMA, else `Libm`.
     pub fn native() -> NormalKernel {
-        if std::env::var("ATEN_CPU_CAPABILITY").is_ok_and(|v| v == "default") {
+        let torch_default = crate::config::with(|c| {
+            c.torch_cpu_capability
+                .as_deref()
+                .is_some_and(|v| v == "default")
+        });
+        if torch_default {
             return NormalKernel::Libm;
         }
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
