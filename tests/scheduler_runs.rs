@@ -234,7 +234,7 @@ fn a_pipelines_own_class_is_the_one_its_file_names() {
         ("sdxl_hub", SchedulerKind::EulerDiscrete, "euler"),
         ("lcm_hub", SchedulerKind::Lcm, "lcm"),
         (
-            "dpm_karras_sigma_min",
+            "dpm/karras_sigma_min",
             SchedulerKind::DpmSolverMultistep,
             "auto",
         ),

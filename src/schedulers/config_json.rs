@@ -204,10 +204,8 @@ pub(crate) fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result
             "euler_at_final" => c.euler_at_final = as_bool(k, v)?,
             "original_inference_steps" => c.original_inference_steps = as_usize(k, v)?,
             "timestep_scaling" => c.timestep_scaling = as_f64(k, v)?,
-            "lambda_min_clipped" => {
-                if !(v.is_null() || v.as_str() == Some("-Infinity")) {
-                    return Err(key_err(k, format!("only -Infinity is supported, got {v}")));
-                }
+            "lambda_min_clipped" if !(v.is_null() || v.as_str() == Some("-Infinity")) => {
+                return Err(key_err(k, format!("only -Infinity is supported, got {v}")));
             }
             "variance_type" if !v.is_null() => {
                 return Err(key_err(k, format!("only null is supported, got {v}")));
