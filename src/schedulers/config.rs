@@ -1,12 +1,13 @@
 //! [`SchedulerConfig`]: the training noise schedule and inference spacing the schedulers share,
-//! built in code or read from a diffusers `scheduler/scheduler_config.json` (`config_json.rs`).
+//! and each scheduler's own options (one field per diffusers config key), built in code or read
+//! from a diffusers `scheduler/scheduler_config.json` (`config_json.rs`, `file.rs`).
 //!
 //! Invariants: ᾱ is computed as diffusers computes it (f32 betas from PyTorch's `linspace`
 //! formula, or `betas_for_alpha_bar`'s cosine in f64 rounded to f32, or the stored
 //! `trained_betas`; then PyTorch's cumulative product of the f32 `1 − β`: an f64 running
 //! product rounded to f32 at every step) and only then widened;
 //! inference timesteps follow diffusers' `set_timesteps` for each spacing, with NumPy's
-//! round-half-to-even.
+//! round-half-to-even; `validate` bounds every size and value a scheduler's constructor uses.
 
 use crate::{Error, Result};
 
