@@ -141,6 +141,15 @@ pub fn shader_sources() -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// The SPIR-V words the Xpu backend compiles for entry point `entry` of the shader module
+/// `module` (a name [`shader_sources`] lists) with the WGSL override constants `constants`
+/// (`DT_IN`, `DT_OUT`, `WG`, `VARIANT`): for the cooperative-matrix kernels the words handed to
+/// the driver. No GPU is needed. For diagnostics such as the driver's pipeline statistics.
+#[doc(hidden)]
+pub fn shader_spirv(module: &str, entry: &str, constants: &[(&str, f64)]) -> Result<Vec<u32>> {
+    gpu::passthrough::module_spirv(module, entry, constants)
+}
+
 /// Compiles arbitrary WGSL on the Xpu the way the runtime compiles its own shaders, returning
 /// `Error::Shader` with the compiler's message on failure. For tests and shader development.
 #[doc(hidden)]

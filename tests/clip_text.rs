@@ -13,8 +13,8 @@
 //! - bf16 likewise: 3e-2 [1.2e-2; 8.9e-3] (8 bits of mantissa; the devices round intermediate
 //!   results at different points).
 
-mod common;
 mod clip_text_common;
+mod common;
 
 use clip_text_common::{assert_rel, assert_same, fixture_dir, named, Encoder, Io, LENGTHS};
 use xpu::models::clip::{input_ids, ClipTextConfig, ClipTextModel, ClipTextModelWithProjection};
@@ -102,7 +102,8 @@ fn xpu_matches_cpu_in_every_dtype() {
 fn clip_skip_states_match_diffusers() {
     // diffusers' SD 1.x clip skip: final_layer_norm(hidden_states[-(skip + 1)]).
     let io = Io::open("sd1");
-    let model = ClipTextModel::from_pretrained(fixture_dir("sd1"), DType::F32, Device::Cpu).unwrap();
+    let model =
+        ClipTextModel::from_pretrained(fixture_dir("sd1"), DType::F32, Device::Cpu).unwrap();
     for len in LENGTHS {
         let h = model.hidden_state(&io.ids(len, Device::Cpu), -2).unwrap();
         let normed = model.final_layer_norm(&h).unwrap();
@@ -118,7 +119,8 @@ fn clip_skip_states_match_diffusers() {
 #[test]
 fn hidden_state_accessors_agree() {
     let io = Io::open("sd2");
-    let model = ClipTextModel::from_pretrained(fixture_dir("sd2"), DType::F32, Device::Cpu).unwrap();
+    let model =
+        ClipTextModel::from_pretrained(fixture_dir("sd2"), DType::F32, Device::Cpu).unwrap();
     let ids = io.ids(7, Device::Cpu);
     let all = model.hidden_states(&ids).unwrap();
     assert_eq!(all.len(), 4, "the embeddings and 3 layers");
@@ -135,7 +137,11 @@ fn hidden_state_accessors_agree() {
     }
     assert_same("penultimate", full.hidden_state.as_ref().unwrap(), &all[2]);
     let last = model.final_layer_norm(&all[3]).unwrap();
-    assert_same("final norm of the last state", &last, &full.last_hidden_state);
+    assert_same(
+        "final norm of the last state",
+        &last,
+        &full.last_hidden_state,
+    );
     assert!(model.forward(&ids).unwrap().hidden_state.is_none());
     for bad in [4isize, -5, 100, isize::MIN] {
         let e = model.hidden_state(&ids, bad).unwrap_err().to_string();

@@ -148,7 +148,7 @@ fn every_case_matches_transformers() {
                     enc.truncated_text
                 ));
             }
-            if enc.is_truncated() != !truncated.is_empty() {
+            if enc.is_truncated() == truncated.is_empty() {
                 bad.push("is_truncated".into());
             }
             let unpadded = tok.encode_unpadded(text).unwrap();
@@ -178,6 +178,24 @@ fn every_case_matches_transformers() {
         checked_fast as u64,
         doc["disagreements"]["fast"].as_u64().unwrap()
     );
+}
+
+#[test]
+fn shareable_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<ClipTokenizer>();
+    let tok = load("small");
+    let texts = ["a photo of a cat", "a dog", "猫 and 🐱"];
+    let want: Vec<Encoding> = texts.iter().map(|t| tok.encode(t).unwrap()).collect();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    assert_eq!(tok.encode_batch(&texts).unwrap(), want);
+                }
+            });
+        }
+    });
 }
 
 #[test]
@@ -263,15 +281,15 @@ fn from_files_with_configs() {
     assert_eq!(b.ids[..4], [49406, 3306, 0, 49407]);
     assert!(a.ids[4..].iter().all(|&i| i == 49407) && b.ids[4..].iter().all(|&i| i == 0));
     // A textual-inversion style added token with an id past the vocabulary.
-    let mut config = ClipTokenizerConfig::default();
-    config.model_max_length = 8;
-    config
-        .added_tokens
-        .push(xpu::models::tokenizer::AddedToken {
+    let config = ClipTokenizerConfig {
+        model_max_length: 8,
+        added_tokens: vec![xpu::models::tokenizer::AddedToken {
             content: "<cat-toy>".into(),
             id: Some(49408),
             special: false,
-        });
+        }],
+        ..Default::default()
+    };
     let ti = ClipTokenizer::from_files_with_config(
         root.join("vocab.json"),
         root.join("merges.txt"),

@@ -1,22 +1,19 @@
-//! Split-K products (`XPU_SPLIT_K=n`: each output tile's K range cut into `n` f32 partial
-//! products, summed by the epilogue pass) against the Cpu: the simple engine and the large and
-//! medium FMA tiles, scalar and vec4 (which split only when forced, so any adapter runs these
-//! paths), the tensor-core kernel where the driver has one, and Auto; edge sizes with K below, at and past the split, broadcast batches, each epilogue
-//! (GEGLU included) and each float dtype. The switch is read once per process, so each test
-//! runs itself again in a child process with it set.
+//! Split-K products (`config::GpuConfig::split_k = Some(n)`: each output tile's K range cut into
+//! `n` f32 partial products, summed by the epilogue pass) against the Cpu: the simple engine and
+//! the large and medium FMA tiles (which split only when forced, so any adapter runs these
+//! paths), the tensor-core kernel where the driver has one, and Auto; edge sizes with K below,
+//! at and past the split, broadcast batches, each epilogue (GEGLU included) and each float
+//! dtype. The setting is read where a product is dispatched, so each test scopes it to its own
+//! thread.
 
 mod common;
 
 use common::{assert_close, matmul_tol, randn, values, FLOATS};
 use xpu::{Activation, DType, Device, MatmulKernel, Tensor, TileConfig};
 
-/// Runs `name` again with `XPU_SPLIT_K=3` unless this process has it; true in the child.
-fn in_split_child(name: &str) -> bool {
-    if std::env::var("XPU_SPLIT_K").is_ok_and(|v| v == "3") {
-        return true;
-    }
-    common::rerun_with_env(name, &[("XPU_SPLIT_K", "3".as_ref())]);
-    false
+/// `f` with three splits forced on this thread.
+fn split_in_three(f: impl FnOnce()) {
+    xpu::config::scoped(|c| c.gpu.split_k = Some(3), f);
 }
 
 /// `[batch?, m, k] @ [k, np]` with epilogue `e` under `kernel` on `device`.
@@ -89,37 +86,35 @@ fn check(kernel: MatmulKernel, dtypes: &[DType]) {
 
 #[test]
 fn simple_engine_split_k_matches_the_cpu() {
-    if !common::xpu() || !in_split_child("simple_engine_split_k_matches_the_cpu") {
-        return;
+    if common::xpu() {
+        split_in_three(|| check(MatmulKernel::Simple, &FLOATS));
     }
-    check(MatmulKernel::Simple, &FLOATS);
 }
 
 #[test]
 fn fma_tiles_split_k_match_the_cpu() {
-    if !common::xpu() || !in_split_child("fma_tiles_split_k_match_the_cpu") {
+    if !common::xpu() {
         return;
     }
-    for tile in [
-        TileConfig::Large,
-        TileConfig::Medium,
-        TileConfig::LargeVec4,
-        TileConfig::MediumVec4,
-    ] {
-        check(MatmulKernel::Tiled(tile), &FLOATS);
-    }
+    split_in_three(|| {
+        for tile in [TileConfig::LargeVec4, TileConfig::MediumVec4] {
+            check(MatmulKernel::Tiled(tile), &FLOATS);
+        }
+    });
 }
 
 /// The f16 tensor-core kernel (where the driver reports 16x16x16 f16 cooperative matrices) and
 /// Auto's f16 choice, both split.
 #[test]
 fn tensor_core_split_k_matches_the_cpu() {
-    if !common::xpu() || !in_split_child("tensor_core_split_k_matches_the_cpu") {
+    if !common::xpu() {
         return;
     }
-    let f = xpu::xpu_features().unwrap();
-    if f.subgroup && f.coop_f16_16x16 {
-        check(MatmulKernel::CoopMatrix, &[DType::F16]);
-    }
-    check(MatmulKernel::Auto, &[DType::F16]);
+    split_in_three(|| {
+        let f = xpu::xpu_features().unwrap();
+        if f.subgroup && f.coop_f16_16x16 {
+            check(MatmulKernel::CoopMatrix, &[DType::F16]);
+        }
+        check(MatmulKernel::Auto, &[DType::F16]);
+    });
 }

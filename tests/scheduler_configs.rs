@@ -94,7 +94,7 @@ fn schedulers_from_diffusers_configs_match_diffusers() {
             let cfg = SchedulerConfig::from_file(&path, defaults).unwrap();
             for steps in [16usize, 7] {
                 let tag = format!("{case}_{steps}");
-                let s: Box<dyn Scheduler> = if ddim {
+                let mut s: Box<dyn Scheduler> = if ddim {
                     Box::new(DdimScheduler::new(cfg.clone(), steps).unwrap())
                 } else {
                     let e = EulerDiscreteScheduler::new(cfg.clone(), steps).unwrap();
@@ -122,7 +122,7 @@ fn schedulers_from_diffusers_configs_match_diffusers() {
                         let got = s.scale_model_input(&sample, i).unwrap();
                         check(&format!("{tag} {device} scaled {i}"), &got, want);
                     }
-                    let got = s.step(&out, i, &sample).unwrap();
+                    let got = s.step(&out, i, &sample, None).unwrap();
                     let want = &fx.tensors[&format!("{tag}.step{i}")];
                     check(&format!("{tag} {device} step {i}"), &got, want);
                 }
@@ -146,13 +146,25 @@ fn unsupported_scheduler_options_are_errors_naming_the_key() {
         (r#"{"timestep_spacing": "karras"}"#, "timestep_spacing"),
         (r#"{"thresholding": true}"#, "thresholding"),
         (r#"{"rescale_betas_zero_snr": 1}"#, "rescale_betas_zero_snr"),
-        (r#"{"use_karras_sigmas": true}"#, "use_karras_sigmas"),
+        (r#"{"use_karras_sigmas": 1}"#, "use_karras_sigmas"),
+        (
+            r#"{"use_exponential_sigmas": true}"#,
+            "use_exponential_sigmas",
+        ),
+        (r#"{"use_lu_lambdas": true}"#, "use_lu_lambdas"),
+        (r#"{"algorithm_type": "sde-dpmsolver++"}"#, "algorithm_type"),
+        (r#"{"solver_type": "bogus"}"#, "solver_type"),
+        (r#"{"lambda_min_clipped": -5.1}"#, "lambda_min_clipped"),
+        (r#"{"variance_type": "learned_range"}"#, "variance_type"),
+        (r#"{"sigma_min": NaN}"#, "sigma_min"),
+        (r#"{"timestep_scaling": Infinity}"#, "timestep_scaling"),
+        (r#"{"skip_prk_steps": null}"#, "skip_prk_steps"),
         (
             r#"{"interpolation_type": "log_linear"}"#,
             "interpolation_type",
         ),
         (r#"{"timestep_type": "continuous"}"#, "timestep_type"),
-        (r#"{"final_sigmas_type": "sigma_min"}"#, "final_sigmas_type"),
+        (r#"{"final_sigmas_type": "sigma_max"}"#, "final_sigmas_type"),
         (r#"{"num_train_timesteps": -1}"#, "num_train_timesteps"),
         (r#"{"steps_offset": "one"}"#, "steps_offset"),
         (r#"{"trained_betas": "many"}"#, "trained_betas"),

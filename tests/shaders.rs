@@ -37,17 +37,19 @@ fn every_shader_parses_and_validates() {
 
 #[test]
 fn shader_files_on_disk_are_the_ones_compiled() {
-    // Guards against a shader added to `shaders/` but never wired into the runtime: each file
-    // names a shader family, or (a part composed into families, like common.wgsl) its text
-    // appears, `enable` lines aside, in a composed module.
-    let dir = repo_root().join("shaders");
+    // Guards against a shader added to a kernel family folder but never wired into the runtime:
+    // each `.wgsl` file under src/gpu/kernels names a shader module, or (a part composed into
+    // modules, like common.wgsl) its text appears, `enable` lines aside, in a composed module.
     let sources = xpu::shader_sources();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
+    let mut files = Vec::new();
+    wgsl_files(&repo_root().join("src/gpu/kernels"), &mut files);
+    assert!(files.len() >= sources.len(), "{files:?}");
+    for path in files {
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
         if sources.iter().any(|(f, _)| *f == name) {
             continue;
         }
-        let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
         let body: String = text
             .lines()
             .filter(|l| !l.trim_start().starts_with("enable "))
@@ -55,8 +57,21 @@ fn shader_files_on_disk_are_the_ones_compiled() {
             .collect();
         assert!(
             sources.iter().any(|(_, src)| src.contains(&body)),
-            "shaders/{name} is not compiled by the runtime"
+            "{} is not compiled by the runtime",
+            path.display()
         );
+    }
+}
+
+/// Every `.wgsl` file under `dir`, recursively.
+fn wgsl_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            wgsl_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "wgsl") {
+            out.push(path);
+        }
     }
 }
 
@@ -93,11 +108,10 @@ fn workgroup_bytes(name: &str) -> Vec<(String, u32)> {
 
 #[test]
 fn attention_workgroup_memory_fits_the_webgpu_minimum() {
-    // The fused attention kernels must run on any adapter: WebGPU guarantees 16 KiB of
-    // workgroup memory, and their tiles are sized for head dims up to 160 within that. Counted
-    // per entry point (the variables it uses): attention_vec4.wgsl is composed after
-    // attention.wgsl, whose variables its entry point does not touch.
-    for name in ["attention.wgsl", "attention_vec4.wgsl"] {
+    // The fused FMA attention kernel must run on any adapter: WebGPU guarantees 16 KiB of
+    // workgroup memory, and its tiles are sized for head dims up to 160 within that. Counted
+    // per entry point (the variables it uses).
+    for name in ["attention_vec4.wgsl"] {
         for (entry, bytes) in workgroup_bytes(name) {
             assert!(
                 bytes > 0 && bytes <= 16 * 1024,
@@ -115,7 +129,7 @@ fn tensor_core_workgroup_memory_fits_48_kib() {
     for name in [
         "matmul_coop16.wgsl",
         "attention_coop16.wgsl",
-        "attention_coop16_rows128.wgsl",
+        "attention_coop16_sg8.wgsl",
     ] {
         for (entry, bytes) in workgroup_bytes(name) {
             if entry.contains("coop16") {
@@ -130,6 +144,13 @@ fn tensor_core_workgroup_memory_fits_48_kib() {
     assert!(
         mm.iter().any(|(e, b)| e == "mm_coop16" && *b == 35328),
         "{mm:?}"
+    );
+    let attention = workgroup_bytes("attention_coop16.wgsl");
+    assert!(
+        attention
+            .iter()
+            .any(|(e, b)| e == "attention_coop16" && *b == 35840),
+        "{attention:?}"
     );
 }
 

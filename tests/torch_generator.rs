@@ -182,15 +182,25 @@ fn clones_and_reseeds_continue_identically() {
     let mut g = TorchGenerator::with_kernel(3, NormalKernel::Avx2);
     g.randn(&[5]).unwrap(); // leaves a cached normal
     let mut h = g.clone();
-    assert_eq!(bits_of(&g.randn(&[3, 7]).unwrap()), bits_of(&h.randn(&[3, 7]).unwrap()));
-    assert_eq!(bits_of(&g.rand(&[40]).unwrap()), bits_of(&h.rand(&[40]).unwrap()));
+    assert_eq!(
+        bits_of(&g.randn(&[3, 7]).unwrap()),
+        bits_of(&h.randn(&[3, 7]).unwrap())
+    );
+    assert_eq!(
+        bits_of(&g.rand(&[40]).unwrap()),
+        bits_of(&h.rand(&[40]).unwrap())
+    );
     g.manual_seed(3);
-    let fresh = TorchGenerator::with_kernel(3, NormalKernel::Avx2).randn(&[5]).unwrap();
+    let fresh = TorchGenerator::with_kernel(3, NormalKernel::Avx2)
+        .randn(&[5])
+        .unwrap();
     assert_eq!(bits_of(&g.randn(&[5]).unwrap()), bits_of(&fresh));
     let mut out = [0f32; 33];
     let mut f = TorchGenerator::with_kernel(3, NormalKernel::Avx2);
     f.fill_randn(&mut out);
-    let t = TorchGenerator::with_kernel(3, NormalKernel::Avx2).randn(&[33]).unwrap();
+    let t = TorchGenerator::with_kernel(3, NormalKernel::Avx2)
+        .randn(&[33])
+        .unwrap();
     assert_eq!(out.map(f32::to_bits).to_vec(), bits_of(&t));
 }
 
@@ -203,7 +213,10 @@ fn impossible_shapes_are_errors() {
     assert!(err.contains("TorchGenerator::rand"), "{err}");
     // The failed calls drew nothing.
     let mut fresh = TorchGenerator::new(0);
-    assert_eq!(bits_of(&g.randn(&[20]).unwrap()), bits_of(&fresh.randn(&[20]).unwrap()));
+    assert_eq!(
+        bits_of(&g.randn(&[20]).unwrap()),
+        bits_of(&fresh.randn(&[20]).unwrap())
+    );
 }
 
 #[test]
@@ -220,7 +233,11 @@ fn draws_keep_their_bits_on_every_device() {
             assert_eq!(bits_of(&back), bits_of(t), "{device:?}");
             // A computation on the device sees the same values: x * 1 + 0 is exact.
             let same = moved.affine(1.0, 0.0).unwrap().to(Device::Cpu).unwrap();
-            assert_eq!(bits_of(&same), bits_of(&t.affine(1.0, 0.0).unwrap()), "{device:?}");
+            assert_eq!(
+                bits_of(&same),
+                bits_of(&t.affine(1.0, 0.0).unwrap()),
+                "{device:?}"
+            );
         }
     }
 }

@@ -302,7 +302,7 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
         steps,
         height,
         width,
-        scheduler,
+        mut scheduler,
     } = plan;
     let config = unet.config();
     let (lh, lw) = (height / 8, width / 8);
@@ -334,7 +334,8 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut seconds = Vec::with_capacity(steps);
-    for (i, &t) in scheduler.timesteps().iter().enumerate() {
+    let timesteps = scheduler.timesteps().to_vec();
+    for (i, &t) in timesteps.iter().enumerate() {
         let start = Instant::now();
         let scaled = scheduler.scale_model_input(&latents, i)?;
         let mut input = Tensor::cat(&[&scaled, &scaled], 0)?;
@@ -349,7 +350,7 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
             .to_dtype(DType::F32)?;
         let halves = noise.chunk(2, 0)?;
         let guided = halves[0].add(&halves[1].sub(&halves[0])?.mul_scalar(args.guidance)?)?;
-        latents = scheduler.step(&guided, i, &latents)?;
+        latents = scheduler.step(&guided, i, &latents, None)?;
         if device == Device::Xpu {
             xpu::synchronize()?;
         }

@@ -118,27 +118,27 @@ mod tests {
                 "skip_prk_steps": true, "steps_offset": 1, "trained_betas": null}"#,
         )
         .unwrap();
-        let s = build(SchedulerArg::Ddim, Some(&file), None, 4).unwrap();
+        let mut s = build(SchedulerArg::Ddim, Some(&file), None, 4).unwrap();
         assert_eq!(s.timesteps(), &[751.0, 501.0, 251.0, 1.0]);
         // The same model output steps differently as ε.
         let x = xpu::Tensor::from_vec(vec![0.5f32; 4], &[1, 4], xpu::Device::Cpu).unwrap();
         let out = xpu::Tensor::from_vec(vec![0.25f32; 4], &[1, 4], xpu::Device::Cpu).unwrap();
-        let v: Vec<f32> = s.step(&out, 0, &x).unwrap().to_vec().unwrap();
-        let eps = build(
+        let v: Vec<f32> = s.step(&out, 0, &x, None).unwrap().to_vec().unwrap();
+        let mut eps = build(
             SchedulerArg::Ddim,
             Some(&file),
             Some(PredictionArg::Epsilon),
             4,
         )
         .unwrap();
-        let e: Vec<f32> = eps.step(&out, 0, &x).unwrap().to_vec().unwrap();
+        let e: Vec<f32> = eps.step(&out, 0, &x, None).unwrap().to_vec().unwrap();
         assert_ne!(v, e);
         // A bad file is an error naming the key.
-        std::fs::write(&file, r#"{"use_karras_sigmas": true}"#).unwrap();
+        std::fs::write(&file, r#"{"use_exponential_sigmas": true}"#).unwrap();
         let err = build(SchedulerArg::Euler, Some(&file), None, 4)
             .err()
             .unwrap();
-        assert!(err.to_string().contains("use_karras_sigmas"), "{err}");
+        assert!(err.to_string().contains("use_exponential_sigmas"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -57,7 +57,7 @@ pub(crate) fn conv2d_gpu(c: &GpuConv) -> Result<Storage> {
         ConvTile::Auto
             if winograd::auto_uses_winograd(
                 &launch,
-                crate::gpu::kernels::conv_coop::eligible(&launch),
+                crate::gpu::kernels::conv::coop::eligible(&launch),
             ) =>
         {
             // Winograd's temporaries (transformed inputs and point products) take several

@@ -19,7 +19,7 @@ pub(crate) fn ensure_host_memory(op: &'static str, numel: usize, dtype: DType) -
 fn place(cpu: CpuStorage, device: Device) -> Result<Storage> {
     Ok(match device {
         Device::Cpu => Storage::Cpu(cpu),
-        Device::Xpu => Storage::Xpu(XpuStorage::upload(&crate::gpu::ctx()?, &cpu)?),
+        Device::Xpu => Storage::Xpu(upload(&cpu)?),
     })
 }
 
@@ -59,9 +59,9 @@ impl Storage {
     pub(crate) fn to_vec<T: WithDType>(&self, layout: &Layout) -> Result<Vec<T>> {
         match self {
             Storage::Cpu(s) => s.to_vec::<T>(layout),
-            Storage::Xpu(s) => s
-                .download(layout)?
-                .to_vec::<T>(&Layout::contiguous(layout.shape())),
+            Storage::Xpu(s) => {
+                download(s, layout)?.to_vec::<T>(&Layout::contiguous(layout.shape()))
+            }
         }
     }
 }
@@ -81,4 +81,14 @@ pub(crate) fn affine_in_place_f32(v: &mut [f32], mul: f32, add: f32) {
         src.copy_from_slice(chunk);
         k.unary_f32(op, src, chunk);
     });
+}
+
+/// Uploads contiguous Cpu data to the Xpu.
+pub(crate) fn upload(cpu: &CpuStorage) -> Result<XpuStorage> {
+    XpuStorage::upload(&crate::gpu::ctx()?, cpu.dtype(), cpu.len(), cpu.as_bytes())
+}
+
+/// Reads the elements of `layout` of an Xpu storage back into a contiguous Cpu storage.
+pub(crate) fn download(s: &XpuStorage, layout: &Layout) -> Result<CpuStorage> {
+    CpuStorage::from_bytes(s.dtype, &s.download(layout)?)
 }

@@ -56,6 +56,20 @@ impl Storage {
                 }),
             }
         }
+        fn xpu<'a>(
+            op: &'static str,
+            x: Option<&'a (&'a Storage, Layout)>,
+        ) -> Result<Option<(&'a XpuStorage, &'a Layout)>> {
+            match x {
+                None => Ok(None),
+                Some((Storage::Xpu(s), l)) => Ok(Some((s, l))),
+                Some((other, _)) => Err(Error::DeviceMismatch {
+                    op,
+                    lhs: Device::Xpu,
+                    rhs: other.device(),
+                }),
+            }
+        }
         match (self, rhs) {
             (Storage::Cpu(a), Storage::Cpu(b)) => {
                 host_output("matmul_fused", matmul_numel(l, r), DType::F32)?;
@@ -71,7 +85,22 @@ impl Storage {
                 };
                 Ok(Storage::Cpu(a.matmul_fused(l, b, r, &f)?))
             }
-            (Storage::Xpu(a), Storage::Xpu(b)) => Ok(Storage::Xpu(a.matmul_fused(l, b, r, args)?)),
+            (Storage::Xpu(a), Storage::Xpu(b)) => {
+                let op = "matmul_fused";
+                let ep = crate::gpu::kernels::matmul::Epilogue {
+                    op,
+                    alpha: args.alpha,
+                    beta: args.beta,
+                    c: xpu(op, args.c.as_ref())?,
+                    bias: xpu(op, args.bias.as_ref())?,
+                    residual: xpu(op, args.residual.as_ref())?,
+                    activation: args.activation,
+                    geglu: args.geglu,
+                    kernel: args.kernel,
+                    out_dtype: args.out_dtype,
+                };
+                Ok(Storage::Xpu(a.matmul_fused(l, b, r, &ep)?))
+            }
             _ => Err(mismatch("matmul_fused", self, rhs)),
         }
     }

@@ -72,14 +72,13 @@ impl Storage {
         Ok(match (self, device) {
             (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)),
             (Storage::Cpu(s), Device::Xpu) => {
-                let ctx = crate::gpu::ctx()?;
                 if layout.is_contiguous() && layout.offset() == 0 && layout.numel() == s.len() {
-                    Storage::Xpu(XpuStorage::upload(&ctx, s)?)
+                    Storage::Xpu(host::upload(s)?)
                 } else {
-                    Storage::Xpu(XpuStorage::upload(&ctx, &s.contiguous(layout))?)
+                    Storage::Xpu(host::upload(&s.contiguous(layout))?)
                 }
             }
-            (Storage::Xpu(s), Device::Cpu) => Storage::Cpu(s.download(layout)?),
+            (Storage::Xpu(s), Device::Cpu) => Storage::Cpu(host::download(s, layout)?),
             (Storage::Xpu(s), Device::Xpu) => Storage::Xpu(s.duplicate(layout)?),
         })
     }

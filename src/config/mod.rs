@@ -50,6 +50,9 @@ pub struct Config {
     pub memory_limit: Option<u64>,
     /// GPU kernel timing (`XPU_PROFILE`).
     pub profile: Profile,
+    /// PyTorch's own CPU kernel choice (`ATEN_CPU_CAPABILITY`, read as PyTorch reads it):
+    /// `TorchGenerator` draws what a PyTorch started in the same environment draws.
+    pub torch_cpu_capability: Option<String>,
     /// CPU backend settings.
     pub cpu: CpuConfig,
     /// GPU backend settings.
@@ -84,6 +87,7 @@ impl Config {
                     Profile::Off
                 }
             },
+            torch_cpu_capability: lookup("ATEN_CPU_CAPABILITY"),
             cpu: CpuConfig::from_lookup(lookup, &mut warn),
             gpu: GpuConfig::from_lookup(lookup, &mut warn),
         };

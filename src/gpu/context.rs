@@ -82,12 +82,9 @@ const WANTED: [(wgpu::Features, &str); 5] = [
     (wgpu::Features::PASSTHROUGH_SHADERS, "PASSTHROUGH_SHADERS"),
 ];
 
-/// Workgroup memory of `matmul_coop16.wgsl`: f16 A and B tiles and the f32 epilogue scratch.
+/// Workgroup memory of `matmul_coop16.wgsl`: f16 A and B tiles and the f32 epilogue scratch
+/// (and 4 bytes to spare).
 pub(crate) const COOP16_WORKGROUP_BYTES: u32 = 2 * (5120 + 4352) + 4 * 4096 + 4;
-
-/// Workgroup memory of the double-buffered layout (`matmul_coop16_double.wgsl`): two tile pairs
-/// and half the epilogue scratch.
-pub(crate) const COOP16_DOUBLE_WORKGROUP_BYTES: u32 = 2 * 2 * (5120 + 4352) + 4 * 2048;
 
 /// The process-wide GPU context.
 pub struct Context {
@@ -159,11 +156,11 @@ fn adapter_features(adapter: &wgpu::Adapter) -> XpuFeatures {
     }
 }
 
-/// `XPU_COOP16_ASSUME=1`: a driver that reports 8x8x8 f16->f32 cooperative matrices is taken
-/// to run the 16x16x16 ones too. Lavapipe 26 does (it also offers NV flexible dimensions of
-/// granularity 8), so the tensor-core kernels and their tests run on the CPU
-/// (`benches/lavapipe_coop/`); a development switch, and the kernels' self-checks still guard
-/// every use.
+/// `config::GpuConfig::coop16_assume` (`XPU_COOP16_ASSUME=1`): a driver that reports 8x8x8
+/// f16->f32 cooperative matrices is taken to run the 16x16x16 ones too. Mesa's lavapipe 26 does
+/// (it also offers NV flexible dimensions of granularity 8), so the tensor-core kernels and
+/// their tests run on a CPU; the kernels' self-checks still guard every use. Read once, when
+/// the context is created.
 fn assume_coop16() -> bool {
     crate::config::with(|c| c.gpu.coop16_assume)
 }
@@ -190,7 +187,7 @@ fn summarise(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
         max_workgroup_memory: limits.max_compute_workgroup_storage_size,
         max_invocations: limits.max_compute_invocations_per_workgroup,
         selected: false,
-        matmul_paths: super::kernels::matmul_select::paths(&adapter_features(adapter)),
+        matmul_paths: super::kernels::matmul::select::paths(&adapter_features(adapter)),
         cooperative_matrix_configs: adapter
             .cooperative_matrix_properties()
             .iter()

@@ -1,8 +1,8 @@
 //! The GPU device: wgpu context, caching allocator, typed pipeline cache, batched stream and
-//! the WGSL kernels.
+//! the WGSL kernels (`kernels/`, one folder per kernel family).
 //!
 //! Invariant: `XpuStorage` owns a pooled buffer holding `len` elements of `dtype`, packed
-//! (two 16-bit or four 8-bit elements per 32-bit word, see `shaders/common.wgsl`); the buffer
+//! (two 16-bit or four 8-bit elements per 32-bit word, see `kernels/common.wgsl`); the buffer
 //! is at least `len * size` bytes rounded up to 4. Storage is immutable once its producing
 //! kernel is recorded.
 
@@ -12,7 +12,6 @@ pub(crate) mod kernels;
 pub(crate) mod passthrough;
 pub(crate) mod pipelines;
 pub(crate) mod profile;
-pub(crate) mod spirv_dump;
 pub(crate) mod spirv_fold;
 pub(crate) mod stream;
 
@@ -21,7 +20,6 @@ use std::sync::Arc;
 use allocator::{PoolKind, PooledBuffer};
 use context::Context;
 
-use crate::cpu::CpuStorage;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
 
@@ -60,20 +58,32 @@ impl XpuStorage {
         Ok(s)
     }
 
-    /// Uploads contiguous host data.
-    pub(crate) fn upload(ctx: &Arc<Context>, cpu: &CpuStorage) -> Result<XpuStorage> {
-        let s = Self::alloc(ctx, cpu.dtype(), cpu.len())?;
-        if !cpu.is_empty() {
+    /// Uploads `len` contiguous host elements of `dtype` given as their bytes.
+    pub(crate) fn upload(
+        ctx: &Arc<Context>,
+        dtype: DType,
+        len: usize,
+        bytes: &[u8],
+    ) -> Result<XpuStorage> {
+        let want = len.checked_mul(dtype.size_in_bytes());
+        if want != Some(bytes.len()) {
+            return Err(Error::invalid(
+                "upload",
+                format!("{len} {dtype} elements, got {} bytes", bytes.len()),
+            ));
+        }
+        let s = Self::alloc(ctx, dtype, len)?;
+        if len > 0 {
             ctx.stream
                 .lock()
                 .map_err(|_| poisoned())?
-                .upload(ctx, &s.buffer, cpu.as_bytes());
+                .upload(ctx, &s.buffer, bytes);
         }
         Ok(s)
     }
 
-    /// Reads the elements of `layout` back to a contiguous host storage.
-    pub(crate) fn download(&self, layout: &Layout) -> Result<CpuStorage> {
+    /// Reads the elements of `layout` back to the host: their bytes, contiguous.
+    pub(crate) fn download(&self, layout: &Layout) -> Result<Vec<u8>> {
         let size = self.dtype.size_in_bytes();
         let byte_off = layout.offset() * size;
         let direct = layout.is_contiguous() && byte_off.is_multiple_of(4);
@@ -90,7 +100,7 @@ impl XpuStorage {
             .lock()
             .map_err(|_| poisoned())?
             .read(&self.ctx, buf, off, bytes)?;
-        CpuStorage::from_bytes(self.dtype, &data)
+        Ok(data)
     }
 
     pub(crate) fn check_same_context(&self, other: &XpuStorage, op: &'static str) -> Result<()> {
@@ -130,7 +140,7 @@ pub(crate) fn take_profile() -> Result<Option<Vec<KernelTime>>> {
     Ok(stream.take_profile(&ctx))
 }
 
-/// Whether f16 convolutions run on the tensor-core kernel (see `kernels::conv_coop`).
+/// Whether f16 convolutions run on the tensor-core kernel (see `kernels::conv::coop`).
 pub(crate) fn conv_coop_active() -> bool {
-    kernels::conv_coop::active()
+    kernels::conv::coop::active()
 }

@@ -14,11 +14,11 @@
 //! unpack and narrowing as one bitcast).
 //!
 //! Invariants: only used when the device has `PASSTHROUGH_SHADERS` on the Vulkan backend; the
-//! layout is the matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only
-//! operands), which every dispatch of these pipelines binds in full, and which covers every
-//! binding the module declares (a binding missing from the layout crashed NVIDIA's driver at
-//! pipeline creation in the twenty-seventh session; a test checks each module); any naga or
-//! driver failure is an `Error::Shader`.
+//! modules keep naga's bounds checks (`Restrict` for array and buffer indices); the layout is the
+//! matmul family's (binding 0 uniform params, 1 read-write output, 2..=6 read-only operands),
+//! which every dispatch of these pipelines binds in full, and which covers every binding the
+//! module declares (a binding missing from the layout crashed NVIDIA's driver at pipeline
+//! creation; a test checks each module); any naga or driver failure is an `Error::Shader`.
 
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::{Error, Result};
@@ -31,9 +31,7 @@ const MEMORY_MODEL_GLSL450: u32 = 1;
 
 /// Whether `key` is compiled through this module on `device`.
 pub(crate) fn applies(device: &wgpu::Device, key: &PipelineKey) -> bool {
-    (key.shader == ShaderId::MatmulCoop
-        || ShaderId::MATMUL_COOP16.contains(&key.shader)
-        || ShaderId::ATTENTION_COOP16.contains(&key.shader))
+    ShaderId::COOPERATIVE.contains(&key.shader)
         && device
             .features()
             .contains(wgpu::Features::PASSTHROUGH_SHADERS)
@@ -70,33 +68,6 @@ pub(crate) fn resolve(
     Ok((module.into_owned(), info.into_owned()))
 }
 
-/// Whether `key`'s passthrough module is written without naga's bounds checks: mm_coop16 with
-/// `XPU_COOP16_UNCHECKED=1` (an experiment until a GPU times it), and the tensor-core
-/// attention's lean form (`VARIANT` bit 8192, `XPU_ATTN_LEAN=1`).
-///
-/// Why: naga's `Restrict` policy clamps every index into a workgroup array and every buffer
-/// index with a `min`, so the compiler can neither fold a staged word's address into the store's
-/// immediate offset nor pair two adjacent 16-bit stores; NAK's K loop of the lean staging
-/// (`shaders/matmul_coop16_lean.wgsl`) takes 398 instructions without the clamps against 573
-/// with them. Without them an index past a workgroup array would read or write outside it, so
-/// only a kernel whose every workgroup index is bounded by construction may go unchecked:
-/// mm_coop16's are (invocation and slot indices below 256 and 8, constant tile offsets; see the
-/// layout files), and so are the attention kernel's (rows below 32 or the layout's query rows,
-/// pair columns below the staged tiles', lanes and subgroups below the layout's; see
-/// `shaders/attention_coop16_lean.wgsl`); their tests run with the switches on lavapipe 26.
-/// Storage buffers stay inside Vulkan's robust buffer access either way.
-pub(crate) fn unchecked(key: &PipelineKey) -> bool {
-    static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if ShaderId::ATTENTION_COOP16.contains(&key.shader) {
-        return key.variant & ATTENTION_LEAN != 0;
-    }
-    key.shader == ShaderId::MatmulCoop16
-        && *ASKED.get_or_init(|| std::env::var_os("XPU_COOP16_UNCHECKED").is_some_and(|v| v == "1"))
-}
-
-/// `VARIANT` bit of the tensor-core attention's lean form (`shaders/attention_coop16_lean.wgsl`).
-pub(crate) const ATTENTION_LEAN: u32 = 8192;
-
 /// SPIR-V 1.6 words of the resolved `module`'s compute entry point `entry`, with `index` as the
 /// bounds-check policy of indices into arrays and `buffer` as that of storage and uniform
 /// buffers.
@@ -132,36 +103,40 @@ pub(crate) fn write_spirv(
 }
 
 /// SPIR-V words of `source`'s entry point `entry` with `constants` applied, under the GLSL450
-/// memory model, its f16 word unpacks folded into bitcasts (`super::spirv_fold`; `unchecked`:
-/// without naga's bounds checks, see [`unchecked`]).
+/// memory model, its f16 word unpacks folded into bitcasts (`super::spirv_fold`).
 pub(crate) fn spirv(
     file: &'static str,
     source: &str,
     entry: &str,
     constants: &[(&str, f64)],
-    unchecked: bool,
 ) -> Result<Vec<u32>> {
+    use naga::proc::BoundsCheckPolicy::Restrict;
     let (module, info) = resolve(file, source, entry, constants)?;
-    words_of(file, &module, &info, entry, unchecked)
-}
-
-/// The passthrough words of an already resolved module (see [`spirv`]).
-pub(crate) fn words_of(
-    file: &'static str,
-    module: &naga::Module,
-    info: &naga::valid::ModuleInfo,
-    entry: &str,
-    unchecked: bool,
-) -> Result<Vec<u32>> {
-    use naga::proc::BoundsCheckPolicy::{Restrict, Unchecked};
-    let policy = if unchecked { Unchecked } else { Restrict };
-    let words = write_spirv(file, module, info, entry, [policy, policy])?;
+    let words = write_spirv(file, &module, &info, entry, [Restrict, Restrict])?;
     let fail = |msg| Error::Shader { shader: file, msg };
     let words = glsl450_memory_model(&words).map_err(fail)?;
-    if !super::spirv_fold::enabled() {
-        return Ok(words);
-    }
     Ok(super::spirv_fold::fold_unpack_half(&words).map_err(fail)?.0)
+}
+
+/// The SPIR-V of entry point `entry` of the shader module named `name` (a
+/// [`ShaderId::file`]) with `constants` applied: for the cooperative-matrix modules the very
+/// words [`pipeline`] hands the driver, for the others naga's SPIR-V with the bounds-check
+/// policies wgpu uses on a device with robust buffer access (what wgpu's own writer produces,
+/// up to its options). For diagnostics (`xpu::shader_spirv`).
+pub(crate) fn module_spirv(name: &str, entry: &str, constants: &[(&str, f64)]) -> Result<Vec<u32>> {
+    use naga::proc::BoundsCheckPolicy::{Restrict, Unchecked};
+    let Some(id) = ShaderId::ALL.into_iter().find(|id| id.file() == name) else {
+        return Err(Error::invalid(
+            "shader_spirv",
+            format!("no shader module is named {name:?} (see xpu::shader_sources())"),
+        ));
+    };
+    let source = id.source();
+    if ShaderId::COOPERATIVE.contains(&id) {
+        return spirv(id.file(), &source, entry, constants);
+    }
+    let (module, info) = resolve(id.file(), &source, entry, constants)?;
+    write_spirv(id.file(), &module, &info, entry, [Restrict, Unchecked])
 }
 
 /// The module with `OpMemoryModel ... Vulkan` turned into GLSL450 and the Vulkan memory model's
@@ -263,7 +238,7 @@ pub(crate) fn pipeline(
     constants: &[(&str, f64)],
 ) -> Result<wgpu::ComputePipeline> {
     let file = key.shader.file();
-    let words = spirv(file, source, key.entry, constants, unchecked(key))?;
+    let words = spirv(file, source, key.entry, constants)?;
     let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let entry_points = [wgpu::PassthroughShaderEntryPoint {

@@ -49,7 +49,7 @@ pub(crate) struct Profiler {
     by_shape: bool,
 }
 
-/// Whether `shader` reads `[m, n, k]` from parameter words 32-34 (`shaders/matmul.wgsl`'s
+/// Whether `shader` reads `[m, n, k]` from parameter words 32-34 (`kernels/matmul/matmul.wgsl`'s
 /// `dim_m`, `dim_n`, `dim_k`): the products and the tensor-core convolution gather.
 fn product_family(shader: ShaderId) -> bool {
     matches!(
@@ -58,8 +58,6 @@ fn product_family(shader: ShaderId) -> bool {
             | ShaderId::MatmulTiled
             | ShaderId::MatmulCoop
             | ShaderId::MatmulCoop16
-            | ShaderId::MatmulCoop16Double
-            | ShaderId::MatmulCoop16Tiles
             | ShaderId::MatmulSubgroup
             | ShaderId::MatmulVec4
     )

@@ -5,8 +5,8 @@
 //! halves to workgroup memory. WGSL (naga 30) has no bitcast from `u32` to `vec2<f16>`, so the
 //! shaders write `vec2<f16>(unpack2x16float(w))`, which naga emits as `UnpackHalf2x16` (two
 //! halves widened to f32) and an `OpFConvert` back to `vec2<f16>`. Mesa's NAK compiles that to
-//! three conversion instructions per staged word (two `f2f.f32.f16` and an `f2fp.pack_ab`),
-//! about 48 of the ~400 instructions of a lean K step; SPIR-V itself allows `OpBitcast` from a
+//! three conversion instructions per staged word (two `f2f.f32.f16` and an `f2fp.pack_ab`);
+//! SPIR-V itself allows `OpBitcast` from a
 //! 32-bit integer to a two-component 16-bit float vector (GLSL's `unpackFloat2x16`), which costs
 //! nothing. Every f16 value, infinities and subnormals included, survives the widening and
 //! narrowing unchanged, so the bitcast gives the same bits (NaN payloads aside, which it keeps
@@ -16,7 +16,7 @@
 //! and whose operand is the result of a `GLSL.std.450 UnpackHalf2x16` is rewritten, in place and
 //! with the same result id and length (4 words); the now unused `UnpackHalf2x16` stays (drivers
 //! drop dead code). SPIR-V requires definitions to dominate their uses and types to be declared
-//! before use, so one forward pass sees every pattern. `XPU_SPIRV_FOLD=0` turns the pass off.
+//! before use, so one forward pass sees every pattern.
 
 const OP_EXT_INST_IMPORT: u32 = 11;
 const OP_EXT_INST: u32 = 12;
@@ -25,12 +25,6 @@ const OP_TYPE_VECTOR: u32 = 23;
 const OP_FCONVERT: u32 = 115;
 const OP_BITCAST: u32 = 124;
 const GLSL_UNPACK_HALF_2X16: u32 = 62;
-
-/// Whether the fold is on (`XPU_SPIRV_FOLD=0` turns it off, to time or rule it out).
-pub(crate) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("XPU_SPIRV_FOLD").is_none_or(|v| v != "0"))
-}
 
 /// `words` with every `vec2<f16>(unpack2x16float(w))` turned into `OpBitcast` of `w`, and how
 /// many were turned; an error names a malformed instruction.

@@ -12,8 +12,9 @@
 //!   sine to `j + 8`), and when the count is not a multiple of 16 draws 16 fresh uniforms for the
 //!   last 16 elements and transforms them again. It neither reads nor clears the cached normal.
 //! - `randn` of fewer than 16 elements draws each element in f64 with the scalar Box–Muller
-//!   (`normal_distribution<double>`): every other element is the sine half that the generator
-//!   caches between calls; [`TorchGenerator::manual_seed`] clears the cache.
+//!   (`normal_distribution<double>`) and rounds it to f32: each pair's cosine half is returned
+//!   and its sine half cached for the next such element, in this call or a later one;
+//!   [`TorchGenerator::manual_seed`] clears the cache.
 //! - `rand` draws one uniform f32 per element.
 //!
 //! The 16-wide Box–Muller is the one place torch's result depends on the CPU ([`NormalKernel`]):
@@ -21,10 +22,11 @@
 //! AVX-512) run Cephes' float polynomials for log, sin and cos, compiled with fused
 //! multiply-adds; other CPUs call the C library's `logf`, `sinf` and `cosf`. Both are here; the
 //! AVX2 one is reproduced operation by operation in portable code, so its draws are the same on
-//! every CPU this crate runs on. Matched bit for bit: torch 2.15 Linux x86_64 wheels, under
-//! `ATEN_CPU_CAPABILITY` `avx2` and `avx512` (kernel `Avx2`) and `default` (kernel `Libm`,
-//! glibc). Not matched: torch builds whose compiler does not fuse the AVX2 kernel's
-//! multiply-adds (MSVC builds for Windows), and PowerPC's VSX kernel.
+//! every CPU this crate runs on (checked with baseline x86-64, x86-64-v3 and AVX-512 builds).
+//! Matched bit for bit: torch 2.15 Linux x86_64 wheels (GCC builds) under `ATEN_CPU_CAPABILITY`
+//! `avx2` and `avx512` (kernel `Avx2`) and `default` (kernel `Libm`, with glibc). Not checked:
+//! torch builds from other compilers (Windows, macOS), which may fuse the AVX2 kernel's
+//! multiply-adds elsewhere; not reproduced: PowerPC's VSX kernel.
 //!
 //! Invariant: a generator's draws depend only on its seed, its kernel and the calls made on it.
 
@@ -104,7 +106,12 @@ impl NormalKernel {
     /// `ATEN_CPU_CAPABILITY=default` (torch reads it too), else `Avx2` on x86 CPUs with AVX2
     /// and FMA, else `Libm`.
     pub fn native() -> NormalKernel {
-        if std::env::var("ATEN_CPU_CAPABILITY").is_ok_and(|v| v == "default") {
+        let torch_default = crate::config::with(|c| {
+            c.torch_cpu_capability
+                .as_deref()
+                .is_some_and(|v| v == "default")
+        });
+        if torch_default {
             return NormalKernel::Libm;
         }
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
@@ -214,7 +221,7 @@ impl TorchGenerator {
         for block in out.chunks_exact_mut(16) {
             box_muller_16(self.kernel, block);
         }
-        if n % 16 != 0 {
+        if !n.is_multiple_of(16) {
             let last = &mut out[n - 16..];
             for v in last.iter_mut() {
                 *v = self.uniform_f32();
@@ -252,7 +259,10 @@ fn host_buffer(op: &'static str, shape: &[usize]) -> Result<Vec<f32>> {
     let n = shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .filter(|n| n.checked_mul(4).is_some_and(|bytes| bytes <= isize::MAX as usize))
+        .filter(|n| {
+            n.checked_mul(4)
+                .is_some_and(|bytes| bytes <= isize::MAX as usize)
+        })
         .ok_or_else(|| Error::shape(op, "a shape of at most isize::MAX bytes of f32", shape))?;
     let mut values = Vec::new();
     values
@@ -344,9 +354,9 @@ mod avx2 {
         let mut x = f32::from_bits((bits & !0x7f80_0000) | 0.5f32.to_bits());
         let below = x < SQRTHF;
         let tmp = keep(below, x);
-        x = x - 1.0;
-        e = e - keep(below, 1.0);
-        x = x + tmp;
+        x -= 1.0;
+        e -= keep(below, 1.0);
+        x += tmp;
         let z = x * x;
         let mut y = LOG_P[0];
         for &p in &LOG_P[1..] {
@@ -354,7 +364,7 @@ mod avx2 {
         }
         y = fma(y * x, z, e * LOG_Q1);
         y = fma(-z, 0.5, y);
-        x = x + y;
+        x += y;
         x = fma(e, LOG_Q2, x);
         if invalid {
             f32::from_bits(u32::MAX)

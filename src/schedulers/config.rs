@@ -1,12 +1,13 @@
 //! [`SchedulerConfig`]: the training noise schedule and inference spacing the schedulers share,
-//! built in code or read from a diffusers `scheduler/scheduler_config.json` (`config_json.rs`).
+//! and each scheduler's own options (one field per diffusers config key), built in code or read
+//! from a diffusers `scheduler/scheduler_config.json` (`config_json.rs`, `file.rs`).
 //!
 //! Invariants: ᾱ is computed as diffusers computes it (f32 betas from PyTorch's `linspace`
 //! formula, or `betas_for_alpha_bar`'s cosine in f64 rounded to f32, or the stored
 //! `trained_betas`; then PyTorch's cumulative product of the f32 `1 − β`: an f64 running
 //! product rounded to f32 at every step) and only then widened;
 //! inference timesteps follow diffusers' `set_timesteps` for each spacing, with NumPy's
-//! round-half-to-even.
+//! round-half-to-even; `validate` bounds every size and value a scheduler's constructor uses.
 
 use crate::{Error, Result};
 
@@ -43,7 +44,27 @@ pub enum BetaSchedule {
     SquaredCosCapV2,
 }
 
-/// The training noise schedule and spacing shared by the schedulers.
+/// The σ after the last step of a σ schedule (diffusers' `final_sigmas_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinalSigma {
+    /// σ = 0: the last step lands on the clean sample (`"zero"`).
+    Zero,
+    /// σ of training step 0, `√((1 − ᾱ₀)/ᾱ₀)` (`"sigma_min"`).
+    SigmaMin,
+}
+
+/// DPM-Solver's second-order formula (diffusers' `solver_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SolverType {
+    /// The midpoint rule (`"midpoint"`, diffusers' default).
+    Midpoint,
+    /// Heun's rule (`"heun"`).
+    Heun,
+}
+
+/// The training noise schedule and spacing the schedulers share, plus the options of the
+/// individual schedulers (each reads only its own; the field docs name who reads what), one
+/// field per key of diffusers' `scheduler_config.json`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerConfig {
     /// Diffusion steps the model was trained with (1000 for SD).
@@ -69,6 +90,29 @@ pub struct SchedulerConfig {
     pub spacing: TimestepSpacing,
     /// The model's prediction type.
     pub prediction: Prediction,
+    /// Euler, DPM-Solver: Karras et al.'s σ spacing (`use_karras_sigmas`).
+    pub use_karras_sigmas: bool,
+    /// Euler: the low end of the Karras σ ramp (`sigma_min`; `None`: the schedule's).
+    pub sigma_min: Option<f64>,
+    /// Euler: the high end of the Karras σ ramp (`sigma_max`; `None`: the schedule's).
+    pub sigma_max: Option<f64>,
+    /// Euler, DPM-Solver: the σ after the last step (`final_sigmas_type`).
+    pub final_sigma: FinalSigma,
+    /// PNDM: PLMS steps only, without the Runge-Kutta warm-up (`skip_prk_steps`).
+    pub skip_prk_steps: bool,
+    /// DPM-Solver: the multistep order, 1 to 3 (`solver_order`).
+    pub solver_order: usize,
+    /// DPM-Solver: the second-order formula (`solver_type`).
+    pub solver_type: SolverType,
+    /// DPM-Solver: first order on the last step (and second on the one before) when fewer
+    /// than 15 steps run (`lower_order_final`).
+    pub lower_order_final: bool,
+    /// DPM-Solver: always an Euler (first-order) last step (`euler_at_final`).
+    pub euler_at_final: bool,
+    /// LCM: the steps of the schedule the model was distilled on (`original_inference_steps`).
+    pub original_inference_steps: usize,
+    /// LCM: the timestep multiplier of the boundary conditions (`timestep_scaling`).
+    pub timestep_scaling: f64,
 }
 
 /// Most training steps a config may name (far above any published model's; bounds the
@@ -77,7 +121,8 @@ pub(crate) const MAX_TRAIN_TIMESTEPS: usize = 1 << 20;
 
 impl SchedulerConfig {
     /// Stable Diffusion 1.x's scheduler config (β 0.00085–0.012 scaled-linear over 1000 steps,
-    /// leading spacing, offset 1, ε-prediction, no clipping).
+    /// leading spacing, offset 1, ε-prediction, no clipping, PLMS without Runge-Kutta steps);
+    /// the other schedulers' options keep their diffusers defaults.
     pub fn stable_diffusion() -> SchedulerConfig {
         SchedulerConfig {
             num_train_timesteps: 1000,
@@ -91,6 +136,17 @@ impl SchedulerConfig {
             clip_sample: None,
             spacing: TimestepSpacing::Leading,
             prediction: Prediction::Epsilon,
+            use_karras_sigmas: false,
+            sigma_min: None,
+            sigma_max: None,
+            final_sigma: FinalSigma::Zero,
+            skip_prk_steps: true,
+            solver_order: 2,
+            solver_type: SolverType::Midpoint,
+            lower_order_final: true,
+            euler_at_final: false,
+            original_inference_steps: 50,
+            timestep_scaling: 10.0,
         }
     }
 
@@ -151,6 +207,29 @@ impl SchedulerConfig {
                 return bad(format!("clip_sample_range must be finite and > 0, got {r}"));
             }
         }
+        for (key, v) in [("sigma_min", self.sigma_min), ("sigma_max", self.sigma_max)] {
+            if v.is_some_and(|x| !(x.is_finite() && x > 0.0)) {
+                return bad(format!("{key} must be finite and > 0, got {v:?}"));
+            }
+        }
+        if !(1..=3).contains(&self.solver_order) {
+            return bad(format!(
+                "solver_order must be 1, 2 or 3, got {}",
+                self.solver_order
+            ));
+        }
+        if self.original_inference_steps == 0 || self.original_inference_steps > t {
+            return bad(format!(
+                "original_inference_steps must be in 1..={t}, got {}",
+                self.original_inference_steps
+            ));
+        }
+        if !self.timestep_scaling.is_finite() {
+            return bad(format!(
+                "timestep_scaling must be finite, got {}",
+                self.timestep_scaling
+            ));
+        }
         Ok(())
     }
 
@@ -202,7 +281,8 @@ impl SchedulerConfig {
     }
 
     /// The `n` inference timesteps, descending; `integer` rounds linspace-spaced ones (DDIM's
-    /// `.round()`; Euler keeps them fractional).
+    /// `.round()`; Euler keeps them fractional). A trailing-spaced `n` for which diffusers'
+    /// NumPy arithmetic yields `n + 1` timesteps is an error.
     pub(crate) fn timesteps(&self, n: usize, integer: bool) -> Result<Vec<f64>> {
         self.validate()?;
         let total = self.num_train_timesteps;
@@ -242,6 +322,17 @@ impl SchedulerConfig {
             }
             TimestepSpacing::Trailing => {
                 let ratio = total as f64 / n as f64;
+                // NumPy's `arange(T, 0, −T/n)` has ⌈T/(T/n)⌉ entries: n + 1 for some n (61,
+                // 103, ... of 1000), the extra one a timestep of −1 that diffusers then uses.
+                let numpy_len = ((0.0 - total as f64) / -ratio).ceil();
+                if numpy_len != n as f64 {
+                    return Err(Error::invalid(
+                        "scheduler",
+                        format!(
+                            "trailing spacing with {n} steps over {total} gives diffusers                              {numpy_len} timesteps, the last one −1 (a rounding of NumPy's                              arange); choose another number of steps"
+                        ),
+                    ));
+                }
                 (0..n)
                     .map(|i| (total as f64 - i as f64 * ratio).round_ties_even() - 1.0)
                     .collect()

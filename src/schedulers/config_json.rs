@@ -1,19 +1,22 @@
 //! Reading a diffusers `scheduler/scheduler_config.json` into a [`SchedulerConfig`].
 //!
-//! Invariants: the keys that set the noise schedule, the spacing and the prediction are parsed
-//! (a missing one keeps the value of the `defaults` given, as `XScheduler.from_config` keeps
-//! the class's default); a value of theirs that DDIM (η = 0) or Euler would compute differently
-//! from diffusers (`thresholding`, Karras/exponential/beta sigmas, other
-//! interpolations, continuous timesteps, a `sigma_min` final sigma) is an error naming the key;
-//! every other key belongs to another scheduler class (the file may be a PNDM or DPM-Solver
-//! config a pipeline ships) and is ignored.
+//! Invariants: every key a supported scheduler reads is parsed (a missing one keeps the value
+//! of the `defaults` given, as `XScheduler.from_config` keeps the class's default); a value
+//! that no scheduler here computes as diffusers does (`thresholding`, exponential/beta/lu/flow
+//! sigmas, other interpolations, continuous timesteps, another DPM-Solver algorithm, a
+//! clipped λ) is an error naming the key; keys of no supported scheduler (`_class_name`,
+//! `_diffusers_version`, thresholding ratios, ...) are ignored. Python's `NaN`/`Infinity`
+//! tokens, which diffusers writes (`"lambda_min_clipped": -Infinity`), parse. Which keys a
+//! given scheduler class reads is `SchedulerKind`'s business (`file.rs`).
 
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
 use super::config::MAX_TRAIN_TIMESTEPS;
-use super::config::{BetaSchedule, Prediction, SchedulerConfig, TimestepSpacing};
+use super::config::{
+    BetaSchedule, FinalSigma, Prediction, SchedulerConfig, SolverType, TimestepSpacing,
+};
 use crate::json_values::{as_bool, as_f64, as_usize};
 use crate::{Error, Result};
 
@@ -34,6 +37,52 @@ fn only<'a>(key: &str, v: &'a Value, allowed: &[&'a str]) -> Result<&'a str> {
             format!("value {v} is not supported; supported: {allowed:?}"),
         )),
     }
+}
+
+/// `null` or a finite number.
+fn optional_f64(key: &str, v: &Value) -> Result<Option<f64>> {
+    match v {
+        Value::Null => Ok(None),
+        _ => as_f64(key, v).map(Some),
+    }
+}
+
+/// The text with Python's non-JSON number tokens (`NaN`, `Infinity`, `-Infinity`, which
+/// diffusers writes for e.g. `lambda_min_clipped`) outside strings turned into strings, so
+/// the file parses and the key that holds one can judge it.
+pub(crate) fn quote_python_numbers(text: &str) -> std::borrow::Cow<'_, str> {
+    const TOKENS: [&str; 3] = ["-Infinity", "Infinity", "NaN"];
+    if !TOKENS.iter().any(|t| text.contains(t)) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let (mut in_string, mut escaped) = (false, false);
+    let mut rest = text;
+    while let Some(ch) = rest.chars().next() {
+        if !in_string {
+            if let Some(t) = TOKENS.iter().find(|t| rest.starts_with(**t)) {
+                out.push('"');
+                out.push_str(t);
+                out.push('"');
+                rest = &rest[t.len()..];
+                continue;
+            }
+        }
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if ch == '\\' {
+                escaped = true;
+            } else if ch == '"' {
+                in_string = false;
+            }
+        } else if ch == '"' {
+            in_string = true;
+        }
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    out.into()
 }
 
 impl SchedulerConfig {
@@ -60,11 +109,7 @@ impl SchedulerConfig {
             file: "scheduler_config.json".into(),
             msg,
         };
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
-        let Value::Object(map) = value else {
-            return Err(invalid("expected a JSON object at the top level".into()));
-        };
+        let map = parse_object(text).map_err(invalid)?;
         let mut c = defaults;
         apply(&mut c, &map)?;
         c.validate()?;
@@ -72,7 +117,18 @@ impl SchedulerConfig {
     }
 }
 
-fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
+/// The top-level object of a scheduler config (Python's `-Infinity` and friends allowed).
+pub(crate) fn parse_object(text: &str) -> std::result::Result<Map<String, Value>, String> {
+    let value: Value = serde_json::from_str(&quote_python_numbers(text))
+        .map_err(|e| format!("not valid JSON: {e}"))?;
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err("expected a JSON object at the top level".into()),
+    }
+}
+
+/// Sets the fields of `c` that `map`'s keys name (see the module docs).
+pub(crate) fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
     let mut clip = c.clip_sample.is_some();
     let mut clip_range = c.clip_sample.unwrap_or(1.0);
     for (key, v) in map {
@@ -122,7 +178,44 @@ fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
                 }
             }
             "rescale_betas_zero_snr" => c.rescale_betas_zero_snr = !v.is_null() && as_bool(k, v)?,
-            "thresholding" | "use_karras_sigmas" | "use_exponential_sigmas" | "use_beta_sigmas"
+            "use_karras_sigmas" => c.use_karras_sigmas = !v.is_null() && as_bool(k, v)?,
+            "sigma_min" => c.sigma_min = optional_f64(k, v)?,
+            "sigma_max" => c.sigma_max = optional_f64(k, v)?,
+            "final_sigmas_type" => {
+                c.final_sigma = match only(k, v, &["zero", "sigma_min"])? {
+                    "zero" => FinalSigma::Zero,
+                    _ => FinalSigma::SigmaMin,
+                }
+            }
+            "skip_prk_steps" => c.skip_prk_steps = as_bool(k, v)?,
+            "solver_order" => c.solver_order = as_usize(k, v)?,
+            // diffusers maps the UniPC/DEIS names to the midpoint rule.
+            "solver_type" => {
+                c.solver_type = match only(k, v, &["midpoint", "heun", "logrho", "bh1", "bh2"])? {
+                    "heun" => SolverType::Heun,
+                    _ => SolverType::Midpoint,
+                }
+            }
+            // "deis" is diffusers' alias for dpmsolver++.
+            "algorithm_type" => {
+                only(k, v, &["dpmsolver++", "deis"])?;
+            }
+            "lower_order_final" => c.lower_order_final = as_bool(k, v)?,
+            "euler_at_final" => c.euler_at_final = as_bool(k, v)?,
+            "original_inference_steps" => c.original_inference_steps = as_usize(k, v)?,
+            "timestep_scaling" => c.timestep_scaling = as_f64(k, v)?,
+            "lambda_min_clipped" if !(v.is_null() || v.as_str() == Some("-Infinity")) => {
+                return Err(key_err(k, format!("only -Infinity is supported, got {v}")));
+            }
+            "variance_type" if !v.is_null() => {
+                return Err(key_err(k, format!("only null is supported, got {v}")));
+            }
+            "thresholding"
+            | "use_exponential_sigmas"
+            | "use_beta_sigmas"
+            | "use_lu_lambdas"
+            | "use_flow_sigmas"
+            | "use_dynamic_shifting"
                 if !v.is_null() && as_bool(k, v)? =>
             {
                 return Err(key_err(k, "true is not supported (false or null)"));
@@ -132,9 +225,6 @@ fn apply(c: &mut SchedulerConfig, map: &Map<String, Value>) -> Result<()> {
             }
             "timestep_type" => {
                 only(k, v, &["discrete"])?;
-            }
-            "final_sigmas_type" => {
-                only(k, v, &["zero"])?;
             }
             // Other schedulers' options (PNDM's skip_prk_steps, DPM-Solver's solver_order, ...)
             // and bookkeeping (`_class_name`, `_diffusers_version`).

@@ -253,3 +253,9 @@ impl Tensor {
         Ok(())
     }
 }
+
+/// Releases the host's recycled large buffers (what a model loader calls once its weights are
+/// built, so the buffers that built them go back to the system).
+pub(crate) fn release_host_cache() {
+    crate::backend::prepared::release_host_cache()
+}

@@ -1,31 +1,27 @@
-//! The tensor-core attention (`shaders/attention_coop16.wgsl`) in each of its forms: the
-//! default, the prefetch form (`XPU_ATTN_PREFETCH=1`), the 128-row layout (`XPU_ATTN_ROWS128=1`)
-//! and the one-pass form (`XPU_ATTN_ONEPASS=1`), in every combination, and the lean form
-//! (`XPU_ATTN_LEAN=1`, which takes precedence over the prefetch switch) two-pass and one-pass
-//! in both layouts. Each form runs in a
-//! child process (the switches are read once per process) with the kernel profiler on, so the
-//! child can tell that the tensor-core kernel served its f16 calls (its self-check passed) and
-//! that every output is within f16 tolerance of the f64 reference.
+//! The tensor-core attention (`attention_coop16.wgsl`): in a child process with the kernel
+//! profiler on (it is created with the Xpu context, so the child starts with `XPU_PROFILE=1`),
+//! f16 cases against the f64 reference, each checked for the kernel that served it: the
+//! tensor-core kernel where the adapter has f16 cooperative matrices (its self-check passed),
+//! the FMA kernel elsewhere, or with `config::GpuConfig::attention_coop` off.
 //!
-//! On adapters without f16 cooperative matrices (lavapipe 22 in CI) the children instead check
-//! that the same calls ran on the FMA kernel: the test then covers the routing, and the kernel's
-//! numbers need an adapter that has one (an NVIDIA GPU, or lavapipe 26 through
-//! `benches/lavapipe_coop/`). Where the subgroup size is neither fixed at 32 nor at 8 lanes,
-//! either kernel may serve (the self-check decides), and only the numbers are checked.
+//! On adapters without f16 cooperative matrices (lavapipe 22 in CI) the test covers the
+//! routing, and the kernel's numbers need an adapter that has one (an NVIDIA GPU, or Mesa's
+//! lavapipe 26 with `XPU_COOP16_ASSUME=1`). Where the subgroup size is neither fixed at 32 nor
+//! at 8 lanes, either kernel may serve (the self-check decides), and only the numbers are
+//! checked.
 
 use super::common::{self, assert_close, values};
 use super::{qkv, reference, tol, xpu_lock};
 use xpu::{DType, Device};
 
-const NAME: &str = "coop::every_form_matches_the_reference";
+const NAME: &str = "coop::tensor_core_attention_matches_the_reference";
 
-/// `[Lq, Lk, D, Dv, ramp]`: head dims 40 (one and both 128-row layouts), 64, 80, Dv != D, key
-/// tails of 1 and 13 past a block of 32, one query row, cross-attention to 77 tokens; `ramp`
-/// scales key j by 1 + j/4, so each block's scores pass the last block's maxima by far more
-/// than the one-pass form's lazy margin (it then rescales its accumulators in every block);
-/// `ramp` 2 makes every score near 0 but the last key's, about 9 higher: the one-pass form
-/// rescales once, in the last block, where the earlier keys still weigh about 3% (so a wrong
-/// rescale factor shows).
+/// `[Lq, Lk, D, Dv, ramp]`: head dims 40 (one and several workgroups of 64 query rows), 64, 80,
+/// Dv != D, key tails of 1 and 13 past a block of 32, one query row, cross-attention to 77
+/// tokens; `ramp` 1 scales key j by 1 + j/4, so each block's scores pass the earlier blocks'
+/// maxima by far (the online row statistics change in every block); `ramp` 2 makes every score
+/// near 0 but the last key's, about 9 higher (the last block raises every row's maximum, where
+/// the earlier keys still weigh about 3%).
 /// The odd cases read q, k and v as strided views on the Xpu (diffusers' `[B, L, H, D]`
 /// transposed: row stride H·D), the even ones contiguous.
 const CASES: [[usize; 5]; 9] = [
@@ -44,12 +40,12 @@ const CASES: [[usize; 5]; 9] = [
 /// `Some(false)` the FMA kernel, `None` either (the self-check decides).
 fn tensor_cores() -> Option<bool> {
     let f = xpu::xpu_features().unwrap();
-    let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "0");
+    let config = xpu::config::get();
     let coop = f.cooperative_matrix
         && f.coop_f16_16x16
         && f.subgroup
-        && !off("XPU_ATTN_COOP")
-        && !off("XPU_MATMUL_COOP");
+        && config.gpu.attention_coop
+        && config.gpu.matmul_coop;
     match (coop, f.fixed_subgroup_size) {
         (false, _) => Some(false),
         (true, 8 | 32) => Some(true),
@@ -57,7 +53,7 @@ fn tensor_cores() -> Option<bool> {
     }
 }
 
-/// The child's work: every case on the Xpu against the f64 reference, and the kernel that ran.
+/// Every case on the Xpu against the f64 reference, and the kernel that ran.
 fn run_cases() {
     // A first call runs the kernel's once-per-process self-check, whose own dispatches must
     // not count as the cases' below.
@@ -121,27 +117,12 @@ fn run_cases() {
 }
 
 #[test]
-fn every_form_matches_the_reference() {
+fn tensor_core_attention_matches_the_reference() {
     let _g = xpu_lock();
-    if !common::xpu() {
+    if !common::xpu() || !common::coop16::in_profiled_child(NAME) {
         return;
     }
-    if std::env::var_os("XPU_TEST_COOP_CHILD").is_some() {
-        run_cases();
-        return;
-    }
-    // Bits: 1 prefetch, 2 the 128-row layout, 4 one-pass, 8 lean.
-    for form in (0..8).chain([8, 10, 12, 14]) {
-        let bit = |b: usize| if form & b != 0 { "1" } else { "0" };
-        common::rerun_profiled(
-            NAME,
-            &[
-                ("XPU_TEST_COOP_CHILD", "1".as_ref()),
-                ("XPU_ATTN_PREFETCH", bit(1).as_ref()),
-                ("XPU_ATTN_ROWS128", bit(2).as_ref()),
-                ("XPU_ATTN_ONEPASS", bit(4).as_ref()),
-                ("XPU_ATTN_LEAN", bit(8).as_ref()),
-            ],
-        );
-    }
+    run_cases();
+    // The FMA kernel serves every call where the configuration turns the tensor cores off.
+    xpu::config::scoped(|c| c.gpu.attention_coop = false, run_cases);
 }

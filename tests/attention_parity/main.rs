@@ -9,7 +9,6 @@ mod causal;
 mod common;
 mod coop;
 mod errors;
-mod forms;
 mod gqa;
 mod masks;
 

@@ -142,7 +142,10 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) {
         .map(|(name, t)| {
             let t = t.to(Device::Cpu).unwrap();
             let (dtype, data) = match t.dtype() {
-                DType::F32 => (Dtype::F32, bytemuck::cast_slice(&t.to_vec::<f32>().unwrap()).to_vec()),
+                DType::F32 => (
+                    Dtype::F32,
+                    bytemuck::cast_slice(&t.to_vec::<f32>().unwrap()).to_vec(),
+                ),
                 DType::F16 => (
                     Dtype::F16,
                     bytemuck::cast_slice(&t.to_vec::<half::f16>().unwrap()).to_vec(),
@@ -151,7 +154,10 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) {
                     Dtype::BF16,
                     bytemuck::cast_slice(&t.to_vec::<half::bf16>().unwrap()).to_vec(),
                 ),
-                DType::I32 => (Dtype::I32, bytemuck::cast_slice(&t.to_vec::<i32>().unwrap()).to_vec()),
+                DType::I32 => (
+                    Dtype::I32,
+                    bytemuck::cast_slice(&t.to_vec::<i32>().unwrap()).to_vec(),
+                ),
                 other => panic!("{other} not written"),
             };
             (name.clone(), dtype, t.shape().to_vec(), data)

@@ -1,15 +1,26 @@
-//! Helpers of the tensor-core kernel tests (`matmul_coop16_double.rs`,
-//! `matmul_coop16_tiles.rs`): whether the adapter has the kernels, the kernels a call ran
-//! (profiled), and f16 products over edge cases against the Cpu.
+//! Helpers of the tensor-core kernel tests (`matmul_coop16.rs`, `conv_xpu/coop.rs`,
+//! `attention_parity/coop.rs`): whether the adapter has the kernels, a child process with the
+//! kernel profiler on, the kernels a call ran (profiled), and f16 products over edge cases
+//! against the Cpu.
 
 use super::{assert_close, matmul_tol, randn, values};
 use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
 
-/// Whether f16 products take the tensor-core kernels on this adapter.
+/// Whether f16 products take the tensor-core kernels on this adapter (and configuration).
 pub fn tensor_cores() -> bool {
     let f = xpu::xpu_features().unwrap();
-    let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "0");
-    f.cooperative_matrix && f.coop_f16_16x16 && f.subgroup && !off("XPU_MATMUL_COOP")
+    f.cooperative_matrix && f.coop_f16_16x16 && f.subgroup && xpu::config::get().gpu.matmul_coop
+}
+
+/// True in a process whose kernel profiler is on (the profiler is created with the Xpu context,
+/// so a test that tells kernels apart runs in a child process started with `XPU_PROFILE=1`);
+/// elsewhere runs test `name` in such a child and returns false.
+pub fn in_profiled_child(name: &str) -> bool {
+    if xpu::config::get().profile != xpu::config::Profile::Off {
+        return true;
+    }
+    super::rerun_profiled(name, &[]);
+    false
 }
 
 /// `f`'s result moved to the Cpu, and the kernels its dispatches ran (needs `XPU_PROFILE=1`).

@@ -1,8 +1,9 @@
 //! Routing of f16 convolutions: where the adapter has f16 cooperative matrices, the
 //! tensor-core convolution (`mm_coop16` in its gather mode) serves them, i.e. both self-checks
-//! (the matmul's and the gather's) passed; elsewhere the FMA kernels do. A child process with
-//! the kernel profiler on tells the kernels apart. (The values of every path are checked
-//! against the Cpu by `f16_even_channels_on_every_path`.)
+//! (the matmul's and the gather's) passed; elsewhere, or with `config::GpuConfig::conv_coop`
+//! off, the FMA kernels do. A child process with the kernel profiler on tells the kernels
+//! apart. (The values of every path are checked against the Cpu by
+//! `f16_even_channels_on_every_path`.)
 
 use super::common;
 use xpu::ops::conv::Conv2dParams;
@@ -13,12 +14,12 @@ const NAME: &str = "coop::tensor_core_convolutions_serve_where_reported";
 
 fn tensor_cores() -> bool {
     let f = xpu::xpu_features().unwrap();
-    let off = |var: &str| std::env::var_os(var).is_some_and(|v| v == "0");
+    let config = xpu::config::get();
     f.cooperative_matrix
         && f.coop_f16_16x16
         && f.subgroup
-        && !off("XPU_CONV_COOP")
-        && !off("XPU_MATMUL_COOP")
+        && config.gpu.conv_coop
+        && config.gpu.matmul_coop
 }
 
 fn conv_kernels() -> Vec<String> {
@@ -40,17 +41,13 @@ fn conv_kernels() -> Vec<String> {
     xpu::synchronize().unwrap();
     let rows = xpu::xpu_profile()
         .unwrap()
-        .expect("XPU_PROFILE=1 and timestamp queries");
+        .expect("the profiler runs (XPU_PROFILE=1 and timestamp queries)");
     rows.into_iter().map(|r| r.kernel).collect()
 }
 
 #[test]
 fn tensor_core_convolutions_serve_where_reported() {
-    if !common::xpu() {
-        return;
-    }
-    if std::env::var_os("XPU_TEST_CONV_CHILD").is_none() {
-        common::rerun_profiled(NAME, &[("XPU_TEST_CONV_CHILD", "1".as_ref())]);
+    if !common::xpu() || !common::coop16::in_profiled_child(NAME) {
         return;
     }
     // The first call runs the once-per-process self-checks (their dispatches are not counted).
@@ -58,4 +55,9 @@ fn tensor_core_convolutions_serve_where_reported() {
     let kernels = conv_kernels();
     let coop = kernels.iter().any(|k| k.contains("mm_coop16"));
     assert_eq!(coop, tensor_cores(), "kernels: {kernels:?}");
+    let off = xpu::config::scoped(|c| c.gpu.conv_coop = false, conv_kernels);
+    assert!(
+        !off.iter().any(|k| k.contains("mm_coop16")),
+        "conv_coop off: {off:?}"
+    );
 }

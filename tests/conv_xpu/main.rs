@@ -13,7 +13,6 @@ mod common;
 mod coop;
 mod errors;
 mod memory;
-mod vec4;
 mod winograd;
 
 use std::sync::{Mutex, MutexGuard};
@@ -30,10 +29,10 @@ fn gpu_lock() -> MutexGuard<'static, ()> {
     GPU.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const TILES: [ConvTile; 6] = [
+/// Every kernel a tile config selects (`Large` and `Medium` name the kernels of their `Vec4`
+/// forms).
+const TILES: [ConvTile; 4] = [
     ConvTile::Auto,
-    ConvTile::Large,
-    ConvTile::Medium,
     ConvTile::Narrow,
     ConvTile::LargeVec4,
     ConvTile::MediumVec4,
@@ -276,17 +275,16 @@ fn odd_sizes_every_dtype_layout_and_epilogue() {
     }
 }
 
-/// The cases of `f16_even_channels_on_every_path` with split K forced (`XPU_SPLIT_K=3`, read
-/// once per process, so in a child process): on the tensor-core kernel each tile's K range
-/// runs as three f32 partial products that the epilogue pass sums.
+/// The cases of `f16_even_channels_on_every_path` with split K forced
+/// (`config::GpuConfig::split_k`): on the tensor-core kernel each tile's K range runs as three
+/// f32 partial products that the epilogue pass sums.
 #[test]
 fn f16_even_channels_split_k() {
-    if common::xpu() {
-        common::rerun_with_env(
-            "f16_even_channels_on_every_path",
-            &[("XPU_SPLIT_K", "3".as_ref())],
-        );
+    if !common::xpu() {
+        return;
     }
+    let _g = gpu_lock();
+    xpu::config::scoped(|c| c.gpu.split_k = Some(3), f16_even_channels_cases);
 }
 
 /// f16 with even input and output channels: the shapes the tensor-core path takes where the
@@ -299,6 +297,10 @@ fn f16_even_channels_on_every_path() {
         return;
     }
     let _g = gpu_lock();
+    f16_even_channels_cases();
+}
+
+fn f16_even_channels_cases() {
     let case = |n, c, hw, o, k, p| Case { n, c, hw, o, k, p };
     let cases = [
         case(2, 16, (13, 13), 130, (3, 3), params(1, 1, 1, 1)),

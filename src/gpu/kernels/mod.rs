@@ -1,23 +1,18 @@
-//! Launchers for the WGSL kernels, one file per family. Each launcher validates what the
-//! shader cannot (dtype support, 32-bit index range), builds the parameter block and records
-//! one or more dispatches; none of them waits for the GPU.
+//! The WGSL kernels, one folder per family (`matmul`, `conv`, `winograd`, `attention`, `norm`,
+//! `reduce`, `elementwise`): each holds its selection rules, its launchers and its `.wgsl`
+//! files, which `crate::gpu::pipelines::ShaderId` registers; `common.wgsl` is the prelude every
+//! module starts with. Each launcher validates what the shader cannot (dtype support, 32-bit
+//! index range), builds the parameter block and records one or more dispatches; none of them
+//! waits for the GPU.
 
 pub(crate) mod attention;
-pub(crate) mod attention_coop;
 pub(crate) mod conv;
-pub(crate) mod conv_coop;
-pub(crate) mod conv_coop_check;
-pub(crate) mod coop16_tiles;
-pub(crate) mod coop_check;
 pub(crate) mod elementwise;
-pub(crate) mod index;
 pub(crate) mod matmul;
-pub(crate) mod matmul_select;
 pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod reduce;
-pub(crate) mod select;
-pub(crate) mod split_k;
+pub(crate) mod self_check;
 pub(crate) mod winograd;
 
 use super::pipelines::{PipelineKey, ShaderId};

@@ -1,6 +1,6 @@
-//! Kernel parameter blocks (the `params` uniform of `shaders/common.wgsl`) and dispatch geometry.
+//! Kernel parameter blocks (the `params` uniform of `common.wgsl`) and dispatch geometry.
 //!
-//! Invariant: the word positions here mirror the comment at the top of `shaders/common.wgsl`;
+//! Invariant: the word positions here mirror the comment at the top of `common.wgsl`;
 //! shapes are jointly coalesced across all operands before they are written, so kernels do the
 //! least index arithmetic that keeps the element order.
 

@@ -16,7 +16,10 @@ use crate::{Error, Result};
 
 /// The tensors a checkpoint may hold that the model does not read.
 fn ignorable(name: &str, strip: bool, with_projection: bool) -> bool {
-    let position_ids = format!("{}embeddings.position_ids", if strip { "" } else { TEXT_MODEL });
+    let position_ids = format!(
+        "{}embeddings.position_ids",
+        if strip { "" } else { TEXT_MODEL }
+    );
     name == position_ids || (!with_projection && name == "text_projection.weight")
 }
 

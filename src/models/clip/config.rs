@@ -204,7 +204,7 @@ impl ClipTextConfig {
             ));
         }
         if self.architecture == ClipArchitecture::TextModelWithProjection
-            && !self.projection_dim.is_some_and(|p| p > 0)
+            && self.projection_dim.is_none_or(|p| p == 0)
         {
             return Err(cfg_err(
                 "projection_dim",

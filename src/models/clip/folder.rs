@@ -62,10 +62,7 @@ fn index_name(variant: Option<&str>) -> String {
 /// `model.safetensors.index.<v>.json` (a shard, `model.<v>-00001-of-00002.safetensors`, is no
 /// variant of its own).
 fn variant_of(name: &str) -> Option<&str> {
-    let v = match name
-        .strip_prefix("model.")?
-        .strip_suffix(".safetensors")
-    {
+    let v = match name.strip_prefix("model.")?.strip_suffix(".safetensors") {
         Some(v) => v,
         None => name
             .strip_prefix("model.safetensors.index.")?
@@ -142,7 +139,10 @@ mod tests {
     #[test]
     fn variants_are_read_from_file_and_index_names() {
         assert_eq!(variant_of("model.fp16.safetensors"), Some("fp16"));
-        assert_eq!(variant_of("model.safetensors.index.bf16.json"), Some("bf16"));
+        assert_eq!(
+            variant_of("model.safetensors.index.bf16.json"),
+            Some("bf16")
+        );
         for none in [
             "model.safetensors",
             "model.safetensors.index.json",

@@ -106,9 +106,7 @@ impl TokenIds {
                     row.iter().position(|&id| id == max).unwrap_or(0)
                 } else {
                     let eos = i64::from(c.eos_token_id);
-                    row.iter()
-                        .position(|&id| i64::from(id) == eos)
-                        .unwrap_or(0)
+                    row.iter().position(|&id| i64::from(id) == eos).unwrap_or(0)
                 }
             })
             .collect()

@@ -68,7 +68,12 @@ impl ClipTextModel {
     /// The architecture of `config` with seeded random weights (Linear weights uniform in
     /// `±1/sqrt(fan_in)`, embeddings uniform with standard deviation 0.02, norm scales 1,
     /// biases 0): the same values on every device.
-    pub fn random(config: &ClipTextConfig, dtype: DType, device: Device, seed: u64) -> Result<Self> {
+    pub fn random(
+        config: &ClipTextConfig,
+        dtype: DType,
+        device: Device,
+        seed: u64,
+    ) -> Result<Self> {
         config.validate()?;
         check_float("ClipTextModel::random", dtype, device)?;
         let mut p = Params::Random {
@@ -237,7 +242,10 @@ impl ClipTextModel {
 
     /// [`Self::forward`] also returning `hidden_states[index]` (Python indexing over the
     /// `num_hidden_layers + 1` hidden states: `-2` is the penultimate layer's output, which
-    /// SD 2.x and SDXL condition on; clip skip `s` is `-(s + 1)`).
+    /// SDXL conditions on; clip skip `s` is `-(s + 1)`, normed by
+    /// [`Self::final_layer_norm`] in SD 1.x/2.x pipelines). SD 2.x's shipped encoder already
+    /// ends at OpenCLIP's penultimate layer, so its pipelines condition on
+    /// `last_hidden_state`.
     pub fn forward_with_hidden_state(
         &self,
         input_ids: &Tensor,
@@ -303,7 +311,11 @@ impl ClipTextModel {
     }
 
     /// The outputs for checked ids, with `hidden_states[keep]` when asked.
-    pub(crate) fn forward_ids(&self, ids: &TokenIds, keep: Option<usize>) -> Result<ClipTextOutput> {
+    pub(crate) fn forward_ids(
+        &self,
+        ids: &TokenIds,
+        keep: Option<usize>,
+    ) -> Result<ClipTextOutput> {
         let mut hidden_state = None;
         let last = self.encode(ids, self.layers.len(), &mut |i, h| {
             if Some(i) == keep {

@@ -28,7 +28,12 @@ pub struct ClipTextModelWithProjection {
 impl ClipTextModelWithProjection {
     /// The architecture of `config` (which needs a `projection_dim`) with seeded random
     /// weights, as [`ClipTextModel::random`] draws them.
-    pub fn random(config: &ClipTextConfig, dtype: DType, device: Device, seed: u64) -> Result<Self> {
+    pub fn random(
+        config: &ClipTextConfig,
+        dtype: DType,
+        device: Device,
+        seed: u64,
+    ) -> Result<Self> {
         config.validate()?;
         config.projection()?;
         check_float("ClipTextModelWithProjection::random", dtype, device)?;
@@ -48,7 +53,11 @@ impl ClipTextModelWithProjection {
         dtype: DType,
         device: Device,
     ) -> Result<Self> {
-        check_float("ClipTextModelWithProjection::from_safetensors", dtype, device)?;
+        check_float(
+            "ClipTextModelWithProjection::from_safetensors",
+            dtype,
+            device,
+        )?;
         let expected = Self::parameter_shapes(config)?;
         let (store, strip) = open_checked(path.as_ref(), &expected, true)?;
         let mut p = Params::Store {
@@ -140,7 +149,11 @@ impl ClipTextModelWithProjection {
 
     /// The model with every parameter converted to `dtype` (a clone when already in it).
     pub fn to_dtype(&self, dtype: DType) -> Result<Self> {
-        check_float("ClipTextModelWithProjection::to_dtype", dtype, self.device())?;
+        check_float(
+            "ClipTextModelWithProjection::to_dtype",
+            dtype,
+            self.device(),
+        )?;
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
@@ -164,7 +177,9 @@ impl ClipTextModelWithProjection {
         input_ids: &Tensor,
         index: isize,
     ) -> Result<ClipTextOutput> {
-        let out = self.text_model.forward_with_hidden_state(input_ids, index)?;
+        let out = self
+            .text_model
+            .forward_with_hidden_state(input_ids, index)?;
         self.project_output(out)
     }
 

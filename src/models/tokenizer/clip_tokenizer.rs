@@ -5,7 +5,7 @@
 //! fails; a BPE token is looked up among the added tokens, then in the vocabulary, and falls back
 //! to the unknown token, as transformers' `convert_tokens_to_ids` does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::added::{AddedSplitter, Piece};
@@ -22,9 +22,6 @@ use crate::{Error, Result};
 struct Added {
     content: String,
     id: u32,
-    /// Decoded verbatim and set off by spaces (a non-special added token, as transformers'
-    /// slow `decode` treats them).
-    verbatim: bool,
 }
 
 /// Transformers' slow `CLIPTokenizer` (without ftfy) in Rust: see the module doc of
@@ -35,6 +32,9 @@ pub struct ClipTokenizer {
     id_to_token: HashMap<u32, String>,
     added: Vec<Added>,
     added_ids: HashMap<String, u32>,
+    /// Ids decoded verbatim and set off by spaces (non-special added tokens, as transformers'
+    /// slow `decode` treats them).
+    verbatim_ids: HashSet<u32>,
     splitter: AddedSplitter,
     bytes: ByteMap,
     bpe: Bpe,
@@ -157,6 +157,7 @@ impl ClipTokenizer {
             }
         }
         let mut added = Vec::with_capacity(wanted.len());
+        let mut verbatim_ids = HashSet::new();
         for (content, id, special) in wanted {
             if content.is_empty() {
                 return Err(invalid("an added or special token is empty".into()));
@@ -167,12 +168,10 @@ impl ClipTokenizer {
                 ))
             })?;
             let core = specials.contains(&&content);
-            let verbatim = !core && (!special || id as usize >= vocab.len());
-            added.push(Added {
-                content,
-                id,
-                verbatim,
-            });
+            if !core && (!special || id as usize >= vocab.len()) {
+                verbatim_ids.insert(id);
+            }
+            added.push(Added { content, id });
         }
         let added_ids: HashMap<String, u32> =
             added.iter().map(|a| (a.content.clone(), a.id)).collect();
@@ -204,6 +203,7 @@ impl ClipTokenizer {
             id_to_token,
             added,
             added_ids,
+            verbatim_ids,
             splitter,
             bytes: ByteMap::new(),
             bpe,
@@ -328,11 +328,7 @@ impl ClipTokenizer {
                     format!("id {id} is not in the vocabulary or the added tokens"),
                 )
             })?;
-            let verbatim = self
-                .added
-                .iter()
-                .any(|a| a.verbatim && a.id == id && &a.content == token);
-            if verbatim {
+            if self.verbatim_ids.contains(&id) {
                 if pending {
                     let text = flush(&mut bytes);
                     if !text.is_empty() {

@@ -217,3 +217,41 @@ pub(crate) fn read_tokenizer_json(path: &Path) -> Result<(Vocabulary, ClipTokeni
     }
     Ok((Vocabulary { tokens, merges }, config))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merges_of(name: &str, text: &str) -> Result<Vec<(String, String)>> {
+        let path = std::env::temp_dir().join(format!("xpu-merges-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).map_err(|source| Error::Io {
+            context: "writing a test file".into(),
+            source,
+        })?;
+        let merges = read_merges_txt(&path);
+        let _ = std::fs::remove_file(&path);
+        merges
+    }
+
+    fn pair(a: &str, b: &str) -> (String, String) {
+        (a.to_string(), b.to_string())
+    }
+
+    #[test]
+    fn merges_as_the_slow_tokenizer_reads_them() -> Result<()> {
+        let header = merges_of("header", "\n#version: 0.2\r\ni n\r\n\nt h\n\n")?;
+        assert_eq!(header, [pair("i", "n"), pair("t", "h")]);
+        // No header: the first merge is skipped all the same.
+        assert_eq!(merges_of("bare", "i n\nt h\n")?, [pair("t", "h")]);
+        // At most CLIP_MERGES lines after the first.
+        let many: String = (0..CLIP_MERGES + 10).map(|i| format!("a{i} b\n")).collect();
+        let merges = merges_of("many", &many)?;
+        assert_eq!(merges.len(), CLIP_MERGES);
+        assert_eq!(
+            merges[CLIP_MERGES - 1],
+            pair(&format!("a{CLIP_MERGES}"), "b")
+        );
+        assert!(merges_of("bad", "#v\na b c\n").is_err());
+        Ok(())
+    }
+}

@@ -26,7 +26,8 @@
 //!   NFC, whitespace collapse and lower case only: controls, U+200B, U+FEFF, U+FFFD and private
 //!   use characters become tokens; CJK runs are not split; a final capital sigma lower-cases to
 //!   `σ` rather than `ς`; `'ſ` and `<|ſtartoftext|>` are not matched case-insensitively; U+0345
-//!   is kept.
+//!   is kept. Transformers 5's `CLIPTokenizer` gives the fast ids, except that with Stable
+//!   Diffusion 1.x's `tokenizer_config.json` an upper-case `<|ENDOFTEXT|>` is not the end token.
 //! - Unicode tables: character categories, NFC and case mapping come from this build's crates;
 //!   Python uses its own `unicodedata` (Unicode 14.0 in Python 3.11), so characters assigned
 //!   since can differ (Python drops them as unassigned).

@@ -309,7 +309,7 @@ impl UNet2DConditionModel {
         )?;
         // The prepacking's scratch buffers (recycled from layer to layer) are not needed once
         // every layer is built: hand them back instead of keeping up to a GB in the pool.
-        crate::backend::prepared::release_host_cache();
+        crate::tensor::release_host_cache();
         Ok(UNet2DConditionModel {
             config: c.clone(),
             dtype,

@@ -40,9 +40,9 @@ impl VaeEncoder {
         let conv_in = Conv::load(src, "encoder.conv_in", c.in_channels, ch[0], 3, 1, 1)?;
         let mut levels = Vec::with_capacity(n);
         let mut out_ch = ch[0];
-        for i in 0..n {
+        for (i, &level_ch) in ch.iter().enumerate() {
             let in_ch = out_ch;
-            out_ch = ch[i];
+            out_ch = level_ch;
             let prefix = format!("encoder.down_blocks.{i}");
             let resnets = (0..c.layers_per_block)
                 .map(|j| {

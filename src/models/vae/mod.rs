@@ -159,7 +159,7 @@ impl AutoencoderKl {
             .transpose()?;
         let decoder = VaeDecoder::load(src, c)?;
         // The prepacking's scratch buffers are not needed once every layer is built.
-        crate::cpu::pool::clear();
+        crate::tensor::release_host_cache();
         Ok(AutoencoderKl {
             config: c.clone(),
             dtype,

@@ -1,4 +1,4 @@
-//! Split-K products (`crate::gpu::kernels::split_k`): each tile's K range as separate
+//! Split-K products (`super::split_k`): each tile's K range as separate
 //! workgroups writing f32 partials into a `[batch, S, M, np]` buffer, which the matmul
 //! family's epilogue pass sums and finishes. Invariant: the partial products carry the
 //! identity epilogue over all (virtual) product columns, so GEGLU, C, bias, residual and the
