@@ -221,9 +221,14 @@ mod tests {
         assert_eq!(to_u8(5.0), 255);
         assert_eq!(to_u8(-5.0), 0);
         assert_eq!(to_u8(f32::NAN), 0);
-        // x such that (x/2 + 0.5)·255 = 0.5 exactly rounds to 0, 1.5 to 2.
-        assert_eq!(to_u8(0.5 / 127.5 - 1.0), 0);
-        assert_eq!(to_u8(1.5 / 127.5 - 1.0), 2);
+        // Inputs whose value is exactly 64.5 and 66.5 in f32 (as numpy computes it) round to
+        // the even neighbour, not up; their neighbours round to nearest.
+        let tie_64 = f32::from_bits(0xbefc_fcfb);
+        let tie_66 = f32::from_bits(0xbef4_f4f3);
+        assert_eq!((tie_64 * 0.5 + 0.5) * 255.0, 64.5);
+        assert_eq!(to_u8(tie_64), 64);
+        assert_eq!(to_u8(tie_66), 66);
+        assert_eq!(to_u8(f32::from_bits(tie_64.to_bits() - 1)), 65);
     }
 
     #[test]
