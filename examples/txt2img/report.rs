@@ -12,7 +12,7 @@ use xpu::{DType, Device};
 pub struct Timings {
     /// Tokenizing and encoding the prompt(s).
     pub encode_s: f64,
-    /// Each denoising step.
+    /// Each denoising step (UNet evaluation; PNDM runs one more than `--steps`).
     pub steps_s: Vec<f64>,
     /// Decoding the latents and converting them to 8-bit.
     pub decode_s: f64,

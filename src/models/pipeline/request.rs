@@ -88,7 +88,9 @@ pub enum Progress {
     },
     /// The run's denoising steps are about to start.
     Started {
-        /// The number of steps that will run.
+        /// The number of steps that will run: UNet evaluations, the scheduler's timesteps from
+        /// the first one the run visits (PNDM's PLMS visits one more than the inference steps
+        /// asked for, as in diffusers; img2img fewer).
         steps: usize,
     },
     /// One denoising step finished.
