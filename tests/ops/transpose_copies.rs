@@ -1,6 +1,6 @@
 //! Contiguous copies and casts of transposing views (`t`, NCHW ↔ NHWC, `permute`s that move the
 //! last axis): on the Xpu these run as 32×32 tiles through workgroup memory where both
-//! transposed extents are at least 16 (`copy_transpose` in `shaders/elementwise.wgsl`) and as
+//! transposed extents are at least 16 (`copy_transpose` in `gpu/kernels/elementwise/elementwise.wgsl`) and as
 //! the element-wise gather elsewhere. Every result is checked against index arithmetic on the
 //! host, on every device, over extents on both sides of the tile edges and of the 16 floor,
 //! odd extents (which 16-bit outputs leave to the gather), offsets, broadcast batch dims and
