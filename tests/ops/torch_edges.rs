@@ -2,7 +2,7 @@
 //! q, k, v (and mask) leading dims broadcast or whose operands are 2-D, 0-d indices, reductions
 //! over an empty dim, and empty batches through (transposed) convolutions. Each case is checked
 //! against the same computation spelled out with explicit shapes. (Found by
-//! `tests/fixtures/check_random_ops.py` against PyTorch.)
+//! `lab/sweeps/check_random_ops.py` against PyTorch.)
 
 use crate::common;
 use common::{assert_close, devices, randn, values, FLOATS};

@@ -1,8 +1,8 @@
 //! Replays operator cases described by a file against xpu on one device and dtype, for
-//! `tests/fixtures/check_random_ops.py` (a developer's check against PyTorch, not run by CI):
+//! `lab/sweeps/check_random_ops.py` (a developer's check against PyTorch, not run by CI):
 //!
 //! ```text
-//! cargo run --release --example op_replay -- --cases DIR/cases.json --device xpu --dtype f16 \
+//! cargo run --release -p xpu-lab --example op_replay -- --cases DIR/cases.json --device xpu --dtype f16 \
 //!     --output DIR/out.safetensors
 //! ```
 //!
@@ -17,7 +17,7 @@
 //! script can tell refusals from results. Invariant: the output file is written whole or not
 //! at all (`io::write_file_atomically`).
 
-#[path = "../sd_unet/io.rs"]
+#[path = "../../../examples/sd_unet/io.rs"]
 mod io;
 mod reduce;
 
@@ -32,7 +32,7 @@ use xpu::{
 };
 
 #[derive(Parser)]
-#[command(about = "Replay operator cases (tests/fixtures/check_random_ops.py) on one device")]
+#[command(about = "Replay operator cases (lab/sweeps/check_random_ops.py) on one device")]
 struct Args {
     /// The cases' JSON list (its tensors in the `.safetensors` file of the same stem).
     #[arg(long)]
