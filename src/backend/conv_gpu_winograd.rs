@@ -1,9 +1,9 @@
 //! Winograd F(2×2, 3×3) convolutions on Xpu: filter and input transforms
-//! (`shaders/winograd.wgsl`), 16 point products as one batched matmul on the matrix engine
+//! (`gpu/kernels/winograd/winograd.wgsl`), 16 point products as one batched matmul on the matrix engine
 //! (`[16, T, C] @ [16, C, O]`, f32 out), and an output transform that applies the conv
 //! epilogue.
 //!
-//! Why: the implicit GEMM (`shaders/conv.wgsl`) spends `9·C·O` multiply-adds per output pixel
+//! Why: the implicit GEMM (`gpu/kernels/conv/conv.wgsl`) spends `9·C·O` multiply-adds per output pixel
 //! on a 3×3 layer; F(2,3) spends `4·C·O` (2.25× fewer) plus two transforms that read and write
 //! each activation a few times — cheap beside the product when channels are wide. The point
 //! products reuse the matmul kernels (tiled, cooperative-matrix), so they gain from every

@@ -1,5 +1,9 @@
 //! GPU backend settings: submission batching, and the kernel choices that tests and
 //! comparisons force (each `None`/`true` by default: the backend's own rule decides).
+//!
+//! The kernel choices are read where an op is dispatched, on the calling thread (so
+//! `config::scoped` governs the ops inside it); `batch` and `coop16_assume` are read once, when
+//! the Xpu context is created.
 
 use super::parse::{switch, Warnings};
 

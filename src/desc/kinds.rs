@@ -1,8 +1,8 @@
 //! The op families' kinds, shared by both backends, with their scalar reference semantics.
 //!
 //! A new elementwise op is one variant here, one line in [`UnaryOp::apply`] (the reference every
-//! backend is tested against), one SIMD case on the CPU and one WGSL case in `shaders/unary.wgsl`.
-//! Invariant: `code()` values are part of the WGSL interface (`shaders/*.wgsl` switch on them) and
+//! backend is tested against), one SIMD case on the CPU and one WGSL case in `gpu/kernels/elementwise/elementwise_math.wgsl`.
+//! Invariant: `code()` values are part of the WGSL interface (the WGSL kernels switch on them) and
 //! must not change without changing the shaders.
 
 /// Elementwise functions of one operand (some carry scalar parameters).

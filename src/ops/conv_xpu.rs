@@ -1,4 +1,4 @@
-//! conv2d on Xpu as an implicit GEMM on the matrix engine's tiling (`shaders/conv.wgsl`,
+//! conv2d on Xpu as an implicit GEMM on the matrix engine's tiling (`gpu/kernels/conv/conv.wgsl`,
 //! `xpu::kernels::conv`), with PyTorch semantics (`F.conv2d`: stride, padding, dilation,
 //! groups) and a fused epilogue `act(conv + bias) + residual`.
 //!

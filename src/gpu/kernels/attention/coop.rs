@@ -71,7 +71,9 @@ pub(crate) fn shader(subgroup: u32) -> (ShaderId, u32) {
     }
 }
 
-/// Whether the tensor-core kernel may serve calls in this process (running the check once).
+/// Whether the tensor-core kernel may serve this call: the configuration on this thread allows
+/// it, the adapter has f16 cooperative matrices and the once-per-process check (run on first
+/// use) passed.
 pub(crate) fn enabled(q: &XpuStorage) -> bool {
     if !crate::config::with(|c| c.gpu.attention_coop) || !coop16(&q.ctx.features) {
         return false;

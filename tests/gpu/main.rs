@@ -1,0 +1,9 @@
+//! GPU-specific kernels: product variants, split K, the tensor-core products, shader validation.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod matmul_coop16;
+mod matmul_split_k;
+mod matmul_xpu_variants;
+mod shaders;
