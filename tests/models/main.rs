@@ -14,3 +14,4 @@ mod scheduler_configs;
 mod scheduler_runs;
 mod scheduler_devices;
 mod scheduler_errors;
+mod pipeline;

@@ -10,7 +10,7 @@
 //! than 16/255 (≤ 0.2%; measured ≤ 0.03%): 16-bit rounding moves single values where the VAE
 //! output is steep, not the picture.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
