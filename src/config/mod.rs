@@ -128,18 +128,18 @@ pub fn with<R>(f: impl FnOnce(&Config) -> R) -> R {
         return f(&c);
     }
     let generation = GENERATION.load(Ordering::Acquire);
-    let cached = CACHED.with(|c| {
-        let mut c = c.borrow_mut();
-        match &*c {
-            Some((g, cfg)) if *g == generation => Arc::clone(cfg),
-            _ => {
-                let cfg = read_global();
-                *c = Some((generation, Arc::clone(&cfg)));
-                cfg
-            }
+    CACHED.with(|c| {
+        let stale = !matches!(&*c.borrow(), Some((g, _)) if *g == generation);
+        if stale {
+            *c.borrow_mut() = Some((generation, read_global()));
         }
-    });
-    f(&cached)
+        // No reference count is touched here: reading a setting on many threads at once
+        // shares no written cache line. (A nested `with` inside `f` borrows again, read-only.)
+        match &*c.borrow() {
+            Some((_, cfg)) => f(cfg),
+            None => f(&read_global()),
+        }
+    })
 }
 
 /// The configuration in force on this thread (see [`with`]).
@@ -249,6 +249,24 @@ mod tests {
         });
         assert!(caught.is_err());
         assert_eq!(*get(), *outer);
+    }
+
+    #[test]
+    fn set_reaches_every_thread() {
+        // A field no kernel reads, so the tests running beside this one are unaffected.
+        let before = (*get()).clone();
+        let mut changed = before.clone();
+        changed.torch_cpu_capability = Some("set-test".into());
+        assert_eq!(with(|c| c.torch_cpu_capability.clone()), before.torch_cpu_capability);
+        set(changed);
+        let seen = std::thread::spawn(|| with(|c| c.torch_cpu_capability.clone()))
+            .join()
+            .ok()
+            .flatten();
+        let here = with(|c| c.torch_cpu_capability.clone());
+        set(before);
+        assert_eq!(seen.as_deref(), Some("set-test"));
+        assert_eq!(here.as_deref(), Some("set-test"));
     }
 
     #[test]
