@@ -18,6 +18,9 @@ pub(crate) mod prepared;
 mod reduce;
 
 pub(crate) use crate::desc::NormSpec;
+/// The one fallible path for host memory sized by data (see `cpu::alloc`), for the layers
+/// above that build host buffers themselves.
+pub(crate) use crate::cpu::alloc;
 pub(crate) use host::{affine_in_place_f32, ensure_host_memory};
 pub(crate) use matmul::FusedArgs;
 
@@ -70,13 +73,13 @@ impl Storage {
             host_output("copy", layout.numel(), self.dtype())?;
         }
         Ok(match (self, device) {
-            (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)),
+            (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)?),
             (Storage::Cpu(s), Device::Xpu) => {
                 let ctx = crate::gpu::ctx()?;
                 if layout.is_contiguous() && layout.offset() == 0 && layout.numel() == s.len() {
                     Storage::Xpu(XpuStorage::upload(&ctx, s)?)
                 } else {
-                    Storage::Xpu(XpuStorage::upload(&ctx, &s.contiguous(layout))?)
+                    Storage::Xpu(XpuStorage::upload(&ctx, &s.contiguous(layout)?)?)
                 }
             }
             (Storage::Xpu(s), Device::Cpu) => Storage::Cpu(s.download(layout)?),
@@ -88,7 +91,7 @@ impl Storage {
         Ok(match self {
             Storage::Cpu(s) => {
                 host_output("to_dtype", layout.numel(), dtype)?;
-                Storage::Cpu(s.cast(layout, dtype))
+                Storage::Cpu(s.cast(layout, dtype)?)
             }
             Storage::Xpu(s) => Storage::Xpu(s.copy_cast(layout, dtype)?),
         })

@@ -11,6 +11,7 @@
 //!   `XPU_CPU_SIMD=fallback`). Work above ~64K elements is split across rayon threads; results
 //!   do not depend on the thread count.
 
+pub(crate) mod alloc;
 mod attention;
 pub(crate) mod conv;
 mod convert;

@@ -28,7 +28,7 @@ pub(crate) fn conv2d_cpu(
     let x = if x_in.strides()[1] == 1 || g.c == 1 {
         x_in.clone()
     } else {
-        match nchw_to_nhwc(x_in.storage(), x_in.layout()) {
+        match nchw_to_nhwc(x_in.storage(), x_in.layout())? {
             Some(t) => Tensor::from_storage(t, nhwc_layout([g.n, g.h, g.w, g.c])),
             None => x_in.to_memory_format(MemoryFormat::ChannelsLast)?,
         }
@@ -47,7 +47,7 @@ pub(crate) fn conv2d_cpu(
     let dims = [g.n, g.ho, g.wo, g.o];
     Ok(match fmt {
         MemoryFormat::ChannelsLast => Tensor::from_storage(out, nhwc_layout(dims)),
-        MemoryFormat::Contiguous => match nhwc_to_nchw(&out, dims) {
+        MemoryFormat::Contiguous => match nhwc_to_nchw(&out, dims)? {
             Some(s) => Tensor::from_storage(s, Layout::contiguous(&g.out_shape())),
             None => Tensor::from_storage(out, nhwc_layout(dims)).contiguous()?,
         },
@@ -106,7 +106,7 @@ fn residual_rows(r: &Tensor, g: &ConvGeom) -> Result<(Tensor, ResidualRows)> {
         }
     }
     let dense = if rb.dtype() == DType::F32 && rb.is_contiguous() {
-        nchw_to_nhwc(rb.storage(), rb.layout())
+        nchw_to_nhwc(rb.storage(), rb.layout())?
             .map(|t| Tensor::from_storage(t, nhwc_layout([g.n, g.ho, g.wo, g.o])))
     } else {
         None

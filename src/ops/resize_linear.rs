@@ -19,7 +19,7 @@ struct Taps {
     w1: Vec<f32>,
 }
 
-fn taps(input: usize, output: usize, align_corners: bool) -> Taps {
+fn taps(input: usize, output: usize, align_corners: bool) -> Result<Taps> {
     let scale = if align_corners {
         if output > 1 {
             (input as f32 - 1.0) / (output as f32 - 1.0)
@@ -30,10 +30,10 @@ fn taps(input: usize, output: usize, align_corners: bool) -> Taps {
         input as f32 / output as f32
     };
     let mut t = Taps {
-        i0: Vec::with_capacity(output),
-        i1: Vec::with_capacity(output),
-        w0: Vec::with_capacity(output),
-        w1: Vec::with_capacity(output),
+        i0: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
+        i1: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
+        w0: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
+        w1: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
     };
     for dst in 0..output {
         let src = if align_corners {
@@ -49,7 +49,7 @@ fn taps(input: usize, output: usize, align_corners: bool) -> Taps {
         t.w0.push(1.0 - l1);
         t.w1.push(l1);
     }
-    t
+    Ok(t)
 }
 
 impl Tensor {
@@ -97,7 +97,7 @@ impl Tensor {
         if input == out {
             return Ok(self.clone());
         }
-        let t = taps(input, out, align_corners);
+        let t = taps(input, out, align_corners)?;
         let device = self.device();
         let mut wshape = vec![1; self.rank()];
         wshape[dim] = out;
