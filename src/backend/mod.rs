@@ -5,6 +5,7 @@
 //! the mixed arms below are unreachable in practice and still return an error, never panic).
 
 mod attention;
+mod budget;
 pub(crate) mod conv;
 pub(crate) mod conv_gpu;
 mod conv_gpu_winograd;
@@ -17,10 +18,11 @@ mod pool;
 pub(crate) mod prepared;
 mod reduce;
 
-pub(crate) use crate::desc::NormSpec;
 /// The one fallible path for host memory sized by data (see `cpu::alloc`), for the layers
 /// above that build host buffers themselves.
 pub(crate) use crate::cpu::alloc;
+pub(crate) use crate::desc::NormSpec;
+pub use budget::{memory_budget, MemoryBudget};
 pub(crate) use host::{affine_in_place_f32, ensure_host_memory};
 pub(crate) use matmul::FusedArgs;
 

@@ -196,9 +196,9 @@ fn arg<'a, T: Copy>(
         1 => Arg::Slice(src.get(base..base + len).unwrap_or(&[])),
         s => {
             scratch.clear();
-            scratch.try_reserve(len).map_err(|_| {
-                super::alloc::out_of_memory(op, super::alloc::bytes_of::<T>(len))
-            })?;
+            scratch
+                .try_reserve(len)
+                .map_err(|_| super::alloc::out_of_memory(op, super::alloc::bytes_of::<T>(len)))?;
             scratch.extend((0..len).filter_map(|j| src.get(base + j * s).copied()));
             Arg::Slice(scratch)
         }

@@ -116,8 +116,7 @@ fn fused_f32<T: GemmElem>(
     let parallel = batch > 1 && m * n * k < (1 << 22);
     if out.is_empty() {
         // 16-bit output without C: each batch's partial sums live in the kept scratch.
-        let run =
-            |bi: usize| super::gemm::with_partial_sums("matmul_fused", m * n, |c| one(bi, c));
+        let run = |bi: usize| super::gemm::with_partial_sums("matmul_fused", m * n, |c| one(bi, c));
         if parallel {
             (0..batch).into_par_iter().try_for_each(run)?;
         } else {

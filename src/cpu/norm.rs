@@ -77,11 +77,7 @@ fn norm_row(
 }
 
 /// Widens a contiguous `[C]` parameter to `f32`.
-fn widen<T: FloatElem>(
-    op: &'static str,
-    k: Kernels,
-    p: Option<&[T]>,
-) -> Result<Option<Vec<f32>>> {
+fn widen<T: FloatElem>(op: &'static str, k: Kernels, p: Option<&[T]>) -> Result<Option<Vec<f32>>> {
     p.map(|p| {
         let mut v = super::alloc::zeroed(op, p.len())?;
         T::load(k, p, &mut v);

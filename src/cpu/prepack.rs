@@ -171,7 +171,9 @@ impl PackedWeight {
             PackedWeight::F16(p) => {
                 let v = p.unpack_transposed()?;
                 let n = v.len();
-                CpuStorage::F16(alloc::collected("unpack", n, v.into_iter().map(f16::from_f32)).ok()?)
+                CpuStorage::F16(
+                    alloc::collected("unpack", n, v.into_iter().map(f16::from_f32)).ok()?,
+                )
             }
             PackedWeight::BF16(p) => {
                 let v = p.unpack_transposed()?;

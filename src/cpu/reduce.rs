@@ -297,12 +297,10 @@ impl CpuStorage {
         if r == 0 {
             return match op {
                 ReduceOp::Sum => CpuStorage::try_zeros(op.name(), dtype, outer * inner),
-                ReduceOp::Mean => CpuStorage::F32(super::alloc::filled(
-                    op.name(),
-                    outer * inner,
-                    f32::NAN,
-                )?)
-                .cast(&Layout::contiguous(&[outer * inner]), dtype),
+                ReduceOp::Mean => {
+                    CpuStorage::F32(super::alloc::filled(op.name(), outer * inner, f32::NAN)?)
+                        .cast(&Layout::contiguous(&[outer * inner]), dtype)
+                }
                 _ => Err(Error::invalid(
                     op.name(),
                     format!(

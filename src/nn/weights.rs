@@ -473,7 +473,10 @@ impl WeightStore {
 /// Little-endian bytes to a vector of `T` (copies, so the map's alignment does not matter; an
 /// error when the host will not allocate it).
 fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Result<Vec<T>> {
-    let mut v = crate::backend::alloc::zeroed::<T>("load weights", bytes.len() / std::mem::size_of::<T>().max(1))?;
+    let mut v = crate::backend::alloc::zeroed::<T>(
+        "load weights",
+        bytes.len() / std::mem::size_of::<T>().max(1),
+    )?;
     let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
     let n = dst.len();
     dst.copy_from_slice(&bytes[..n]);

@@ -27,6 +27,7 @@
 //! (PyTorch's rule); output `[N, Cout, (H-1)·s - 2p + d·(k-1) + output_padding + 1, ...]`, at
 //! least 1 each way; a channels-last input gives a channels-last output.
 
+use crate::desc::checks;
 use crate::tensor::{NCHW_FROM_NHWC, NHWC};
 use crate::{Conv2dParams, Device, Error, MemoryFormat, Result, Tensor};
 
@@ -116,23 +117,21 @@ pub(crate) fn check_weight(
         ));
     };
     let g = p.groups;
-    let positive = [
-        p.stride.0,
-        p.stride.1,
-        p.dilation.0,
-        p.dilation.1,
+    checks::positive_pair(op, "stride", p.stride)?;
+    checks::positive_pair(op, "dilation", p.dilation)?;
+    checks::positive(op, "groups", g)?;
+    checks::positive_pair(
+        op,
+        &format!("kernel size (kh, kw) (dims 2 and 3 of weight {weight:?})"),
+        (kh, kw),
+    )?;
+    checks::divisible(
+        op,
+        &format!("input channels Cin (dim 0 of weight {weight:?})"),
+        cin,
+        "groups",
         g,
-        kh,
-        kw,
-    ];
-    if positive.contains(&0) || !cin.is_multiple_of(g) {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "need positive stride, dilation, groups and kernel, and input channels divisible by groups; got weight {weight:?}, {p:?}"
-            ),
-        ));
-    }
+    )?;
     if let Some(b) = bias {
         if b != [g * cog] {
             return Err(Error::shape(
@@ -148,8 +147,8 @@ pub(crate) fn check_weight(
         return Err(Error::invalid(
             op,
             format!(
-                "output_padding {:?} must be smaller than the stride {:?} or the dilation {:?}",
-                p.output_padding, p.stride, p.dilation
+                "output_padding must be smaller than the stride {:?} or the dilation {:?} in each dim, got {:?}",
+                p.stride, p.dilation, p.output_padding
             ),
         ));
     }

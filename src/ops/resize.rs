@@ -63,15 +63,7 @@ impl Tensor {
 
     /// `[N, C, H, W]` → `[N, C, H·s, W·s]` by nearest neighbour (diffusers' `Upsample2D`).
     pub fn upsample_nearest2d(&self, scale: usize) -> Result<Tensor> {
-        if self.rank() != 4 || scale == 0 {
-            return Err(Error::invalid(
-                "upsample_nearest2d",
-                format!(
-                    "expected a [N, C, H, W] tensor and a scale >= 1, got {:?} and {scale}",
-                    self.shape()
-                ),
-            ));
-        }
+        crate::desc::checks::positive("upsample_nearest2d", "scale", scale)?;
         let &[n, c, h, w] = self.shape() else {
             return Err(Error::shape(
                 "upsample_nearest2d",
@@ -82,7 +74,10 @@ impl Tensor {
         let (Some(hs), Some(ws)) = (h.checked_mul(scale), w.checked_mul(scale)) else {
             return Err(Error::invalid(
                 "upsample_nearest2d",
-                format!("scale {scale} makes {h}x{w} larger than memory can address"),
+                format!(
+                    "scale must keep {h}·scale and {w}·scale within usize (a [N, C, H, W] input {:?}), got {scale}",
+                    self.shape()
+                ),
             ));
         };
         if self.memory_format() == MemoryFormat::ChannelsLast {

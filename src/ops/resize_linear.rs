@@ -58,13 +58,14 @@ impl Tensor {
     /// output keeps `self`'s dtype (and channels-last format). Sizes of 0 are errors.
     pub fn interpolate_bilinear(&self, size: [usize; 2], align_corners: bool) -> Result<Tensor> {
         let op = "interpolate_bilinear";
-        if self.rank() != 4 || size.contains(&0) || self.shape()[2..].contains(&0) {
-            return Err(Error::ShapeMismatch {
+        if self.rank() != 4 || self.shape()[2..].contains(&0) {
+            return Err(Error::shape(
                 op,
-                expected: "a non-empty [N, C, H, W] input and a non-zero [h, w] size".into(),
-                got: format!("{:?} to {size:?}", self.shape()),
-            });
+                "an input [N, C, H, W] with non-zero height and width",
+                self.shape(),
+            ));
         }
+        crate::desc::checks::positive_pair(op, "size", (size[0], size[1]))?;
         if !self.dtype().is_float() {
             return Err(Error::UnsupportedDType {
                 op,

@@ -82,7 +82,11 @@ impl Tensor {
         ensure_host_memory("arange", n.saturating_mul(2), DType::F32)?;
         let values = alloc::collected("arange", n, (0..n).map(|i| start + i as f64 * step))?;
         fn cast<T: WithDType>(values: &[f64]) -> Result<Vec<T>> {
-            alloc::collected("arange", values.len(), values.iter().map(|&v| T::from_f64(v)))
+            alloc::collected(
+                "arange",
+                values.len(),
+                values.iter().map(|&v| T::from_f64(v)),
+            )
         }
         match dtype {
             DType::F32 => place(cast::<f32>(&values)?, &[n], device),

@@ -29,15 +29,15 @@ use rayon::prelude::*;
 
 use super::amx_kernel::{begin, end, step, Block, Geo, Phase, TileState, KB, MR, TILE};
 use super::amx_kv;
+use super::operands::OP;
 use super::operands::{head_base, mat_strides, store_normalised, MaskData, View};
 use super::OutRows;
+use crate::cpu::alloc::resize;
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
-use crate::cpu::alloc::resize;
 use crate::desc::AttnShape;
 use crate::layout::Layout;
 use crate::Result;
-use super::operands::OP;
 /// Query tiles per task at most.
 const MAX_TILES_PER_TASK: usize = 4;
 

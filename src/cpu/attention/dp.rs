@@ -43,15 +43,15 @@ use rayon::prelude::*;
 
 use super::amx::read_row;
 use super::dp_kernel::{tile, State, Tile};
+use super::operands::OP;
 use super::operands::{fill_bias, head_base, mat_strides, store_normalised, MaskData, View};
 use super::{OutRows, KB, MAX_TILES_PER_TASK, MR};
+use crate::cpu::alloc::resize;
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
-use crate::cpu::alloc::resize;
 use crate::desc::AttnShape;
 use crate::layout::Layout;
 use crate::Result;
-use super::operands::OP;
 
 /// Whether the dot-product attention can run with kernels `k` in this process.
 pub(super) fn usable(k: Kernels) -> bool {

@@ -24,10 +24,10 @@
 
 use super::avx512::exp2;
 use super::{Ctx, OutRows, KB};
+use crate::cpu::alloc::resize;
 use crate::cpu::attention::operands::{
     fill_bias, head_base, inverse_weight_sum, load_row, mat_strides,
 };
-use crate::cpu::alloc::resize;
 use crate::cpu::elem::FloatElem;
 use crate::Result;
 use std::arch::x86_64::*;

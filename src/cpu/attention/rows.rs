@@ -7,8 +7,8 @@
 
 use super::operands::{fill_bias, head_base, inverse_weight_sum, load_row, mat_strides};
 use super::{tile, Ctx, OutRows, State, Tile, KB, MR};
-use crate::cpu::elem::FloatElem;
 use crate::cpu::alloc::resize;
+use crate::cpu::elem::FloatElem;
 use crate::desc::kinds::BinaryOp;
 use crate::Result;
 

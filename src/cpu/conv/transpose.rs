@@ -5,10 +5,10 @@
 //! destination a new `[B, S, R]` vector; every destination element is written exactly once, so
 //! destinations come from the recycling pool uninitialised.
 
+use super::super::alloc;
 use super::super::pool::{self, Recycle};
 use super::super::storage::CpuStorage;
 use super::super::transpose::transpose_block;
-use super::super::alloc;
 use crate::layout::Layout;
 use crate::Result;
 use rayon::prelude::*;

@@ -372,7 +372,8 @@ fn run_blocked_into<S: ToF32>(
     let bf16_ops = w.operands() == Operands::Bf16;
     let take32 = |n| crate::cpu::pool::take::<f32>(op, n);
     let mut v = take32(if bf16_ops { 0 } else { rows_per_block * row_in })?;
-    let mut vh = crate::cpu::pool::take::<bf16>(op, if bf16_ops { rows_per_block * row_in } else { 0 })?;
+    let mut vh =
+        crate::cpu::pool::take::<bf16>(op, if bf16_ops { rows_per_block * row_in } else { 0 })?;
     let mut m = take32(rows_per_block * inp.tiles_x * points * o)?;
     // Output rows of tile row r start at `row_start(r)`.
     let row_start = |r: usize| {
@@ -436,10 +437,8 @@ fn run_blocked_into<S: ToF32>(
             rest = tail;
         }
         let m = &*m;
-        parts
-            .into_par_iter()
-            .enumerate()
-            .try_for_each(|(i, part): (usize, &mut [f32])| -> Result<()> {
+        parts.into_par_iter().enumerate().try_for_each(
+            |(i, part): (usize, &mut [f32])| -> Result<()> {
                 let first_tile = i * inp.tiles_x;
                 let mr = BlockProducts {
                     m,
@@ -452,7 +451,8 @@ fn run_blocked_into<S: ToF32>(
                     o16.offset(row_start(r0 + i)).store_rows(part, o);
                 }
                 Ok(())
-            })?;
+            },
+        )?;
         r0 = r1;
     }
     crate::cpu::pool::give(v);

@@ -134,7 +134,8 @@ fn finish_row_body<const T: usize>(
     }
     // Epilogue per output pixel row: + bias, activation, + residual.
     let act = unary_of(ep.activation);
-    let mut scratch = crate::cpu::alloc::zeroed::<f32>("conv2d", if act.is_some() { o } else { 0 })?;
+    let mut scratch =
+        crate::cpu::alloc::zeroed::<f32>("conv2d", if act.is_some() { o } else { 0 })?;
     for (i, pixels) in out.chunks_exact_mut(g.wo * o).enumerate() {
         let oy = T * ty + i;
         for (ox, r) in pixels.chunks_exact_mut(o).enumerate() {

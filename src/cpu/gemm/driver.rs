@@ -28,13 +28,13 @@
 //!   products need: a shared task counter interleaved them and cost 1024³ and 2048³ 3–4%).
 
 use super::buf::{with_scratch, Slot};
-use crate::cpu::alloc::FirstError;
-use crate::Result;
 use super::layout::PackedView;
 use super::layout::NR;
 use super::panels::{PanelAccess, Panels};
 use super::types::{Out16, Residual};
+use crate::cpu::alloc::FirstError;
 use crate::desc::Activation;
+use crate::Result;
 use rayon::prelude::*;
 
 /// Products smaller than this many flops run on the calling thread.

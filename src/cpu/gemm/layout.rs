@@ -216,10 +216,7 @@ impl<T: PackElem> PackedB<T> {
     /// Packs `b` (`K × N`, any strides) for the plain GEMM.
     pub fn new(b: MatRef<T>) -> Result<Self> {
         b.validate("PackedB::new", "b")?;
-        Self::build(
-            &b,
-            BLayout::new(T::kind(), b.rows, b.cols, false),
-        )
+        Self::build(&b, BLayout::new(T::kind(), b.rows, b.cols, false))
     }
 
     /// Packs `b` (`K × 2N`) for the GLU GEMM: the result is used with the same
@@ -233,10 +230,7 @@ impl<T: PackElem> PackedB<T> {
                 &[b.rows, b.cols],
             ));
         }
-        Self::build(
-            &b,
-            BLayout::new(T::kind(), b.rows, b.cols / 2, true),
-        )
+        Self::build(&b, BLayout::new(T::kind(), b.rows, b.cols / 2, true))
     }
 
     fn build(b: &MatRef<T>, layout: BLayout) -> Result<Self> {
@@ -341,10 +335,7 @@ impl PackedB<f32> {
     /// units (for kernels that keep a B micro-panel in L1, see `gemm_gather`).
     pub(crate) fn new_f32_blocked(b: MatRef<f32>, max_kcu: usize) -> Result<Self> {
         b.validate("PackedB::new", "b")?;
-        Self::build(
-            &b,
-            BLayout::f32_blocked(b.rows, b.cols, max_kcu),
-        )
+        Self::build(&b, BLayout::f32_blocked(b.rows, b.cols, max_kcu))
     }
 }
 

@@ -353,7 +353,9 @@ mod tests {
             offset,
             row_stride: ld,
         };
-        let lazy = LazyPanels::new(&mut buf, layout, pack).unwrap().with_direct(Some(direct));
+        let lazy = LazyPanels::new(&mut buf, layout, pack)
+            .unwrap()
+            .with_direct(Some(direct));
         let panels: Vec<(usize, usize)> = (0..layout.nblk)
             .flat_map(|bi| (0..layout.npanels).map(move |q| (bi, q)))
             .collect();

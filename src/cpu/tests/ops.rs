@@ -21,11 +21,15 @@ pub(crate) fn eps(d: DType) -> f64 {
 pub(crate) fn make(dtype: DType, v: &[f32]) -> CpuStorage {
     match dtype {
         DType::F32 => CpuStorage::from_vec(v.to_vec()).unwrap(),
-        DType::F16 => CpuStorage::from_vec(v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()).unwrap(),
+        DType::F16 => {
+            CpuStorage::from_vec(v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()).unwrap()
+        }
         DType::BF16 => {
             CpuStorage::from_vec(v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()).unwrap()
         }
-        DType::I32 => CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()).unwrap(),
+        DType::I32 => {
+            CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()).unwrap()
+        }
         DType::U8 => CpuStorage::from_vec(v.iter().map(|&x| x as u8).collect::<Vec<_>>()).unwrap(),
     }
 }

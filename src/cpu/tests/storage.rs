@@ -69,9 +69,16 @@ fn from_vec_to_vec_and_bytes_roundtrip() {
             .unwrap(),
         vec![2, 3]
     );
-    assert_eq!(CpuStorage::from_vec(vec![bf16::ONE]).unwrap().dtype(), DType::BF16);
-    assert_eq!(CpuStorage::from_vec(vec![7i32]).unwrap().dtype(), DType::I32);
-    assert!(CpuStorage::zeros(DType::F32, 0).unwrap()
+    assert_eq!(
+        CpuStorage::from_vec(vec![bf16::ONE]).unwrap().dtype(),
+        DType::BF16
+    );
+    assert_eq!(
+        CpuStorage::from_vec(vec![7i32]).unwrap().dtype(),
+        DType::I32
+    );
+    assert!(CpuStorage::zeros(DType::F32, 0)
+        .unwrap()
         .to_vec::<f32>(&Layout::contiguous(&[0, 3]))
         .unwrap()
         .is_empty());
@@ -90,12 +97,18 @@ fn cast_ref(x: f64, from: DType, to: DType) -> f64 {
 
 fn storage_of(d: DType, v: &[f64]) -> CpuStorage {
     match d {
-        DType::F32 => CpuStorage::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>()).unwrap(),
-        DType::F16 => CpuStorage::from_vec(v.iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>()).unwrap(),
+        DType::F32 => {
+            CpuStorage::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>()).unwrap()
+        }
+        DType::F16 => {
+            CpuStorage::from_vec(v.iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>()).unwrap()
+        }
         DType::BF16 => {
             CpuStorage::from_vec(v.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>()).unwrap()
         }
-        DType::I32 => CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()).unwrap(),
+        DType::I32 => {
+            CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()).unwrap()
+        }
         DType::U8 => CpuStorage::from_vec(v.iter().map(|&x| x as u8).collect::<Vec<_>>()).unwrap(),
     }
 }
@@ -188,8 +201,12 @@ fn casts_between_all_dtypes() {
     // Big cast: exercises threading.
     let big: Vec<f32> = (0..1_100_000).map(|i| (i as f32) * 0.37 - 1000.0).collect();
     let s = CpuStorage::from_vec(big.clone()).unwrap();
-    let h = s.cast(&Layout::contiguous(&[big.len()]), DType::BF16).unwrap();
-    let back = h.cast(&Layout::contiguous(&[big.len()]), DType::F32).unwrap();
+    let h = s
+        .cast(&Layout::contiguous(&[big.len()]), DType::BF16)
+        .unwrap();
+    let back = h
+        .cast(&Layout::contiguous(&[big.len()]), DType::F32)
+        .unwrap();
     let back: Vec<f32> = back.to_vec(&Layout::contiguous(&[big.len()])).unwrap();
     assert!(big
         .iter()

@@ -129,8 +129,7 @@ fn speed_amx_kcu() {
                 let t = std::time::Instant::now();
                 let ep = Epilogue::default().with_out16(Out16::bf16(&mut o, n));
                 let cc = cbuf.slice_mut::<f32>("test", m * n).expect("scratch");
-                gemm_prepacked_bf16(a.view(), &ps[i], cc, n, &ep)
-                    .expect("gemm");
+                gemm_prepacked_bf16(a.view(), &ps[i], cc, n, &ep).expect("gemm");
                 *bst = bst.min(t.elapsed().as_secs_f64());
             }
         }
