@@ -16,6 +16,12 @@ pub(crate) fn ensure_host_memory(op: &'static str, numel: usize, dtype: DType) -
     crate::cpu::ensure_host_memory(op, numel, dtype)
 }
 
+/// Errors when the host will not give `bytes` in all for `op`'s buffers (several taken one
+/// after another), checked before the op starts its work.
+pub(crate) fn ensure_host_bytes(op: &'static str, bytes: u64) -> Result<()> {
+    crate::cpu::ensure_host_bytes(op, bytes)
+}
+
 fn place(cpu: CpuStorage, device: Device) -> Result<Storage> {
     Ok(match device {
         Device::Cpu => Storage::Cpu(cpu),

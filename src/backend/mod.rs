@@ -23,7 +23,7 @@ mod reduce;
 pub(crate) use crate::cpu::alloc;
 pub(crate) use crate::desc::NormSpec;
 pub use budget::{memory_budget, MemoryBudget};
-pub(crate) use host::{affine_in_place_f32, ensure_host_memory};
+pub(crate) use host::{affine_in_place_f32, ensure_host_bytes, ensure_host_memory};
 pub(crate) use matmul::FusedArgs;
 
 use crate::cpu::CpuStorage;

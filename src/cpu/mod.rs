@@ -40,5 +40,5 @@ pub(crate) mod transpose;
 
 pub use matmul::matmul_f32_strided;
 pub use simd::{set_simd_override, simd_level, with_simd_level, SimdLevel};
-pub(crate) use storage::ensure_host_memory;
 pub use storage::CpuStorage;
+pub(crate) use storage::{ensure_host_bytes, ensure_host_memory};

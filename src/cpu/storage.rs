@@ -275,13 +275,30 @@ const PROBE_BYTES: usize = 1 << 30;
 pub(crate) fn ensure_host_memory(op: &'static str, numel: usize, dtype: DType) -> Result<()> {
     let bytes = crate::layout::alloc_bytes(op, numel, dtype)?;
     if bytes >= PROBE_BYTES {
-        let mut probe: Vec<u8> = Vec::new();
-        probe
-            .try_reserve_exact(bytes)
-            .map_err(|_| crate::Error::CpuOutOfMemory {
-                op,
-                requested: bytes as u64,
-            })?;
+        probe(op, bytes)?;
     }
     Ok(())
+}
+
+/// Several buffers an op takes one after another, checked together before it starts: at
+/// least [`PROBE_TOTAL_BYTES`] (64 MiB) in all are first tried as one fallible reservation, so
+/// an op whose later buffers cannot fit fails before its work instead of after it.
+pub(crate) fn ensure_host_bytes(op: &'static str, bytes: u64) -> Result<()> {
+    let bytes =
+        usize::try_from(bytes).map_err(|_| crate::cpu::alloc::out_of_memory(op, usize::MAX))?;
+    if bytes >= PROBE_TOTAL_BYTES {
+        probe(op, bytes)?;
+    }
+    Ok(())
+}
+
+/// Totals this large are probed by [`ensure_host_bytes`] (smaller ones cost less than a probe).
+const PROBE_TOTAL_BYTES: usize = 64 << 20;
+
+/// Reserves `bytes` of address space (never touched) and gives them back.
+fn probe(op: &'static str, bytes: usize) -> Result<()> {
+    let mut probe: Vec<u8> = Vec::new();
+    probe
+        .try_reserve_exact(bytes)
+        .map_err(|_| crate::cpu::alloc::out_of_memory(op, bytes))
 }

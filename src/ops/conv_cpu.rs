@@ -24,6 +24,21 @@ pub(crate) fn conv2d_cpu(
     g: &ConvGeom,
     fmt: MemoryFormat,
 ) -> Result<Tensor> {
+    // Every buffer of the call, checked together before the work: the input's NHWC copy, the
+    // output rows (with f32 partial sums for 16-bit outputs) and the NCHW copy of them.
+    let size = |n: usize, dtype: DType| n as u128 * dtype.size_in_bytes() as u128;
+    let out = (g.m() as u128 * g.o as u128) as usize;
+    let mut bytes = size(out, x_in.dtype());
+    if x_in.dtype() != DType::F32 {
+        bytes += size(out, DType::F32);
+    }
+    if !(x_in.strides()[1] == 1 || g.c == 1) {
+        bytes += size(x_in.numel(), x_in.dtype());
+    }
+    if fmt == MemoryFormat::Contiguous {
+        bytes += size(out, x_in.dtype());
+    }
+    crate::backend::ensure_host_bytes("conv2d", u64::try_from(bytes).unwrap_or(u64::MAX))?;
     // The input with channel stride 1: as is, or converted once.
     let x = if x_in.strides()[1] == 1 || g.c == 1 {
         x_in.clone()
