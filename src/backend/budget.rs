@@ -95,6 +95,25 @@ pub fn memory_budget(device: Device) -> Result<MemoryBudget> {
     }
 }
 
+/// Errors before any work when one buffer of `numel` elements of `dtype` cannot exist on
+/// `device`: past what the host will allocate (Cpu), or past the adapter's largest buffer or
+/// the allocator's limit (Xpu). For ops that compute on the host in proportion to their output
+/// before allocating it.
+pub(crate) fn ensure_buffer(
+    op: &'static str,
+    device: Device,
+    numel: usize,
+    dtype: crate::DType,
+) -> Result<()> {
+    match device {
+        Device::Cpu => super::ensure_host_memory(op, numel, dtype),
+        Device::Xpu => {
+            let bytes = crate::layout::alloc_bytes(op, numel, dtype)? as u64;
+            memory_budget(device)?.check(op, "its output", bytes, bytes)
+        }
+    }
+}
+
 /// The Cpu's budget: see the module docs.
 fn host_budget() -> MemoryBudget {
     let mut budget = MemoryBudget {

@@ -22,6 +22,7 @@ mod reduce;
 /// above that build host buffers themselves.
 pub(crate) use crate::cpu::alloc;
 pub(crate) use crate::desc::NormSpec;
+pub(crate) use budget::ensure_buffer;
 pub use budget::{memory_budget, MemoryBudget};
 pub(crate) use host::{affine_in_place_f32, ensure_host_bytes, ensure_host_memory};
 pub(crate) use matmul::FusedArgs;

@@ -11,7 +11,9 @@ pub(crate) fn positive_pair(op: &'static str, name: &str, value: (usize, usize))
     if value.0 == 0 || value.1 == 0 {
         return Err(Error::invalid(
             op,
-            format!("{name} must be at least 1 in both dims (height, width), got {value:?}"),
+            format!(
+                "{name} must be positive (at least 1) in both dims (height, width), got {value:?}"
+            ),
         ));
     }
     Ok(())
@@ -22,7 +24,7 @@ pub(crate) fn positive(op: &'static str, name: &str, value: usize) -> Result<()>
     if value == 0 {
         return Err(Error::invalid(
             op,
-            format!("{name} must be at least 1, got 0"),
+            format!("{name} must be positive (at least 1), got 0"),
         ));
     }
     Ok(())
@@ -59,7 +61,10 @@ mod tests {
             "{e}"
         );
         let e = positive("conv2d", "groups", 0).unwrap_err().to_string();
-        assert!(e.contains("groups must be at least 1, got 0"), "{e}");
+        assert!(
+            e.contains("groups must be positive (at least 1), got 0"),
+            "{e}"
+        );
         let e = divisible("conv2d", "input channels C", 5, "groups", 2)
             .unwrap_err()
             .to_string();

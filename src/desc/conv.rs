@@ -91,14 +91,14 @@ impl ConvGeom {
             g,
         )?;
         if cg != c / g {
-            return Err(Error::ShapeMismatch {
+            return Err(Error::invalid(
                 op,
-                expected: format!(
-                    "weight dim 1 = input channels / groups = {c} / {g} = {} (input {x:?})",
+                format!(
+                    "weight dim 1 must equal input channels / groups = {c} / {g} = {} \
+                     (input {x:?}), got {cg} (weight {wt:?})",
                     c / g
                 ),
-                got: format!("weight {wt:?} with dim 1 = {cg}"),
-            });
+            ));
         }
         if kh == 0 || kw == 0 {
             return Err(Error::invalid(
@@ -129,9 +129,10 @@ impl ConvGeom {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "the padded input {hp}x{wp} (input {h}x{w}, padding {:?}) must be at least \
-                     the dilated kernel {ekh}x{ekw} (kernel {kh}x{kw}, dilation {:?})",
-                    p.padding, p.dilation
+                    "the dilated kernel {ekh}x{ekw} (kernel {kh}x{kw}, dilation {:?}) does not \
+                     fit the padded input {hp}x{wp} (input {h}x{w}, padding {:?}): the padded \
+                     input must be at least the kernel's extent",
+                    p.dilation, p.padding
                 ),
             ));
         }

@@ -9,7 +9,7 @@
 //! `h0 * (w0 * x00 + w1 * x01) + h1 * (w0 * x10 + w1 * x11)`. 16-bit inputs are widened and
 //! the result rounded once. A channels-last input gives a channels-last output.
 
-use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
+use crate::{DType, Error, MemoryFormat, Result, Tensor};
 
 /// Per output index along one dim: the two source indices and their weights.
 struct Taps {
@@ -76,10 +76,7 @@ impl Tensor {
         }
         let out_shape = [self.shape()[0], self.shape()[1], size[0], size[1]];
         let out_numel = crate::layout::numel(&out_shape);
-        crate::layout::alloc_bytes(op, out_numel, DType::F32)?;
-        if self.device() == Device::Cpu {
-            crate::backend::ensure_host_memory(op, out_numel, DType::F32)?;
-        }
+        crate::backend::ensure_buffer(op, self.device(), out_numel, DType::F32)?;
         let mut x = self.to_dtype(DType::F32)?;
         // Width first, then height (PyTorch's order of the weighted sums).
         for (dim, out) in [(3, size[1]), (2, size[0])] {
