@@ -341,8 +341,8 @@ pub(crate) fn layer_weight_format(weight: &Tensor, groups: usize) -> Option<Memo
     let tensor_cores = weight.dtype() == DType::F16
         && groups == 1
         && s.len() == 4
-        && s[1] % 2 == 0
-        && s[0] % 2 == 0
+        && s[1].is_multiple_of(2)
+        && s[0].is_multiple_of(2)
         && crate::backend::conv::tensor_core_convolutions(weight.device());
     tensor_cores.then_some(MemoryFormat::ChannelsLast)
 }
