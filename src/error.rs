@@ -99,6 +99,23 @@ pub enum Error {
         /// Bytes requested.
         requested: u64,
     },
+    /// A request was refused before any work: by the shapes, it needs more memory than the
+    /// device can give ([`crate::memory_budget`]).
+    #[error("{op}: {what} needs {needed} bytes ({}) on {device}, but at most {fits} bytes ({}) fit: {basis}", crate::error::human_bytes(*.needed), crate::error::human_bytes(*.fits))]
+    MemoryExceeded {
+        /// The operation.
+        op: &'static str,
+        /// The device.
+        device: Device,
+        /// What needs the memory (e.g. the activations of one UNet step for a given sample).
+        what: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes that fit.
+        fits: u64,
+        /// Where `fits` comes from.
+        basis: String,
+    },
     /// A shader failed to compile or validate.
     #[error("shader {shader}: {msg}")]
     Shader {
@@ -149,6 +166,21 @@ pub enum Error {
         /// What is wrong with it.
         msg: String,
     },
+}
+
+/// `bytes` for a reader: `1.5 GiB`, `12.0 MiB`, `512 B`.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// The message of [`Error::Weights`]: counts and names of each kind of problem.

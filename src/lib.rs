@@ -43,6 +43,7 @@ pub mod ops;
 pub mod schedulers;
 mod tensor;
 
+pub use backend::{memory_budget, MemoryBudget};
 pub use desc::conv::Conv2dParams;
 pub use desc::kinds::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 pub use desc::matmul::{MatmulKernel, TileConfig};

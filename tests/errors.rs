@@ -264,3 +264,188 @@ fn storage_past_the_binding_limit_is_an_error_not_zeros() {
         }
     }
 }
+
+/// The message of `r`'s error (empty when it succeeded).
+fn message<T>(r: xpu::Result<T>) -> String {
+    r.err().map(|e| e.to_string()).unwrap_or_default()
+}
+
+/// Asserts that `msg` holds every one of `parts` (the parameter, the value, the rule).
+#[track_caller]
+fn says(what: &str, msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(msg.contains(p), "{what}: {p:?} missing from {msg:?}");
+    }
+}
+
+/// Each parameter check names the parameter, the value given and the rule it breaks: one
+/// failed check per message, never a sentence that lists every rule.
+#[test]
+fn parameter_checks_name_the_parameter_the_value_and_the_rule() {
+    use xpu::{Conv2dParams, ConvTranspose2dParams};
+    for dev in common::devices() {
+        let t = |shape: &[usize]| Tensor::zeros(shape, DType::F32, dev).unwrap();
+        let x = t(&[1, 4, 8, 8]);
+        let w = t(&[6, 4, 3, 3]);
+        let conv = |w: &Tensor, p: Conv2dParams| message(x.conv2d(w, None, p));
+        let p = Conv2dParams::default();
+        let cases = [
+            (
+                conv(
+                    &w,
+                    Conv2dParams {
+                        stride: (0, 1),
+                        ..p
+                    },
+                ),
+                vec!["stride must be positive", "(0, 1)"],
+            ),
+            (
+                conv(
+                    &w,
+                    Conv2dParams {
+                        dilation: (1, 0),
+                        ..p
+                    },
+                ),
+                vec!["dilation must be positive", "(1, 0)"],
+            ),
+            (
+                conv(&w, Conv2dParams { groups: 0, ..p }),
+                vec!["groups must be positive", "got 0"],
+            ),
+            (
+                conv(&t(&[6, 1, 3, 3]), Conv2dParams { groups: 3, ..p }),
+                vec!["input channels C", "divisible by groups = 3", "got 4"],
+            ),
+            (
+                conv(&t(&[5, 2, 3, 3]), Conv2dParams { groups: 2, ..p }),
+                vec!["output channels O", "divisible by groups = 2", "got 5"],
+            ),
+            (
+                conv(&t(&[6, 3, 3, 3]), p),
+                vec![
+                    "weight dim 1 must equal input channels / groups = 4 / 1 = 4",
+                    "got 3",
+                ],
+            ),
+            (
+                conv(&t(&[6, 4, 0, 3]), p),
+                vec!["kernel size", "at least 1", "(0, 3)"],
+            ),
+            (
+                conv(&t(&[6, 4, 9, 9]), p),
+                vec![
+                    "dilated kernel 9x9",
+                    "does not fit the padded input 8x8",
+                    "at least",
+                ],
+            ),
+        ];
+        for (msg, parts) in &cases {
+            says(&format!("conv2d on {dev:?}"), msg, parts);
+            // One rule per message.
+            assert!(!msg.contains("need non-zero"), "{msg}");
+        }
+        let wt = t(&[4, 2, 3, 3]);
+        let ct = |p: ConvTranspose2dParams| message(x.conv_transpose2d(&wt, None, p));
+        let q = ConvTranspose2dParams::default();
+        says(
+            "conv_transpose2d stride",
+            &ct(ConvTranspose2dParams {
+                stride: (1, 0),
+                ..q
+            }),
+            &["stride must be positive", "(1, 0)"],
+        );
+        says(
+            "conv_transpose2d groups",
+            &ct(ConvTranspose2dParams { groups: 3, ..q }),
+            &["input channels Cin", "divisible by groups = 3", "got 4"],
+        );
+        says(
+            "conv_transpose2d output_padding",
+            &ct(ConvTranspose2dParams {
+                stride: (2, 2),
+                output_padding: (2, 0),
+                ..q
+            }),
+            &[
+                "output_padding must be smaller than the stride (2, 2)",
+                "(2, 0)",
+            ],
+        );
+        says(
+            "max_pool2d kernel",
+            &message(x.max_pool2d((0, 2), (1, 1), (0, 0))),
+            &["kernel_size must be positive", "(0, 2)"],
+        );
+        says(
+            "max_pool2d stride",
+            &message(x.max_pool2d((2, 2), (2, 0), (0, 0))),
+            &["stride must be positive", "(2, 0)"],
+        );
+        says(
+            "avg_pool2d padding",
+            &message(x.avg_pool2d((3, 3), (1, 1), (2, 0), true)),
+            &[
+                "padding must be at most half the kernel_size (3, 3)",
+                "(1, 1)",
+                "got (2, 0)",
+            ],
+        );
+        says(
+            "upsample scale",
+            &message(x.upsample_nearest2d(0)),
+            &["scale must be positive", "got 0"],
+        );
+        says(
+            "bilinear size",
+            &message(x.interpolate_bilinear([0, 4], false)),
+            &["size must be positive", "(0, 4)"],
+        );
+        let ts = t(&[2]);
+        says(
+            "timestep_embedding dim",
+            &message(ts.timestep_embedding(1, true, 0.0, DType::F32)),
+            &["dim must be at least 2", "got 1"],
+        );
+        // Attention: which dim of which operand disagrees.
+        let q4 = t(&[1, 2, 5, 8]);
+        says(
+            "attention head dim",
+            &message(q4.scaled_dot_product_attention(
+                &t(&[1, 2, 7, 6]),
+                &t(&[1, 2, 7, 8]),
+                None,
+                None,
+            )),
+            &["q's head dim D = 8", "(got 6)"],
+        );
+        says(
+            "attention keys",
+            &message(q4.scaled_dot_product_attention(
+                &t(&[1, 2, 7, 8]),
+                &t(&[1, 2, 6, 8]),
+                None,
+                None,
+            )),
+            &["k's key count Lk = 7", "(got 6)"],
+        );
+        says(
+            "attention leading dims",
+            &message(q4.scaled_dot_product_attention(
+                &t(&[1, 3, 7, 8]),
+                &t(&[1, 3, 7, 8]),
+                None,
+                None,
+            )),
+            &["broadcast against [1, 2]", "[1, 3]"],
+        );
+        says(
+            "matmul inner dims",
+            &message(t(&[2, 3]).matmul(&t(&[4, 5]))),
+            &["K = 3", "inner dims must agree", "rhs [4, 5] with 4 rows"],
+        );
+    }
+}

@@ -17,6 +17,9 @@ fn refused(what: &str, r: xpu::Result<Tensor>) {
         Err(Error::CpuOutOfMemory { requested, .. }) => {
             assert!(requested >= 1 << 50, "{what}: {requested} bytes")
         }
+        Err(Error::MemoryExceeded { needed, .. }) => {
+            assert!(needed >= 1 << 40, "{what}: {needed} bytes")
+        }
         Err(
             Error::OutOfMemory { .. } | Error::InvalidArgument { .. } | Error::ShapeMismatch { .. },
         ) => {}
@@ -116,6 +119,130 @@ fn ops_whose_output_exceeds_memory_are_errors() {
         // The device still works afterwards.
         let s = img.sum(3, false).unwrap().to_vec_f32();
         assert_eq!(s, vec![2.0, 2.0], "{dev:?}");
+    }
+}
+
+/// A size error (at least 2^40 bytes where it says) in under a second.
+#[track_caller]
+fn refused_fast(what: &str, f: impl FnOnce() -> xpu::Result<Tensor>) {
+    let start = std::time::Instant::now();
+    let r = f();
+    let took = start.elapsed();
+    match r {
+        Err(
+            Error::CpuOutOfMemory { requested: n, .. } | Error::MemoryExceeded { needed: n, .. },
+        ) => {
+            assert!(n >= 1 << 40, "{what}: {n} bytes")
+        }
+        Err(
+            Error::OutOfMemory { .. } | Error::InvalidArgument { .. } | Error::ShapeMismatch { .. },
+        ) => {}
+        Err(e) => panic!("{what}: a size error expected, got {e}"),
+        Ok(t) => panic!(
+            "{what}: a size error expected, got a tensor of {:?}",
+            t.shape()
+        ),
+    }
+    assert!(took.as_secs_f64() < 1.0, "{what}: refused after {took:?}");
+}
+
+/// A view of `shape` whose every element is 1 (no memory of its own).
+fn ones_view(shape: &[usize], dev: Device) -> Tensor {
+    Tensor::ones(&vec![1; shape.len()], DType::F32, dev)
+        .unwrap()
+        .broadcast_to(shape)
+        .unwrap()
+}
+
+/// Every public entry point that allocates refuses sizes past any machine's memory in under a
+/// second, and the device works afterwards: the layers and the UNet as well as the ops.
+#[test]
+fn every_entry_point_refuses_absurd_sizes_quickly() {
+    use xpu::models::unet::{UNet2DConditionModel, UNetConfig};
+    for dev in common::devices() {
+        // 2^50 elements of 4 bytes each, as views holding nothing.
+        let img = ones_view(&[1, 1 << 10, 1 << 20, 1 << 20], dev);
+        let w = Tensor::randn(&[4, 1 << 10, 3, 3], DType::F32, dev, 1).unwrap();
+        let p = Conv2dParams {
+            padding: (1, 1),
+            ..Default::default()
+        };
+        refused_fast("conv2d", || img.conv2d(&w, None, p));
+        let layer = xpu::nn::Conv2d::new(w.clone(), None, p).unwrap();
+        refused_fast("nn::Conv2d", || layer.forward(&img));
+        let wt = Tensor::randn(&[1 << 10, 4, 4, 4], DType::F32, dev, 2).unwrap();
+        let up = xpu::ConvTranspose2dParams {
+            stride: (2, 2),
+            padding: (1, 1),
+            ..Default::default()
+        };
+        refused_fast("conv_transpose2d", || img.conv_transpose2d(&wt, None, up));
+        refused_fast("group_norm", || img.group_norm(32, None, None, 1e-5));
+        refused_fast("layer_norm", || img.layer_norm(None, None, 1e-5));
+        refused_fast("group_norm_silu", || {
+            img.group_norm_silu(32, None, None, 1e-5)
+        });
+        let small = Tensor::ones(&[1, 4, 8, 8], DType::F32, dev).unwrap();
+        refused_fast("interpolate_bilinear", || {
+            small.interpolate_bilinear([1 << 24, 1 << 24], false)
+        });
+        refused_fast("interpolate_nearest", || {
+            small.interpolate_nearest(&[1 << 24, 1 << 24])
+        });
+        // Attention whose output is 2^50 elements, and whose keys are 2^40.
+        let q = ones_view(&[1 << 10, 16, 1 << 20, 64], dev);
+        let kv = Tensor::randn(&[1 << 10, 16, 8, 64], DType::F32, dev, 3)
+            .map(|t| {
+                t.narrow(0, 0, 1)
+                    .unwrap()
+                    .broadcast_to(&[1 << 10, 16, 8, 64])
+                    .unwrap()
+            })
+            .unwrap();
+        refused_fast("attention output", || {
+            q.scaled_dot_product_attention(&kv, &kv, None, None)
+        });
+        let q1 = Tensor::randn(&[1, 1, 4, 64], DType::F32, dev, 4).unwrap();
+        let keys = ones_view(&[1, 1, 1 << 34, 64], dev);
+        if dev == Device::Cpu {
+            // The Cpu packs the keys (2^42 bytes); the Xpu would read them in place for hours.
+            refused_fast("attention keys", || {
+                q1.scaled_dot_product_attention(&keys, &keys, None, None)
+            });
+        }
+        let a = ones_view(&[1 << 25, 1 << 25], dev);
+        refused_fast("matmul", || a.matmul(&a));
+        refused_fast("matmul_fused", || a.matmul_fused(&a).run());
+        refused_fast("cat", || Tensor::cat(&[&img, &img], 0));
+        refused_fast("zeros", || {
+            Tensor::zeros(&[1 << 25, 1 << 25], DType::F32, dev)
+        });
+        refused_fast("randn", || {
+            Tensor::randn(&[1 << 25, 1 << 25], DType::F16, dev, 0)
+        });
+        refused_fast("full", || {
+            Tensor::full(2.0, &[1 << 25, 1 << 25], DType::BF16, dev)
+        });
+        refused_fast("linear", || {
+            let lin =
+                xpu::nn::Linear::new(Tensor::randn(&[8, 1 << 10], DType::F32, dev, 5)?, None)?;
+            lin.forward(&ones_view(&[1 << 40, 1 << 10], dev))
+        });
+        // The UNet at an absurd latent size (a view as the sample: nothing allocated first).
+        let unet = UNet2DConditionModel::random(&UNetConfig::tiny(), DType::F32, dev, 0).unwrap();
+        let c = unet.config();
+        let sample = ones_view(&[2, c.in_channels, 1 << 20, 1 << 20], dev);
+        let t = Tensor::full(500.0, &[2], DType::F32, dev).unwrap();
+        let ctx = Tensor::randn(&[2, 7, c.encoder_states_dim()], DType::F32, dev, 6).unwrap();
+        refused_fast("UNet forward", || unet.forward(&sample, &t, &ctx));
+        // Everything still works, the UNet included.
+        let x = Tensor::randn(&[2, c.in_channels, 8, 8], DType::F32, dev, 7).unwrap();
+        assert_eq!(
+            unet.forward(&x, &t, &ctx).unwrap().shape(),
+            [2, c.out_channels, 8, 8]
+        );
+        let s = small.sum(3, false).unwrap().to_vec_f32();
+        assert_eq!(s, vec![8.0; 32], "{dev:?}");
     }
 }
 

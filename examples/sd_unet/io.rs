@@ -101,9 +101,13 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     partial_name.push(name);
     partial_name.push(format!(".partial-{}", std::process::id()));
     let partial = path.with_file_name(partial_name);
+    let writing = format!("{} (through its temporary sibling", path.display());
     let written = std::fs::File::create(&partial)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .map_err(io_err("writing", &partial))
+        .map_err(|source| Error::Io {
+            context: format!("writing {writing} {})", partial.display()),
+            source,
+        })
         .and_then(|()| std::fs::rename(&partial, path).map_err(io_err("renaming onto", path)));
     if written.is_err() {
         // Best effort: the error that matters is the one returned.

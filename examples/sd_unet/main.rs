@@ -13,8 +13,17 @@
 //! SDXL base's with `--preset sd21` or `sdxl`) is built with seeded random weights, so it runs
 //! on a fresh machine with no download.
 //!
+//! Every argument is checked before a model is loaded: numbers against the ranges they accept
+//! (`examples/common/args.rs`), output paths for writability (the latents and their PNG
+//! preview must be different files), and the memory one step needs against what the device
+//! can give ([`xpu::memory_budget`]), so a request that cannot run fails in well under a second.
+//! A step whose latents are no longer finite stops the run with an error (nothing is written).
+//!
 //! `cargo run --release --example sd_unet -- --help`
 
+#[path = "../common/args.rs"]
+mod args;
+mod checks;
 mod conditions;
 mod io;
 mod png;
@@ -59,7 +68,7 @@ enum Preset {
 
 /// Stable Diffusion UNet denoising on xpu (diffusers-compatible).
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, allow_negative_numbers = true)]
 struct Args {
     /// A diffusers UNet folder (config.json + diffusion_pytorch_model.safetensors) or a
     /// pipeline folder holding unet/; without it the SD 1.5 architecture (SD 2.1's or SDXL
@@ -89,14 +98,14 @@ struct Args {
     /// Size preset for run mode (explicit --steps/--height/--width override it).
     #[arg(long, value_enum, default_value = "quick")]
     preset: Preset,
-    /// Denoising steps.
-    #[arg(long)]
+    /// Denoising steps (1 to 1000).
+    #[arg(long, value_parser = args::steps)]
     steps: Option<usize>,
-    /// Image height in pixels (latents are height/8).
-    #[arg(long)]
+    /// Image height in pixels, a multiple of 8 (latents are height/8).
+    #[arg(long, value_parser = args::image_side)]
     height: Option<usize>,
-    /// Image width in pixels (latents are width/8).
-    #[arg(long)]
+    /// Image width in pixels, a multiple of 8 (latents are width/8).
+    #[arg(long, value_parser = args::image_side)]
     width: Option<usize>,
     /// Scheduler.
     #[arg(long, value_enum, default_value = "euler")]
@@ -109,11 +118,11 @@ struct Args {
     /// when only its unet/ folder is at hand).
     #[arg(long, value_enum)]
     prediction: Option<PredictionArg>,
-    /// Classifier-free guidance scale.
-    #[arg(long, default_value_t = 7.5)]
+    /// Classifier-free guidance scale (0 to 100).
+    #[arg(long, default_value_t = 7.5, value_parser = args::guidance)]
     guidance: f64,
     /// Seed of the initial noise, the stand-in text embeddings and random weights.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = args::seed)]
     seed: u64,
 }
 
@@ -140,6 +149,7 @@ fn run(args: Args) -> xpu::Result<()> {
         DTypeArg::Bf16 => DType::BF16,
     };
     // Every argument is checked before the model is built (seconds to minutes).
+    checks::paths(&args)?;
     let mode = match &args.inputs {
         Some(inputs) => {
             let output = args.output.clone().ok_or_else(|| {
@@ -149,6 +159,17 @@ fn run(args: Args) -> xpu::Result<()> {
         }
         None => Mode::Run(Plan::new(&args)?),
     };
+    let config = model_config(&args)?;
+    let (batch, latents) = match &mode {
+        Mode::Parity(file, ..) => match file.get("sample").map(|s| s.shape().to_vec()) {
+            Some(s) if s.len() == 4 => (s[0], (s[2], s[3])),
+            _ => (0, (0, 0)),
+        },
+        Mode::Run(plan) => (2, (plan.height / 8, plan.width / 8)),
+    };
+    if let Some(config) = &config {
+        checks::memory(config, dtype, device, batch, latents)?;
+    }
     let t = Instant::now();
     let unet = match &args.unet {
         Some(dir) => UNet2DConditionModel::from_pretrained_variant(
@@ -158,12 +179,7 @@ fn run(args: Args) -> xpu::Result<()> {
             device,
         )?,
         None => {
-            let config = match args.preset {
-                Preset::Sdxl => UNetConfig::sdxl(),
-                Preset::Sd21 => UNetConfig::sd21(),
-                Preset::Quick | Preset::Sd15 => UNetConfig::sd15(),
-            };
-            UNet2DConditionModel::random(&config, dtype, device, args.seed)?
+            UNet2DConditionModel::random(&preset_config(args.preset), dtype, device, args.seed)?
         }
     };
     eprintln!(
@@ -185,6 +201,27 @@ fn run(args: Args) -> xpu::Result<()> {
         Mode::Parity(file, inputs, output) => parity(&unet, &file, &inputs, &output),
         Mode::Run(plan) => denoise(&unet, &args, plan),
     }
+}
+
+/// The architecture of each preset (seeded random weights).
+fn preset_config(preset: Preset) -> UNetConfig {
+    match preset {
+        Preset::Sdxl => UNetConfig::sdxl(),
+        Preset::Sd21 => UNetConfig::sd21(),
+        Preset::Quick | Preset::Sd15 => UNetConfig::sd15(),
+    }
+}
+
+/// The architecture the run will load, read before the weights: the preset's, or `--unet`'s
+/// `config.json` (`None` when the folder has none: loading then reports what is missing).
+fn model_config(args: &Args) -> xpu::Result<Option<UNetConfig>> {
+    let Some(dir) = &args.unet else {
+        return Ok(Some(preset_config(args.preset)));
+    };
+    let file = [dir.join("unet/config.json"), dir.join("config.json")]
+        .into_iter()
+        .find(|p| p.is_file());
+    file.map(UNetConfig::from_file).transpose()
 }
 
 /// What the example does once the model is built.
@@ -211,20 +248,9 @@ impl Plan {
             Preset::Sd21 => (20, 768),
             Preset::Sdxl => (20, 1024),
         };
+        // The parsers checked explicit values (args.rs); the presets' are in range.
         let steps = args.steps.unwrap_or(steps);
         let (height, width) = (args.height.unwrap_or(size), args.width.unwrap_or(size));
-        if height < 8 || width < 8 || !height.is_multiple_of(8) || !width.is_multiple_of(8) {
-            return Err(xpu::Error::invalid(
-                "sd_unet",
-                format!("height and width must be positive multiples of 8, got {height}×{width}"),
-            ));
-        }
-        if !args.guidance.is_finite() {
-            return Err(xpu::Error::invalid(
-                "sd_unet",
-                format!("--guidance must be finite, got {}", args.guidance),
-            ));
-        }
         let file = schedule::find_config(args.unet.as_deref(), args.scheduler_config.as_deref());
         let scheduler = schedule::build(args.scheduler, file.as_deref(), args.prediction, steps)?;
         eprintln!(
@@ -351,6 +377,7 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
         let halves = noise.chunk(2, 0)?;
         let guided = halves[0].add(&halves[1].sub(&halves[0])?.mul_scalar(args.guidance)?)?;
         latents = scheduler.step(&guided, i, &latents, None)?;
+        checks::finite(&latents, i, t)?;
         if device == Device::Xpu {
             xpu::synchronize()?;
         }
@@ -378,12 +405,9 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
     if device == Device::Xpu {
         print_profile(steps.saturating_sub(1).max(1))?;
     }
-    let out = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("sd_unet_latents.safetensors"));
+    let out = checks::latents_path(args);
     io::write_tensors(&out, &[("latents", &latents)])?;
-    let png_path = out.with_extension("png");
+    let png_path = checks::preview_path(&out);
     let values = latents.to_vec::<f32>()?;
     let (gw, gh, img) = png::latent_grid(&values[..channels * lh * lw], channels, lh, lw);
     io::write_file_atomically(&png_path, &png::encode_gray(gw, gh, &img))?;

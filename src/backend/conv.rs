@@ -122,27 +122,27 @@ pub(crate) fn pack_conv_weight(
         }
     }
     let f32_values = ws
-        .try_cast(wl, DType::F32)?
+        .cast(wl, DType::F32)?
         .to_vec::<f32>(&Layout::contiguous(wl.shape()))?;
     PackedConv::new(&f32_values, shape, groups)
 }
 
 /// The dense NHWC copy `[n, h, w, c]` of a Cpu `[N, C, H, W]` view by the tiled transpose, or
 /// `None` where that transpose does not apply (the caller converts another way).
-pub(crate) fn nchw_to_nhwc(x: &Storage, layout: &Layout) -> Option<Storage> {
-    match x {
-        Storage::Cpu(s) => crate::cpu::conv::nchw_to_nhwc(s, layout).map(Storage::Cpu),
+pub(crate) fn nchw_to_nhwc(x: &Storage, layout: &Layout) -> Result<Option<Storage>> {
+    Ok(match x {
+        Storage::Cpu(s) => crate::cpu::conv::nchw_to_nhwc(s, layout)?.map(Storage::Cpu),
         Storage::Xpu(_) => None,
-    }
+    })
 }
 
 /// The dense NCHW copy of Cpu NHWC data `[n, h, w, c]`, or `None` where the tiled transpose
 /// does not apply.
-pub(crate) fn nhwc_to_nchw(x: &Storage, dims: [usize; 4]) -> Option<Storage> {
-    match x {
-        Storage::Cpu(s) => crate::cpu::conv::nhwc_to_nchw(s, dims).map(Storage::Cpu),
+pub(crate) fn nhwc_to_nchw(x: &Storage, dims: [usize; 4]) -> Result<Option<Storage>> {
+    Ok(match x {
+        Storage::Cpu(s) => crate::cpu::conv::nhwc_to_nchw(s, dims)?.map(Storage::Cpu),
         Storage::Xpu(_) => None,
-    }
+    })
 }
 
 /// Where a convolution's residual rows are: `(offset, row stride, column stride, image

@@ -16,6 +16,12 @@ pub(crate) fn ensure_host_memory(op: &'static str, numel: usize, dtype: DType) -
     crate::cpu::ensure_host_memory(op, numel, dtype)
 }
 
+/// Errors when the host will not give `bytes` in all for `op`'s buffers (several taken one
+/// after another), checked before the op starts its work.
+pub(crate) fn ensure_host_bytes(op: &'static str, bytes: u64) -> Result<()> {
+    crate::cpu::ensure_host_bytes(op, bytes)
+}
+
 fn place(cpu: CpuStorage, device: Device) -> Result<Storage> {
     Ok(match device {
         Device::Cpu => Storage::Cpu(cpu),
@@ -26,13 +32,13 @@ fn place(cpu: CpuStorage, device: Device) -> Result<Storage> {
 impl Storage {
     /// A storage of `data` on `device` (moved on the Cpu, uploaded once on the Xpu).
     pub(crate) fn from_vec<T: WithDType>(data: Vec<T>, device: Device) -> Result<Storage> {
-        place(CpuStorage::from_vec(data), device)
+        place(CpuStorage::from_vec(data)?, device)
     }
 
     /// `values` made on the host as f32, in `dtype` on `device`: moved as they are for f32 (no
     /// copy: SD 1.5's random weights are 3.4 GB), converted once otherwise.
     pub(crate) fn from_f32_as(values: Vec<f32>, dtype: DType, device: Device) -> Result<Storage> {
-        place(CpuStorage::from_vec(values).into_dtype(dtype), device)
+        place(CpuStorage::from_vec(values)?.into_dtype(dtype)?, device)
     }
 
     /// `n` zeros of `dtype` on `device` (cleared on the device itself).
@@ -51,7 +57,7 @@ impl Storage {
     /// An empty Cpu storage of `dtype` (a stand-in no layout with elements fits: ops on it
     /// report a bad layout instead of reading memory).
     pub(crate) fn empty(dtype: DType) -> Storage {
-        Storage::Cpu(CpuStorage::zeros(dtype, 0))
+        Storage::Cpu(CpuStorage::empty(dtype))
     }
 
     /// The elements `layout` addresses, in its logical (row-major) order, as `T` (the caller

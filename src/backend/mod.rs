@@ -5,6 +5,7 @@
 //! the mixed arms below are unreachable in practice and still return an error, never panic).
 
 mod attention;
+mod budget;
 pub(crate) mod conv;
 pub(crate) mod conv_gpu;
 mod conv_gpu_winograd;
@@ -17,8 +18,13 @@ mod pool;
 pub(crate) mod prepared;
 mod reduce;
 
+/// The one fallible path for host memory sized by data (see `cpu::alloc`), for the layers
+/// above that build host buffers themselves.
+pub(crate) use crate::cpu::alloc;
 pub(crate) use crate::desc::NormSpec;
-pub(crate) use host::{affine_in_place_f32, ensure_host_memory};
+pub(crate) use budget::ensure_buffer;
+pub use budget::{memory_budget, MemoryBudget};
+pub(crate) use host::{affine_in_place_f32, ensure_host_bytes, ensure_host_memory};
 pub(crate) use matmul::FusedArgs;
 
 use crate::cpu::CpuStorage;
@@ -70,12 +76,12 @@ impl Storage {
             host_output("copy", layout.numel(), self.dtype())?;
         }
         Ok(match (self, device) {
-            (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)),
+            (Storage::Cpu(s), Device::Cpu) => Storage::Cpu(s.contiguous(layout)?),
             (Storage::Cpu(s), Device::Xpu) => {
                 if layout.is_contiguous() && layout.offset() == 0 && layout.numel() == s.len() {
                     Storage::Xpu(host::upload(s)?)
                 } else {
-                    Storage::Xpu(host::upload(&s.contiguous(layout))?)
+                    Storage::Xpu(host::upload(&s.contiguous(layout)?)?)
                 }
             }
             (Storage::Xpu(s), Device::Cpu) => Storage::Cpu(host::download(s, layout)?),
@@ -87,7 +93,7 @@ impl Storage {
         Ok(match self {
             Storage::Cpu(s) => {
                 host_output("to_dtype", layout.numel(), dtype)?;
-                Storage::Cpu(s.cast(layout, dtype))
+                Storage::Cpu(s.cast(layout, dtype)?)
             }
             Storage::Xpu(s) => Storage::Xpu(s.copy_cast(layout, dtype)?),
         })

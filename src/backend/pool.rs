@@ -29,7 +29,7 @@ impl Storage {
             planes.saturating_mul(geom.out.0 * geom.out.1),
             DType::F32,
         )?;
-        let out = crate::cpu::pool2d::pool2d(values, (shape[2], shape[3]), geom, kind);
-        Ok(Storage::Cpu(CpuStorage::from_vec(out)))
+        let out = crate::cpu::pool2d::pool2d(values, (shape[2], shape[3]), geom, kind)?;
+        Ok(Storage::Cpu(CpuStorage::F32(out)))
     }
 }

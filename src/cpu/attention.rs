@@ -175,15 +175,15 @@ fn attention_float<T: FloatElem>(
     kv: (View<T>, View<T>),
     mask: Option<(MaskData, &Layout)>,
     s: &AttnShape,
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let n = s.heads() * s.lq * s.dv;
-    let mut out = super::pool::take::<T>(n);
+    let mut out = super::pool::take::<T>(operands::OP, n)?;
     if n == 0 {
-        return out;
+        return Ok(out);
     }
     if s.lk == 0 {
         out.fill(T::zeroed());
-        return out;
+        return Ok(out);
     }
     // Value columns are padded to whole 8-lane half vectors (the AVX2 kernel's vectors; the
     // AVX-512 kernel ends in a half vector where needed): SD's head dim 40 then costs 40
@@ -201,14 +201,16 @@ fn attention_float<T: FloatElem>(
         data: q.data,
         layout: q.layout,
     };
-    let group_ctx = |heads| Ctx {
-        k,
-        q: qv(),
-        kv: pack_kv(k, (&kv.0, &kv.1), s, dvp, heads),
-        mask,
-        s,
-        dvp,
-        qmul: s.scale * std::f32::consts::LOG2_E,
+    let group_ctx = |heads| -> Result<Ctx<T>> {
+        Ok(Ctx {
+            k,
+            q: qv(),
+            kv: pack_kv(k, (&kv.0, &kv.1), s, dvp, heads)?,
+            mask,
+            s,
+            dvp,
+            qmul: s.scale * std::f32::consts::LOG2_E,
+        })
     };
     #[cfg(target_arch = "x86_64")]
     if k.level() == SimdLevel::Avx512 && s.lq >= lanes::MIN_QUERIES && !rows_kernel_forced() {
@@ -217,8 +219,8 @@ fn attention_float<T: FloatElem>(
         let plan = plan_tasks(s.heads(), tiles, max_tiles, lanes::QL);
         #[cfg(test)]
         LANES_RAN.with(|c| c.set(true));
-        for_head_groups(&mut out, ol, s, plan, group_ctx, lanes::task);
-        return out;
+        for_head_groups(&mut out, ol, s, plan, group_ctx, lanes::task)?;
+        return Ok(out);
     }
     for_head_groups(
         &mut out,
@@ -227,8 +229,8 @@ fn attention_float<T: FloatElem>(
         (rows_per_task, group),
         group_ctx,
         rows::task,
-    );
-    out
+    )?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -329,12 +331,12 @@ impl CpuStorage {
             let view = |data, layout| View { data, layout };
             if bf16_kernels_enabled() {
                 let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
-                if let Some(o) = amx::attention(kern, (q, out), kv, mask, s) {
+                if let Some(o) = amx::attention(kern, (q, out), kv, mask, s)? {
                     note(AttnKernel::Amx);
                     return Ok(CpuStorage::BF16(o));
                 }
                 let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
-                if let Some(o) = dp::attention(kern, (q, out), kv, mask, s) {
+                if let Some(o) = dp::attention(kern, (q, out), kv, mask, s)? {
                     note(AttnKernel::Dot);
                     return Ok(CpuStorage::BF16(o));
                 }
@@ -368,7 +370,7 @@ impl CpuStorage {
                         layout: v.1,
                     },
                 );
-                CpuStorage::$variant(attention_float(kern, (q, out), kv, mask, s))
+                CpuStorage::$variant(attention_float(kern, (q, out), kv, mask, s)?)
             }};
         }
         Ok(match self {

@@ -18,20 +18,20 @@ use half::{bf16, f16};
 fn par_convert<S: Sync, D: Send + Clone + bytemuck::Zeroable>(
     src: &[S],
     f: impl Fn(&[S], &mut [D]) + Sync,
-) -> Vec<D> {
-    let mut out = vec![D::zeroed(); src.len()];
+) -> Result<Vec<D>> {
+    let mut out = super::alloc::zeroed("to_dtype", src.len())?;
     parallel::for_each_flat(&mut out, |start, chunk| {
         if let Some(s) = src.get(start..start + chunk.len()) {
             f(s, chunk);
         }
     });
-    out
+    Ok(out)
 }
 
 fn map_elems<S: WithDType, D: Send + Clone + bytemuck::Zeroable>(
     src: &[S],
     f: impl Fn(S) -> D + Sync,
-) -> Vec<D> {
+) -> Result<Vec<D>> {
     par_convert(src, |s, d: &mut [D]| {
         for (o, &x) in d.iter_mut().zip(s) {
             *o = f(x);
@@ -39,64 +39,65 @@ fn map_elems<S: WithDType, D: Send + Clone + bytemuck::Zeroable>(
     })
 }
 
-fn to_dtype<S: WithDType>(src: &[S], dtype: DType) -> CpuStorage {
-    match dtype {
-        DType::F32 => CpuStorage::F32(map_elems(src, |x| x.to_f64() as f32)),
-        DType::F16 => CpuStorage::F16(map_elems(src, |x| f16::from_f64_rne(x.to_f64()))),
-        DType::BF16 => CpuStorage::BF16(map_elems(src, |x| bf16::from_f64_rne(x.to_f64()))),
-        DType::I32 => CpuStorage::I32(map_elems(src, |x| x.to_f64() as i32)),
+fn to_dtype<S: WithDType>(src: &[S], dtype: DType) -> Result<CpuStorage> {
+    Ok(match dtype {
+        DType::F32 => CpuStorage::F32(map_elems(src, |x| x.to_f64() as f32)?),
+        DType::F16 => CpuStorage::F16(map_elems(src, |x| f16::from_f64_rne(x.to_f64()))?),
+        DType::BF16 => CpuStorage::BF16(map_elems(src, |x| bf16::from_f64_rne(x.to_f64()))?),
+        DType::I32 => CpuStorage::I32(map_elems(src, |x| x.to_f64() as i32)?),
         DType::U8 if S::DTYPE == DType::I32 => {
-            CpuStorage::U8(map_elems(src, |x| x.to_f64() as i32 as u8))
+            CpuStorage::U8(map_elems(src, |x| x.to_f64() as i32 as u8)?)
         }
-        DType::U8 => CpuStorage::U8(map_elems(src, |x| x.to_f64() as u8)),
-    }
+        DType::U8 => CpuStorage::U8(map_elems(src, |x| x.to_f64() as u8)?),
+    })
 }
 
-/// Casts a contiguous storage (all of it) to `dtype`.
-pub(crate) fn cast_contiguous(src: CpuStorage, dtype: DType) -> CpuStorage {
+/// Casts a contiguous storage (all of it) to `dtype` (an error when the host will not
+/// allocate the converted copy).
+pub(crate) fn cast_contiguous(src: CpuStorage, dtype: DType) -> Result<CpuStorage> {
     if src.dtype() == dtype {
-        return src;
+        return Ok(src);
     }
     let k = Kernels::current();
-    match (&src, dtype) {
+    Ok(match (&src, dtype) {
         (CpuStorage::F16(v), DType::F32) => {
-            CpuStorage::F32(par_convert(v, |s, d| k.f16_to_f32(s, d)))
+            CpuStorage::F32(par_convert(v, |s, d| k.f16_to_f32(s, d))?)
         }
         (CpuStorage::BF16(v), DType::F32) => {
-            CpuStorage::F32(par_convert(v, |s, d| k.bf16_to_f32(s, d)))
+            CpuStorage::F32(par_convert(v, |s, d| k.bf16_to_f32(s, d))?)
         }
         (CpuStorage::F32(v), DType::F16) => {
-            CpuStorage::F16(par_convert(v, |s, d| k.f32_to_f16(s, d)))
+            CpuStorage::F16(par_convert(v, |s, d| k.f32_to_f16(s, d))?)
         }
         (CpuStorage::F32(v), DType::BF16) => {
-            CpuStorage::BF16(par_convert(v, |s, d| k.f32_to_bf16(s, d)))
+            CpuStorage::BF16(par_convert(v, |s, d| k.f32_to_bf16(s, d))?)
         }
-        _ => with_storage!(&src, v => to_dtype(v, dtype)),
-    }
+        _ => with_storage!(&src, v => to_dtype(v, dtype)?),
+    })
 }
 
 fn cat_typed<T: Copy + Send + Sync + super::pool::Recycle>(
     parts: &[(&[T], &Layout)],
     dim: usize,
     total: usize,
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let Some(first) = parts.first() else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let shape = first.1.shape();
     let outer: usize = shape[..dim].iter().product();
     let inner: usize = shape[dim + 1..].iter().product();
-    let data: Vec<_> = parts
+    let data = parts
         .iter()
-        .map(|(s, l)| (contiguous_cow(s, l), l.shape()[dim] * inner))
-        .collect();
+        .map(|(s, l)| Ok((contiguous_cow("cat", s, l)?, l.shape()[dim] * inner)))
+        .collect::<Result<Vec<_>>>()?;
     // One output row per outer index: the parts' blocks side by side; rows copy in parallel.
     let row: usize = data.iter().map(|(_, block)| block).sum();
     if row == 0 || outer == 0 || outer.checked_mul(row) != Some(total) {
-        return vec![T::zeroed(); total];
+        return super::alloc::zeroed("cat", total);
     }
     // Every element is written below: `outer` rows of `row` elements (validated parts).
-    let mut out = super::pool::take::<T>(total);
+    let mut out = super::pool::take::<T>("cat", total)?;
     parallel::for_each_chunk(&mut out, row, row, |start, chunk| {
         for (i, orow) in chunk.chunks_mut(row).enumerate() {
             let o = start / row + i;
@@ -112,7 +113,7 @@ fn cat_typed<T: Copy + Send + Sync + super::pool::Recycle>(
             }
         }
     });
-    out
+    Ok(out)
 }
 
 /// Concatenation along `dim`; see [`CpuStorage::cat`].
@@ -160,7 +161,7 @@ pub(crate) fn cat(parts: &[(&CpuStorage, &Layout)], dim: usize) -> Result<CpuSto
                     _ => None,
                 })
                 .collect();
-            CpuStorage::$variant(cat_typed(&typed, dim, total))
+            CpuStorage::$variant(cat_typed(&typed, dim, total)?)
         }};
     }
     Ok(match first.dtype() {

@@ -53,9 +53,9 @@ fn unary_float<T: FloatElem>(
     op: UnaryOp,
 ) -> Result<Vec<T>> {
     let n = check_layout("unary", layout, src.len())?;
-    let input = contiguous_cow(src, layout);
+    let input = contiguous_cow("unary", src, layout)?;
     // Every element is written below, so a recycled buffer is fine.
-    let mut out = super::pool::take::<T>(n);
+    let mut out = super::pool::take::<T>("unary", n)?;
     parallel::for_each_chunk(&mut out, 64, 64 * unary_cost(op), |start, chunk| {
         if let Some(s) = input.get(start..start + chunk.len()) {
             T::unary(k, op, s, chunk);
@@ -94,8 +94,8 @@ fn unary_i32(src: &[i32], layout: &Layout, op: UnaryOp) -> Result<Vec<i32>> {
         }
     };
     let n = check_layout("unary", layout, src.len())?;
-    let input = contiguous_cow(src, layout);
-    let mut out = vec![0i32; n];
+    let input = contiguous_cow("unary", src, layout)?;
+    let mut out = super::pool::take::<i32>("unary", n)?;
     parallel::for_each_flat(&mut out, |start, chunk| {
         for (o, &x) in chunk.iter_mut().zip(input.iter().skip(start)) {
             *o = f(x);
@@ -180,14 +180,15 @@ pub(super) enum Arg<'a, T> {
     Scalar(T),
 }
 
+/// The piece of `len` elements from `base` at `stride` (a gathered copy into `scratch` for
+/// strides other than 0 and 1: an error naming `op` when the host will not allocate it).
 fn arg<'a, T: Copy>(
+    op: &'static str,
     src: &'a [T],
-    base: usize,
-    stride: usize,
-    len: usize,
+    (base, stride, len): (usize, usize, usize),
     scratch: &'a mut Vec<T>,
-) -> Arg<'a, T> {
-    match stride {
+) -> Result<Arg<'a, T>> {
+    Ok(match stride {
         0 => match src.get(base) {
             Some(&v) => Arg::Scalar(v),
             None => Arg::Slice(&[]),
@@ -195,10 +196,13 @@ fn arg<'a, T: Copy>(
         1 => Arg::Slice(src.get(base..base + len).unwrap_or(&[])),
         s => {
             scratch.clear();
+            scratch
+                .try_reserve(len)
+                .map_err(|_| super::alloc::out_of_memory(op, super::alloc::bytes_of::<T>(len)))?;
             scratch.extend((0..len).filter_map(|j| src.get(base + j * s).copied()));
             Arg::Slice(scratch)
         }
-    }
+    })
 }
 
 /// Walks the joint rows of two checked layouts, calling `piece(lhs, rhs, dst)` per row piece;
@@ -218,21 +222,30 @@ where
     let n = check_layout(name, al, a.len())?;
     check_layout(name, bl, b.len())?;
     // Every element is written below, so a recycled buffer is fine.
-    let mut out = super::pool::take::<O>(n);
+    let mut out = super::pool::take::<O>(name, n)?;
     if n == 0 {
         return Ok(out);
     }
     let rows = JointRows::new(al, bl);
+    // A gathered piece the host will not allocate stops the op (errors leave the tasks).
+    let failed = super::alloc::FirstError::default();
     parallel::for_each_chunk(&mut out, 64, cost, |start, chunk| {
         let (mut sa, mut sb) = (Vec::new(), Vec::new());
         rows.for_each_piece(start, chunk.len(), |o, ba, bb, len| {
+            if failed.failed() {
+                return;
+            }
             if let Some(dst) = chunk.get_mut(o..o + len) {
-                let x = arg(a, ba, rows.strides.0, len, &mut sa);
-                let y = arg(b, bb, rows.strides.1, len, &mut sb);
-                piece(x, y, dst);
+                let x = arg(name, a, (ba, rows.strides.0, len), &mut sa);
+                let y = arg(name, b, (bb, rows.strides.1, len), &mut sb);
+                match (x, y) {
+                    (Ok(x), Ok(y)) => piece(x, y, dst),
+                    (Err(e), _) | (_, Err(e)) => failed.record(Err(e)),
+                }
             }
         });
     });
+    failed.into_result()?;
     Ok(out)
 }
 

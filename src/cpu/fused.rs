@@ -28,7 +28,7 @@ pub(crate) struct CpuFused<'a> {
 }
 
 fn to_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
-    s.try_cast(l, DType::F32)?
+    s.cast(l, DType::F32)?
         .into_f32()
         .ok_or_else(|| Error::invalid("matmul_fused", "internal: cast to f32 gave another dtype"))
 }
@@ -60,8 +60,8 @@ fn fused_f32<T: GemmElem>(
     let mut out = match &f.c {
         Some((s, l)) if f.beta != 0.0 => to_f32(s, l)?,
         _ if out16.is_some() && k > 0 => Vec::new(),
-        _ if k > 0 => super::pool::take::<f32>(size),
-        _ => vec![0f32; size],
+        _ if k > 0 => super::pool::take::<f32>("matmul_fused", size)?,
+        _ => super::alloc::zeroed("matmul_fused", size)?,
     };
     let bias = f.bias.as_ref().map(|(s, l)| to_f32(s, l)).transpose()?;
     let r = al.rank();
@@ -116,7 +116,7 @@ fn fused_f32<T: GemmElem>(
     let parallel = batch > 1 && m * n * k < (1 << 22);
     if out.is_empty() {
         // 16-bit output without C: each batch's partial sums live in the kept scratch.
-        let run = |bi: usize| super::gemm::with_partial_sums(m * n, |c| one(bi, c));
+        let run = |bi: usize| super::gemm::with_partial_sums("matmul_fused", m * n, |c| one(bi, c));
         if parallel {
             (0..batch).into_par_iter().try_for_each(run)?;
         } else {
@@ -195,12 +195,12 @@ impl CpuStorage {
         if k > 0 {
             match f.out_dtype {
                 DType::F16 => {
-                    let mut out = super::pool::take::<half::f16>(size);
+                    let mut out = super::pool::take::<half::f16>("matmul_fused", size)?;
                     super::pool::give(run(Some(Out16::f16(&mut out, n)))?);
                     return Ok(CpuStorage::F16(out));
                 }
                 DType::BF16 => {
-                    let mut out = super::pool::take::<half::bf16>(size);
+                    let mut out = super::pool::take::<half::bf16>("matmul_fused", size)?;
                     super::pool::give(run(Some(Out16::bf16(&mut out, n)))?);
                     return Ok(CpuStorage::BF16(out));
                 }
@@ -209,8 +209,8 @@ impl CpuStorage {
         }
         let out = run(None)?;
         Ok(match f.out_dtype {
-            DType::F16 => CpuStorage::F16(narrow(out)),
-            DType::BF16 => CpuStorage::BF16(narrow(out)),
+            DType::F16 => CpuStorage::F16(narrow("matmul_fused", out)?),
+            DType::BF16 => CpuStorage::BF16(narrow("matmul_fused", out)?),
             _ => CpuStorage::F32(out),
         })
     }

@@ -55,14 +55,6 @@ pub(crate) fn advise<T>(buf: &[T]) {
     }
 }
 
-/// `n` zeroed elements, advised for huge pages when large. Zeroed by the allocator, so a
-/// large buffer's pages are first touched by the caller's writes.
-pub(crate) fn zeroed_vec<T: bytemuck::Zeroable + Clone>(n: usize) -> Vec<T> {
-    let v = bytemuck::zeroed_vec(n);
-    advise(&v);
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,11 +70,11 @@ mod tests {
     }
 
     /// On Linux with THP in `madvise` (or `always`) mode, a large buffer's mapping is eligible
-    /// for huge pages after [`zeroed_vec`]; the contents are zeros and writable either way.
+    /// for huge pages after `alloc::zeroed`; the contents are zeros and writable either way.
     #[test]
     fn large_buffers_are_advised_for_huge_pages() {
         let n = 16 << 20;
-        let mut v: Vec<u8> = zeroed_vec(n);
+        let mut v: Vec<u8> = crate::cpu::alloc::zeroed("test", n).unwrap();
         assert!(v.iter().all(|&x| x == 0));
         v.iter_mut().step_by(4096).for_each(|x| *x = 1);
         assert_eq!(v.iter().map(|&x| x as usize).sum::<usize>(), n / 4096);

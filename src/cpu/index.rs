@@ -17,13 +17,17 @@ where
     [T]: ToOwned<Owned = Vec<T>>,
 {
     check_layout("index_select", l, src.len())?;
-    let x = contiguous_cow(src, l);
+    let x = contiguous_cow("index_select", src, l)?;
     let shape = l.shape();
     let outer: usize = shape[..dim].iter().product();
     let size = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
     // Every element is written below, so a recycled buffer is fine.
-    let mut out = super::pool::take::<T>(outer * idx.len() * inner);
+    let n = outer
+        .checked_mul(idx.len())
+        .and_then(|n| n.checked_mul(inner))
+        .ok_or_else(|| Error::invalid("index_select", "the output size overflows usize"))?;
+    let mut out = super::pool::take::<T>("index_select", n)?;
     if inner == 0 {
         return Ok(out);
     }
@@ -50,14 +54,20 @@ where
 /// `out[i] = src[i with coordinate dim replaced by idx[i]]` over the index shape `ishape`
 /// (`idx` row-major over it, already checked in `0..size of dim`), the source read through
 /// its layout in place.
-fn gather_elems<T>(src: &[T], l: &Layout, dim: usize, ishape: &[usize], idx: &[usize]) -> Vec<T>
+fn gather_elems<T>(
+    src: &[T],
+    l: &Layout,
+    dim: usize,
+    ishape: &[usize],
+    idx: &[usize],
+) -> Result<Vec<T>>
 where
     T: Copy + Send + Sync + bytemuck::Zeroable + super::pool::Recycle,
 {
     let strides = l.strides();
     let base = l.offset();
     // Every element is written below, so a recycled buffer is fine.
-    let mut out = super::pool::take::<T>(idx.len());
+    let mut out = super::pool::take::<T>("gather", idx.len())?;
     let inner = ishape.last().copied().unwrap_or(1).max(1);
     parallel::for_each_chunk(&mut out, inner, inner, |start, chunk| {
         for (j, dst) in chunk.iter_mut().enumerate() {
@@ -74,7 +84,29 @@ where
             }
         }
     });
-    out
+    Ok(out)
+}
+
+/// The `i32` indices `(ix, il)` as positions, each checked to lie in `0..size`.
+fn positions(
+    op: &'static str,
+    (ix, il): (&CpuStorage, &Layout),
+    size: usize,
+) -> Result<Vec<usize>> {
+    let raw = ix.to_vec::<i32>(il)?;
+    let mut idx = super::alloc::with_capacity(op, raw.len())?;
+    for i in raw {
+        match usize::try_from(i).ok().filter(|&i| i < size) {
+            Some(i) => idx.push(i),
+            None => {
+                return Err(Error::invalid(
+                    op,
+                    format!("index {i} is outside 0..{size}"),
+                ))
+            }
+        }
+    }
+    Ok(idx)
 }
 
 impl CpuStorage {
@@ -101,20 +133,15 @@ impl CpuStorage {
             ));
         }
         let size = l.shape()[dim];
-        let idx = ix
-            .to_vec::<i32>(il)?
-            .into_iter()
-            .map(|i| usize::try_from(i).ok().filter(|&i| i < size))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| Error::invalid(op, format!("an index outside 0..{size}")))?;
+        let idx = positions(op, (ix, il), size)?;
         check_layout(op, l, self.len())?;
         let shape = il.shape();
         Ok(match self {
-            CpuStorage::F32(v) => CpuStorage::F32(gather_elems(v, l, dim, shape, &idx)),
-            CpuStorage::F16(v) => CpuStorage::F16(gather_elems(v, l, dim, shape, &idx)),
-            CpuStorage::BF16(v) => CpuStorage::BF16(gather_elems(v, l, dim, shape, &idx)),
-            CpuStorage::I32(v) => CpuStorage::I32(gather_elems(v, l, dim, shape, &idx)),
-            CpuStorage::U8(v) => CpuStorage::U8(gather_elems(v, l, dim, shape, &idx)),
+            CpuStorage::F32(v) => CpuStorage::F32(gather_elems(v, l, dim, shape, &idx)?),
+            CpuStorage::F16(v) => CpuStorage::F16(gather_elems(v, l, dim, shape, &idx)?),
+            CpuStorage::BF16(v) => CpuStorage::BF16(gather_elems(v, l, dim, shape, &idx)?),
+            CpuStorage::I32(v) => CpuStorage::I32(gather_elems(v, l, dim, shape, &idx)?),
+            CpuStorage::U8(v) => CpuStorage::U8(gather_elems(v, l, dim, shape, &idx)?),
         })
     }
 
@@ -131,12 +158,7 @@ impl CpuStorage {
                 format!("dim {dim} of a rank-{} tensor", l.rank()),
             )
         })?;
-        let idx = ix
-            .to_vec::<i32>(il)?
-            .into_iter()
-            .map(|i| usize::try_from(i).ok().filter(|&i| i < size))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| Error::invalid("index_select", format!("an index outside 0..{size}")))?;
+        let idx = positions("index_select", (ix, il), size)?;
         Ok(match self {
             CpuStorage::F32(v) => CpuStorage::F32(pick(v, l, dim, &idx)?),
             CpuStorage::F16(v) => CpuStorage::F16(pick(v, l, dim, &idx)?),

@@ -127,9 +127,9 @@ fn matmul_to_16<T: GemmElem, H: Recycle>(
     let (mn, k, n) = out_size(al, bl)?;
     // K = 0: the product is zeros and the engine writes nothing.
     let mut out = if k == 0 {
-        vec![H::zeroed(); mn]
+        super::alloc::zeroed::<H>("matmul", mn)?
     } else {
-        super::pool::take::<H>(mn)
+        super::pool::take::<H>("matmul", mn)?
     };
     let partial = matmul_into(a, al, b, bl, Some(make(&mut out, n)))?;
     super::pool::give(partial);
@@ -151,10 +151,10 @@ fn matmul_into<T: GemmElem>(
     let (mn, _, _) = out_size(al, bl)?;
     let batch: usize = batch_shape.iter().product();
     if mn == 0 || k == 0 {
-        return Ok(vec![0f32; mn]);
+        return super::alloc::zeroed("matmul", mn);
     }
     // The engine writes every element (beta = 0 never reads C), so a recycled buffer is fine.
-    let mut out = super::pool::take::<f32>(mn);
+    let mut out = super::pool::take::<f32>("matmul", mn)?;
     let r = al.rank();
     let (sam, sak) = (al.strides()[r - 2], al.strides()[r - 1]);
     let (sbk, sbn) = (bl.strides()[r - 2], bl.strides()[r - 1]);
@@ -193,10 +193,11 @@ pub fn matmul_f32_strided(
     matmul_to_f32(lhs, lhs_layout, rhs, rhs_layout)
 }
 
-/// Rounds an f32 product to a 16-bit dtype.
-pub(super) fn narrow<T: FloatElem>(c: Vec<f32>) -> Vec<T> {
+/// Rounds an f32 product to a 16-bit dtype (an error naming `op` when the host will not
+/// allocate the output).
+pub(super) fn narrow<T: FloatElem>(op: &'static str, c: Vec<f32>) -> Result<Vec<T>> {
     let k = Kernels::current();
-    let mut out = super::pool::take::<T>(c.len());
+    let mut out = super::pool::take::<T>(op, c.len())?;
     parallel::for_each_flat(&mut out, |start, chunk| {
         if let Some(s) = c.get(start..start + chunk.len()) {
             T::store(k, s, chunk);
@@ -205,7 +206,7 @@ pub(super) fn narrow<T: FloatElem>(c: Vec<f32>) -> Vec<T> {
     // The f32 product is as large as the output: recycle it (a fresh one costs a page fault
     // per 4 KiB on the next call).
     super::pool::give(c);
-    out
+    Ok(out)
 }
 
 impl CpuStorage {

@@ -11,6 +11,7 @@
 //!   `XPU_CPU_SIMD=fallback`). Work above ~64K elements is split across rayon threads; results
 //!   do not depend on the thread count.
 
+pub(crate) mod alloc;
 mod attention;
 pub(crate) mod conv;
 mod convert;
@@ -39,5 +40,5 @@ pub(crate) mod transpose;
 
 pub use matmul::matmul_f32_strided;
 pub use simd::{set_simd_override, simd_level, with_simd_level, SimdLevel};
-pub(crate) use storage::ensure_host_memory;
 pub use storage::CpuStorage;
+pub(crate) use storage::{ensure_host_bytes, ensure_host_memory};

@@ -77,41 +77,53 @@ fn norm_row(
 }
 
 /// Widens a contiguous `[C]` parameter to `f32`.
-fn widen<T: FloatElem>(k: Kernels, p: Option<&[T]>) -> Option<Vec<f32>> {
+fn widen<T: FloatElem>(op: &'static str, k: Kernels, p: Option<&[T]>) -> Result<Option<Vec<f32>>> {
     p.map(|p| {
-        let mut v = vec![0f32; p.len()];
+        let mut v = super::alloc::zeroed(op, p.len())?;
         T::load(k, p, &mut v);
-        v
+        Ok(v)
+    })
+    .transpose()
+}
+
+/// One task's row scratch (16-bit rows widened, deviations, results, SiLU), or an error
+/// naming `op` when the host will not allocate it.
+fn scratch(op: &'static str, wide_len: usize, row_len: usize, silu: bool) -> Result<Scratch> {
+    let z = |n| super::alloc::zeroed::<f32>(op, n);
+    Ok(Scratch {
+        wide: z(wide_len)?,
+        dev: z(row_len)?,
+        tmp: z(row_len)?,
+        act: z(if silu { row_len } else { 0 })?,
     })
 }
 
 fn norm_float<T: FloatElem>(
+    op: &'static str,
     k: Kernels,
     x: &[T],
-    w: Option<&[T]>,
-    b: Option<&[T]>,
+    (w, b): (Option<&[T]>, Option<&[T]>),
     spec: &NormSpec,
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let row_len = spec.row_len();
     let n = spec.rows() * row_len;
     if n == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     // Every row is written below.
-    let mut out = super::pool::take::<T>(n);
-    let (w, b) = (widen(k, w), widen(k, b));
+    let mut out = super::pool::take::<T>(op, n)?;
+    let (w, b) = (widen(op, k, w)?, widen(op, k, b)?);
     let cpg = spec.cpg();
+    let failed = super::alloc::FirstError::default();
     parallel::for_each_chunk(&mut out, row_len, row_len * 4, |start, chunk| {
         let wide_len = if T::as_f32(chunk).is_some() {
             0
         } else {
             row_len
         };
-        let mut s = Scratch {
-            wide: vec![0f32; wide_len],
-            dev: vec![0f32; row_len],
-            tmp: vec![0f32; row_len],
-            act: vec![0f32; if spec.silu { row_len } else { 0 }],
+        let mut s = match scratch(op, wide_len, row_len, spec.silu) {
+            Ok(s) => s,
+            Err(e) => return failed.record(Err(e)),
         };
         for (i, orow) in chunk.chunks_mut(row_len).enumerate() {
             let r = start / row_len + i;
@@ -143,7 +155,8 @@ fn norm_float<T: FloatElem>(
             T::store(k, y, orow);
         }
     });
-    out
+    failed.into_result()?;
+    Ok(out)
 }
 
 /// A checked contiguous view of a `[C]` parameter.
@@ -159,7 +172,7 @@ where
         None => Ok(None),
         Some((v, l)) => {
             check_layout(op, l, v.len())?;
-            Ok(Some(contiguous_cow(v, l)))
+            Ok(Some(contiguous_cow(op, v, l)?))
         }
     }
 }
@@ -230,9 +243,11 @@ impl CpuStorage {
                 let dt = self.dtype();
                 let w = param(op, typed(op, dt, weight, get)?)?;
                 let b = param(op, typed(op, dt, bias, get)?)?;
-                let (w, b): WidenedParams = (widen(k, w.as_deref()), widen(k, b.as_deref()));
+                let (w, b): WidenedParams =
+                    (widen(op, k, w.as_deref())?, widen(op, k, b.as_deref())?);
                 let x = $v.get(off..off + n).unwrap_or(&[]);
-                CpuStorage::$variant(nhwc::group_norm_nhwc(k, x, w.as_deref(), b.as_deref(), &s))
+                let params = (w.as_deref(), b.as_deref());
+                CpuStorage::$variant(nhwc::group_norm_nhwc(op, k, x, params, &s)?)
             }};
         }
         Ok(match self {
@@ -277,8 +292,8 @@ impl CpuStorage {
                 let dt = self.dtype();
                 let w = param(op, typed(op, dt, weight, get)?)?;
                 let b = param(op, typed(op, dt, bias, get)?)?;
-                let x = contiguous_cow($v, layout);
-                CpuStorage::$variant(norm_float(k, &x, w.as_deref(), b.as_deref(), spec))
+                let x = contiguous_cow(op, $v, layout)?;
+                CpuStorage::$variant(norm_float(op, k, &x, (w.as_deref(), b.as_deref()), spec)?)
             }};
         }
         Ok(match self {

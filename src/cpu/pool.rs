@@ -8,10 +8,13 @@
 //! Invariants: a recycled vector is only handed out truncated to a length no larger than the
 //! length it had when returned, so every element it exposes was initialised (and any bit pattern
 //! is a valid value of these `Pod` types); at most [`MAX_KEPT`] vectors and [`MAX_BYTES`] are
-//! kept per dtype; only callers that write every element use [`take`].
+//! kept per dtype; only callers that write every element use [`take`]; a fresh buffer comes
+//! from the one fallible allocation path ([`super::alloc`]), so running out of memory is an
+//! error, never an abort.
 
 use std::sync::Mutex;
 
+use crate::Result;
 use half::{bf16, f16};
 
 /// Smallest buffer worth recycling.
@@ -53,21 +56,22 @@ pub(crate) fn best_fit(lens: impl Iterator<Item = usize>, n: usize) -> Option<us
 }
 
 /// A vector of `n` elements whose contents are unspecified (but initialised): the caller must
-/// overwrite every element.
-pub(crate) fn take<T: Recycle>(n: usize) -> Vec<T> {
+/// overwrite every element. A recycled buffer when one fits, else a fresh zeroed one
+/// ([`super::alloc::zeroed`]); an error naming `op` when the host will not give the memory.
+pub(crate) fn take<T: Recycle>(op: &'static str, n: usize) -> Result<Vec<T>> {
     if bytes::<T>(n) >= MIN_BYTES {
         if let Ok(mut free) = T::free_list().lock() {
             if let Some(i) = best_fit(free.iter().map(Vec::len), n) {
                 let mut v = free.swap_remove(i);
                 v.truncate(n);
-                return v;
+                return Ok(v);
             }
         }
     }
     // Zeroed by the allocator: a large fresh buffer's pages are then first touched by the
     // caller's own writes (on its worker threads) instead of by a fill on this thread, as huge
     // pages where the kernel allows (see `hugepage`).
-    super::hugepage::zeroed_vec(n)
+    super::alloc::zeroed(op, n)
 }
 
 /// Returns a vector to its free list (or frees it if it is small or the list is full).
@@ -111,17 +115,17 @@ mod tests {
     #[test]
     fn recycles_large_buffers_only() {
         let n = (MIN_BYTES / 4) * 3;
-        let mut v: Vec<i32> = take(n);
+        let mut v: Vec<i32> = take("test", n).unwrap();
         v.iter_mut().enumerate().for_each(|(i, x)| *x = i as i32);
         let ptr = v.as_ptr();
         give(v);
-        let w: Vec<i32> = take(n - 5);
+        let w: Vec<i32> = take("test", n - 5).unwrap();
         assert_eq!(w.len(), n - 5);
         // Another test thread may have taken it first; when it is ours, it is the same memory.
         if w.as_ptr() == ptr {
             assert_eq!(w[7], 7);
         }
-        let small: Vec<i32> = take(10);
+        let small: Vec<i32> = take("test", 10).unwrap();
         assert_eq!(small, vec![0; 10]);
     }
 }

@@ -10,23 +10,33 @@
 //! count of input elements.
 
 use crate::desc::pool::{PoolGeom, PoolKind};
+use crate::Result;
 use rayon::prelude::*;
 
-/// Pools `x` (`planes` contiguous `h × w` planes) into `planes` contiguous `oh × ow` planes.
-pub(crate) fn pool2d(x: &[f32], (h, w): (usize, usize), g: PoolGeom, kind: PoolKind) -> Vec<f32> {
+/// Pools `x` (`planes` contiguous `h × w` planes) into `planes` contiguous `oh × ow` planes
+/// (an error when the host will not allocate the output or a task's row buffer).
+pub(crate) fn pool2d(
+    x: &[f32],
+    (h, w): (usize, usize),
+    g: PoolGeom,
+    kind: PoolKind,
+) -> Result<Vec<f32>> {
     let (oh, ow) = g.out;
     let plane_in = h * w;
     let plane_out = oh * ow;
     if plane_in == 0 || plane_out == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let planes = x.len() / plane_in;
-    let mut out = vec![0f32; planes * plane_out];
+    let mut out = crate::cpu::pool::take::<f32>(OP, planes * plane_out)?;
     out.par_chunks_mut(plane_out)
         .zip(x.par_chunks(plane_in))
-        .for_each(|(dst, src)| pool_plane(src, (h, w), g, kind, dst));
-    out
+        .try_for_each(|(dst, src)| pool_plane(src, (h, w), g, kind, dst))?;
+    Ok(out)
 }
+
+/// The op named in out-of-memory errors.
+const OP: &str = "pool2d";
 
 /// The outputs `lo..hi` whose window tap `k` lands inside `0..len` (tap position
 /// `o·stride + k - pad`).
@@ -57,8 +67,15 @@ fn fold(kind: PoolKind, acc: f32, v: f32) -> f32 {
     }
 }
 
-/// Separable pooling of one plane: rows pooled along W into `[h, ow]`, then along H.
-fn pool_plane(src: &[f32], (h, w): (usize, usize), g: PoolGeom, kind: PoolKind, dst: &mut [f32]) {
+/// Separable pooling of one plane: rows pooled along W into `[h, ow]`, then along H (every
+/// element of `dst` is written).
+fn pool_plane(
+    src: &[f32],
+    (h, w): (usize, usize),
+    g: PoolGeom,
+    kind: PoolKind,
+    dst: &mut [f32],
+) -> Result<()> {
     let (oh, ow) = g.out;
     let (kh, kw) = g.kernel;
     let (sh, sw) = g.stride;
@@ -67,7 +84,7 @@ fn pool_plane(src: &[f32], (h, w): (usize, usize), g: PoolGeom, kind: PoolKind, 
         PoolKind::Max => f32::NEG_INFINITY,
         PoolKind::Avg(_) => 0.0,
     };
-    let mut rows = vec![init; h * ow];
+    let mut rows = crate::cpu::alloc::filled(OP, h * ow, init)?;
     for (row, acc) in src.chunks_exact(w).zip(rows.chunks_exact_mut(ow)) {
         for kx in 0..kw {
             let (lo, hi) = tap_range(kx, sw, pw, w, ow);
@@ -114,4 +131,5 @@ fn pool_plane(src: &[f32], (h, w): (usize, usize), g: PoolGeom, kind: PoolKind, 
             }
         }
     }
+    Ok(())
 }

@@ -7,6 +7,7 @@
 //! `h · act(g)` (`N` columns); the bias then has `2N` entries. 16-bit products are rounded in
 //! the engine's store (no f32 output pass), bit-identical to rounding the f32 product after.
 
+use super::alloc;
 use super::gemm::{self, Epilogue, MatRef, Out16, PackedB, Residual};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
@@ -142,19 +143,19 @@ impl PackedWeight {
         // holding only partial sums), so recycled buffers are fine.
         Ok(match x.dtype() {
             DType::F16 => {
-                let mut out = super::pool::take::<f16>(m * n);
+                let mut out = super::pool::take::<f16>("linear", m * n)?;
                 let ep = base().with_out16(Out16::f16(&mut out, n));
-                gemm::with_partial_sums(m * n, |c| run(c, &ep))?;
+                gemm::with_partial_sums("linear", m * n, |c| run(c, &ep))?;
                 CpuStorage::F16(out)
             }
             DType::BF16 => {
-                let mut out = super::pool::take::<bf16>(m * n);
+                let mut out = super::pool::take::<bf16>("linear", m * n)?;
                 let ep = base().with_out16(Out16::bf16(&mut out, n));
-                gemm::with_partial_sums(m * n, |c| run(c, &ep))?;
+                gemm::with_partial_sums("linear", m * n, |c| run(c, &ep))?;
                 CpuStorage::BF16(out)
             }
             _ => {
-                let mut c = super::pool::take::<f32>(m * n);
+                let mut c = super::pool::take::<f32>("linear", m * n)?;
                 run(&mut c, &base())?;
                 CpuStorage::F32(c)
             }
@@ -163,22 +164,24 @@ impl PackedWeight {
 
     /// The packed matrix given back as row-major `[cols, K]` values in the weight's dtype (a
     /// `[out, in]` Linear weight; for a GEGLU pack `[2N, K]`), bit for bit what was packed;
-    /// `None` when the panels cannot give it back (the AMX layout).
+    /// `None` when the panels cannot give it back (the AMX layout) or the host will not allocate it.
     pub(crate) fn unpack_transposed(&self) -> Option<CpuStorage> {
         Some(match self {
             PackedWeight::F32(p) => CpuStorage::F32(p.unpack_transposed()?),
-            PackedWeight::F16(p) => CpuStorage::F16(
-                p.unpack_transposed()?
-                    .into_iter()
-                    .map(f16::from_f32)
-                    .collect(),
-            ),
-            PackedWeight::BF16(p) => CpuStorage::BF16(
-                p.unpack_transposed()?
-                    .into_iter()
-                    .map(bf16::from_f32)
-                    .collect(),
-            ),
+            PackedWeight::F16(p) => {
+                let v = p.unpack_transposed()?;
+                let n = v.len();
+                CpuStorage::F16(
+                    alloc::collected("unpack", n, v.into_iter().map(f16::from_f32)).ok()?,
+                )
+            }
+            PackedWeight::BF16(p) => {
+                let v = p.unpack_transposed()?;
+                let n = v.len();
+                CpuStorage::BF16(
+                    alloc::collected("unpack", n, v.into_iter().map(bf16::from_f32)).ok()?,
+                )
+            }
         })
     }
 

@@ -39,11 +39,11 @@ where
     T: Copy + Send + Sync + bytemuck::Zeroable,
 {
     if inner == 1 {
-        return Ok(contiguous_cow(src, layout));
+        return contiguous_cow("reduce", src, layout);
     }
     let mut perm: Vec<usize> = (0..layout.rank()).filter(|&d| d != dim).collect();
     perm.push(dim);
-    Ok(Cow::Owned(gather(src, &layout.permute(&perm)?)))
+    Ok(Cow::Owned(gather("reduce", src, &layout.permute(&perm)?)?))
 }
 
 fn reduce_row<T: FloatElem>(k: Kernels, op: ReduceOp, row: &[T]) -> (f64, i32) {
@@ -103,11 +103,12 @@ fn reduce_float<T: FloatElem>(
     let (outer, r, inner) = split(layout.shape(), dim);
     let n_out = outer * inner;
     let is_index = op.returns_index();
-    let mut values = vec![T::zeroed(); if is_index { 0 } else { n_out }];
-    let mut indices = vec![0i32; if is_index { n_out } else { 0 }];
+    let name = op.name();
+    let mut values = super::alloc::zeroed::<T>(name, if is_index { 0 } else { n_out })?;
+    let mut indices = super::alloc::zeroed::<i32>(name, if is_index { n_out } else { 0 })?;
     let columns = inner > 1 && layout.is_contiguous();
     let data: Cow<'_, [T]> = if columns {
-        contiguous_cow(src, layout)
+        contiguous_cow(name, src, layout)?
     } else {
         rows_of(src, layout, dim, inner)?
     };
@@ -244,7 +245,7 @@ fn reduce_columns<T: FloatElem>(
 fn reduce_i32(src: &[i32], layout: &Layout, dim: usize, op: ReduceOp) -> Result<Vec<i32>> {
     let (outer, r, inner) = split(layout.shape(), dim);
     let data = rows_of(src, layout, dim, inner)?;
-    let mut out = vec![0i32; outer * inner];
+    let mut out = super::alloc::zeroed::<i32>(op.name(), outer * inner)?;
     parallel::for_each_chunk(&mut out, 1, r, |start, chunk| {
         for (j, o) in chunk.iter_mut().enumerate() {
             let row = data
@@ -295,9 +296,11 @@ impl CpuStorage {
         let (outer, r, inner) = split(layout.shape(), dim);
         if r == 0 {
             return match op {
-                ReduceOp::Sum => Ok(CpuStorage::zeros(dtype, outer * inner)),
-                ReduceOp::Mean => CpuStorage::F32(vec![f32::NAN; outer * inner])
-                    .try_cast(&Layout::contiguous(&[outer * inner]), dtype),
+                ReduceOp::Sum => CpuStorage::try_zeros(op.name(), dtype, outer * inner),
+                ReduceOp::Mean => {
+                    CpuStorage::F32(super::alloc::filled(op.name(), outer * inner, f32::NAN)?)
+                        .cast(&Layout::contiguous(&[outer * inner]), dtype)
+                }
                 _ => Err(Error::invalid(
                     op.name(),
                     format!(
@@ -322,7 +325,7 @@ impl CpuStorage {
                 Reduced::Indices(i) => CpuStorage::I32(i),
             },
             CpuStorage::I32(v) => CpuStorage::I32(reduce_i32(v, layout, dim, op)?),
-            CpuStorage::U8(_) => CpuStorage::zeros(DType::I32, 0),
+            CpuStorage::U8(_) => CpuStorage::empty(DType::I32),
         })
     }
 }

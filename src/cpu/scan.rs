@@ -26,20 +26,24 @@ impl CpuStorage {
         };
         check_dim(op, dim, l.rank())?;
         let n = check_layout(op, l, src.len())?;
-        let x = contiguous_cow(src, l);
+        let x = contiguous_cow(op, src, l)?;
         let shape = l.shape();
         let len = shape[dim];
         let inner: usize = shape[dim + 1..].iter().product();
         // Every element is written below, so a recycled buffer is fine.
-        let mut out = super::pool::take::<f32>(n);
+        let mut out = super::pool::take::<f32>(op, n)?;
         if n == 0 {
             return Ok(CpuStorage::F32(out));
         }
         // Blocks of whole [len, inner] slabs: each slab's lines are independent.
         let slab = len * inner;
+        let failed = super::alloc::FirstError::default();
         parallel::for_each_chunk(&mut out, slab, slab, |start, chunk| {
             // One accumulator row per chunk (not per slab: a last-dim scan has a slab per row).
-            let mut acc = vec![0f64; inner];
+            let mut acc = match super::alloc::zeroed::<f64>(op, inner) {
+                Ok(acc) => acc,
+                Err(e) => return failed.record(Err(e)),
+            };
             for (s, dst) in chunk.chunks_exact_mut(slab).enumerate() {
                 let base = start + s * slab;
                 let Some(src) = x.get(base..base + slab) else {
@@ -55,6 +59,7 @@ impl CpuStorage {
                 }
             }
         });
+        failed.into_result()?;
         Ok(CpuStorage::F32(out))
     }
 }

@@ -123,11 +123,11 @@ where
     let n = check_layout("where_cond", ml, mask.len())?;
     check_layout("where_cond", al, a.len())?;
     check_layout("where_cond", bl, b.len())?;
-    let m: Cow<[u8]> = contiguous_cow::<u8>(mask, ml);
-    let x: Cow<[T]> = contiguous_cow::<T>(a, al);
-    let y: Cow<[T]> = contiguous_cow::<T>(b, bl);
+    let m: Cow<[u8]> = contiguous_cow::<u8>("where_cond", mask, ml)?;
+    let x: Cow<[T]> = contiguous_cow::<T>("where_cond", a, al)?;
+    let y: Cow<[T]> = contiguous_cow::<T>("where_cond", b, bl)?;
     // Every element is written below, so a recycled buffer is fine.
-    let mut out = super::pool::take::<T>(n);
+    let mut out = super::pool::take::<T>("where_cond", n)?;
     parallel::for_each_flat(&mut out, |start, chunk| {
         let end = start + chunk.len();
         if let (Some(m), Some(x), Some(y)) =

@@ -31,15 +31,22 @@ fn softmax_float<T: FloatElem>(
     perm.push(dim);
     let last = dim + 1 == rank;
     let data: Cow<'_, [T]> = if last {
-        contiguous_cow(src, layout)
+        contiguous_cow("softmax", src, layout)?
     } else {
-        Cow::Owned(gather(src, &layout.permute(&perm)?))
+        Cow::Owned(gather("softmax", src, &layout.permute(&perm)?)?)
     };
     // Every row is written below, so a recycled buffer is fine.
-    let mut out = super::pool::take::<T>(n);
+    let mut out = super::pool::take::<T>("softmax", n)?;
+    let failed = super::alloc::FirstError::default();
     parallel::for_each_chunk(&mut out, r, r * 8, |start, chunk| {
-        let mut a = vec![0f32; if T::as_f32(chunk).is_some() { 0 } else { r }];
-        let mut b = a.clone();
+        // 16-bit rows go through two f32 rows per task.
+        let wide = if T::as_f32(chunk).is_some() { 0 } else { r };
+        let scratch = super::alloc::zeroed::<f32>("softmax", wide)
+            .and_then(|a| Ok((a, super::alloc::zeroed::<f32>("softmax", wide)?)));
+        let (mut a, mut b) = match scratch {
+            Ok(ab) => ab,
+            Err(e) => return failed.record(Err(e)),
+        };
         for (i, orow) in chunk.chunks_mut(r).enumerate() {
             let Some(row) = data.get(start + i * r..start + (i + 1) * r) else {
                 continue;
@@ -57,6 +64,7 @@ fn softmax_float<T: FloatElem>(
             }
         }
     });
+    failed.into_result()?;
     if last {
         return Ok(out);
     }
@@ -65,10 +73,11 @@ fn softmax_float<T: FloatElem>(
     for (j, &p) in perm.iter().enumerate() {
         inverse[p] = j;
     }
-    Ok(gather(
+    gather(
+        "softmax",
         &out,
         &Layout::contiguous(&permuted).permute(&inverse)?,
-    ))
+    )
 }
 
 impl CpuStorage {

@@ -3,9 +3,9 @@
 //!
 //! Invariants: a storage is a flat vector of one dtype; it knows nothing about shapes. Every
 //! method that takes a [`Layout`] validates it against the storage length first and reports a
-//! bad one as [`Error::InvalidArgument`] (methods whose signature cannot fail return an empty or
-//! zero-filled result instead of panicking; their `try_` twins return the error). Outputs are
-//! always contiguous and row-major.
+//! bad one as [`Error::InvalidArgument`]; every buffer comes from the fallible allocation path
+//! (`cpu::alloc`), so memory the host will not give is [`Error::CpuOutOfMemory`], never an
+//! abort. Outputs are always contiguous and row-major.
 
 use super::strided::{check_layout, gather, gather_pooled};
 use crate::layout::Layout;
@@ -78,14 +78,14 @@ macro_rules! with_storage {
 }
 pub(crate) use with_storage;
 
-fn vec_from_bytes<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
+fn vec_from_bytes<T: bytemuck::Pod>(bytes: &[u8]) -> Result<Vec<T>> {
     let size = std::mem::size_of::<T>().max(1);
-    let mut v = vec![T::zeroed(); bytes.len() / size];
+    let mut v = super::alloc::zeroed::<T>("from_bytes", bytes.len() / size)?;
     if let Ok(dst) = bytemuck::try_cast_slice_mut::<T, u8>(&mut v) {
         let n = dst.len();
         dst.copy_from_slice(&bytes[..n]);
     }
-    v
+    Ok(v)
 }
 
 fn downcast_vec<T: 'static, U: 'static>(v: Vec<T>) -> std::result::Result<Vec<U>, Vec<T>> {
@@ -123,27 +123,27 @@ impl CpuStorage {
 
     /// Wraps a vector (no copy for the five built-in element types; a type that merely claims a
     /// dtype through [`WithDType`] is reinterpreted bytewise, any trailing partial element
-    /// dropped).
-    pub fn from_vec<T: WithDType>(v: Vec<T>) -> CpuStorage {
+    /// dropped, into a copy: an error when the host will not allocate it).
+    pub fn from_vec<T: WithDType>(v: Vec<T>) -> Result<CpuStorage> {
         let v = match T::DTYPE {
             DType::F32 => match downcast_vec::<T, f32>(v) {
-                Ok(x) => return CpuStorage::F32(x),
+                Ok(x) => return Ok(CpuStorage::F32(x)),
                 Err(v) => v,
             },
             DType::F16 => match downcast_vec::<T, f16>(v) {
-                Ok(x) => return CpuStorage::F16(x),
+                Ok(x) => return Ok(CpuStorage::F16(x)),
                 Err(v) => v,
             },
             DType::BF16 => match downcast_vec::<T, bf16>(v) {
-                Ok(x) => return CpuStorage::BF16(x),
+                Ok(x) => return Ok(CpuStorage::BF16(x)),
                 Err(v) => v,
             },
             DType::I32 => match downcast_vec::<T, i32>(v) {
-                Ok(x) => return CpuStorage::I32(x),
+                Ok(x) => return Ok(CpuStorage::I32(x)),
                 Err(v) => v,
             },
             DType::U8 => match downcast_vec::<T, u8>(v) {
-                Ok(x) => return CpuStorage::U8(x),
+                Ok(x) => return Ok(CpuStorage::U8(x)),
                 Err(v) => v,
             },
         };
@@ -151,20 +151,33 @@ impl CpuStorage {
         Self::from_bytes_truncating(T::DTYPE, bytes)
     }
 
-    /// `n` zeros of `dtype`, or an error when the host will not allocate them.
+    /// `n` zeros of `dtype` for `op`, or an error naming `op` when the host will not allocate
+    /// them.
     pub(crate) fn try_zeros(op: &'static str, dtype: DType, n: usize) -> Result<CpuStorage> {
         ensure_host_memory(op, n, dtype)?;
-        Ok(Self::zeros(dtype, n))
+        use super::alloc::zeroed;
+        Ok(match dtype {
+            DType::F32 => CpuStorage::F32(zeroed(op, n)?),
+            DType::F16 => CpuStorage::F16(zeroed(op, n)?),
+            DType::BF16 => CpuStorage::BF16(zeroed(op, n)?),
+            DType::I32 => CpuStorage::I32(zeroed(op, n)?),
+            DType::U8 => CpuStorage::U8(zeroed(op, n)?),
+        })
     }
 
-    /// `n` zeros of `dtype`.
-    pub fn zeros(dtype: DType, n: usize) -> CpuStorage {
+    /// `n` zeros of `dtype`, or an error when the host will not allocate them.
+    pub fn zeros(dtype: DType, n: usize) -> Result<CpuStorage> {
+        Self::try_zeros("zeros", dtype, n)
+    }
+
+    /// A storage of `dtype` with no elements (allocates nothing).
+    pub fn empty(dtype: DType) -> CpuStorage {
         match dtype {
-            DType::F32 => CpuStorage::F32(vec![0.0; n]),
-            DType::F16 => CpuStorage::F16(vec![f16::ZERO; n]),
-            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; n]),
-            DType::I32 => CpuStorage::I32(vec![0; n]),
-            DType::U8 => CpuStorage::U8(vec![0; n]),
+            DType::F32 => CpuStorage::F32(Vec::new()),
+            DType::F16 => CpuStorage::F16(Vec::new()),
+            DType::BF16 => CpuStorage::BF16(Vec::new()),
+            DType::I32 => CpuStorage::I32(Vec::new()),
+            DType::U8 => CpuStorage::U8(Vec::new()),
         }
     }
 
@@ -189,7 +202,7 @@ impl CpuStorage {
             )
         })?;
         check_layout("to_vec", layout, elems.len())?;
-        Ok(gather(elems, layout))
+        gather("to_vec", elems, layout)
     }
 
     /// The raw storage bytes (native endianness), e.g. for a GPU upload.
@@ -210,63 +223,44 @@ impl CpuStorage {
                 ),
             ));
         }
-        Ok(Self::from_bytes_truncating(dtype, bytes))
+        Self::from_bytes_truncating(dtype, bytes)
     }
 
-    fn from_bytes_truncating(dtype: DType, bytes: &[u8]) -> CpuStorage {
-        match dtype {
-            DType::F32 => CpuStorage::F32(vec_from_bytes(bytes)),
-            DType::F16 => CpuStorage::F16(vec_from_bytes(bytes)),
-            DType::BF16 => CpuStorage::BF16(vec_from_bytes(bytes)),
-            DType::I32 => CpuStorage::I32(vec_from_bytes(bytes)),
-            DType::U8 => CpuStorage::U8(vec_from_bytes(bytes)),
-        }
+    fn from_bytes_truncating(dtype: DType, bytes: &[u8]) -> Result<CpuStorage> {
+        Ok(match dtype {
+            DType::F32 => CpuStorage::F32(vec_from_bytes(bytes)?),
+            DType::F16 => CpuStorage::F16(vec_from_bytes(bytes)?),
+            DType::BF16 => CpuStorage::BF16(vec_from_bytes(bytes)?),
+            DType::I32 => CpuStorage::I32(vec_from_bytes(bytes)?),
+            DType::U8 => CpuStorage::U8(vec_from_bytes(bytes)?),
+        })
     }
 
-    /// Contiguous copy of the elements of `layout`, or an error if the layout does not fit.
-    pub fn try_contiguous(&self, layout: &Layout) -> Result<CpuStorage> {
+    /// Contiguous copy of the elements of `layout` (`layout.numel()` elements), or an error if
+    /// the layout does not fit the storage or the host will not allocate the copy.
+    pub fn contiguous(&self, layout: &Layout) -> Result<CpuStorage> {
         check_layout("contiguous", layout, self.len())?;
-        Ok(map_storage!(self, v => gather_pooled(v, layout)))
-    }
-
-    /// Contiguous copy of the elements of `layout` (`layout.numel()` elements). A layout that
-    /// does not fit the storage (a caller bug) gives an empty storage; see
-    /// [`CpuStorage::try_contiguous`].
-    pub fn contiguous(&self, layout: &Layout) -> CpuStorage {
-        self.try_contiguous(layout)
-            .unwrap_or_else(|_| CpuStorage::zeros(self.dtype(), 0))
+        Ok(map_storage!(self, v => gather_pooled("contiguous", v, layout)?))
     }
 
     /// Casts the elements of `layout` to `dtype` into a new contiguous storage. Float to integer
     /// truncates toward zero and saturates (NaN gives 0), as Rust `as`; `i32 -> u8` wraps
-    /// (also as `as`); to 16-bit floats rounds once to nearest even. A layout that does not fit
-    /// gives an empty storage; see [`CpuStorage::try_cast`].
-    pub fn cast(&self, layout: &Layout, dtype: DType) -> CpuStorage {
-        self.try_cast(layout, dtype)
-            .unwrap_or_else(|_| CpuStorage::zeros(dtype, 0))
+    /// (also as `as`); to 16-bit floats rounds once to nearest even. A layout that does not fit,
+    /// or memory the host will not give, is an error.
+    pub fn cast(&self, layout: &Layout, dtype: DType) -> Result<CpuStorage> {
+        let src = self.contiguous(layout)?;
+        super::convert::cast_contiguous(src, dtype)
     }
 
     /// This whole storage in `dtype`: itself when it already has that dtype, else one
     /// conversion of every element (no intermediate copy).
-    pub(crate) fn into_dtype(self, dtype: DType) -> CpuStorage {
+    pub(crate) fn into_dtype(self, dtype: DType) -> Result<CpuStorage> {
         super::convert::cast_contiguous(self, dtype)
-    }
-
-    /// [`CpuStorage::cast`] reporting a bad layout as an error.
-    pub fn try_cast(&self, layout: &Layout, dtype: DType) -> Result<CpuStorage> {
-        let src = self.try_contiguous(layout)?;
-        Ok(super::convert::cast_contiguous(src, dtype))
     }
 
     /// Concatenates `parts` along `dim`: same dtype and rank, equal sizes except along `dim`.
     pub fn cat(parts: &[(&CpuStorage, &Layout)], dim: usize) -> Result<CpuStorage> {
         super::convert::cat(parts, dim)
-    }
-}
-
-impl<T: WithDType> From<Vec<T>> for CpuStorage {
-    fn from(v: Vec<T>) -> CpuStorage {
-        CpuStorage::from_vec(v)
     }
 }
 
@@ -281,13 +275,30 @@ const PROBE_BYTES: usize = 1 << 30;
 pub(crate) fn ensure_host_memory(op: &'static str, numel: usize, dtype: DType) -> Result<()> {
     let bytes = crate::layout::alloc_bytes(op, numel, dtype)?;
     if bytes >= PROBE_BYTES {
-        let mut probe: Vec<u8> = Vec::new();
-        probe
-            .try_reserve_exact(bytes)
-            .map_err(|_| crate::Error::CpuOutOfMemory {
-                op,
-                requested: bytes as u64,
-            })?;
+        probe(op, bytes)?;
     }
     Ok(())
+}
+
+/// Several buffers an op takes one after another, checked together before it starts: at
+/// least [`PROBE_TOTAL_BYTES`] (64 MiB) in all are first tried as one fallible reservation, so
+/// an op whose later buffers cannot fit fails before its work instead of after it.
+pub(crate) fn ensure_host_bytes(op: &'static str, bytes: u64) -> Result<()> {
+    let bytes =
+        usize::try_from(bytes).map_err(|_| crate::cpu::alloc::out_of_memory(op, usize::MAX))?;
+    if bytes >= PROBE_TOTAL_BYTES {
+        probe(op, bytes)?;
+    }
+    Ok(())
+}
+
+/// Totals this large are probed by [`ensure_host_bytes`] (smaller ones cost less than a probe).
+const PROBE_TOTAL_BYTES: usize = 64 << 20;
+
+/// Reserves `bytes` of address space (never touched) and gives them back.
+fn probe(op: &'static str, bytes: usize) -> Result<()> {
+    let mut probe: Vec<u8> = Vec::new();
+    probe
+        .try_reserve_exact(bytes)
+        .map_err(|_| crate::cpu::alloc::out_of_memory(op, bytes))
 }

@@ -165,11 +165,16 @@ const TILE: usize = 32;
 /// Gathers a layout whose last two (coalesced) dims are a transposed matrix — inner stride > 1,
 /// the dim before it stride 1 — tile by tile, so both the reads and the writes stay local.
 /// Returns false (doing nothing) for any other layout.
-fn gather_transposed<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mut [T]) -> bool {
+fn gather_transposed<T: Copy + Send + Sync>(
+    op: &'static str,
+    src: &[T],
+    layout: &Layout,
+    dst: &mut [T],
+) -> Result<bool> {
     let l = layout.coalesced();
     let r = l.rank();
     if r < 2 || l.strides()[r - 2] != 1 || l.strides()[r - 1] <= 1 {
-        return false;
+        return Ok(false);
     }
     let (rows, cols, col_stride) = (l.shape()[r - 2], l.shape()[r - 1], l.strides()[r - 1]);
     let outer = Layout::from_parts(
@@ -177,7 +182,7 @@ fn gather_transposed<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mu
         l.strides()[..r - 2].to_vec(),
         l.offset(),
     );
-    let bases: Vec<usize> = outer.offsets().collect();
+    let bases = super::alloc::collected(op, outer.numel(), outer.offsets())?;
     let plane = rows * cols;
     // Tasks own whole bands of output rows; a band never crosses a matrix boundary below.
     let band = TILE * cols;
@@ -198,17 +203,22 @@ fn gather_transposed<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mu
             done += n;
         }
     });
-    true
+    Ok(true)
 }
 
-fn gather_into<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mut [T]) {
-    if layout.numel() >= TILE * TILE && gather_transposed(src, layout, dst) {
-        return;
+fn gather_into<T: Copy + Send + Sync>(
+    op: &'static str,
+    src: &[T],
+    layout: &Layout,
+    dst: &mut [T],
+) -> Result<()> {
+    if layout.numel() >= TILE * TILE && gather_transposed(op, src, layout, dst)? {
+        return Ok(());
     }
     let rows = Rows::new(layout);
     let len = rows.len;
     if len == 0 {
-        return;
+        return Ok(());
     }
     parallel::for_each_chunk(dst, len, len, |start, chunk| {
         let mut cursor = rows.cursor(start / len);
@@ -228,60 +238,72 @@ fn gather_into<T: Copy + Send + Sync>(src: &[T], layout: &Layout, dst: &mut [T])
             }
         }
     });
+    Ok(())
 }
 
-/// Contiguous copy of a (checked) layout's elements.
-pub(crate) fn gather<T: Copy + Send + Sync + Zeroable>(src: &[T], layout: &Layout) -> Vec<T> {
+/// Contiguous copy of a (checked) layout's elements for `op` (an error when the host will
+/// not allocate it).
+pub(crate) fn gather<T: Copy + Send + Sync + Zeroable>(
+    op: &'static str,
+    src: &[T],
+    layout: &Layout,
+) -> Result<Vec<T>> {
     let n = layout.numel();
     if n == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     if layout.is_contiguous() {
         if let Some(s) = src.get(layout.offset()..layout.offset() + n) {
-            return s.to_vec();
+            return super::alloc::copied(op, s);
         }
     }
-    let mut out = vec![T::zeroed(); n];
-    gather_into(src, layout, &mut out);
-    out
+    let mut out = super::alloc::zeroed(op, n)?;
+    gather_into(op, src, layout, &mut out)?;
+    Ok(out)
 }
 
 /// [`gather`] into a recycled buffer when one is free ([`pool::take`]: every element is
 /// written, so its old contents never show). A fresh multi-megabyte buffer costs a page fault
 /// per 4 KiB on first write: `x.t().contiguous()` of 64 MB spent as long faulting as
 /// transposing.
-pub(crate) fn gather_pooled<T: Recycle + Send + Sync>(src: &[T], layout: &Layout) -> Vec<T> {
+pub(crate) fn gather_pooled<T: Recycle + Send + Sync>(
+    op: &'static str,
+    src: &[T],
+    layout: &Layout,
+) -> Result<Vec<T>> {
     let n = layout.numel();
     if n == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     if layout.is_contiguous() {
         if let Some(s) = src.get(layout.offset()..layout.offset() + n) {
-            let mut out = pool::take::<T>(n);
+            let mut out = pool::take::<T>(op, n)?;
             out.copy_from_slice(s);
-            return out;
+            return Ok(out);
         }
     }
-    let mut out = pool::take::<T>(n);
-    gather_into(src, layout, &mut out);
-    out
+    let mut out = pool::take::<T>(op, n)?;
+    gather_into(op, src, layout, &mut out)?;
+    Ok(out)
 }
 
-/// The contiguous slice of a (checked) layout if it is contiguous, else a gathered copy.
+/// The contiguous slice of a (checked) layout if it is contiguous, else a gathered copy for
+/// `op` (an error when the host will not allocate it).
 pub(crate) fn contiguous_cow<'a, T: Copy + Send + Sync + Zeroable>(
+    op: &'static str,
     src: &'a [T],
     layout: &Layout,
-) -> std::borrow::Cow<'a, [T]>
+) -> Result<std::borrow::Cow<'a, [T]>>
 where
     [T]: ToOwned<Owned = Vec<T>>,
 {
     let n = layout.numel();
     if layout.is_contiguous() {
         if let Some(s) = src.get(layout.offset()..layout.offset() + n) {
-            return std::borrow::Cow::Borrowed(s);
+            return Ok(std::borrow::Cow::Borrowed(s));
         }
     }
-    std::borrow::Cow::Owned(gather(src, layout))
+    Ok(std::borrow::Cow::Owned(gather(op, src, layout)?))
 }
 
 /// Two layouts of one shape, jointly coalesced into outer dims and an inner run.

@@ -4,6 +4,7 @@
 //! Invariant: a `ConvGeom` exists only through [`ConvGeom::new`], so its fields are consistent
 //! and its output size fits in memory arithmetic.
 
+use super::checks;
 use crate::{Error, Result};
 
 /// Stride, padding and dilation of a 2-D convolution, `(height, width)` each.
@@ -72,11 +73,37 @@ impl ConvGeom {
             });
         }
         let g = p.groups;
-        let zero = [p.stride.0, p.stride.1, p.dilation.0, p.dilation.1, g].contains(&0);
-        if zero || c % g != 0 || o % g != 0 || cg != c / g {
+        checks::positive_pair(op, "stride", p.stride)?;
+        checks::positive_pair(op, "dilation", p.dilation)?;
+        checks::positive(op, "groups", g)?;
+        checks::divisible(
+            op,
+            &format!("input channels C (dim 1 of input {x:?})"),
+            c,
+            "groups",
+            g,
+        )?;
+        checks::divisible(
+            op,
+            &format!("output channels O (dim 0 of weight {wt:?})"),
+            o,
+            "groups",
+            g,
+        )?;
+        if cg != c / g {
             return Err(Error::invalid(
                 op,
-                format!("need non-zero stride/dilation/groups, C={c} and O={o} divisible by groups={g}, and weight dim 1 = C/groups; got weight {wt:?}"),
+                format!(
+                    "weight dim 1 must equal input channels / groups = {c} / {g} = {} \
+                     (input {x:?}), got {cg} (weight {wt:?})",
+                    c / g
+                ),
+            ));
+        }
+        if kh == 0 || kw == 0 {
+            return Err(Error::invalid(
+                op,
+                format!("kernel size (kh, kw) (dims 2 and 3 of weight {wt:?}) must be at least 1 in both dims, got ({kh}, {kw})"),
             ));
         }
         // Sizes past usize (absurd padding or dilation) are refused, never wrapped.
@@ -98,12 +125,14 @@ impl ConvGeom {
                 ),
             ));
         };
-        if kh == 0 || kw == 0 || hp < ekh || wp < ekw {
+        if hp < ekh || wp < ekw {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "kernel {kh}x{kw} (dilation {:?}) does not fit the padded input {hp}x{wp}",
-                    p.dilation
+                    "the dilated kernel {ekh}x{ekw} (kernel {kh}x{kw}, dilation {:?}) does not \
+                     fit the padded input {hp}x{wp} (input {h}x{w}, padding {:?}): the padded \
+                     input must be at least the kernel's extent",
+                    p.dilation, p.padding
                 ),
             ));
         }

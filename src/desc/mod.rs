@@ -6,6 +6,7 @@
 
 pub mod activation;
 pub mod attention;
+pub(crate) mod checks;
 pub mod conv;
 pub mod kinds;
 pub mod matmul;

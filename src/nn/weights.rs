@@ -426,10 +426,10 @@ impl WeightStore {
             })?;
         let shape = info.shape.clone();
         let t = match on_disk {
-            DType::F32 => Tensor::from_vec(pod_vec::<f32>(bytes), &shape, Device::Cpu)?,
-            DType::F16 => Tensor::from_vec(pod_vec::<half::f16>(bytes), &shape, Device::Cpu)?,
-            DType::BF16 => Tensor::from_vec(pod_vec::<half::bf16>(bytes), &shape, Device::Cpu)?,
-            _ => Tensor::from_vec(pod_vec::<i32>(bytes), &shape, Device::Cpu)?,
+            DType::F32 => Tensor::from_vec(pod_vec::<f32>(bytes)?, &shape, Device::Cpu)?,
+            DType::F16 => Tensor::from_vec(pod_vec::<half::f16>(bytes)?, &shape, Device::Cpu)?,
+            DType::BF16 => Tensor::from_vec(pod_vec::<half::bf16>(bytes)?, &shape, Device::Cpu)?,
+            _ => Tensor::from_vec(pod_vec::<i32>(bytes)?, &shape, Device::Cpu)?,
         };
         shard.release(start + s, e - s);
         t.to_dtype(dtype)?.to(device)
@@ -470,7 +470,15 @@ impl WeightStore {
     }
 }
 
-/// Little-endian bytes to a vector of `T` (copies, so the map's alignment does not matter).
-fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
-    bytemuck::pod_collect_to_vec(bytes)
+/// Little-endian bytes to a vector of `T` (copies, so the map's alignment does not matter; an
+/// error when the host will not allocate it).
+fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Result<Vec<T>> {
+    let mut v = crate::backend::alloc::zeroed::<T>(
+        "load weights",
+        bytes.len() / std::mem::size_of::<T>().max(1),
+    )?;
+    let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+    let n = dst.len();
+    dst.copy_from_slice(&bytes[..n]);
+    Ok(v)
 }

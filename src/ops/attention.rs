@@ -65,17 +65,30 @@ pub(crate) fn check(
     }
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
     let lead = &qs[..r - 2];
-    if &ks[..r - 2] != lead
-        || &vs[..r - 2] != lead
-        || ks[r - 1] != qs[r - 1]
-        || vs[r - 2] != ks[r - 2]
-    {
-        return Err(Error::ShapeMismatch {
-            op,
-            expected: "q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] with equal leading dims"
-                .into(),
-            got: format!("q {qs:?}, k {ks:?}, v {vs:?}"),
-        });
+    let mismatch = |expected: String| Error::ShapeMismatch {
+        op,
+        expected,
+        got: format!("q {qs:?}, k {ks:?}, v {vs:?}"),
+    };
+    if &ks[..r - 2] != lead || &vs[..r - 2] != lead {
+        return Err(mismatch(format!(
+            "k and v with the leading (batch, head) dims {lead:?} of q"
+        )));
+    }
+    if ks[r - 1] != qs[r - 1] {
+        return Err(mismatch(format!(
+            "k with q's head dim D = {} as its last dim (got {})",
+            qs[r - 1],
+            ks[r - 1]
+        )));
+    }
+    if vs[r - 2] != ks[r - 2] {
+        return Err(mismatch(format!(
+            "v with k's key count Lk = {} as its dim {} (got {})",
+            ks[r - 2],
+            r - 2,
+            vs[r - 2]
+        )));
     }
     let d = qs[r - 1];
     let scale = match scale {

@@ -288,7 +288,7 @@ fn im2col(
         })
         .transpose()?;
     let og = o / groups;
-    let mut outs = Vec::with_capacity(groups);
+    let mut outs = crate::backend::alloc::with_capacity(op, groups)?;
     for gi in 0..groups {
         let a = cols.narrow(0, gi, 1)?.squeeze(0)?;
         let b = wmat.narrow(0, gi, 1)?.squeeze(0)?;

@@ -24,11 +24,26 @@ pub(crate) fn conv2d_cpu(
     g: &ConvGeom,
     fmt: MemoryFormat,
 ) -> Result<Tensor> {
+    // Every buffer of the call, checked together before the work: the input's NHWC copy, the
+    // output rows (with f32 partial sums for 16-bit outputs) and the NCHW copy of them.
+    let size = |n: usize, dtype: DType| n as u128 * dtype.size_in_bytes() as u128;
+    let out = (g.m() as u128 * g.o as u128) as usize;
+    let mut bytes = size(out, x_in.dtype());
+    if x_in.dtype() != DType::F32 {
+        bytes += size(out, DType::F32);
+    }
+    if !(x_in.strides()[1] == 1 || g.c == 1) {
+        bytes += size(x_in.numel(), x_in.dtype());
+    }
+    if fmt == MemoryFormat::Contiguous {
+        bytes += size(out, x_in.dtype());
+    }
+    crate::backend::ensure_host_bytes("conv2d", u64::try_from(bytes).unwrap_or(u64::MAX))?;
     // The input with channel stride 1: as is, or converted once.
     let x = if x_in.strides()[1] == 1 || g.c == 1 {
         x_in.clone()
     } else {
-        match nchw_to_nhwc(x_in.storage(), x_in.layout()) {
+        match nchw_to_nhwc(x_in.storage(), x_in.layout())? {
             Some(t) => Tensor::from_storage(t, nhwc_layout([g.n, g.h, g.w, g.c])),
             None => x_in.to_memory_format(MemoryFormat::ChannelsLast)?,
         }
@@ -47,7 +62,7 @@ pub(crate) fn conv2d_cpu(
     let dims = [g.n, g.ho, g.wo, g.o];
     Ok(match fmt {
         MemoryFormat::ChannelsLast => Tensor::from_storage(out, nhwc_layout(dims)),
-        MemoryFormat::Contiguous => match nhwc_to_nchw(&out, dims) {
+        MemoryFormat::Contiguous => match nhwc_to_nchw(&out, dims)? {
             Some(s) => Tensor::from_storage(s, Layout::contiguous(&g.out_shape())),
             None => Tensor::from_storage(out, nhwc_layout(dims)).contiguous()?,
         },
@@ -106,7 +121,7 @@ fn residual_rows(r: &Tensor, g: &ConvGeom) -> Result<(Tensor, ResidualRows)> {
         }
     }
     let dense = if rb.dtype() == DType::F32 && rb.is_contiguous() {
-        nchw_to_nhwc(rb.storage(), rb.layout())
+        nchw_to_nhwc(rb.storage(), rb.layout())?
             .map(|t| Tensor::from_storage(t, nhwc_layout([g.n, g.ho, g.wo, g.o])))
     } else {
         None

@@ -27,6 +27,7 @@
 //! (PyTorch's rule); output `[N, Cout, (H-1)·s - 2p + d·(k-1) + output_padding + 1, ...]`, at
 //! least 1 each way; a channels-last input gives a channels-last output.
 
+use crate::desc::checks;
 use crate::tensor::{NCHW_FROM_NHWC, NHWC};
 use crate::{Conv2dParams, Device, Error, MemoryFormat, Result, Tensor};
 
@@ -116,23 +117,21 @@ pub(crate) fn check_weight(
         ));
     };
     let g = p.groups;
-    let positive = [
-        p.stride.0,
-        p.stride.1,
-        p.dilation.0,
-        p.dilation.1,
+    checks::positive_pair(op, "stride", p.stride)?;
+    checks::positive_pair(op, "dilation", p.dilation)?;
+    checks::positive(op, "groups", g)?;
+    checks::positive_pair(
+        op,
+        &format!("kernel size (kh, kw) (dims 2 and 3 of weight {weight:?})"),
+        (kh, kw),
+    )?;
+    checks::divisible(
+        op,
+        &format!("input channels Cin (dim 0 of weight {weight:?})"),
+        cin,
+        "groups",
         g,
-        kh,
-        kw,
-    ];
-    if positive.contains(&0) || !cin.is_multiple_of(g) {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "need positive stride, dilation, groups and kernel, and input channels divisible by groups; got weight {weight:?}, {p:?}"
-            ),
-        ));
-    }
+    )?;
     if let Some(b) = bias {
         if b != [g * cog] {
             return Err(Error::shape(
@@ -148,8 +147,8 @@ pub(crate) fn check_weight(
         return Err(Error::invalid(
             op,
             format!(
-                "output_padding {:?} must be smaller than the stride {:?} or the dilation {:?}",
-                p.output_padding, p.stride, p.dilation
+                "output_padding must be smaller than the stride {:?} or the dilation {:?} in each dim, got {:?}",
+                p.stride, p.dilation, p.output_padding
             ),
         ));
     }
@@ -343,6 +342,29 @@ impl Tensor {
         let ws = weight.shape();
         let ws = [ws[0], ws[1], ws[2], ws[3]];
         let geo = geometry(op, self.shape(), ws, p)?;
+        // The output and the padded input the stride-1 convolution reads must exist: refused
+        // before the padding and the weights are built.
+        let (n, (oh, ow)) = (self.shape()[0], geo.out);
+        let out = crate::layout::numel(&[n, ws[1] * p.groups, oh, ow]);
+        let (rows, cols) = if p.dilation == (1, 1) {
+            // Sub-pixel: T - 1 + Q rows per phase (see `sub_pixel`).
+            let taps = |k: usize, s: usize| k.div_ceil(s);
+            let q = |pad: usize, o: usize, s: usize| pad.saturating_add(o).div_ceil(s);
+            (
+                taps(ws[2], p.stride.0) - 1 + q(p.padding.0, oh, p.stride.0),
+                taps(ws[3], p.stride.1) - 1 + q(p.padding.1, ow, p.stride.1),
+            )
+        } else {
+            // Zero insertion and extension: the stride-1 convolution's input is the output
+            // plus the dilated kernel less one.
+            let grow = |o: usize, k: usize, d: usize| o.saturating_add(d.saturating_mul(k - 1));
+            (grow(oh, ws[2], p.dilation.0), grow(ow, ws[3], p.dilation.1))
+        };
+        let padded = crate::layout::numel(&[n, ws[0], rows, cols]);
+        for numel in [out, padded] {
+            crate::layout::alloc_bytes(op, numel, self.dtype())?;
+            crate::backend::ensure_buffer(op, self.device(), numel, self.dtype())?;
+        }
         if self.shape()[0] == 0 {
             let (oh, ow) = geo.out;
             return Tensor::zeros(&[0, ws[1] * p.groups, oh, ow], self.dtype(), self.device());

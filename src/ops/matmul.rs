@@ -61,8 +61,11 @@ impl Tensor {
         if k != k2 {
             return Err(Error::ShapeMismatch {
                 op: "matmul",
-                expected: format!("rhs with {k} rows to match lhs {:?}", self.shape()),
-                got: format!("{:?}", rhs.shape()),
+                expected: format!(
+                    "rhs [..., K, N] with K = {k} rows: the inner dims must agree (lhs {:?} is [..., M, K])",
+                    self.shape()
+                ),
+                got: format!("rhs {:?} with {k2} rows", rhs.shape()),
             });
         }
         let batch = broadcast_shapes("matmul", &self.shape()[..ra - 2], &rhs.shape()[..rb - 2])?;

@@ -35,18 +35,15 @@ impl Windows {
         padding: (usize, usize),
     ) -> Result<Windows> {
         let (h, w) = (shape[2], shape[3]);
-        if kernel.0 == 0 || kernel.1 == 0 || stride.0 == 0 || stride.1 == 0 {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "kernel and stride must be positive, got kernel {kernel:?} stride {stride:?}"
-                ),
-            ));
-        }
+        crate::desc::checks::positive_pair(op, "kernel_size", kernel)?;
+        crate::desc::checks::positive_pair(op, "stride", stride)?;
         if padding.0 > kernel.0 / 2 || padding.1 > kernel.1 / 2 {
             return Err(Error::invalid(
                 op,
-                format!("padding {padding:?} exceeds half the kernel {kernel:?}"),
+                format!(
+                    "padding must be at most half the kernel_size {kernel:?}, i.e. at most {:?}, got {padding:?}",
+                    (kernel.0 / 2, kernel.1 / 2)
+                ),
             ));
         }
         // padding <= kernel / 2, so these overflow only for kernels near usize::MAX.

@@ -63,28 +63,32 @@ impl Tensor {
 
     /// `[N, C, H, W]` → `[N, C, H·s, W·s]` by nearest neighbour (diffusers' `Upsample2D`).
     pub fn upsample_nearest2d(&self, scale: usize) -> Result<Tensor> {
-        if self.rank() != 4 || scale == 0 {
+        crate::desc::checks::positive("upsample_nearest2d", "scale", scale)?;
+        let &[n, c, h, w] = self.shape() else {
             return Err(Error::invalid(
                 "upsample_nearest2d",
                 format!(
-                    "expected a [N, C, H, W] tensor and a scale >= 1, got {:?} and {scale}",
+                    "the input must be [N, C, H, W] (rank 4), got {:?}",
                     self.shape()
                 ),
-            ));
-        }
-        let &[n, c, h, w] = self.shape() else {
-            return Err(Error::shape(
-                "upsample_nearest2d",
-                "[N, C, H, W]",
-                self.shape(),
             ));
         };
         let (Some(hs), Some(ws)) = (h.checked_mul(scale), w.checked_mul(scale)) else {
             return Err(Error::invalid(
                 "upsample_nearest2d",
-                format!("scale {scale} makes {h}x{w} larger than memory can address"),
+                format!(
+                    "scale must keep {h}·scale and {w}·scale within usize (a [N, C, H, W] input {:?}), got {scale}",
+                    self.shape()
+                ),
             ));
         };
+        let out_numel = crate::layout::numel(&[n, c, hs, ws]);
+        crate::backend::ensure_buffer(
+            "upsample_nearest2d",
+            self.device(),
+            out_numel,
+            self.dtype(),
+        )?;
         if self.memory_format() == MemoryFormat::ChannelsLast {
             // [N, H, W, C] -> [N, H, s, W, s, C] (a broadcast view) -> one dense copy.
             return self.via_nhwc(|v| {
@@ -120,10 +124,8 @@ impl Tensor {
         let mut out_shape = self.shape()[..2].to_vec();
         out_shape.extend_from_slice(size);
         let out_numel = crate::layout::numel(&out_shape);
-        crate::layout::alloc_bytes("interpolate_nearest", out_numel, self.dtype())?;
-        if self.device() == crate::Device::Cpu {
-            crate::backend::ensure_host_memory("interpolate_nearest", out_numel, self.dtype())?;
-        }
+        let op = "interpolate_nearest";
+        crate::backend::ensure_buffer(op, self.device(), out_numel, self.dtype())?;
         if self.memory_format() == MemoryFormat::ChannelsLast {
             return self.via_nhwc(|v| {
                 let (h, w) = (v.nearest_dim(1, size[0])?, size[1]);
@@ -150,6 +152,18 @@ impl Tensor {
                 ),
             ));
         }
+        // The padded output must exist (its parts are made first): refused before them.
+        let mut padded = self.shape().to_vec();
+        for (i, pair) in pads.chunks(2).enumerate() {
+            let d = self.rank() - 1 - i;
+            padded[d] = pair
+                .iter()
+                .try_fold(padded[d], |a, &p| a.checked_add(p))
+                .ok_or_else(|| Error::invalid("pad", format!("pads {pads:?} overflow dim {d}")))?;
+        }
+        let numel = crate::layout::numel(&padded);
+        crate::layout::alloc_bytes("pad", numel, self.dtype())?;
+        crate::backend::ensure_buffer("pad", self.device(), numel, self.dtype())?;
         if self.memory_format() == MemoryFormat::ChannelsLast {
             // Pad the NHWC view: NCHW dim d sits at NHWC position NCHW_FROM_NHWC[d].
             return self.via_nhwc(|v| {
@@ -198,13 +212,17 @@ impl Tensor {
         downscale_freq_shift: f64,
         dtype: DType,
     ) -> Result<Tensor> {
-        if self.rank() != 1 || dim < 2 {
+        if self.rank() != 1 {
+            return Err(Error::shape(
+                "timestep_embedding",
+                "1-D timesteps [B]",
+                self.shape(),
+            ));
+        }
+        if dim < 2 {
             return Err(Error::invalid(
                 "timestep_embedding",
-                format!(
-                    "expected 1-D timesteps and dim >= 2, got {:?} and {dim}",
-                    self.shape()
-                ),
+                format!("dim must be at least 2, got {dim}"),
             ));
         }
         let half = dim / 2;

@@ -9,7 +9,7 @@
 //! `h0 * (w0 * x00 + w1 * x01) + h1 * (w0 * x10 + w1 * x11)`. 16-bit inputs are widened and
 //! the result rounded once. A channels-last input gives a channels-last output.
 
-use crate::{DType, Device, Error, MemoryFormat, Result, Tensor};
+use crate::{DType, Error, MemoryFormat, Result, Tensor};
 
 /// Per output index along one dim: the two source indices and their weights.
 struct Taps {
@@ -19,7 +19,7 @@ struct Taps {
     w1: Vec<f32>,
 }
 
-fn taps(input: usize, output: usize, align_corners: bool) -> Taps {
+fn taps(input: usize, output: usize, align_corners: bool) -> Result<Taps> {
     let scale = if align_corners {
         if output > 1 {
             (input as f32 - 1.0) / (output as f32 - 1.0)
@@ -30,10 +30,10 @@ fn taps(input: usize, output: usize, align_corners: bool) -> Taps {
         input as f32 / output as f32
     };
     let mut t = Taps {
-        i0: Vec::with_capacity(output),
-        i1: Vec::with_capacity(output),
-        w0: Vec::with_capacity(output),
-        w1: Vec::with_capacity(output),
+        i0: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
+        i1: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
+        w0: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
+        w1: crate::backend::alloc::with_capacity("interpolate_bilinear", output)?,
     };
     for dst in 0..output {
         let src = if align_corners {
@@ -49,7 +49,7 @@ fn taps(input: usize, output: usize, align_corners: bool) -> Taps {
         t.w0.push(1.0 - l1);
         t.w1.push(l1);
     }
-    t
+    Ok(t)
 }
 
 impl Tensor {
@@ -58,13 +58,14 @@ impl Tensor {
     /// output keeps `self`'s dtype (and channels-last format). Sizes of 0 are errors.
     pub fn interpolate_bilinear(&self, size: [usize; 2], align_corners: bool) -> Result<Tensor> {
         let op = "interpolate_bilinear";
-        if self.rank() != 4 || size.contains(&0) || self.shape()[2..].contains(&0) {
-            return Err(Error::ShapeMismatch {
+        if self.rank() != 4 || self.shape()[2..].contains(&0) {
+            return Err(Error::shape(
                 op,
-                expected: "a non-empty [N, C, H, W] input and a non-zero [h, w] size".into(),
-                got: format!("{:?} to {size:?}", self.shape()),
-            });
+                "an input [N, C, H, W] with non-zero height and width",
+                self.shape(),
+            ));
         }
+        crate::desc::checks::positive_pair(op, "size", (size[0], size[1]))?;
         if !self.dtype().is_float() {
             return Err(Error::UnsupportedDType {
                 op,
@@ -75,10 +76,7 @@ impl Tensor {
         }
         let out_shape = [self.shape()[0], self.shape()[1], size[0], size[1]];
         let out_numel = crate::layout::numel(&out_shape);
-        crate::layout::alloc_bytes(op, out_numel, DType::F32)?;
-        if self.device() == Device::Cpu {
-            crate::backend::ensure_host_memory(op, out_numel, DType::F32)?;
-        }
+        crate::backend::ensure_buffer(op, self.device(), out_numel, DType::F32)?;
         let mut x = self.to_dtype(DType::F32)?;
         // Width first, then height (PyTorch's order of the weighted sums).
         for (dim, out) in [(3, size[1]), (2, size[0])] {
@@ -97,7 +95,7 @@ impl Tensor {
         if input == out {
             return Ok(self.clone());
         }
-        let t = taps(input, out, align_corners);
+        let t = taps(input, out, align_corners)?;
         let device = self.device();
         let mut wshape = vec![1; self.rank()];
         wshape[dim] = out;

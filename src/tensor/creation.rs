@@ -4,7 +4,7 @@
 //! GPU instead), so a seeded tensor holds the same values on every device.
 
 use super::{random, Tensor};
-use crate::backend::{affine_in_place_f32, ensure_host_memory, Storage};
+use crate::backend::{affine_in_place_f32, alloc, ensure_host_memory, Storage};
 use crate::layout::{numel, Layout};
 use crate::{DType, Device, Error, Result, WithDType};
 
@@ -38,7 +38,7 @@ impl Tensor {
 
     /// A tensor copied from a slice.
     pub fn from_slice<T: WithDType>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
-        Tensor::from_vec(data.to_vec(), shape, device)
+        Tensor::from_vec(alloc::copied("from_slice", data)?, shape, device)
     }
 
     /// All zeros.
@@ -57,12 +57,15 @@ impl Tensor {
     pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel(shape);
         ensure_host_memory("full", n, dtype)?;
+        fn filled<T: WithDType>(value: f64, n: usize) -> Result<Vec<T>> {
+            alloc::filled("full", n, T::from_f64(value))
+        }
         match dtype {
-            DType::F32 => place(vec![value as f32; n], shape, device),
-            DType::F16 => place(vec![half::f16::from_f64(value); n], shape, device),
-            DType::BF16 => place(vec![half::bf16::from_f64(value); n], shape, device),
-            DType::I32 => place(vec![<i32 as WithDType>::from_f64(value); n], shape, device),
-            DType::U8 => place(vec![<u8 as WithDType>::from_f64(value); n], shape, device),
+            DType::F32 => place(alloc::filled("full", n, value as f32)?, shape, device),
+            DType::F16 => place(filled::<half::f16>(value, n)?, shape, device),
+            DType::BF16 => place(filled::<half::bf16>(value, n)?, shape, device),
+            DType::I32 => place(filled::<i32>(value, n)?, shape, device),
+            DType::U8 => place(filled::<u8>(value, n)?, shape, device),
         }
     }
 
@@ -77,29 +80,33 @@ impl Tensor {
         let n = ((end - start) / step).ceil().max(0.0) as usize;
         // Each value passes through an f64 (two f32s' bytes).
         ensure_host_memory("arange", n.saturating_mul(2), DType::F32)?;
-        let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        fn cast<T: WithDType>(values: &[f64]) -> Vec<T> {
-            values.iter().map(|&v| T::from_f64(v)).collect()
+        let values = alloc::collected("arange", n, (0..n).map(|i| start + i as f64 * step))?;
+        fn cast<T: WithDType>(values: &[f64]) -> Result<Vec<T>> {
+            alloc::collected(
+                "arange",
+                values.len(),
+                values.iter().map(|&v| T::from_f64(v)),
+            )
         }
         match dtype {
-            DType::F32 => place(cast::<f32>(&values), &[n], device),
-            DType::F16 => place(cast::<half::f16>(&values), &[n], device),
-            DType::BF16 => place(cast::<half::bf16>(&values), &[n], device),
-            DType::I32 => place(cast::<i32>(&values), &[n], device),
-            DType::U8 => place(cast::<u8>(&values), &[n], device),
+            DType::F32 => place(cast::<f32>(&values)?, &[n], device),
+            DType::F16 => place(cast::<half::f16>(&values)?, &[n], device),
+            DType::BF16 => place(cast::<half::bf16>(&values)?, &[n], device),
+            DType::I32 => place(cast::<i32>(&values)?, &[n], device),
+            DType::U8 => place(cast::<u8>(&values)?, &[n], device),
         }
     }
 
     /// Standard normal values from `seed`: the same on every device.
     pub fn randn(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
         ensure_host_memory("randn", numel(shape), DType::F32)?;
-        place_f32_as(random::normal(seed, numel(shape)), shape, dtype, device)
+        place_f32_as(random::normal(seed, numel(shape))?, shape, dtype, device)
     }
 
     /// Uniform values in [0, 1) from `seed`: the same on every device.
     pub fn rand(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
         ensure_host_memory("rand", numel(shape), DType::F32)?;
-        place_f32_as(random::uniform(seed, numel(shape)), shape, dtype, device)
+        place_f32_as(random::uniform(seed, numel(shape))?, shape, dtype, device)
     }
 
     /// `Tensor::rand(shape, F32, Cpu, seed).affine(mul, add)`, the same values, computed in
@@ -112,7 +119,7 @@ impl Tensor {
         add: f64,
     ) -> Result<Tensor> {
         ensure_host_memory("rand", numel(shape), DType::F32)?;
-        let mut v = random::uniform(seed, numel(shape));
+        let mut v = random::uniform(seed, numel(shape))?;
         affine_in_place_f32(&mut v, mul as f32, add as f32);
         place(v, shape, Device::Cpu)
     }

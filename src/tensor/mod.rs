@@ -10,6 +10,7 @@
 //! contiguous.
 
 mod creation;
+mod display;
 mod format;
 mod random;
 mod views;
@@ -31,18 +32,6 @@ struct Inner {
 /// An n-dimensional array on a [`Device`]. Cloning is O(1).
 #[derive(Clone)]
 pub struct Tensor(Arc<Inner>);
-
-impl std::fmt::Debug for Tensor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Tensor[{:?}, {}, {}]",
-            self.shape(),
-            self.dtype(),
-            self.device()
-        )
-    }
-}
 
 impl Tensor {
     pub(crate) fn from_storage(storage: Storage, layout: Layout) -> Tensor {

@@ -18,10 +18,11 @@ fn unit(seed: u64, index: u64) -> f64 {
 }
 
 /// `n` values `f(i)`, filled in parallel chunks (each value depends only on its index, so the
-/// result does not depend on the thread count).
-fn fill(n: usize, f: impl Fn(u64) -> f32 + Sync) -> Vec<f32> {
+/// result does not depend on the thread count); an error naming `op` when the host will not
+/// allocate them.
+fn fill(op: &'static str, n: usize, f: impl Fn(u64) -> f32 + Sync) -> crate::Result<Vec<f32>> {
     use rayon::prelude::*;
-    let mut out = vec![0f32; n];
+    let mut out = crate::backend::alloc::zeroed::<f32>(op, n)?;
     out.par_chunks_mut(1 << 16)
         .enumerate()
         .for_each(|(c, chunk)| {
@@ -30,17 +31,17 @@ fn fill(n: usize, f: impl Fn(u64) -> f32 + Sync) -> Vec<f32> {
                 *v = f(base + j as u64);
             }
         });
-    out
+    Ok(out)
 }
 
 /// `n` uniform values in [0, 1).
-pub(crate) fn uniform(seed: u64, n: usize) -> Vec<f32> {
-    fill(n, |i| unit(seed, i) as f32)
+pub(crate) fn uniform(seed: u64, n: usize) -> crate::Result<Vec<f32>> {
+    fill("rand", n, |i| unit(seed, i) as f32)
 }
 
 /// `n` standard normal values (Box–Muller on two independent uniforms per element).
-pub(crate) fn normal(seed: u64, n: usize) -> Vec<f32> {
-    fill(n, |i| {
+pub(crate) fn normal(seed: u64, n: usize) -> crate::Result<Vec<f32>> {
+    fill("randn", n, |i| {
         let u1 = 1.0 - unit(seed, 2 * i); // (0, 1]
         let u2 = unit(seed, 2 * i + 1);
         ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
@@ -51,14 +52,14 @@ pub(crate) fn normal(seed: u64, n: usize) -> Vec<f32> {
 mod tests {
     #[test]
     fn normal_has_unit_moments() {
-        let v = super::normal(7, 200_000);
+        let v = super::normal(7, 200_000).unwrap();
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
         let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
         assert!(
             mean.abs() < 0.01 && (var - 1.0).abs() < 0.02,
             "{mean} {var}"
         );
-        assert_eq!(super::normal(7, 5), super::normal(7, 5));
-        assert_ne!(super::normal(7, 5), super::normal(8, 5));
+        assert_eq!(super::normal(7, 5).unwrap(), super::normal(7, 5).unwrap());
+        assert_ne!(super::normal(7, 5).unwrap(), super::normal(8, 5).unwrap());
     }
 }

@@ -81,7 +81,9 @@ impl Tensor {
         }
         let size = self.shape()[d];
         if size == 0 {
-            return Ok(vec![self.clone(); n]);
+            let mut views = crate::backend::alloc::with_capacity("chunk", n)?;
+            views.extend(std::iter::repeat_n(self, n).cloned());
+            return Ok(views);
         }
         self.split(size.div_ceil(n), dim)
     }
@@ -101,10 +103,11 @@ impl Tensor {
                 format!("a split size of 0 for dim {d} of size {total}"),
             ));
         }
-        (0..total)
-            .step_by(size)
-            .map(|start| self.narrow(d as isize, start, size.min(total - start)))
-            .collect()
+        let mut views = crate::backend::alloc::with_capacity("split", total.div_ceil(size))?;
+        for start in (0..total).step_by(size) {
+            views.push(self.narrow(d as isize, start, size.min(total - start))?);
+        }
+        Ok(views)
     }
 
     /// Views of the given `sizes` along `dim`, which must add up to its size

@@ -29,12 +29,15 @@ use rayon::prelude::*;
 
 use super::amx_kernel::{begin, end, step, Block, Geo, Phase, TileState, KB, MR, TILE};
 use super::amx_kv;
+use super::operands::OP;
 use super::operands::{head_base, mat_strides, store_normalised, MaskData, View};
 use super::OutRows;
+use crate::cpu::alloc::resize;
 use crate::cpu::gemm::{bf16_method, AlignedBuf, Bf16Method};
 use crate::cpu::simd::{Kernels, SimdLevel};
 use crate::desc::AttnShape;
 use crate::layout::Layout;
+use crate::Result;
 /// Query tiles per task at most.
 const MAX_TILES_PER_TASK: usize = 4;
 
@@ -88,15 +91,15 @@ pub(super) fn pack<'d>(
     s: &AttnShape,
     g: Geo,
     heads: std::ops::Range<usize>,
-) -> Packed {
+) -> Result<Packed> {
     let (dp, dvp, lk) = (g.dp, g.dvp, s.lk);
     let blocks = lk.div_ceil(KB);
     let (k_head, v_head) = (blocks * KB * dp / 2, blocks * KB * dvp / 2);
     let (mut k, mut v) = (AlignedBuf::default(), AlignedBuf::default());
     // Fresh buffers: zero-filled, as the padding and the V pairs' `|=` need.
     let (k_all, v_all) = (
-        k.slice_mut::<u32>(heads.len() * k_head),
-        v.slice_mut::<u32>(heads.len() * v_head),
+        k.slice_mut::<u32>(OP, heads.len().saturating_mul(k_head))?,
+        v.slice_mut::<u32>(OP, heads.len().saturating_mul(v_head))?,
     );
     let ((krs, kcs), (vrs, vcs)) = (mat_strides(kv.0.layout), mat_strides(kv.1.layout));
     let (sd, sk) = (dp / 32, KB / 32);
@@ -105,7 +108,7 @@ pub(super) fn pack<'d>(
         .par_chunks_mut(k_head.max(1))
         .zip(v_all.par_chunks_mut(v_head.max(1)))
         .enumerate()
-        .for_each(|(i, (kh, vh))| {
+        .try_for_each(|(i, (kh, vh))| -> Result<()> {
             let h = heads.start + i;
             let (kb0, vb0) = (head_base(kv.0.layout, h), head_base(kv.1.layout, h));
             if kcs == 1 && vcs == 1 && !scalar {
@@ -124,10 +127,10 @@ pub(super) fn pack<'d>(
                     vh: &mut *vh,
                 });
                 if fast {
-                    return;
+                    return Ok(());
                 }
             }
-            let mut row = vec![0u16; dp.max(dvp)];
+            let mut row = crate::cpu::alloc::zeroed::<u16>(OP, dp.max(dvp))?;
             for j in 0..lk {
                 let (blk, jj) = (j / KB, j % KB);
                 row.fill(0);
@@ -145,14 +148,15 @@ pub(super) fn pack<'d>(
                     vblk[(c / 16) * sk * TILE + base + c % 16] |= u32::from(x) << sh;
                 }
             }
-        });
-    Packed {
+            Ok(())
+        })?;
+    Ok(Packed {
         k,
         v,
         k_head,
         v_head,
         h0: heads.start,
-    }
+    })
 }
 
 /// Everything a task reads.
@@ -183,7 +187,7 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
-fn task(c: &Ctx, h: usize, q0: usize, out: &mut OutRows<bf16>) {
+fn task(c: &Ctx, h: usize, q0: usize, out: &mut OutRows<bf16>) -> Result<()> {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => task_in(c, (h, q0), out, &mut s),
         Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
@@ -191,20 +195,25 @@ fn task(c: &Ctx, h: usize, q0: usize, out: &mut OutRows<bf16>) {
 }
 
 /// Computes query rows `q0..q0 + out.rows()` of head `h` into `out`.
-fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut OutRows<bf16>, sc: &mut Scratch) {
+fn task_in(
+    c: &Ctx,
+    (h, q0): (usize, usize),
+    out: &mut OutRows<bf16>,
+    sc: &mut Scratch,
+) -> Result<()> {
     let (g, d, dv, lk) = (c.g, c.s.d, c.s.dv, c.s.lk);
     let rows = out.rows();
     let tiles = rows.div_ceil(MR);
-    let sq = sc.q.slice_mut::<u16>(tiles * MR * g.dp);
-    let so = sc.o.slice_mut::<f32>(tiles * MR * g.dvp);
-    let ss = sc.s.slice_mut::<f32>(tiles * MR * KB);
-    let sp = sc.p.slice_mut::<u16>(tiles * MR * KB);
-    sc.bias.resize(MR * KB, 0.0);
-    sc.row.resize(dv, 0.0);
+    let sq = sc.q.slice_mut::<u16>(OP, tiles * MR * g.dp)?;
+    let so = sc.o.slice_mut::<f32>(OP, tiles * MR * g.dvp)?;
+    let ss = sc.s.slice_mut::<f32>(OP, tiles * MR * KB)?;
+    let sp = sc.p.slice_mut::<u16>(OP, tiles * MR * KB)?;
+    resize(OP, &mut sc.bias, MR * KB, 0.0)?;
+    resize(OP, &mut sc.row, dv, 0.0)?;
     sc.m.clear();
-    sc.m.resize(tiles, [f32::NEG_INFINITY; MR]);
+    resize(OP, &mut sc.m, tiles, [f32::NEG_INFINITY; MR])?;
     sc.l.clear();
-    sc.l.resize(tiles, [[0.0; 16]; MR]);
+    resize(OP, &mut sc.l, tiles, [[0.0; 16]; MR])?;
     let (qrs, qcs) = mat_strides(c.q.layout);
     let qb = head_base(c.q.layout, h);
     for (r, qr) in sq.chunks_mut(g.dp).enumerate() {
@@ -264,6 +273,7 @@ fn task_in(c: &Ctx, (h, q0): (usize, usize), out: &mut OutRows<bf16>, sc: &mut S
     // SAFETY: as the ldtilecfg above.
     unsafe { end() };
     store_normalised(c.k, (so, g.dvp), (&sc.m, &sc.l), out, &mut sc.row[..dv]);
+    Ok(())
 }
 
 /// The bf16 attention on AMX (see [`super::attention_float`] for the contract), or `None`
@@ -274,18 +284,18 @@ pub(super) fn attention(
     kv: (View<bf16>, View<bf16>),
     mask: Option<(MaskData, &Layout)>,
     s: &AttnShape,
-) -> Option<Vec<bf16>> {
+) -> Result<Option<Vec<bf16>>> {
     if !usable(k) {
-        return None;
+        return Ok(None);
     }
     let n = s.heads() * s.lq * s.dv;
-    let mut out = crate::cpu::pool::take::<bf16>(n);
+    let mut out = crate::cpu::pool::take::<bf16>(OP, n)?;
     if n == 0 {
-        return Some(out);
+        return Ok(Some(out));
     }
     if s.lk == 0 {
         out.fill(bf16::ZERO);
-        return Some(out);
+        return Ok(Some(out));
     }
     let g = Geo {
         dp: s.d.max(1).div_ceil(32) * 32,
@@ -295,17 +305,19 @@ pub(super) fn attention(
     let heads = s.heads();
     let (rows_per_task, group) =
         super::plan_tasks(heads, s.lq.div_ceil(MR), MAX_TILES_PER_TASK, MR);
-    let group_ctx = |heads| Ctx {
-        k,
-        q: View {
-            data: q.data,
-            layout: q.layout,
-        },
-        kv: pack((&kv.0, &kv.1), s, g, heads),
-        mask,
-        s,
-        g,
+    let group_ctx = |heads| -> Result<Ctx> {
+        Ok(Ctx {
+            k,
+            q: View {
+                data: q.data,
+                layout: q.layout,
+            },
+            kv: pack((&kv.0, &kv.1), s, g, heads)?,
+            mask,
+            s,
+            g,
+        })
     };
-    super::for_head_groups(&mut out, ol, s, (rows_per_task, group), group_ctx, task);
-    Some(out)
+    super::for_head_groups(&mut out, ol, s, (rows_per_task, group), group_ctx, task)?;
+    Ok(Some(out))
 }

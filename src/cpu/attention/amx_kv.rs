@@ -218,7 +218,7 @@ mod tests {
                 };
                 let run = |scalar: bool| {
                     SCALAR_PACK.with(|c| c.set(scalar));
-                    let p = pack((&kv.0, &kv.1), &s, g(), 1..heads);
+                    let p = pack((&kv.0, &kv.1), &s, g(), 1..heads).unwrap();
                     SCALAR_PACK.with(|c| c.set(false));
                     let (kn, vn) = ((heads - 1) * p.k_head, (heads - 1) * p.v_head);
                     (p.k.slice::<u32>(kn).to_vec(), p.v.slice::<u32>(vn).to_vec())

@@ -24,11 +24,16 @@
 
 use super::avx512::exp2;
 use super::{Ctx, OutRows, KB};
+use crate::cpu::alloc::resize;
 use crate::cpu::attention::operands::{
     fill_bias, head_base, inverse_weight_sum, load_row, mat_strides,
 };
 use crate::cpu::elem::FloatElem;
+use crate::Result;
 use std::arch::x86_64::*;
+
+/// The op named when the host will not allocate a task's scratch.
+const OP: &str = "scaled_dot_product_attention";
 
 /// Queries per tile (two 16-lane vectors).
 pub(super) const QL: usize = 32;
@@ -224,7 +229,12 @@ thread_local! {
 
 /// Computes query rows `q0..q0 + out.rows()` of head `h` into `out` (the caller checked
 /// that the kernels' level is AVX-512).
-pub(super) fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut OutRows<T>) {
+pub(super) fn task<T: FloatElem>(
+    c: &Ctx<T>,
+    h: usize,
+    q0: usize,
+    out: &mut OutRows<T>,
+) -> Result<()> {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => task_in(c, (h, q0), out, &mut s),
         Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
@@ -236,22 +246,22 @@ fn task_in<T: FloatElem>(
     (h, q0): (usize, usize),
     out: &mut OutRows<T>,
     sc: &mut Scratch,
-) {
+) -> Result<()> {
     // A zero head dim is packed as one zero column (scores 0, uniform weights).
     let (d, dk, dv, dvp, lk) = (c.s.d, c.s.d.max(1), c.s.dv, c.dvp, c.s.lk);
     let rows = out.rows();
     let tiles = rows.div_ceil(QL);
     sc.qt.clear();
-    sc.qt.resize(tiles * dk * QL, 0.0);
-    sc.o.resize(tiles * dv * QL, 0.0);
-    sc.s.resize(KB * QL, 0.0);
-    sc.bias_rows.resize(QL * KB, 0.0);
-    sc.bias.resize(KB * QL, 0.0);
-    sc.row.resize(dk.max(dv), 0.0);
+    resize(OP, &mut sc.qt, tiles * dk * QL, 0.0)?;
+    resize(OP, &mut sc.o, tiles * dv * QL, 0.0)?;
+    resize(OP, &mut sc.s, KB * QL, 0.0)?;
+    resize(OP, &mut sc.bias_rows, QL * KB, 0.0)?;
+    resize(OP, &mut sc.bias, KB * QL, 0.0)?;
+    resize(OP, &mut sc.row, dk.max(dv), 0.0)?;
     sc.m.clear();
-    sc.m.resize(tiles, [f32::NEG_INFINITY; QL]);
+    resize(OP, &mut sc.m, tiles, [f32::NEG_INFINITY; QL])?;
     sc.l.clear();
-    sc.l.resize(tiles, [0.0; QL]);
+    resize(OP, &mut sc.l, tiles, [0.0; QL])?;
     let qb = head_base(c.q.layout, h);
     let (qrs, _) = mat_strides(c.q.layout);
     for r in 0..rows {
@@ -326,4 +336,5 @@ fn task_in<T: FloatElem>(
         }
         T::store(c.k, acc, orow);
     }
+    Ok(())
 }

@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::KB;
+use crate::cpu::alloc;
 use crate::cpu::elem::FloatElem;
 use crate::cpu::simd::Kernels;
 use crate::cpu::storage::CpuStorage;
@@ -139,24 +140,24 @@ pub(super) fn pack_kv<T: FloatElem>(
     s: &AttnShape,
     dvp: usize,
     heads: std::ops::Range<usize>,
-) -> PackedKv {
+) -> Result<PackedKv> {
     let (d, dk, dv, lk) = (s.d, s.d.max(1), s.dv, s.lk);
     let blocks = lk.div_ceil(KB);
     let (kt_head, v_head) = (blocks * dk * KB, blocks * KB * dvp);
     let h0 = heads.start;
     let n = heads.len();
-    let mut kt = vec![0f32; n * kt_head];
-    let mut v = vec![0f32; n * v_head];
+    let mut kt = alloc::zeroed::<f32>(OP, n.saturating_mul(kt_head))?;
+    let mut v = alloc::zeroed::<f32>(OP, n.saturating_mul(v_head))?;
     let (kview, vview) = kv;
     let (krs, _) = mat_strides(kview.layout);
     let (vrs, _) = mat_strides(vview.layout);
     kt.par_chunks_mut(kt_head.max(1))
         .zip(v.par_chunks_mut(v_head.max(1)))
         .enumerate()
-        .for_each(|(i, (kt, vh))| {
+        .try_for_each(|(i, (kt, vh))| -> Result<()> {
             let h = h0 + i;
             let (kb0, vb0) = (head_base(kview.layout, h), head_base(vview.layout, h));
-            let mut row = vec![0f32; dk];
+            let mut row = alloc::zeroed::<f32>(OP, dk)?;
             for j in 0..lk {
                 load_row(k, kview, (kb0 + j * krs, d), 1.0, &mut row);
                 let blk = &mut kt[(j / KB) * dk * KB..][..dk * KB];
@@ -165,15 +166,19 @@ pub(super) fn pack_kv<T: FloatElem>(
                 }
                 load_row(k, vview, (vb0 + j * vrs, dv), 1.0, &mut vh[j * dvp..]);
             }
-        });
-    PackedKv {
+            Ok(())
+        })?;
+    Ok(PackedKv {
         kt,
         v,
         kt_head,
         v_head,
         h0,
-    }
+    })
 }
+
+/// The op named when the host will not allocate packed operands or scratch.
+pub(super) const OP: &str = "scaled_dot_product_attention";
 
 /// Typed views of the mask operand.
 pub(super) fn mask_data(m: &CpuStorage) -> Result<MaskData<'_>> {

@@ -7,8 +7,13 @@
 
 use super::operands::{fill_bias, head_base, inverse_weight_sum, load_row, mat_strides};
 use super::{tile, Ctx, OutRows, State, Tile, KB, MR};
+use crate::cpu::alloc::resize;
 use crate::cpu::elem::FloatElem;
 use crate::desc::kinds::BinaryOp;
+use crate::Result;
+
+/// The op named when the host will not allocate a task's scratch.
+const OP: &str = "scaled_dot_product_attention";
 
 /// Per-thread scratch of the tasks, reused across tasks and calls (no allocation or zeroing
 /// per task; every element a task reads it has written first).
@@ -28,7 +33,12 @@ thread_local! {
 }
 
 /// Computes query rows `q0..q0 + out.rows()` of head `h` into `out`.
-pub(super) fn task<T: FloatElem>(c: &Ctx<T>, h: usize, q0: usize, out: &mut OutRows<T>) {
+pub(super) fn task<T: FloatElem>(
+    c: &Ctx<T>,
+    h: usize,
+    q0: usize,
+    out: &mut OutRows<T>,
+) -> Result<()> {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => task_in(c, (h, q0), out, &mut s),
         Err(_) => task_in(c, (h, q0), out, &mut Scratch::default()),
@@ -40,20 +50,20 @@ fn task_in<T: FloatElem>(
     (h, q0): (usize, usize),
     out: &mut OutRows<T>,
     sc: &mut Scratch,
-) {
+) -> Result<()> {
     // A zero head dim is packed as one zero column (scores 0, uniform weights).
     let (d, dk, dv, dvp, lk) = (c.s.d, c.s.d.max(1), c.s.dv, c.dvp, c.s.lk);
     let rows = out.rows();
     let tiles = rows.div_ceil(MR);
-    sc.q.resize(tiles * MR * dk, 0.0);
-    sc.o.resize(tiles * MR * dvp, 0.0);
-    sc.p.resize(MR * KB, 0.0);
-    sc.bias.resize(MR * KB, 0.0);
-    sc.row.resize(dk.max(dv), 0.0);
+    resize(OP, &mut sc.q, tiles * MR * dk, 0.0)?;
+    resize(OP, &mut sc.o, tiles * MR * dvp, 0.0)?;
+    resize(OP, &mut sc.p, MR * KB, 0.0)?;
+    resize(OP, &mut sc.bias, MR * KB, 0.0)?;
+    resize(OP, &mut sc.row, dk.max(dv), 0.0)?;
     sc.m.clear();
-    sc.m.resize(tiles, [f32::NEG_INFINITY; MR]);
+    resize(OP, &mut sc.m, tiles, [f32::NEG_INFINITY; MR])?;
     sc.l.clear();
-    sc.l.resize(tiles, [[0.0; 16]; MR]);
+    resize(OP, &mut sc.l, tiles, [[0.0; 16]; MR])?;
     let q = &mut sc.q[..tiles * MR * dk];
     let (qrs, qcs) = mat_strides(c.q.layout);
     let qb = head_base(c.q.layout, h);
@@ -126,4 +136,5 @@ fn task_in<T: FloatElem>(
             }
         }
     }
+    Ok(())
 }

@@ -65,11 +65,11 @@ pub(in crate::cpu) fn for_head_groups<T: Send, C: Sync>(
     out_layout: &Layout,
     s: &AttnShape,
     (rows_per_task, group): (usize, usize),
-    group_ctx: impl Fn(std::ops::Range<usize>) -> C,
-    task: impl Fn(&C, usize, usize, &mut OutRows<T>) + Sync,
-) {
+    group_ctx: impl Fn(std::ops::Range<usize>) -> crate::Result<C>,
+    task: impl Fn(&C, usize, usize, &mut OutRows<T>) -> crate::Result<()> + Sync,
+) -> crate::Result<()> {
     if !out_layout_fits(out_layout, s, out.len()) || s.dv == 0 {
-        return; // callers check the layout first; an empty row needs no task
+        return Ok(()); // callers check the layout first; an empty row needs no task
     }
     let heads = s.heads();
     let row_stride = out_layout.strides()[out_layout.rank() - 2];
@@ -77,8 +77,10 @@ pub(in crate::cpu) fn for_head_groups<T: Send, C: Sync>(
     let step = rows_per_task.max(1);
     for h0 in (0..heads).step_by(group.max(1)) {
         let h1 = (h0 + group).min(heads);
-        let ctx = group_ctx(h0..h1);
-        let mut tasks: Vec<(usize, usize, OutRows<T>)> = Vec::new();
+        let ctx = group_ctx(h0..h1)?;
+        let count = (h1 - h0).saturating_mul(s.lq.div_ceil(step));
+        let mut tasks: Vec<(usize, usize, OutRows<T>)> =
+            crate::cpu::alloc::with_capacity("scaled_dot_product_attention", count)?;
         for h in h0..h1 {
             let first = head_base(out_layout, h);
             for q0 in (0..s.lq).step_by(step) {
@@ -103,8 +105,9 @@ pub(in crate::cpu) fn for_head_groups<T: Send, C: Sync>(
         }
         tasks
             .into_par_iter()
-            .for_each(|(h, q0, mut part)| task(&ctx, h, q0, &mut part));
+            .try_for_each(|(h, q0, mut part)| task(&ctx, h, q0, &mut part))?;
     }
+    Ok(())
 }
 
 /// Splits the work into tasks of one head × `rows_per_task` query rows (at most `max_tiles`

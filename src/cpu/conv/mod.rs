@@ -87,11 +87,14 @@ fn check_weight(len: usize, shape: [usize; 4], groups: usize) -> Result<(usize, 
 
 /// OIHW -> OHWI, so that k = tap * cg + c runs contiguously along each output channel (B is
 /// that matrix transposed, a strided view the packer reads in place).
-fn to_ohwi<E: super::pool::Recycle + Send + Sync>(w: &[E], [o, cg, kh, kw]: [usize; 4]) -> Vec<E> {
+fn to_ohwi<E: super::pool::Recycle + Send + Sync>(
+    w: &[E],
+    [o, cg, kh, kw]: [usize; 4],
+) -> Result<Vec<E>> {
     if kh * kw > 1 && cg > 1 {
         transpose::transpose(w, 0, (o, cg, kh * kw))
     } else {
-        w.to_vec()
+        super::alloc::copied("conv2d prepack", w)
     }
 }
 
@@ -99,8 +102,8 @@ impl PackedConv {
     /// Packs a row-major `[O, C/G, kh, kw]` f32 weight.
     pub(crate) fn new(w: &[f32], shape: [usize; 4], groups: usize) -> Result<PackedConv> {
         let (og, k) = check_weight(w.len(), shape, groups)?;
-        let ohwi = to_ohwi(w, shape);
-        let mut panels = Vec::with_capacity(groups);
+        let ohwi = to_ohwi(w, shape)?;
+        let mut panels = super::alloc::with_capacity("conv2d prepack", groups)?;
         for gi in 0..groups {
             let b = MatRef::new(&ohwi, gi * og * k, k, og, 1, k);
             panels.push(PackedB::new_f32_blocked(b, GATHER_KCU)?);
@@ -126,8 +129,8 @@ impl PackedConv {
             return Ok(None);
         }
         let (og, k) = check_weight(w.len(), shape, groups)?;
-        let ohwi = to_ohwi(w, shape);
-        let mut panels = Vec::with_capacity(groups);
+        let ohwi = to_ohwi(w, shape)?;
+        let mut panels = super::alloc::with_capacity("conv2d prepack", groups)?;
         for gi in 0..groups {
             let b = MatRef::new(&ohwi, gi * og * k, k, og, 1, k);
             let p = PackedB::<bf16>::new(b)?;
@@ -382,7 +385,7 @@ fn conv_typed<S: ConvElem>(
         // With `out16`, `out` is scratch: final f32 rows, each rounded once to 16 bits.
         return winograd::conv_winograd(ep.path, data, xl, wg, g, ep, (out, out16));
     }
-    let zeros = vec![S::zeroed(); cg.max(1)];
+    let zeros = super::alloc::zeroed::<S>(op, cg.max(1))?;
     // Images run together, or one by one when the residual steps per image.
     let (parts, gp) = match ep.residual_image_stride {
         Some(_) if g.n > 1 => (g.n, ConvGeom { n: 1, ..*g }),
@@ -435,6 +438,9 @@ fn conv_typed<S: ConvElem>(
     Ok(())
 }
 
+/// The op named in the errors of the convolution engine.
+const OP: &str = "conv2d";
+
 /// `act(conv(x, w) + bias) + residual` for an input view `xl` of `[N, C, H, W]` with channel
 /// stride 1 (channels-last, or a view of it); returns the `[N, Ho, Wo, O]` rows (NHWC,
 /// contiguous) in `ep.out_dtype`.
@@ -469,19 +475,19 @@ pub(crate) fn conv2d_nhwc(
     let size = g.m() * g.o;
     Ok(match ep.out_dtype {
         DType::F16 => {
-            let mut out = super::pool::take::<half::f16>(size);
+            let mut out = super::pool::take::<half::f16>(OP, size)?;
             let o16 = Out16::f16(&mut out, g.o);
-            gemm::with_partial_sums(size, |c| run(c, Some(o16)))?;
+            gemm::with_partial_sums(OP, size, |c| run(c, Some(o16)))?;
             CpuStorage::F16(out)
         }
         DType::BF16 => {
-            let mut out = super::pool::take::<bf16>(size);
+            let mut out = super::pool::take::<bf16>(OP, size)?;
             let o16 = Out16::bf16(&mut out, g.o);
-            gemm::with_partial_sums(size, |c| run(c, Some(o16)))?;
+            gemm::with_partial_sums(OP, size, |c| run(c, Some(o16)))?;
             CpuStorage::BF16(out)
         }
         _ => {
-            let mut c = super::pool::take::<f32>(size);
+            let mut c = super::pool::take::<f32>(OP, size)?;
             run(&mut c, None)?;
             CpuStorage::F32(c)
         }

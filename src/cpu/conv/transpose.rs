@@ -5,10 +5,12 @@
 //! destination a new `[B, S, R]` vector; every destination element is written exactly once, so
 //! destinations come from the recycling pool uninitialised.
 
+use super::super::alloc;
 use super::super::pool::{self, Recycle};
 use super::super::storage::CpuStorage;
 use super::super::transpose::transpose_block;
 use crate::layout::Layout;
+use crate::Result;
 use rayon::prelude::*;
 
 /// Tile edge (elements).
@@ -21,11 +23,11 @@ pub(super) fn transpose<E: Recycle + Send + Sync>(
     src: &[E],
     off: usize,
     (batch, rows, cols): (usize, usize, usize),
-) -> Vec<E> {
+) -> Result<Vec<E>> {
     let total = batch * rows * cols;
-    let mut dst = pool::take::<E>(total);
+    let mut dst = pool::take::<E>(OP, total)?;
     if dst.is_empty() {
-        return dst;
+        return Ok(dst);
     }
     // One chunk = destination rows j0..j0 + T of one image (T · rows elements).
     let chunk = T * rows;
@@ -51,38 +53,44 @@ pub(super) fn transpose<E: Recycle + Send + Sync>(
     if total < PAR_MIN {
         pieces.enumerate().for_each(|(ci, d)| work(ci, d));
     } else {
-        let v: Vec<(usize, &mut [E])> = pieces.enumerate().collect();
+        let count = batch * per_image;
+        let v: Vec<(usize, &mut [E])> = alloc::collected(OP, count, pieces.enumerate())?;
         v.into_par_iter().for_each(|(ci, d)| work(ci, d));
     }
-    dst
+    Ok(dst)
 }
+
+/// The op named when the host will not allocate a transposed copy.
+const OP: &str = "conv2d (layout conversion)";
 
 macro_rules! per_dtype {
     ($x:expr, $v:ident => $body:expr) => {
         match $x {
-            CpuStorage::F32($v) => Some(CpuStorage::F32($body)),
-            CpuStorage::F16($v) => Some(CpuStorage::F16($body)),
-            CpuStorage::BF16($v) => Some(CpuStorage::BF16($body)),
+            CpuStorage::F32($v) => Some(CpuStorage::F32($body?)),
+            CpuStorage::F16($v) => Some(CpuStorage::F16($body?)),
+            CpuStorage::BF16($v) => Some(CpuStorage::BF16($body?)),
             _ => None,
         }
     };
 }
 
-/// The NHWC data of a dense row-major NCHW view (`None` for other views or dtypes).
-pub(crate) fn nchw_to_nhwc(x: &CpuStorage, l: &Layout) -> Option<CpuStorage> {
+/// The NHWC data of a dense row-major NCHW view (`None` for other views or dtypes; an error
+/// when the host will not allocate the copy).
+pub(crate) fn nchw_to_nhwc(x: &CpuStorage, l: &Layout) -> Result<Option<CpuStorage>> {
     let &[n, c, h, w] = l.shape() else {
-        return None;
+        return Ok(None);
     };
     if !l.is_contiguous() || l.max_offset() > x.len() {
-        return None;
+        return Ok(None);
     }
-    per_dtype!(x, v => transpose(v, l.offset(), (n, c, h * w)))
+    Ok(per_dtype!(x, v => transpose(v, l.offset(), (n, c, h * w))))
 }
 
-/// The NCHW data of a dense `[N, H, W, C]` storage (`None` for other dtypes or sizes).
-pub(crate) fn nhwc_to_nchw(x: &CpuStorage, [n, h, w, c]: [usize; 4]) -> Option<CpuStorage> {
+/// The NCHW data of a dense `[N, H, W, C]` storage (`None` for other dtypes or sizes; an
+/// error when the host will not allocate the copy).
+pub(crate) fn nhwc_to_nchw(x: &CpuStorage, [n, h, w, c]: [usize; 4]) -> Result<Option<CpuStorage>> {
     if x.len() != n * h * w * c {
-        return None;
+        return Ok(None);
     }
-    per_dtype!(x, v => transpose(v, 0, (n, h * w, c)))
+    Ok(per_dtype!(x, v => transpose(v, 0, (n, h * w, c))))
 }

@@ -225,9 +225,9 @@ impl WinogradWeights {
         }
         let level = Kernels::current().level();
         let u = match operands {
-            Operands::F32 => Filters::F32(transform_packed_f32(w, (o, c), tile, level)),
+            Operands::F32 => Filters::F32(transform_packed_f32(w, (o, c), tile, level)?),
             Operands::Bf16 => {
-                if let Some(packed) = transform_packed_bf16(w, (o, c), tile, level) {
+                if let Some(packed) = transform_packed_bf16(w, (o, c), tile, level)? {
                     return Ok(WinogradWeights {
                         c,
                         o,
@@ -239,7 +239,8 @@ impl WinogradWeights {
                 // Another bf16 layout: `u[ci][point][oi]`, tasks over blocks of CI_BLOCK input
                 // channels; rounded to bf16 (nearest even) once, from the f64 transform's f32
                 // values, then packed by the packer.
-                let mut u = vec![0f32; points * c * o];
+                const OP: &str = "conv2d prepack";
+                let mut u = crate::cpu::alloc::zeroed::<f32>(OP, points * c * o)?;
                 u.par_chunks_mut(points * o * CI_BLOCK)
                     .enumerate()
                     .for_each(|(cb, ucb)| {
@@ -247,7 +248,7 @@ impl WinogradWeights {
                         let mut sink = RowMajorSink::new(ucb, cis.start, points, o);
                         transform_filters(level, w, tile, (c, o), cis, &mut sink)
                     });
-                let mut h = vec![bf16::ZERO; u.len()];
+                let mut h = crate::cpu::alloc::zeroed::<bf16>(OP, u.len())?;
                 Kernels::current().f32_to_bf16(&u, &mut h);
                 drop(u);
                 let view = |point: usize| (point * o, c, o, points * o, 1);
@@ -369,9 +370,11 @@ fn run_blocked_into<S: ToF32>(
     let avx2 = kernels.level() != crate::cpu::simd::SimdLevel::Fallback;
     let row_in = inp.tiles_x * points * c;
     let bf16_ops = w.operands() == Operands::Bf16;
-    let mut v = crate::cpu::pool::take::<f32>(if bf16_ops { 0 } else { rows_per_block * row_in });
-    let mut vh = crate::cpu::pool::take::<bf16>(if bf16_ops { rows_per_block * row_in } else { 0 });
-    let mut m = crate::cpu::pool::take::<f32>(rows_per_block * inp.tiles_x * points * o);
+    let take32 = |n| crate::cpu::pool::take::<f32>(op, n);
+    let mut v = take32(if bf16_ops { 0 } else { rows_per_block * row_in })?;
+    let mut vh =
+        crate::cpu::pool::take::<bf16>(op, if bf16_ops { rows_per_block * row_in } else { 0 })?;
+    let mut m = take32(rows_per_block * inp.tiles_x * points * o)?;
     // Output rows of tile row r start at `row_start(r)`.
     let row_start = |r: usize| {
         let (b, ty) = (r / inp.tiles_y, r % inp.tiles_y);
@@ -401,19 +404,22 @@ fn run_blocked_into<S: ToF32>(
                 // Each tile row is transformed in f32 (exact: additions of at most four
                 // inputs) into a per-thread row that stays in cache, then rounded once.
                 let vh = &mut vh[..tiles * points * c];
-                vh.par_chunks_mut(row_in).enumerate().for_each(|(i, vr)| {
-                    F32_ROW.with(|cell| {
-                        let mut fresh = Vec::new();
-                        let mut kept = cell.try_borrow_mut();
-                        let row = match kept.as_deref_mut() {
-                            Ok(row) => row,
-                            Err(_) => &mut fresh,
-                        };
-                        row.resize(row_in, 0.0);
-                        transform_row((avx2, tile), data, &inp, g, r0 + i, row);
-                        kernels.f32_to_bf16(row, vr);
-                    })
-                });
+                vh.par_chunks_mut(row_in)
+                    .enumerate()
+                    .try_for_each(|(i, vr)| -> Result<()> {
+                        F32_ROW.with(|cell| {
+                            let mut fresh = Vec::new();
+                            let mut kept = cell.try_borrow_mut();
+                            let row = match kept.as_deref_mut() {
+                                Ok(row) => row,
+                                Err(_) => &mut fresh,
+                            };
+                            crate::cpu::alloc::resize(op, row, row_in, 0.0)?;
+                            transform_row((avx2, tile), data, &inp, g, r0 + i, row);
+                            kernels.f32_to_bf16(row, vr);
+                            Ok(())
+                        })
+                    })?;
                 let vh = &*vh;
                 point_products(m, tiles * o, u, |point, u, mk| {
                     let (off, rows, cols, rs, cs) = a_view(point);
@@ -423,7 +429,7 @@ fn run_blocked_into<S: ToF32>(
             }
         }
         // Split this block's output into its tile rows' runs.
-        let mut parts = Vec::with_capacity(r1 - r0);
+        let mut parts = crate::cpu::alloc::with_capacity(op, r1 - r0)?;
         let mut rest = &mut out[row_start(r0)..row_start(r1 - 1) + rows_len(g, &inp, t, r1 - 1)];
         for r in r0..r1 {
             let (head, tail) = rest.split_at_mut(rows_len(g, &inp, t, r));
@@ -431,19 +437,22 @@ fn run_blocked_into<S: ToF32>(
             rest = tail;
         }
         let m = &*m;
-        parts.into_par_iter().enumerate().for_each(|(i, part)| {
-            let first_tile = i * inp.tiles_x;
-            let mr = BlockProducts {
-                m,
-                tiles,
-                o,
-                first_tile,
-            };
-            finish_row((avx2, tile), &mr, g, &inp, r0 + i, ep, kernels, part);
-            if let Some(o16) = out16 {
-                o16.offset(row_start(r0 + i)).store_rows(part, o);
-            }
-        });
+        parts.into_par_iter().enumerate().try_for_each(
+            |(i, part): (usize, &mut [f32])| -> Result<()> {
+                let first_tile = i * inp.tiles_x;
+                let mr = BlockProducts {
+                    m,
+                    tiles,
+                    o,
+                    first_tile,
+                };
+                finish_row((avx2, tile), &mr, g, &inp, r0 + i, ep, kernels, part)?;
+                if let Some(o16) = out16 {
+                    o16.offset(row_start(r0 + i)).store_rows(part, o);
+                }
+                Ok(())
+            },
+        )?;
         r0 = r1;
     }
     crate::cpu::pool::give(v);

@@ -14,6 +14,7 @@ use crate::cpu::simd::Kernels;
 use crate::desc::kinds::UnaryOp;
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
+use crate::Result;
 
 /// The point-major products of one block as a tile row's output transform reads them.
 pub(super) struct BlockProducts<'a> {
@@ -49,7 +50,7 @@ pub(super) fn finish_row(
     ep: &ConvEpilogue,
     kernels: Kernels,
     out: &mut [f32],
-) {
+) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: as in `transform_row`.
@@ -81,7 +82,7 @@ unsafe fn finish_row_avx2<const T: usize>(
     ep: &ConvEpilogue,
     kernels: Kernels,
     out: &mut [f32],
-) {
+) -> Result<()> {
     finish_row_body::<T>(m, g, inp, row, ep, kernels, out)
 }
 
@@ -95,7 +96,7 @@ fn finish_row_body<const T: usize>(
     ep: &ConvEpilogue,
     kernels: Kernels,
     out: &mut [f32],
-) {
+) -> Result<()> {
     let o = g.o;
     let (b, ty) = (row / inp.tiles_y, row % inp.tiles_y);
     let points = (T + 2) * (T + 2);
@@ -133,7 +134,8 @@ fn finish_row_body<const T: usize>(
     }
     // Epilogue per output pixel row: + bias, activation, + residual.
     let act = unary_of(ep.activation);
-    let mut scratch = vec![0f32; if act.is_some() { o } else { 0 }];
+    let mut scratch =
+        crate::cpu::alloc::zeroed::<f32>("conv2d", if act.is_some() { o } else { 0 })?;
     for (i, pixels) in out.chunks_exact_mut(g.wo * o).enumerate() {
         let oy = T * ty + i;
         for (ox, r) in pixels.chunks_exact_mut(o).enumerate() {
@@ -153,6 +155,7 @@ fn finish_row_body<const T: usize>(
             }
         }
     }
+    Ok(())
 }
 
 /// Writes the `rows × cols` output pixels of one tile's channel chunk: pixel `(i, j)` is

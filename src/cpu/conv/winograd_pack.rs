@@ -38,16 +38,20 @@ fn packed_index(l: &BLayout, u: usize, col: usize) -> usize {
     l.panel_offset(bi, col / NR) + (u - u0) * NR + col % NR
 }
 
-/// One fresh-or-recycled buffer per point, grown to `len` elements of `T`, and their pointers.
-fn point_buffers<T: bytemuck::Pod>(points: usize, len: usize) -> (Vec<AlignedBuf>, Vec<Dst<T>>) {
+/// One fresh-or-recycled buffer per point, grown to `len` elements of `T`, and their pointers
+/// (an error when the host will not allocate them).
+fn point_buffers<T: bytemuck::Pod>(
+    points: usize,
+    len: usize,
+) -> crate::Result<(Vec<AlignedBuf>, Vec<Dst<T>>)> {
     let mut bufs: Vec<AlignedBuf> = (0..points)
         .map(|_| AlignedBuf::recycled::<T>(len))
         .collect();
     let dsts = bufs
         .iter_mut()
-        .map(|b| Dst(b.slice_mut::<T>(len).as_mut_ptr()))
-        .collect();
-    (bufs, dsts)
+        .map(|b| Ok(Dst(b.slice_mut::<T>("conv2d prepack", len)?.as_mut_ptr())))
+        .collect::<crate::Result<_>>()?;
+    Ok((bufs, dsts))
 }
 
 /// The f32 layout's sink: row `ci`, 16 columns from `o0`, of every point's buffer.
@@ -199,13 +203,14 @@ pub(super) fn transform_packed_f32<S: ToF32>(
     (o, c): (usize, usize),
     tile: Tile,
     level: SimdLevel,
-) -> Vec<PackedB<f32>> {
+) -> crate::Result<Vec<PackedB<f32>>> {
     let layout = BLayout::new(PackKind::F32, c, o, false);
-    let (bufs, dsts) = point_buffers::<f32>(tile.points(), layout.len());
+    let (bufs, dsts) = point_buffers::<f32>(tile.points(), layout.len())?;
     transform_packed::<S, F32Sink>(w, (o, c), tile, level, &layout, &dsts);
-    bufs.into_iter()
+    Ok(bufs
+        .into_iter()
         .map(|buf| PackedB::from_packed(layout, buf))
-        .collect()
+        .collect())
 }
 
 /// `x` rounded to bf16 bits, nearest even, NaN kept and made quiet: the rounding of the SIMD
@@ -231,16 +236,16 @@ pub(super) fn transform_packed_bf16<S: ToF32>(
     (o, c): (usize, usize),
     tile: Tile,
     level: SimdLevel,
-) -> Option<Vec<PackedB<bf16>>> {
+) -> crate::Result<Option<Vec<PackedB<bf16>>>> {
     if bf16_kind() != PackKind::Bf16 {
-        return None;
+        return Ok(None);
     }
     let layout = BLayout::new(PackKind::Bf16, c, o, false);
-    let (bufs, dsts) = point_buffers::<u32>(tile.points(), layout.len());
+    let (bufs, dsts) = point_buffers::<u32>(tile.points(), layout.len())?;
     transform_packed::<S, PairSink>(w, (o, c), tile, level, &layout, &dsts);
-    Some(
+    Ok(Some(
         bufs.into_iter()
             .map(|buf| PackedB::from_packed(layout, buf))
             .collect(),
-    )
+    ))
 }

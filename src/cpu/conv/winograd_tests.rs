@@ -289,7 +289,7 @@ fn filters_transformed_into_packed_layout_match_the_packer() -> Result<()> {
                     .map(|_| PackedB::new(MatRef::new(&nans, 0, c, o, o, 1)))
                     .collect::<Result<_>>()?;
                 drop(dirty);
-                let got = transform_packed_f32(&w, (o, c), tile, level);
+                let got = transform_packed_f32(&w, (o, c), tile, level)?;
                 for (p, (g, e)) in got.iter().zip(&want).enumerate() {
                     let len = e.layout.len();
                     let (gb, eb) = (g.buf.slice::<f32>(len), e.buf.slice::<f32>(len));
@@ -333,7 +333,7 @@ fn filters_transformed_into_pair_layout_match_the_packer() -> Result<()> {
                     .map(|p| PackedB::new(MatRef::new(&h, p * o, c, o, points * o, 1)))
                     .collect::<Result<_>>()?;
                 for &level in &levels {
-                    let got = transform_packed_bf16(&w, (o, c), tile, level).ok_or_else(|| {
+                    let got = transform_packed_bf16(&w, (o, c), tile, level)?.ok_or_else(|| {
                         crate::Error::invalid("test", "the pair layout was forced")
                     })?;
                     for (p, (g, e)) in got.iter().zip(&want).enumerate() {

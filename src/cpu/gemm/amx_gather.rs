@@ -107,6 +107,6 @@ pub(crate) fn gemm_gather_amx<R: RowSource<Elem = bf16>>(
         data: b.buf.slice::<u32>(l.len()),
         layout: l,
     };
-    driver::run(&GatherAmx { src, k: l.k }, m, view, c, ldc, &ctx);
+    driver::run(&GatherAmx { src, k: l.k }, m, view, c, ldc, &ctx)?;
     Ok(true)
 }

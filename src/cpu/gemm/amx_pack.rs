@@ -341,7 +341,7 @@ pub(crate) fn run(
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
-) {
+) -> crate::Result<()> {
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(k) = super::amx::AmxBf16::new(a) {
@@ -360,5 +360,5 @@ pub(crate) fn run(
         inner: PortBf16 { a },
         k: a.cols,
     };
-    driver::run(&k, a.rows, view, c, ldc, ep);
+    driver::run(&k, a.rows, view, c, ldc, ep)
 }

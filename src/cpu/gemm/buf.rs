@@ -9,6 +9,7 @@
 //! every other new (or replaced, see [`AlignedBuf::slice_mut`]) buffer is zeroed.
 
 use super::lines::LineVec;
+use crate::Result;
 use std::cell::Cell;
 use std::sync::Mutex;
 
@@ -34,16 +35,21 @@ impl AlignedBuf {
     /// already zeroed ([`LineVec`]: fresh pages of a large one are only touched when written,
     /// as huge pages where the kernel allows), not grown in place, which wrote every
     /// new line: a 84 MB bf16 product's partial-sum buffer, never read or written when K fits
-    /// one block, cost 30 ms a call.
-    pub(crate) fn slice_mut<T: bytemuck::Pod>(&mut self, n: usize) -> &mut [T] {
-        let bytes = n * std::mem::size_of::<T>();
+    /// one block, cost 30 ms a call. A replacement the host will not allocate is an error
+    /// naming `op` (the buffer is then empty).
+    pub(crate) fn slice_mut<T: bytemuck::Pod>(
+        &mut self,
+        op: &'static str,
+        n: usize,
+    ) -> Result<&mut [T]> {
+        let bytes = crate::cpu::alloc::bytes_of::<T>(n);
         let lines = bytes.div_ceil(64);
         if self.lines.len() < lines {
             self.lines = LineVec::default();
-            self.lines = LineVec::zeroed(lines);
+            self.lines = LineVec::zeroed(op, lines)?;
         }
         let all: &mut [T] = bytemuck::cast_slice_mut(&mut self.lines[..lines]);
-        &mut all[..n]
+        Ok(&mut all[..n])
     }
 
     /// The first `n` elements as `T` (`n` must not exceed what was allocated).
@@ -60,7 +66,7 @@ impl AlignedBuf {
     /// kept storage's old contents stay until written: only for callers that write every
     /// element they read (the B packers do: per-call products already reuse scratch unzeroed).
     pub(crate) fn recycled<T>(n: usize) -> AlignedBuf {
-        let lines = (n * std::mem::size_of::<T>()).div_ceil(64);
+        let lines = crate::cpu::alloc::bytes_of::<T>(n).div_ceil(64);
         if lines >= SPARE_MIN_LINES {
             if let Ok(mut spare) = SPARE.lock() {
                 let best = crate::cpu::pool::best_fit(spare.iter().map(|s| s.len()), lines);
@@ -167,15 +173,19 @@ pub(crate) fn with_scratch<R>(slot: Slot, f: impl FnOnce(&mut AlignedBuf) -> R) 
 /// sums above [`MAX_KEPT_LINES`] are dropped after each use, and a fresh 84 MB one (a bf16
 /// 8192 × 320 × 2560 product, two K blocks) took 40 ms of page faults a call against 5 ms of
 /// products.
-pub(crate) fn with_partial_sums<R>(n: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+pub(crate) fn with_partial_sums<R>(
+    op: &'static str,
+    n: usize,
+    f: impl FnOnce(&mut [f32]) -> Result<R>,
+) -> Result<R> {
     with_scratch(Slot::C, |buf| {
-        let lines = (n * 4).div_ceil(64);
+        let lines = crate::cpu::alloc::bytes_of::<f32>(n).div_ceil(64);
         if buf.lines.len() < lines {
             let spare = AlignedBuf::recycled::<f32>(n);
             if spare.lines.len() >= lines {
                 *buf = spare;
             }
         }
-        f(buf.slice_mut::<f32>(n))
+        f(buf.slice_mut::<f32>(op, n)?)
     })
 }

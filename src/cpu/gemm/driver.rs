@@ -32,7 +32,9 @@ use super::layout::PackedView;
 use super::layout::NR;
 use super::panels::{PanelAccess, Panels};
 use super::types::{Out16, Residual};
+use crate::cpu::alloc::FirstError;
 use crate::desc::Activation;
+use crate::Result;
 use rayon::prelude::*;
 
 /// Products smaller than this many flops run on the calling thread.
@@ -263,11 +265,13 @@ pub(crate) fn run<K: Kernel>(
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
-) {
-    run_panels(kern, m, &b, c, ldc, ep);
+) -> Result<()> {
+    run_panels(kern, m, &b, c, ldc, ep)
 }
 
-/// [`run`] over any source of B panels (a packed B, or one packed on first use).
+/// [`run`] over any source of B panels (a packed B, or one packed on first use). A task whose
+/// packed-A scratch the host will not allocate ends the product with that error (C is then
+/// incomplete; the caller discards it).
 pub(crate) fn run_panels<K: Kernel>(
     kern: &K,
     m: usize,
@@ -275,10 +279,10 @@ pub(crate) fn run_panels<K: Kernel>(
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
-) {
+) -> Result<()> {
     let l = *b.layout();
     if m == 0 || l.n == 0 {
-        return;
+        return Ok(());
     }
     let mp = m.div_ceil(K::MR);
     let np = l.npanels;
@@ -301,11 +305,25 @@ pub(crate) fn run_panels<K: Kernel>(
         }
     };
     let cp = CPtr(c.as_mut_ptr());
+    let failed = FirstError::default();
     let task = |i: usize| {
+        if failed.failed() {
+            return;
+        }
         let (mi, ni) = (i / nt, i % nt);
         let (p0, p1) = (mi * mp / mt, (mi + 1) * mp / mt);
         let (q0, q1) = (ni * np / nt, (ni + 1) * np / nt);
-        run_task(kern, m, (p0, p1), (q0, q1), b, cp, ldc, ep, (mi, mt));
+        failed.record(run_task(
+            kern,
+            m,
+            (p0, p1),
+            (q0, q1),
+            b,
+            cp,
+            ldc,
+            ep,
+            (mi, mt),
+        ));
     };
     if threads == 1 || mt * nt == 1 {
         (0..mt * nt).for_each(task);
@@ -314,7 +332,11 @@ pub(crate) fn run_panels<K: Kernel>(
     } else {
         (0..mt * nt).into_par_iter().for_each(task);
     }
+    failed.into_result()
 }
+
+/// The op named when the host will not allocate a task's packed A.
+const PACKED_A: &str = "gemm (packed A)";
 
 /// Whether short parallel products start on the caller ([`super::eager`]):
 /// `config::CpuConfig::eager` (default yes).
@@ -333,20 +355,27 @@ fn run_task<K: Kernel>(
     ldc: usize,
     ep: &EpCtx,
     (task_row, task_rows): (usize, usize),
-) {
+) -> Result<()> {
     let c = c.0;
     if p0 >= p1 || q0 >= q1 {
-        return;
+        return Ok(());
     }
     let l = b.layout();
     let mr = K::MR;
     with_scratch(Slot::A, |scratch| {
         kern.begin();
+        let mut result = Ok(());
         for bi in 0..l.nblk {
             let (u0, u1) = l.block(bi);
             let kcu = u1 - u0;
             let panel = mr * kcu;
-            let abuf = scratch.slice_mut::<K::PA>(panel * (p1 - p0));
+            let abuf = match scratch.slice_mut::<K::PA>(PACKED_A, panel * (p1 - p0)) {
+                Ok(abuf) => abuf,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
             for (ip, dst) in (p0..p1).zip(abuf.chunks_mut(panel.max(1))) {
                 let row0 = ip * mr;
                 kern.pack_a(row0, mr.min(m - row0), u0, u1, dst);
@@ -431,7 +460,8 @@ fn run_task<K: Kernel>(
             }
         }
         kern.end();
-    });
+        result
+    })
 }
 
 #[cfg(test)]

@@ -267,19 +267,19 @@ pub(crate) fn gemm_gather<R: RowSource>(
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
         if let Some(tile) = super::avx512::AvxF32::new(none) {
-            driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx);
+            driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx)?;
             return Ok(());
         }
     }
     #[cfg(target_arch = "x86_64")]
     if path != GemmPath::Fallback {
         if let Some(tile) = super::avx2::Avx2F32::new(none) {
-            driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx);
+            driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx)?;
             return Ok(());
         }
     }
     let _ = path;
     let tile = PortF32 { a: none };
-    driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx);
+    driver::run(&Gather { src, tile }, m, view, c, ldc, &ctx)?;
     Ok(())
 }

@@ -121,6 +121,6 @@ pub(crate) fn gemm_gather_dot<R: RowSource<Elem = bf16>>(
         data: b.buf.slice::<u32>(l.len()),
         layout: l,
     };
-    driver::run(&GatherDot { src, k: l.k }, m, view, c, ldc, &ctx);
+    driver::run(&GatherDot { src, k: l.k }, m, view, c, ldc, &ctx)?;
     Ok(true)
 }

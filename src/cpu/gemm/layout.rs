@@ -22,6 +22,9 @@ use super::{buf::AlignedBuf, MatRef};
 use crate::{Error, Result};
 use half::{bf16, f16};
 
+/// The op named when the host will not allocate a pack.
+const PACK: &str = "prepack";
+
 /// Columns per packed B panel (two zmm registers of f32).
 pub(crate) const NR: usize = 32;
 /// Maximum units per K block for the f32 layout: a 14×512 A micro-panel (28 KiB) stays in L1
@@ -153,7 +156,9 @@ pub(crate) mod sealed {
     pub trait Sealed: Sized {
         /// The packed layout new packs of this type use (bf16: see [`super::bf16_kind`]).
         fn kind() -> PackKind;
-        fn pack_into(b: &MatRef<Self>, layout: &BLayout, buf: &mut AlignedBuf);
+        /// Packs `b` into `buf` (grown as needed: an error when the host will not allocate).
+        fn pack_into(b: &MatRef<Self>, layout: &BLayout, buf: &mut AlignedBuf)
+            -> crate::Result<()>;
     }
 }
 
@@ -169,30 +174,33 @@ impl sealed::Sealed for f32 {
     fn kind() -> PackKind {
         PackKind::F32
     }
-    fn pack_into(b: &MatRef<f32>, layout: &BLayout, buf: &mut AlignedBuf) {
-        pack_b_f32(b, layout, buf.slice_mut::<f32>(layout.len()));
+    fn pack_into(b: &MatRef<f32>, layout: &BLayout, buf: &mut AlignedBuf) -> Result<()> {
+        pack_b_f32(b, layout, buf.slice_mut::<f32>(PACK, layout.len())?);
+        Ok(())
     }
 }
 impl sealed::Sealed for f16 {
     fn kind() -> PackKind {
         PackKind::F32
     }
-    fn pack_into(b: &MatRef<f16>, layout: &BLayout, buf: &mut AlignedBuf) {
-        pack_b_f32(b, layout, buf.slice_mut::<f32>(layout.len()));
+    fn pack_into(b: &MatRef<f16>, layout: &BLayout, buf: &mut AlignedBuf) -> Result<()> {
+        pack_b_f32(b, layout, buf.slice_mut::<f32>(PACK, layout.len())?);
+        Ok(())
     }
 }
 impl sealed::Sealed for bf16 {
     fn kind() -> PackKind {
         bf16_kind()
     }
-    fn pack_into(b: &MatRef<bf16>, layout: &BLayout, buf: &mut AlignedBuf) {
+    fn pack_into(b: &MatRef<bf16>, layout: &BLayout, buf: &mut AlignedBuf) -> Result<()> {
         match layout.kind {
-            PackKind::F32 => pack_b_f32(b, layout, buf.slice_mut::<f32>(layout.len())),
-            PackKind::Bf16 => pack_b_bf16(b, layout, buf.slice_mut::<u32>(layout.len())),
+            PackKind::F32 => pack_b_f32(b, layout, buf.slice_mut::<f32>(PACK, layout.len())?),
+            PackKind::Bf16 => pack_b_bf16(b, layout, buf.slice_mut::<u32>(PACK, layout.len())?),
             PackKind::Amx => {
-                super::amx_pack::pack_b_amx(b, layout, buf.slice_mut::<u32>(layout.len()))
+                super::amx_pack::pack_b_amx(b, layout, buf.slice_mut::<u32>(PACK, layout.len())?)
             }
         }
+        Ok(())
     }
 }
 
@@ -208,10 +216,7 @@ impl<T: PackElem> PackedB<T> {
     /// Packs `b` (`K × N`, any strides) for the plain GEMM.
     pub fn new(b: MatRef<T>) -> Result<Self> {
         b.validate("PackedB::new", "b")?;
-        Ok(Self::build(
-            &b,
-            BLayout::new(T::kind(), b.rows, b.cols, false),
-        ))
+        Self::build(&b, BLayout::new(T::kind(), b.rows, b.cols, false))
     }
 
     /// Packs `b` (`K × 2N`) for the GLU GEMM: the result is used with the same
@@ -225,21 +230,18 @@ impl<T: PackElem> PackedB<T> {
                 &[b.rows, b.cols],
             ));
         }
-        Ok(Self::build(
-            &b,
-            BLayout::new(T::kind(), b.rows, b.cols / 2, true),
-        ))
+        Self::build(&b, BLayout::new(T::kind(), b.rows, b.cols / 2, true))
     }
 
-    fn build(b: &MatRef<T>, layout: BLayout) -> Self {
+    fn build(b: &MatRef<T>, layout: BLayout) -> Result<Self> {
         // Every packer writes every element, so storage kept from a dropped buffer will do.
         let mut buf = AlignedBuf::recycled::<u32>(layout.len());
-        T::pack_into(b, &layout, &mut buf);
-        PackedB {
+        T::pack_into(b, &layout, &mut buf)?;
+        Ok(PackedB {
             layout,
             buf,
             _elem: std::marker::PhantomData,
-        }
+        })
     }
 
     /// A pack whose `buf` a caller filled in `layout` itself (every one of its `layout.len()`
@@ -286,7 +288,8 @@ impl<T: PackElem> PackedB<T> {
     pub(crate) fn unpack_transposed(&self) -> Option<Vec<f32>> {
         let l = self.layout;
         let cols = if l.glu { 2 * l.n } else { l.n };
-        let mut out = vec![0f32; cols * l.k];
+        // Memory the host will not give is `None` too (the caller's "cannot give it back").
+        let mut out = crate::cpu::alloc::zeroed::<f32>("unpack", cols * l.k).ok()?;
         let mut put = |k: usize, col: usize, v: f32| {
             if k < l.k {
                 out[col * l.k + k] = v;
@@ -332,10 +335,7 @@ impl PackedB<f32> {
     /// units (for kernels that keep a B micro-panel in L1, see `gemm_gather`).
     pub(crate) fn new_f32_blocked(b: MatRef<f32>, max_kcu: usize) -> Result<Self> {
         b.validate("PackedB::new", "b")?;
-        Ok(Self::build(
-            &b,
-            BLayout::f32_blocked(b.rows, b.cols, max_kcu),
-        ))
+        Self::build(&b, BLayout::f32_blocked(b.rows, b.cols, max_kcu))
     }
 }
 
@@ -375,9 +375,10 @@ mod unpack_tests {
         };
         for glu in [false, true] {
             let nout = if glu { n / 2 } else { n };
-            let f = PackedB::<f32>::build(&b32, BLayout::new(PackKind::F32, k, nout, glu));
+            let f = PackedB::<f32>::build(&b32, BLayout::new(PackKind::F32, k, nout, glu)).unwrap();
             assert_eq!(f.unpack_transposed(), Some(want(n)), "f32 glu={glu}");
-            let p = PackedB::<bf16>::build(&b16, BLayout::new(PackKind::Bf16, k, nout, glu));
+            let p =
+                PackedB::<bf16>::build(&b16, BLayout::new(PackKind::Bf16, k, nout, glu)).unwrap();
             assert_eq!(p.unpack_transposed(), Some(want(n)), "bf16 pairs glu={glu}");
         }
     }

@@ -14,7 +14,8 @@
 //! with `len` zero-initialised (or since written) [`Line`]s after it, inside the allocation.
 
 use super::buf::Line;
-use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use crate::Result;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 /// The alignment the system allocator serves from `calloc` (`MIN_ALIGN` on the 64-bit
 /// targets this crate builds for).
@@ -45,24 +46,22 @@ impl Default for LineVec {
 }
 
 impl LineVec {
-    /// `len` zeroed lines; large ones are advised for huge pages (`hugepage`). Aborts on
-    /// allocation failure, as `Vec` does.
-    pub(crate) fn zeroed(len: usize) -> LineVec {
+    /// `len` zeroed lines; large ones are advised for huge pages (`hugepage`). A size the
+    /// allocator refuses (or past the address space) is an error naming `op`.
+    pub(crate) fn zeroed(op: &'static str, len: usize) -> Result<LineVec> {
         if len == 0 {
-            return LineVec::default();
+            return Ok(LineVec::default());
         }
-        let bytes = len
+        let refused = || crate::cpu::alloc::out_of_memory(op, len.saturating_mul(64));
+        let layout = len
             .checked_mul(64)
             .and_then(|b| b.checked_add(64))
-            .and_then(|b| Layout::from_size_align(b, CALLOC_ALIGN).ok());
-        let Some(layout) = bytes else {
-            // Larger than the address space: the allocator would refuse it too.
-            handle_alloc_error(Layout::new::<Line>())
-        };
+            .and_then(|b| Layout::from_size_align(b, CALLOC_ALIGN).ok())
+            .ok_or_else(refused)?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            handle_alloc_error(layout);
+            return Err(refused());
         }
         let offset = ptr.align_offset(64);
         let v = LineVec {
@@ -72,7 +71,7 @@ impl LineVec {
             layout,
         };
         crate::cpu::hugepage::advise(&v[..]);
-        v
+        Ok(v)
     }
 
     /// Number of lines.
@@ -122,7 +121,7 @@ mod tests {
     #[test]
     fn lines_are_aligned_zeroed_and_writable() {
         for len in [0usize, 1, 3, 1000, (8 << 20) / 64 + 5] {
-            let mut v = LineVec::zeroed(len);
+            let mut v = LineVec::zeroed("test", len).unwrap();
             assert_eq!(v.len(), len);
             assert_eq!(v.as_ptr() as usize % 64, 0, "len {len}");
             let words: &mut [u32] = bytemuck::cast_slice_mut(&mut v[..]);
@@ -133,6 +132,7 @@ mod tests {
             let words: &[u32] = bytemuck::cast_slice(&v[..]);
             assert!(words.iter().enumerate().all(|(i, &w)| w == i as u32));
         }
+        assert!(LineVec::zeroed("test", usize::MAX / 32).is_err());
         let empty = LineVec::default();
         assert!(empty.iter().next().is_none());
         assert_eq!(empty.len(), 0);

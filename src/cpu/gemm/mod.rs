@@ -296,7 +296,7 @@ fn gemm_on<T: Runner>(
         BSrc::Packed(p) => {
             let l = p.layout;
             let ctx = check(op, &a, (l.k, l.n, l.glu), c, ldc, ep)?;
-            T::run(path, a, BPack::Packed(&p.buf), l, c, ldc, &ctx);
+            T::run(path, a, BPack::Packed(&p.buf), l, c, ldc, &ctx)?;
         }
         BSrc::Raw(b, glu) => {
             b.validate(op, "b")?;
@@ -310,8 +310,8 @@ fn gemm_on<T: Runner>(
             }
             let l = BLayout::new(T::kind(), b.rows, n, glu);
             with_scratch(Slot::B, |buf| {
-                T::run(path, a, BPack::OnFirstUse(b, buf), l, c, ldc, &ctx);
-            });
+                T::run(path, a, BPack::OnFirstUse(b, buf), l, c, ldc, &ctx)
+            })?;
         }
     }
     Ok(())

@@ -133,18 +133,22 @@ where
     F: Fn(usize, usize, usize, &mut [P]) + Sync,
 {
     /// Panels of `layout` to be packed by `pack` into the first `layout.len()` elements of
-    /// `buf` (grown as needed).
-    pub(crate) fn new(buf: &'a mut AlignedBuf, layout: BLayout, pack: F) -> Self {
-        LazyPanels {
-            ptr: buf.slice_mut::<P>(layout.len()).as_mut_ptr(),
+    /// `buf` (grown as needed: an error when the host will not allocate it).
+    pub(crate) fn new(buf: &'a mut AlignedBuf, layout: BLayout, pack: F) -> crate::Result<Self> {
+        const OP: &str = "gemm (packed B)";
+        let panels = layout.nblk * layout.npanels;
+        Ok(LazyPanels {
+            ptr: buf.slice_mut::<P>(OP, layout.len())?.as_mut_ptr(),
             layout,
-            state: (0..layout.nblk * layout.npanels)
-                .map(|_| AtomicU8::new(EMPTY))
-                .collect(),
+            state: crate::cpu::alloc::collected(
+                OP,
+                panels,
+                (0..panels).map(|_| AtomicU8::new(EMPTY)),
+            )?,
             pack,
             direct: None,
             _buf: PhantomData,
-        }
+        })
     }
 }
 
@@ -305,7 +309,7 @@ mod tests {
             }
         };
         let mut buf = AlignedBuf::default();
-        let lazy = LazyPanels::new(&mut buf, layout, pack);
+        let lazy = LazyPanels::new(&mut buf, layout, pack).unwrap();
         let panels: Vec<(usize, usize)> = (0..layout.nblk)
             .flat_map(|bi| (0..layout.npanels).map(move |q| (bi, q)))
             .collect();
@@ -349,7 +353,9 @@ mod tests {
             offset,
             row_stride: ld,
         };
-        let lazy = LazyPanels::new(&mut buf, layout, pack).with_direct(Some(direct));
+        let lazy = LazyPanels::new(&mut buf, layout, pack)
+            .unwrap()
+            .with_direct(Some(direct));
         let panels: Vec<(usize, usize)> = (0..layout.nblk)
             .flat_map(|bi| (0..layout.npanels).map(move |q| (bi, q)))
             .collect();

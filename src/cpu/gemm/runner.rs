@@ -14,7 +14,11 @@ use super::pack::{self, ToF32};
 use super::{amx_pack, panels, portable, AlignedBuf, GemmPath, MatRef};
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
+use crate::Result;
 use half::{bf16, f16};
+
+/// The op named when the host will not allocate a per-call B pack.
+const PACKED_B: &str = "gemm (packed B)";
 
 /// Where a run's packed B comes from.
 pub(crate) enum BPack<'a, T> {
@@ -35,7 +39,7 @@ pub(crate) trait Runner: PackElem + Sealed {
         c: &mut [f32],
         ldc: usize,
         ep: &EpCtx,
-    );
+    ) -> Result<()>;
 }
 
 /// Packs one B panel (see [`pack::pack_b_f32_panel`]).
@@ -53,14 +57,14 @@ fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>, D:
     ldc: usize,
     ep: &EpCtx,
     m: usize,
-) {
+) -> Result<()> {
     match b {
         BPack::Packed(buf) => {
             let view = PackedView {
                 data: buf.slice::<P>(l.len()),
                 layout: l,
             };
-            driver::run(kern, m, view, c, ldc, ep);
+            driver::run(kern, m, view, c, ldc, ep)
         }
         BPack::OnFirstUse(src, buf) => {
             let width = if l.glu { 2 } else { 1 };
@@ -68,7 +72,7 @@ fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>, D:
             if flops < driver::PAR_MIN_FLOPS {
                 // One thread: nothing to overlap, so pack in place up front and skip the
                 // per-call panel states.
-                let data = buf.slice_mut::<P>(l.len());
+                let data = buf.slice_mut::<P>(PACKED_B, l.len())?;
                 for bi in 0..l.nblk {
                     let (u0, u1) = l.block(bi);
                     for q in 0..l.npanels {
@@ -80,8 +84,8 @@ fn run_on<S: Sync, P: bytemuck::Pod + Send + Sync, K: driver::Kernel<PB = P>, D:
                 return driver::run(kern, m, view, c, ldc, ep);
             }
             let packer = |u0, u1, p, ch: &mut [P]| pack(&src, &l, (u0, u1), p, ch);
-            let lazy = panels::LazyPanels::new(buf, l, packer).with_direct(direct);
-            driver::run_panels(kern, m, &lazy, c, ldc, ep);
+            let lazy = panels::LazyPanels::new(buf, l, packer)?.with_direct(direct);
+            driver::run_panels(kern, m, &lazy, c, ldc, ep)
         }
     }
 }
@@ -94,7 +98,7 @@ fn run_f32_like<S: ToF32>(
     c: &mut [f32],
     ldc: usize,
     ep: &EpCtx,
-) {
+) -> Result<()> {
     let pack = pack::pack_b_f32_panel::<S>;
     #[cfg(target_arch = "x86_64")]
     if path == GemmPath::Avx512 {
@@ -119,7 +123,7 @@ fn run_f32_like<S: ToF32>(
         ldc,
         ep,
         a.rows,
-    );
+    )
 }
 
 /// No direct source: B's panels all go through the packer.
@@ -170,8 +174,8 @@ macro_rules! f32_like_runner {
                 c: &mut [f32],
                 ldc: usize,
                 ep: &EpCtx,
-            ) {
-                run_f32_like(path, a, b, l, c, ldc, ep);
+            ) -> Result<()> {
+                run_f32_like(path, a, b, l, c, ldc, ep)
             }
         }
     )*};
@@ -188,7 +192,7 @@ impl Runner for bf16 {
         c: &mut [f32],
         ldc: usize,
         ep: &EpCtx,
-    ) {
+    ) -> Result<()> {
         if l.kind == PackKind::F32 {
             return run_f32_like(path, a, b, l, c, ldc, ep);
         }
@@ -197,7 +201,7 @@ impl Runner for bf16 {
             let buf = match b {
                 BPack::Packed(buf) => buf,
                 BPack::OnFirstUse(src, buf) => {
-                    bf16::pack_into(&src, &l, buf);
+                    bf16::pack_into(&src, &l, buf)?;
                     &*buf
                 }
             };
@@ -234,6 +238,6 @@ impl Runner for bf16 {
             ldc,
             ep,
             a.rows,
-        );
+        )
     }
 }

@@ -15,11 +15,13 @@
 
 use rayon::prelude::*;
 
+use super::super::alloc;
 use super::super::elem::FloatElem;
 use super::super::parallel;
 use super::super::pool;
 use super::super::simd::Kernels;
 use crate::desc::kinds::{BinaryOp, UnaryOp};
+use crate::Result;
 
 /// Elements per statistics / normalisation block (64 KiB of `f32`).
 const BLOCK: usize = 1 << 14;
@@ -77,6 +79,8 @@ struct StatScratch {
     dev: Vec<f32>,
     sq: Vec<f32>,
     sums: Vec<f64>,
+    /// The block's group means, per channel.
+    means: Vec<f32>,
 }
 
 /// Two-pass moments of every group over one block `x` of whole pixels (`f32`).
@@ -90,18 +94,18 @@ fn block_moments(k: Kernels, x: &[f32], s: &NhwcSpec, t: &mut StatScratch, out: 
         k.add_assign_f64_f32(sums, px);
     }
     let count = (pixels * cpg) as f64;
-    let mut means = vec![0f32; c];
+    let means = &mut t.means;
     for (m, g) in means.chunks_exact_mut(cpg).zip(sums.chunks_exact(cpg)) {
         m.fill((g.iter().sum::<f64>() / count) as f32);
     }
     // Deviations from the block's group means (formed in f32), squared, summed in f64.
     sums.fill(0.0);
-    if k.add_sq_dev_f64_f32(sums, x, &means) {
-        return moments_out(out, sums, &means, cpg, count);
+    if k.add_sq_dev_f64_f32(sums, x, means) {
+        return moments_out(out, sums, means, cpg, count);
     }
     let tiled = &mut t.tiled[..len];
     for row in tiled.chunks_exact_mut(c) {
-        row.copy_from_slice(&means);
+        row.copy_from_slice(means);
     }
     let (dev, sq) = (&mut t.dev[..len], &mut t.sq[..len]);
     k.binary_f32(BinaryOp::Sub, x, tiled, dev);
@@ -110,7 +114,7 @@ fn block_moments(k: Kernels, x: &[f32], s: &NhwcSpec, t: &mut StatScratch, out: 
     for px in sq.chunks_exact(c) {
         k.add_assign_f64_f32(sums, px);
     }
-    moments_out(out, sums, &means, cpg, count);
+    moments_out(out, sums, means, cpg, count);
 }
 
 /// Each group's moments from its channels' sums of squared deviations and its mean.
@@ -134,34 +138,38 @@ struct Affine {
     shift: Vec<f32>,
 }
 
-/// Statistics of every `(batch, group)`, expanded to per-channel affines.
+/// Statistics of every `(batch, group)`, expanded to per-channel affines (an error naming
+/// `op` when the host will not allocate the scratch).
 fn affines<T: FloatElem>(
+    op: &'static str,
     k: Kernels,
     x: &[T],
     s: &NhwcSpec,
-    w: Option<&[f32]>,
-    b: Option<&[f32]>,
-) -> Vec<Affine> {
+    (w, b): (Option<&[f32]>, Option<&[f32]>),
+) -> Result<Vec<Affine>> {
     let (c, g) = (s.channels, s.groups.max(1));
     let bp = s.block_pixels();
     let nblocks = s.pixels.div_ceil(bp);
     let tasks = s.batch * nblocks;
     let cap = (bp * c).min(s.pixels * c);
-    let scratch = || StatScratch {
-        wide: vec![0f32; if T::as_f32(&x[..0]).is_some() { 0 } else { cap }],
-        tiled: vec![0f32; cap],
-        dev: vec![0f32; cap],
-        sq: vec![0f32; cap],
-        sums: vec![0f64; c],
+    let scratch = || -> Result<StatScratch> {
+        Ok(StatScratch {
+            wide: alloc::zeroed(op, if T::as_f32(&x[..0]).is_some() { 0 } else { cap })?,
+            tiled: alloc::zeroed(op, cap)?,
+            dev: alloc::zeroed(op, cap)?,
+            sq: alloc::zeroed(op, cap)?,
+            sums: alloc::zeroed(op, c)?,
+            means: alloc::zeroed(op, c)?,
+        })
     };
-    let stats = |t: &mut StatScratch, i: usize| {
+    let stats = |t: &mut StatScratch, i: usize| -> Result<Vec<Moments>> {
         let (n, blk) = (i / nblocks.max(1), i % nblocks.max(1));
         let p0 = blk * bp;
         let p1 = (p0 + bp).min(s.pixels);
         let base = n * s.pixels * c;
-        let mut out = vec![Moments::default(); g];
+        let mut out = alloc::filled(op, g, Moments::default())?;
         let Some(xs) = x.get(base + p0 * c..base + p1 * c) else {
-            return out;
+            return Ok(out);
         };
         let mut wide = std::mem::take(&mut t.wide);
         match T::as_f32(xs) {
@@ -173,39 +181,43 @@ fn affines<T: FloatElem>(
             }
         }
         t.wide = wide;
-        out
+        Ok(out)
     };
     let work = s.batch * s.pixels * c;
-    let per_block: Vec<Vec<Moments>> = if work < parallel::PAR_THRESHOLD {
-        let mut t = scratch();
-        (0..tasks).map(|i| stats(&mut t, i)).collect()
+    let mut per_block: Vec<Vec<Moments>> = alloc::with_capacity(op, tasks)?;
+    if work < parallel::PAR_THRESHOLD {
+        let mut t = scratch()?;
+        for i in 0..tasks {
+            per_block.push(stats(&mut t, i)?);
+        }
     } else {
-        // A few contiguous runs of blocks per thread, one scratch per run.
+        // A few contiguous runs of blocks per thread, one scratch per run; a run whose
+        // scratch the host will not allocate ends the op with that error.
         let per = tasks.div_ceil(rayon::current_num_threads() * 4).max(1);
         let runs: Vec<Vec<Vec<Moments>>> = (0..tasks.div_ceil(per))
             .into_par_iter()
             .map(|r| {
-                let mut t = scratch();
+                let mut t = scratch()?;
                 (r * per..((r + 1) * per).min(tasks))
                     .map(|i| stats(&mut t, i))
                     .collect()
             })
-            .collect();
-        runs.into_iter().flatten().collect()
-    };
+            .collect::<Result<_>>()?;
+        per_block.extend(runs.into_iter().flatten());
+    }
     let cpg = s.cpg();
     (0..s.batch)
         .map(|n| {
-            let mut m = vec![Moments::default(); g];
+            let mut m = alloc::filled(op, g, Moments::default())?;
             for blk in per_block.iter().skip(n * nblocks).take(nblocks) {
                 for (a, &o) in m.iter_mut().zip(blk) {
                     *a = a.merge(o);
                 }
             }
             let mut aff = Affine {
-                mean: vec![0.0; c],
-                scale: vec![0.0; c],
-                shift: vec![0.0; c],
+                mean: alloc::zeroed(op, c)?,
+                scale: alloc::zeroed(op, c)?,
+                shift: alloc::zeroed(op, c)?,
             };
             for ch in 0..c {
                 let gm = m[ch / cpg.max(1)];
@@ -219,7 +231,7 @@ fn affines<T: FloatElem>(
                 aff.scale[ch] = rstd * w.and_then(|w| w.get(ch)).copied().unwrap_or(1.0);
                 aff.shift[ch] = b.and_then(|b| b.get(ch)).copied().unwrap_or(0.0);
             }
-            aff
+            Ok(aff)
         })
         .collect()
 }
@@ -233,8 +245,11 @@ struct NormScratch {
     tiled: Option<(usize, [Vec<f32>; 3])>,
 }
 
-/// Normalises `xs` (whole pixels of batch item `n`) into `o`.
+/// Normalises `xs` (whole pixels of batch item `n`) into `o` (an error naming `op` when the
+/// host will not allocate the tiled affine).
+#[allow(clippy::too_many_arguments)]
 fn normalise_run<T: FloatElem>(
+    op: &'static str,
     k: Kernels,
     xs: &[T],
     o: &mut [T],
@@ -242,10 +257,10 @@ fn normalise_run<T: FloatElem>(
     aff: &[Affine],
     silu: bool,
     t: &mut NormScratch,
-) {
+) -> Result<()> {
     let len = xs.len();
     let cap = t.a.len();
-    let Some(af) = aff.get(n) else { return };
+    let Some(af) = aff.get(n) else { return Ok(()) };
     let xf: &[f32] = match T::as_f32(xs) {
         Some(f) => f,
         None => {
@@ -257,31 +272,30 @@ fn normalise_run<T: FloatElem>(
     match T::as_f32_mut(o) {
         Some(of) => {
             if k.channel_affine_f32(xf, per_channel, silu, of) {
-                return;
+                return Ok(());
             }
         }
         None => {
             let a = &mut t.a[..len];
             if k.channel_affine_f32(xf, per_channel, silu, a) {
                 T::store(k, a, o);
-                return;
+                return Ok(());
             }
         }
     }
     if t.tiled.as_ref().is_none_or(|tl| tl.0 != n) {
-        let Some(af) = aff.get(n) else { return };
-        let tile = |v: &[f32]| {
-            let mut t = vec![0f32; cap];
+        let tile = |v: &[f32]| -> Result<Vec<f32>> {
+            let mut t = alloc::zeroed::<f32>(op, cap)?;
             for row in t.chunks_mut(v.len().max(1)) {
                 let n = row.len();
                 row.copy_from_slice(&v[..n]);
             }
-            t
+            Ok(t)
         };
-        t.tiled = Some((n, [tile(&af.mean), tile(&af.scale), tile(&af.shift)]));
+        t.tiled = Some((n, [tile(&af.mean)?, tile(&af.scale)?, tile(&af.shift)?]));
     }
     let Some((_, [mean, scale, shift])) = t.tiled.as_ref() else {
-        return;
+        return Ok(());
     };
     let (a, bb) = (&mut t.a[..len], &mut t.b[..len]);
     let (mean, scale, shift) = (&mean[..len], &scale[..len], &shift[..len]);
@@ -303,37 +317,41 @@ fn normalise_run<T: FloatElem>(
             T::store(k, bb, o);
         }
     }
+    Ok(())
 }
 
 /// Group norm (+ SiLU) of dense NHWC `x` (`batch · pixels · channels` elements) with `f32`
-/// per-channel weight and bias; returns dense NHWC output of the same dtype.
+/// per-channel weight and bias; returns dense NHWC output of the same dtype (an error naming
+/// `op` when the host will not allocate the output or the scratch).
 pub(crate) fn group_norm_nhwc<T: FloatElem>(
+    op: &'static str,
     k: Kernels,
     x: &[T],
-    w: Option<&[f32]>,
-    b: Option<&[f32]>,
+    params: (Option<&[f32]>, Option<&[f32]>),
     s: &NhwcSpec,
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let c = s.channels;
     let total = s.batch * s.pixels * c;
     if total == 0 || x.len() < total {
-        return vec![T::zeroed(); total];
+        return alloc::zeroed(op, total);
     }
     // Every element is written below (whole pixels, all of them).
-    let mut out = pool::take::<T>(total);
-    let aff = affines(k, x, s, w, b);
+    let mut out = pool::take::<T>(op, total)?;
+    let aff = affines(op, k, x, s, params)?;
     let block = s.block_pixels() * c;
     let image = s.pixels * c;
     let cap = block.min(total);
     let is_f32 = T::as_f32(&x[..0]).is_some();
-    let scratch = || NormScratch {
-        wide: vec![0f32; if is_f32 { 0 } else { cap }],
-        a: vec![0f32; cap],
-        b: vec![0f32; cap],
-        tiled: None,
+    let scratch = || -> Result<NormScratch> {
+        Ok(NormScratch {
+            wide: alloc::zeroed(op, if is_f32 { 0 } else { cap })?,
+            a: alloc::zeroed(op, cap)?,
+            b: alloc::zeroed(op, cap)?,
+            tiled: None,
+        })
     };
     // Blocks of whole pixels (`block` is a multiple of `channels`), split at image boundaries.
-    let run = |t: &mut NormScratch, (i, o): (usize, &mut [T])| {
+    let run = |t: &mut NormScratch, (i, o): (usize, &mut [T])| -> Result<()> {
         let mut at = i * block;
         let mut rest = o;
         while !rest.is_empty() {
@@ -342,31 +360,34 @@ pub(crate) fn group_norm_nhwc<T: FloatElem>(
             let (o, tail) = std::mem::take(&mut rest).split_at_mut(len);
             rest = tail;
             let Some(xs) = x.get(at..at + len) else {
-                return;
+                return Ok(());
             };
             at += len;
-            normalise_run(k, xs, o, n, &aff, s.silu, t);
+            normalise_run(op, k, xs, o, n, &aff, s.silu, t)?;
         }
+        Ok(())
     };
     if total < parallel::PAR_THRESHOLD {
-        let mut t = scratch();
-        out.chunks_mut(block)
-            .enumerate()
-            .for_each(|io| run(&mut t, io));
+        let mut t = scratch()?;
+        for io in out.chunks_mut(block).enumerate() {
+            run(&mut t, io)?;
+        }
     } else {
-        // A few runs of whole blocks per thread, one scratch per run.
+        // A few runs of whole blocks per thread, one scratch per run; a failed allocation
+        // ends the op with its error.
         let per = total
             .div_ceil(block)
             .div_ceil(rayon::current_num_threads() * 4)
             .max(1);
         out.par_chunks_mut(per * block)
             .enumerate()
-            .for_each(|(r, part)| {
-                let mut t = scratch();
+            .try_for_each(|(r, part)| -> Result<()> {
+                let mut t = scratch()?;
                 for (j, o) in part.chunks_mut(block).enumerate() {
-                    run(&mut t, (r * per + j, o));
+                    run(&mut t, (r * per + j, o))?;
                 }
-            });
+                Ok(())
+            })?;
     }
-    out
+    Ok(out)
 }

@@ -20,13 +20,17 @@ pub(crate) fn eps(d: DType) -> f64 {
 /// A storage of `dtype` holding `v` (rounded to the dtype).
 pub(crate) fn make(dtype: DType, v: &[f32]) -> CpuStorage {
     match dtype {
-        DType::F32 => CpuStorage::from_vec(v.to_vec()),
-        DType::F16 => CpuStorage::from_vec(v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()),
-        DType::BF16 => {
-            CpuStorage::from_vec(v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>())
+        DType::F32 => CpuStorage::from_vec(v.to_vec()).unwrap(),
+        DType::F16 => {
+            CpuStorage::from_vec(v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()).unwrap()
         }
-        DType::I32 => CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()),
-        DType::U8 => CpuStorage::from_vec(v.iter().map(|&x| x as u8).collect::<Vec<_>>()),
+        DType::BF16 => {
+            CpuStorage::from_vec(v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()).unwrap()
+        }
+        DType::I32 => {
+            CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()).unwrap()
+        }
+        DType::U8 => CpuStorage::from_vec(v.iter().map(|&x| x as u8).collect::<Vec<_>>()).unwrap(),
     }
 }
 

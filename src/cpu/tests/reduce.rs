@@ -158,7 +158,7 @@ fn reduce_nan_empty_big_and_errors() {
                     }
                 }
                 // Empty reduced dim.
-                let e = CpuStorage::zeros(dtype, 0);
+                let e = CpuStorage::zeros(dtype, 0).unwrap();
                 let l = Layout::contiguous(&[3, 0]);
                 assert_eq!(
                     values(

@@ -27,7 +27,7 @@ pub(crate) fn views() -> Vec<(Layout, Vec<usize>)> {
 #[test]
 fn from_vec_to_vec_and_bytes_roundtrip() {
     let v: Vec<f32> = (0..30).map(|i| i as f32 * 0.5).collect();
-    let s = CpuStorage::from_vec(v.clone());
+    let s = CpuStorage::from_vec(v.clone()).unwrap();
     assert_eq!(s.dtype(), DType::F32);
     assert_eq!(s.len(), 30);
     assert!(!s.is_empty());
@@ -35,7 +35,7 @@ fn from_vec_to_vec_and_bytes_roundtrip() {
         let got: Vec<f32> = s.to_vec(&layout).unwrap();
         let want: Vec<f32> = idx.iter().map(|&i| v[i]).collect();
         assert_eq!(got, want, "{layout:?}");
-        let c = s.contiguous(&layout);
+        let c = s.contiguous(&layout).unwrap();
         assert_eq!(
             c.to_vec::<f32>(&Layout::contiguous(&[want.len()])).unwrap(),
             want
@@ -49,30 +49,36 @@ fn from_vec_to_vec_and_bytes_roundtrip() {
     assert!(s
         .to_vec::<f32>(&Layout::from_parts(vec![2], vec![usize::MAX], 0))
         .is_err());
-    assert!(s.try_contiguous(&Layout::contiguous(&[5, 7])).is_err());
-    assert!(s.contiguous(&Layout::contiguous(&[5, 7])).is_empty());
+    assert!(s.contiguous(&Layout::contiguous(&[5, 7])).is_err());
     let bytes = s.as_bytes().to_vec();
     assert_eq!(bytes.len(), 120);
     assert_eq!(CpuStorage::from_bytes(DType::F32, &bytes).unwrap(), s);
     assert!(CpuStorage::from_bytes(DType::F32, &bytes[..7]).is_err());
-    let h = CpuStorage::from_vec(vec![f16::from_f32(1.5), f16::from_f32(-2.0)]);
+    let h = CpuStorage::from_vec(vec![f16::from_f32(1.5), f16::from_f32(-2.0)]).unwrap();
     assert_eq!(CpuStorage::from_bytes(DType::F16, h.as_bytes()).unwrap(), h);
     for d in DType::ALL {
-        let z = CpuStorage::zeros(d, 5);
+        let z = CpuStorage::zeros(d, 5).unwrap();
         assert_eq!(
             (z.dtype(), z.len(), z.as_bytes().len()),
             (d, 5, 5 * d.size_in_bytes())
         );
     }
-    let u = CpuStorage::from_vec(vec![1u8, 2, 3]);
+    let u = CpuStorage::from_vec(vec![1u8, 2, 3]).unwrap();
     assert_eq!(
         u.to_vec::<u8>(&Layout::contiguous(&[3]).narrow(0, 1, 2).unwrap())
             .unwrap(),
         vec![2, 3]
     );
-    assert_eq!(CpuStorage::from_vec(vec![bf16::ONE]).dtype(), DType::BF16);
-    assert_eq!(CpuStorage::from_vec(vec![7i32]).dtype(), DType::I32);
+    assert_eq!(
+        CpuStorage::from_vec(vec![bf16::ONE]).unwrap().dtype(),
+        DType::BF16
+    );
+    assert_eq!(
+        CpuStorage::from_vec(vec![7i32]).unwrap().dtype(),
+        DType::I32
+    );
     assert!(CpuStorage::zeros(DType::F32, 0)
+        .unwrap()
         .to_vec::<f32>(&Layout::contiguous(&[0, 3]))
         .unwrap()
         .is_empty());
@@ -91,19 +97,25 @@ fn cast_ref(x: f64, from: DType, to: DType) -> f64 {
 
 fn storage_of(d: DType, v: &[f64]) -> CpuStorage {
     match d {
-        DType::F32 => CpuStorage::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>()),
-        DType::F16 => CpuStorage::from_vec(v.iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>()),
-        DType::BF16 => {
-            CpuStorage::from_vec(v.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>())
+        DType::F32 => {
+            CpuStorage::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>()).unwrap()
         }
-        DType::I32 => CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()),
-        DType::U8 => CpuStorage::from_vec(v.iter().map(|&x| x as u8).collect::<Vec<_>>()),
+        DType::F16 => {
+            CpuStorage::from_vec(v.iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>()).unwrap()
+        }
+        DType::BF16 => {
+            CpuStorage::from_vec(v.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>()).unwrap()
+        }
+        DType::I32 => {
+            CpuStorage::from_vec(v.iter().map(|&x| x as i32).collect::<Vec<_>>()).unwrap()
+        }
+        DType::U8 => CpuStorage::from_vec(v.iter().map(|&x| x as u8).collect::<Vec<_>>()).unwrap(),
     }
 }
 
 /// Logical values of a storage as `f64`.
 pub(crate) fn values(s: &CpuStorage, l: &Layout) -> Vec<f64> {
-    let c = s.contiguous(l);
+    let c = s.contiguous(l).unwrap();
     let l = Layout::contiguous(&[c.len()]);
     match &c {
         CpuStorage::F32(_) => c
@@ -161,7 +173,7 @@ fn casts_between_all_dtypes() {
                 let exact = values(&s, &Layout::contiguous(&[src.len()]));
                 for to in DType::ALL {
                     for n in [0, 1, 17, src.len()] {
-                        let out = s.cast(&Layout::contiguous(&[n]), to);
+                        let out = s.cast(&Layout::contiguous(&[n]), to).unwrap();
                         assert_eq!((out.dtype(), out.len()), (to, n));
                         let got = values(&out, &Layout::contiguous(&[n]));
                         for i in 0..n {
@@ -177,7 +189,10 @@ fn casts_between_all_dtypes() {
                 }
                 // Strided input.
                 let l = Layout::contiguous(&[src.len() / 2, 2]).transpose(0, 1);
-                let got = values(&s.cast(&l, DType::F32), &Layout::contiguous(&[l.numel()]));
+                let got = values(
+                    &s.cast(&l, DType::F32).unwrap(),
+                    &Layout::contiguous(&[l.numel()]),
+                );
                 let want: Vec<f64> = l.offsets().map(|i| exact[i] as f32 as f64).collect();
                 assert_eq!(format!("{got:?}"), format!("{want:?}"));
             }
@@ -185,9 +200,13 @@ fn casts_between_all_dtypes() {
     }
     // Big cast: exercises threading.
     let big: Vec<f32> = (0..1_100_000).map(|i| (i as f32) * 0.37 - 1000.0).collect();
-    let s = CpuStorage::from_vec(big.clone());
-    let h = s.cast(&Layout::contiguous(&[big.len()]), DType::BF16);
-    let back = h.cast(&Layout::contiguous(&[big.len()]), DType::F32);
+    let s = CpuStorage::from_vec(big.clone()).unwrap();
+    let h = s
+        .cast(&Layout::contiguous(&[big.len()]), DType::BF16)
+        .unwrap();
+    let back = h
+        .cast(&Layout::contiguous(&[big.len()]), DType::F32)
+        .unwrap();
     let back: Vec<f32> = back.to_vec(&Layout::contiguous(&[big.len()])).unwrap();
     assert!(big
         .iter()
@@ -197,8 +216,8 @@ fn casts_between_all_dtypes() {
 
 #[test]
 fn cat_along_each_dim() {
-    let a = CpuStorage::from_vec((0..24).map(|i| i as f32).collect::<Vec<_>>());
-    let b = CpuStorage::from_vec((100..130).map(|i| i as f32).collect::<Vec<_>>());
+    let a = CpuStorage::from_vec((0..24).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    let b = CpuStorage::from_vec((100..130).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
     let la = Layout::contiguous(&[2, 3, 4]);
     // b viewed as [2, 3, 5] transposed from [2, 5, 3].
     let lb = Layout::contiguous(&[2, 5, 3]).transpose(1, 2);
@@ -228,7 +247,7 @@ fn cat_along_each_dim() {
         CpuStorage::cat(&[(&a, &la)], 3),
         Err(Error::DimOutOfRange { .. })
     ));
-    let i = CpuStorage::zeros(DType::I32, 24);
+    let i = CpuStorage::zeros(DType::I32, 24).unwrap();
     assert!(matches!(
         CpuStorage::cat(&[(&a, &la), (&i, &la)], 0),
         Err(Error::DTypeMismatch { op: "cat", .. })

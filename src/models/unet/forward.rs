@@ -3,8 +3,9 @@
 //! levels, the mid block, the up levels (with diffusers' forwarded upsample sizes), and the
 //! output head.
 //!
-//! Invariants: inputs are checked against the model's dtype, device and config before any
-//! work; a model requires exactly the extra conditions its config names (`text_time`, a class
+//! Invariants: inputs are checked against the model's dtype, device and config, and the
+//! memory the step needs against what the device can give (`memory.rs`), before any work; a
+//! model requires exactly the extra conditions its config names (`text_time`, a class
 //! embedding) and refuses the others, instead of silently dropping or inventing a term of the
 //! embedding. With `encoder_hid_dim` the text states are projected once, before the blocks.
 
@@ -219,6 +220,8 @@ impl UNet2DConditionModel {
                 ehs.shape(),
             ));
         }
+        // Before any work: a sample whose activations cannot fit the device is refused now.
+        self.check_forward_memory(b, (sample.shape()[2], sample.shape()[3]))?;
         // diffusers forwards upsample sizes when H or W is not a multiple of 2^(levels - 1).
         let factor = u32::try_from(c.levels() - 1)
             .ok()

@@ -27,6 +27,7 @@ pub(crate) mod config_json;
 mod embeddings;
 pub(crate) mod folder;
 mod forward;
+mod memory;
 
 use std::path::Path;
 
@@ -36,6 +37,7 @@ pub use config::{
     UpBlockType,
 };
 pub use embeddings::{AddedCond, TimestepEmbedding};
+pub use memory::ForwardMemory;
 
 use crate::nn::layers::{load_linear, map_linear, Conv, GroupNorm, MapFn};
 use crate::nn::resnet::ResnetDims;

@@ -373,8 +373,10 @@ fn speed_amx_profile_shape() {
         while t0.elapsed().as_secs_f64() < 3.0 {
             let t = std::time::Instant::now();
             let ep = Epilogue::default().with_out16(Out16::bf16(&mut o, n));
-            with_partial_sums(m * n, |c| gemm_prepacked_bf16(a.view(), &p, c, n, &ep))
-                .expect("gemm");
+            with_partial_sums("test", m * n, |c| {
+                gemm_prepacked_bf16(a.view(), &p, c, n, &ep)
+            })
+            .expect("gemm");
             best = best.min(t.elapsed().as_secs_f64());
         }
         println!(

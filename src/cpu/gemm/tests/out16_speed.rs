@@ -73,7 +73,7 @@ fn speed_out16_c_alignment() {
                 let cc: &mut [f32] = if i == 0 {
                     &mut c
                 } else {
-                    cbuf.slice_mut::<f32>(m * n)
+                    cbuf.slice_mut::<f32>("test", m * n).expect("scratch")
                 };
                 gemm_prepacked_bf16(a.view(), &p, cc, n, &ep).expect("gemm");
                 *bst = bst.min(t.elapsed().as_secs_f64());
@@ -128,8 +128,8 @@ fn speed_amx_kcu() {
             for (i, bst) in best.iter_mut().enumerate() {
                 let t = std::time::Instant::now();
                 let ep = Epilogue::default().with_out16(Out16::bf16(&mut o, n));
-                gemm_prepacked_bf16(a.view(), &ps[i], cbuf.slice_mut::<f32>(m * n), n, &ep)
-                    .expect("gemm");
+                let cc = cbuf.slice_mut::<f32>("test", m * n).expect("scratch");
+                gemm_prepacked_bf16(a.view(), &ps[i], cc, n, &ep).expect("gemm");
                 *bst = bst.min(t.elapsed().as_secs_f64());
             }
         }
