@@ -143,3 +143,8 @@ impl Storage {
 fn host_output(op: &'static str, numel: usize, dtype: DType) -> Result<()> {
     crate::cpu::ensure_host_memory(op, numel, dtype)
 }
+
+/// Submits all queued GPU work and waits for it to finish.
+pub(crate) fn synchronize() -> Result<()> {
+    crate::gpu::synchronize()
+}

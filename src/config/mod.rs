@@ -257,7 +257,10 @@ mod tests {
         let before = (*get()).clone();
         let mut changed = before.clone();
         changed.torch_cpu_capability = Some("set-test".into());
-        assert_eq!(with(|c| c.torch_cpu_capability.clone()), before.torch_cpu_capability);
+        assert_eq!(
+            with(|c| c.torch_cpu_capability.clone()),
+            before.torch_cpu_capability
+        );
         set(changed);
         let seen = std::thread::spawn(|| with(|c| c.torch_cpu_capability.clone()))
             .join()

@@ -473,7 +473,7 @@ impl WeightStore {
 /// Little-endian bytes to a vector of `T` (copies, so the map's alignment does not matter; an
 /// error when the host will not allocate it).
 fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Result<Vec<T>> {
-    let mut v = crate::backend::alloc::zeroed::<T>(
+    let mut v = crate::tensor::zeroed_host::<T>(
         "load weights",
         bytes.len() / std::mem::size_of::<T>().max(1),
     )?;

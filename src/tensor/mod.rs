@@ -248,3 +248,24 @@ impl Tensor {
 pub(crate) fn release_host_cache() {
     crate::backend::prepared::release_host_cache()
 }
+
+/// `n` zeroed host values of `T` for `op`, or `Error::CpuOutOfMemory` when the host will not
+/// give them (the one fallible path for host buffers sized by data, e.g. weights read from a
+/// file).
+pub(crate) fn zeroed_host<T: bytemuck::Zeroable>(op: &'static str, n: usize) -> Result<Vec<T>> {
+    crate::backend::alloc::zeroed(op, n)
+}
+
+/// What `device` can take for one model step (see [`crate::memory_budget`]): models check it
+/// before they work.
+pub(crate) fn memory_budget(device: crate::Device) -> Result<crate::backend::MemoryBudget> {
+    crate::backend::memory_budget(device)
+}
+
+/// Waits for the queued work of `device` (a no-op on the Cpu): for timing phases.
+pub(crate) fn synchronize(device: crate::Device) -> Result<()> {
+    match device {
+        crate::Device::Cpu => Ok(()),
+        crate::Device::Xpu => crate::backend::synchronize(),
+    }
+}

@@ -3,13 +3,13 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod channels_last_unet;
+mod config_fuzz;
 mod nn_linear;
 mod nn_prepacked;
 mod nn_weight_restore;
-mod channels_last_unet;
 mod unet_class_embed;
 mod unet_folders;
 mod unet_loading;
 mod unet_model_api;
-mod config_fuzz;
 mod weights_fuzz;

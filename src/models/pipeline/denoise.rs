@@ -18,15 +18,12 @@ use super::StableDiffusionPipeline;
 use crate::models::generator::{NormalKernel, TorchGenerator};
 use crate::models::unet::AddedCond;
 use crate::schedulers::{LcmScheduler, Scheduler, SchedulerKind};
-use crate::{DType, Device, Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 impl StableDiffusionPipeline {
     /// Waits for the device's queued work (so that wall times measure it).
     fn finish_work(&self) -> Result<()> {
-        match self.device() {
-            Device::Xpu => crate::synchronize(),
-            Device::Cpu => Ok(()),
-        }
+        crate::tensor::synchronize(self.device())
     }
 
     /// The run's scheduler, with the index of its first step (img2img starts part-way; LCM's

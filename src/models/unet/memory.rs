@@ -98,7 +98,7 @@ impl UNet2DConditionModel {
             "one forward of {batch} sample(s) of {height}×{width} latents ({} activations beyond the weights)",
             self.dtype()
         );
-        crate::memory_budget(self.device())?.check(
+        crate::tensor::memory_budget(self.device())?.check(
             "UNet2DConditionModel::forward",
             &what,
             need.total,
