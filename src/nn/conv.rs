@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crate::backend::prepared::PackedConv;
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
-use crate::nn::held::HeldWeight;
+use crate::nn::held_weight::HeldWeight;
 use crate::nn::restore::{Regenerate, WeightRestore};
 use crate::ops::conv::{layer_weight_format, prepare_layer_weight};
 use crate::{Conv2dParams, DType, Device, Error, MemoryFormat, Result, Tensor};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::backend::prepared::PreparedProduct;
 use crate::desc::Activation;
-use crate::nn::held::HeldWeight;
+use crate::nn::held_weight::HeldWeight;
 use crate::nn::layers::{join, MapFn};
 use crate::nn::linear::residual_rows;
 use crate::nn::weights::{Init, ParamSource};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::backend::prepared::{PreparedProduct, ResidualRowsOf};
 use crate::backend::Storage;
-use crate::nn::held::HeldWeight;
+use crate::nn::held_weight::HeldWeight;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// A fully connected layer.

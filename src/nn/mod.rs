@@ -6,7 +6,7 @@ mod attention;
 mod conv;
 mod conv_transpose;
 mod feedforward;
-mod held;
+mod held_weight;
 pub(crate) mod layers;
 mod linear;
 mod qkv;

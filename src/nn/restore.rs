@@ -12,7 +12,7 @@
 //! Invariants: [`WeightRestore::rebuild`] returns, on the Cpu and contiguous, exactly the values,
 //! shape and dtype of the weight the layer was built from (a regenerator is only made by a
 //! source whose draws depend on nothing but their name and seed; a narrow copy is only made
-//! after every value was checked to round-trip); the caller ([`super::held::HeldWeight`])
+//! after every value was checked to round-trip); the caller ([`super::held_weight::HeldWeight`])
 //! checks shape and dtype again.
 
 use std::sync::Arc;

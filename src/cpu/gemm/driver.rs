@@ -27,10 +27,10 @@
 //!   `into_par_iter` (whose splitting keeps each thread's tasks neighbours, which the larger
 //!   products need: a shared task counter interleaved them and cost 1024³ and 2048³ 3–4%).
 
-use super::buf::{with_scratch, Slot};
 use super::layout::PackedView;
 use super::layout::NR;
 use super::panels::{PanelAccess, Panels};
+use super::scratch::{with_scratch, Slot};
 use super::types::{Out16, Residual};
 use crate::cpu::alloc::FirstError;
 use crate::desc::Activation;
@@ -328,7 +328,7 @@ pub(crate) fn run_panels<K: Kernel>(
     if threads == 1 || mt * nt == 1 {
         (0..mt * nt).for_each(task);
     } else if flops < EAGER_MAX_FLOPS && rayon::current_thread_index().is_none() && eager_on() {
-        super::eager::for_each_eager(mt * nt, threads - 1, &task);
+        super::caller_first::for_each_eager(mt * nt, threads - 1, &task);
     } else {
         (0..mt * nt).into_par_iter().for_each(task);
     }

@@ -18,7 +18,7 @@
 
 use super::pack::{pack_b_bf16, pack_b_f32};
 use super::peak::bf16_kind;
-use super::{buf::AlignedBuf, MatRef};
+use super::{scratch::AlignedBuf, MatRef};
 use crate::{Error, Result};
 use half::{bf16, f16};
 

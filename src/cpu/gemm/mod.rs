@@ -41,19 +41,19 @@ mod avx512_ep_fast;
 mod avx512_fill;
 #[cfg(target_arch = "x86_64")]
 mod avx512_pack;
-mod buf;
+mod caller_first;
 mod driver;
-mod eager;
 mod gather;
 #[cfg(target_arch = "x86_64")]
 mod gather_dot;
 mod layout;
-mod lines;
+mod lazy_zeroed;
 mod pack;
 mod panels;
 mod peak;
 mod portable;
 mod runner;
+mod scratch;
 #[cfg(test)]
 pub(crate) mod tests;
 mod types;
@@ -85,11 +85,11 @@ pub(crate) use types::{Half, Out16, Residual};
 
 use crate::config::CpuIsa;
 use crate::{DType, Error, Result};
-pub(crate) use buf::{clear_spare, with_partial_sums, AlignedBuf};
-use buf::{with_scratch, Slot};
 use driver::EpCtx;
 use half::{bf16, f16};
 use runner::{BPack, Runner};
+pub(crate) use scratch::{clear_spare, with_partial_sums, AlignedBuf};
+use scratch::{with_scratch, Slot};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Which implementation a GEMM call runs.

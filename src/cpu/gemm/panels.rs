@@ -31,8 +31,8 @@
 //!   loads of B from L3 were 3.5% of the samples at 512³ (a prepacked B ran 3.7% faster);
 //!   inside the tile they overlap the multiply-adds.
 
-use super::buf::AlignedBuf;
 use super::layout::{BLayout, PackKind, PackedView, NR};
+use super::scratch::AlignedBuf;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -280,7 +280,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::gemm::buf::AlignedBuf;
+    use crate::cpu::gemm::scratch::AlignedBuf;
     use rayon::prelude::*;
     use std::sync::atomic::AtomicUsize;
 

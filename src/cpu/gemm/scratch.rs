@@ -8,7 +8,7 @@
 //! most 4, 512 MiB) for [`AlignedBuf::recycled`], whose callers write every element they read;
 //! every other new (or replaced, see [`AlignedBuf::slice_mut`]) buffer is zeroed.
 
-use super::lines::LineVec;
+use super::lazy_zeroed::LineVec;
 use crate::Result;
 use std::cell::Cell;
 use std::sync::Mutex;

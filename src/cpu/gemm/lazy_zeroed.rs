@@ -13,7 +13,7 @@
 //! is 0), `layout` is the layout it was allocated with, and `ptr + offset` is 64-byte aligned
 //! with `len` zero-initialised (or since written) [`Line`]s after it, inside the allocation.
 
-use super::buf::Line;
+use super::scratch::Line;
 use crate::Result;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
