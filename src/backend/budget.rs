@@ -116,6 +116,7 @@ pub(crate) fn ensure_buffer(
 
 /// The Cpu's budget: see the module docs.
 fn host_budget() -> MemoryBudget {
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
     let mut budget = MemoryBudget {
         device: Device::Cpu,
         available: None,
