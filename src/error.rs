@@ -89,9 +89,9 @@ pub enum Error {
         /// The limit in force (the adapter's or the user's).
         limit: u64,
     },
-    /// The host would not allocate a Cpu tensor's memory.
+    /// The host would not allocate memory a Cpu op needs (its output or its scratch).
     #[error(
-        "out of memory on Cpu: {op} needs {requested} bytes, which the system would not allocate"
+        "out of memory on Cpu: {op} needs {requested} bytes ({}), which the system would not allocate", crate::error::human_bytes(*.requested)
     )]
     CpuOutOfMemory {
         /// The operation.
@@ -218,5 +218,16 @@ impl Error {
             expected: expected.into(),
             got: format!("{got:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_in_binary_units() {
+        assert_eq!(super::human_bytes(512), "512 B");
+        assert_eq!(super::human_bytes(1536), "1.5 KiB");
+        assert_eq!(super::human_bytes(1 << 30), "1.0 GiB");
+        assert_eq!(super::human_bytes(u64::MAX), "16.0 EiB");
     }
 }

@@ -102,17 +102,18 @@ pub fn memory(
 /// Stops the run when step `i` (timestep `t`) left latents that are not finite (a guidance or
 /// a schedule that overflowed), naming the step, instead of writing NaN latents.
 pub fn finite(latents: &Tensor, i: usize, t: f64) -> Result<()> {
-    let peak = latents
-        .abs()?
+    // A sum of magnitudes: NaN and infinity carry through a sum on every device.
+    let total = latents
         .to_dtype(DType::F32)?
+        .abs()?
         .flatten_all()?
-        .max(0, false)?
+        .sum(0, false)?
         .to(Device::Cpu)?
         .to_vec::<f32>()?;
-    match peak.first() {
-        Some(m) if m.is_finite() => Ok(()),
-        Some(m) => Err(invalid(format!(
-            "step {i} (timestep {t}) left latents that are not finite (largest magnitude {m}); \
+    match total.first() {
+        Some(s) if s.is_finite() => Ok(()),
+        Some(s) => Err(invalid(format!(
+            "step {i} (timestep {t}) left latents that are not finite (sum of magnitudes {s}); \
              nothing is written. A smaller --guidance keeps them finite"
         ))),
         None => Ok(()),

@@ -112,10 +112,21 @@ fn reduce_float<T: FloatElem>(
     } else {
         rows_of(src, layout, dim, inner)?
     };
-    // One closure for both output kinds: chunks of values or of indices.
+    // One closure for both output kinds: chunks of values or of indices. A task whose column
+    // accumulators the host will not allocate ends the reduction with that error.
+    let failed = super::alloc::FirstError::default();
     let run = |start: usize, vals: &mut [T], idxs: &mut [i32], len: usize| {
         if columns {
-            reduce_columns(k, op, &data, (r, inner), start, len, vals, idxs);
+            failed.record(reduce_columns(
+                k,
+                op,
+                &data,
+                (r, inner),
+                start,
+                len,
+                vals,
+                idxs,
+            ));
         } else {
             let (mut dv, mut di) = (T::zeroed(), 0i32);
             for j in 0..len {
@@ -139,12 +150,14 @@ fn reduce_float<T: FloatElem>(
         parallel::for_each_chunk(&mut indices, unit, r * unit, |s, c| {
             run(s, &mut [], c, c.len())
         });
+        failed.into_result()?;
         Ok(Reduced::Indices(indices))
     } else {
         parallel::for_each_chunk(&mut values, unit, r * unit, |s, c| {
             let len = c.len();
             run(s, c, &mut [], len)
         });
+        failed.into_result()?;
         Ok(Reduced::Values(values))
     }
 }
@@ -180,10 +193,12 @@ fn reduce_columns<T: FloatElem>(
     len: usize,
     vals: &mut [T],
     idxs: &mut [i32],
-) {
-    let mut sums = vec![0f64; COLS.min(len)];
-    let mut ext = vec![0f32; COLS.min(len)];
-    let mut arg = vec![0i32; if op.returns_index() { COLS.min(len) } else { 0 }];
+) -> Result<()> {
+    let cols = COLS.min(len);
+    let mut sums = super::alloc::zeroed::<f64>(op.name(), cols)?;
+    let mut ext = super::alloc::zeroed::<f32>(op.name(), cols)?;
+    let mut arg =
+        super::alloc::zeroed::<i32>(op.name(), if op.returns_index() { cols } else { 0 })?;
     let mut pos = start;
     while pos < start + len {
         let (o, j) = (pos / inner, pos % inner);
@@ -240,6 +255,7 @@ fn reduce_columns<T: FloatElem>(
         }
         pos += w;
     }
+    Ok(())
 }
 
 fn reduce_i32(src: &[i32], layout: &Layout, dim: usize, op: ReduceOp) -> Result<Vec<i32>> {

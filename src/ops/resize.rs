@@ -39,7 +39,8 @@ impl Tensor {
             return self.repeat_each(dim, out / input);
         }
         // Runs of equal source indices: (source, count).
-        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let mut runs: Vec<(usize, usize)> =
+            crate::backend::alloc::with_capacity("interpolate_nearest", out.min(input))?;
         for i in 0..out {
             // In u128: `i * input` may pass usize for broadcast views of huge dims.
             let src = ((i as u128 * input as u128 / out as u128) as usize).min(input - 1);
@@ -48,16 +49,16 @@ impl Tensor {
                 _ => runs.push((src, 1)),
             }
         }
-        let pieces = runs
-            .iter()
-            .map(|&(src, n)| {
-                let slice = self.narrow(dim as isize, src, 1)?;
-                let mut shape = slice.shape().to_vec();
-                shape[dim] = n;
-                slice.broadcast_to(&shape)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<&Tensor> = pieces.iter().collect();
+        let mut pieces = crate::backend::alloc::with_capacity("interpolate_nearest", runs.len())?;
+        for &(src, n) in &runs {
+            let slice = self.narrow(dim as isize, src, 1)?;
+            let mut shape = slice.shape().to_vec();
+            shape[dim] = n;
+            pieces.push(slice.broadcast_to(&shape)?);
+        }
+        let mut refs: Vec<&Tensor> =
+            crate::backend::alloc::with_capacity("interpolate_nearest", pieces.len())?;
+        refs.extend(pieces.iter());
         Tensor::cat(&refs, dim as isize)
     }
 
