@@ -256,14 +256,24 @@ impl Stream {
             Ok(Err(e)) => return Err(Error::Gpu(format!("mapping a read-back buffer: {e}"))),
             Err(_) => return Err(Error::Gpu("read-back was never completed".into())),
         }
-        let out = {
+        let n = bytes as usize;
+        let mut out = Vec::new();
+        // The host copy is taken fallibly: a read-back too large for the host is an error.
+        let reserved = out.try_reserve_exact(n).is_ok();
+        if reserved {
             let view = staging
                 .raw()
                 .get_mapped_range(0..padded)
                 .map_err(|e| Error::Gpu(format!("read-back range: {e}")))?;
-            view[..bytes as usize].to_vec()
-        };
+            out.extend_from_slice(&view[..n]);
+        }
         staging.raw().unmap();
+        if !reserved {
+            return Err(Error::CpuOutOfMemory {
+                op: "read-back",
+                requested: bytes,
+            });
+        }
         Ok(out)
     }
 
