@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod autotune;
 mod backend;
 pub mod config;
 pub mod cpu;
@@ -57,6 +58,12 @@ pub use ops::conv::Conv2dBuilder;
 pub use ops::conv_transpose::ConvTranspose2dParams;
 pub use ops::fused::MatmulBuilder;
 pub use tensor::{MemoryFormat, Tensor};
+
+/// Every key the autotuner measured or read from its cache in this process: candidates, their
+/// times and the winner (see [`autotune`]).
+pub fn autotune_report() -> Vec<autotune::TuneRecord> {
+    autotune::report()
+}
 
 /// Every GPU adapter wgpu can see (name, backend, driver, the features `xpu` uses, limits);
 /// the one `Device::Xpu` uses has `selected == true`.

@@ -8,7 +8,8 @@
 //! tensor, ops          →  backend, base            (the Tensor API)
 //! backend              →  cpu, gpu, base           (the one place that matches on the device)
 //! cpu | gpu            →  base                     (kernels; neither names the other)
-//! base                 →  base                     (error, dtype, device, layout, desc, config)
+//! base                 →  base                     (error, dtype, device, layout, desc, config,
+//!                                                   autotune)
 //! ```
 //!
 //! Names re-exported at the crate root (`crate::Tensor`, `crate::Activation`, ...) count as the
@@ -21,7 +22,8 @@ use std::path::{Path, PathBuf};
 /// The layer of a top-level module, or `None` for one this test does not know (which fails).
 fn layer(module: &str) -> Option<&'static str> {
     Some(match module {
-        "error" | "dtype" | "device" | "layout" | "desc" | "config" | "json_values" => "base",
+        "error" | "dtype" | "device" | "layout" | "desc" | "config" | "json_values"
+        | "autotune" => "base",
         "cpu" => "cpu",
         "gpu" => "gpu",
         "backend" => "backend",

@@ -231,9 +231,10 @@ fn xpu_tile_forms(
 /// SD 1.5's 3x3 convolutions (batch 2, padding 1): 320 ch at 64x64, 640 at 32x32, 1280 at 16x16.
 /// Variants: `nchw` and `channels_last` are `conv2d` calls (the Cpu packs the weights per call;
 /// NCHW also converts to NHWC and back), `layer_cl` is `nn::Conv2d` (weights prepacked once) on a
-/// channels-last input (on the Cpu: Winograd F(2,3)), `layer_cl_fused` adds SiLU and a residual
-/// in the same pass, `layer_cl_implicit` is the layer built with Winograd off (the implicit
-/// GEMM; on Xpu, run with the automatic Winograd choice off). GFLOP/s count the direct convolution's FLOPs, so Winograd rows can pass 100%.
+/// channels-last input (on the Cpu: Winograd), `layer_cl_fused` adds SiLU and a residual
+/// in the same pass, `layer_cl_implicit` is the layer with the implicit GEMM forced (Winograd
+/// off on both devices). The other rows run the autotuner's choice. GFLOP/s count the direct
+/// convolution's FLOPs, so Winograd rows can pass 100%.
 pub(super) fn conv(
     o: &Opts,
     device: Device,
@@ -259,10 +260,14 @@ pub(super) fn conv(
         let res =
             Tensor::randn(&[2, c, hw, hw], dtype, device, 4)?.to_memory_format(ChannelsLast)?;
         let layer = xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p)?;
-        let implicit = xpu::config::scoped(
-            |c| c.cpu.winograd = false,
-            || xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p),
-        )?;
+        // The implicit GEMM forced on both devices (Winograd off).
+        let implicit_gemm = |c: &mut xpu::config::Config| {
+            c.autotune.force("cpu_conv2d", "implicit_gemm");
+            c.gpu.conv_winograd = Some(false);
+        };
+        let implicit = xpu::config::scoped(implicit_gemm, || {
+            xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p)
+        })?;
         let silu = xpu::Activation::Silu;
         let variants: [(&str, Op); 5] = [
             ("nchw", Box::new(|| x.conv2d(&w, Some(&b), p))),
@@ -274,13 +279,7 @@ pub(super) fn conv(
             ),
             (
                 "layer_cl_implicit",
-                Box::new(|| {
-                    // Xpu: Winograd is chosen per call; turn the automatic choice off for it.
-                    xpu::config::scoped(
-                        |c| c.gpu.conv_winograd = Some(false),
-                        || implicit.forward(&xcl),
-                    )
-                }),
+                Box::new(|| xpu::config::scoped(implicit_gemm, || implicit.forward(&xcl))),
             ),
         ];
         for (variant, f) in variants {

@@ -11,6 +11,25 @@ pub(crate) fn attention_max_value_dim(device: Device) -> Option<usize> {
     }
 }
 
+/// The autotuner's problem text of a Cpu attention: dtype, heads and lengths bucketed, head
+/// dims exact, whether a mask is read.
+fn cpu_problem(
+    dtype: DType,
+    s: &crate::desc::AttnShape,
+    mask: Option<(&CpuStorage, &Layout)>,
+) -> String {
+    use crate::autotune::bucket;
+    format!(
+        "{dtype} heads {} lq {} lk {} d {} dv {}{}",
+        bucket(s.heads()),
+        bucket(s.lq),
+        bucket(s.lk),
+        s.d,
+        s.dv,
+        if mask.is_some() { " masked" } else { "" }
+    )
+}
+
 impl Storage {
     /// Fused scaled dot-product attention of `self = q` with `k`, `v` and an optional mask
     /// whose layout is broadcast to the scores `[..., Lq, Lk]` (see `ops::attention`), its
@@ -33,13 +52,17 @@ impl Storage {
                     Some((other, _)) => return Err(mismatch(op, self, other)),
                 };
                 host_output(op, q.numel(), qs.dtype())?;
-                Ok(Storage::Cpu(qs.attention(
-                    q,
-                    (ks, k.1),
-                    (vs, v.1),
-                    m,
-                    shape,
-                    out,
+                let (kernels, rule) = crate::cpu::attention_kernels(qs.dtype(), shape.lq);
+                let names: Vec<&'static str> = kernels.iter().map(|k| k.name()).collect();
+                let key = tuning::cpu_key("cpu_attention", &cpu_problem(qs.dtype(), shape, m));
+                let tol = if qs.dtype() == DType::F32 { 1e-4 } else { 3e-2 };
+                Ok(Storage::Cpu(tuning::run_tuned(
+                    &key,
+                    &names,
+                    rule,
+                    &mut |i| qs.attention(q, (ks, k.1), (vs, v.1), m, shape, out, kernels[i]),
+                    &|| Ok(()),
+                    &|a, b| tuning::cpu_agree(a, b, tol),
                 )?))
             }
             (Storage::Xpu(qs), Storage::Xpu(ks), Storage::Xpu(vs), m) => {

@@ -6,6 +6,7 @@
 //! each; the Tensor layer (`ops::conv*`) has validated shapes, dtypes and the geometry.
 
 use super::*;
+pub(crate) use crate::cpu::conv::ConvKernel;
 use crate::cpu::conv::{ConvEpilogue, WinogradUse};
 use crate::cpu::gemm::{bf16_method, gemm_path, Bf16Method};
 use crate::desc::{Activation, Conv2dParams, ConvGeom};
@@ -54,9 +55,66 @@ fn per_call_winograd(g: &ConvGeom, dtype: DType) -> WinogradUse {
     }
 }
 
-/// Packs a Cpu weight `[O, C/G, kh, kw]` for the engine. `w` is dense (contiguous) in its own
-/// float dtype, `w_f32` its values in f32 when the caller has them at hand (else they are
-/// read from `w`); `g` is the geometry of the call for [`ConvPacking::PerCall`].
+/// The Cpu kernels that can run a convolution with an `[O, C/G, kh, kw]` weight of `dtype`
+/// and `params`, and the index of the static rule's pick for weights packed as `packing`
+/// (`g`: the call's geometry for [`ConvPacking::PerCall`]). Winograd serves 3×3 stride-1
+/// undilated ungrouped layers of at least 16 channels each way; F(4,3) only where
+/// `cpu::conv::winograd_f4_allowed` (f32 operands, filters of bounded memory). The rule: the
+/// implicit GEMM for bf16 weights on AMX or small per-call problems; F(2,3) for other per-call
+/// problems; else the layer's variant (`cpu::conv::winograd::choose_tile`).
+pub(crate) fn cpu_conv_kernels(
+    shape: [usize; 4],
+    params: &Conv2dParams,
+    dtype: DType,
+    packing: ConvPacking,
+    g: Option<&ConvGeom>,
+) -> (Vec<ConvKernel>, usize) {
+    use crate::cpu::conv::WinogradTile;
+    let [o, c, _, _] = shape;
+    let mut list = vec![ConvKernel::ImplicitGemm];
+    if !(dtype.is_float() && crate::cpu::conv::winograd_suits(shape, params)) {
+        return (list, 0);
+    }
+    let operands = winograd_operands(dtype);
+    list.push(ConvKernel::WinogradF2);
+    if crate::cpu::conv::winograd_f4_allowed(c, o, operands) {
+        list.push(ConvKernel::WinogradF4);
+    }
+    let amx_bf16 = dtype == DType::BF16 && bf16_method() == Bf16Method::Amx;
+    let use_ = match (packing, g) {
+        (ConvPacking::Layer, _) => WinogradUse::Layer,
+        (ConvPacking::PerCall, Some(g)) => per_call_winograd(g, dtype),
+        (ConvPacking::PerCall, None) => WinogradUse::Off,
+    };
+    let rule = if amx_bf16 {
+        ConvKernel::ImplicitGemm
+    } else {
+        match use_ {
+            WinogradUse::Off => ConvKernel::ImplicitGemm,
+            WinogradUse::PerCall => ConvKernel::WinogradF2,
+            WinogradUse::Layer => match crate::cpu::conv::winograd_choose_tile(c, o, operands) {
+                WinogradTile::F4 => ConvKernel::WinogradF4,
+                WinogradTile::F2 => ConvKernel::WinogradF2,
+            },
+        }
+    };
+    let rule = list.iter().position(|k| *k == rule).unwrap_or(0);
+    (list, rule)
+}
+
+/// The element type Winograd's point GEMMs multiply in for `dtype` weights.
+fn winograd_operands(dtype: DType) -> crate::cpu::conv::WinogradOperands {
+    use crate::cpu::conv::WinogradOperands;
+    if dtype == DType::BF16 && bf16_method() == Bf16Method::DotProduct {
+        WinogradOperands::Bf16
+    } else {
+        WinogradOperands::F32
+    }
+}
+
+/// Packs a Cpu weight `[O, C/G, kh, kw]` for the engine, for the kernel a forced candidate
+/// (`cpu_conv2d`) or the static rule of [`cpu_conv_kernels`] takes. `w` is dense (contiguous)
+/// in its own float dtype; `g` is the geometry of the call for [`ConvPacking::PerCall`].
 pub(crate) fn pack_conv_weight(
     w: (&Storage, &Layout),
     params: Conv2dParams,
@@ -64,57 +122,76 @@ pub(crate) fn pack_conv_weight(
     g: Option<&ConvGeom>,
 ) -> Result<PackedConv> {
     let op = "conv2d";
+    let &[o, cg, kh, kw] = w.1.shape() else {
+        return Err(Error::shape(op, "a 4-D weight", w.1.shape()));
+    };
+    let (list, rule) = cpu_conv_kernels([o, cg, kh, kw], &params, w.0.dtype(), packing, g);
+    let forced = crate::config::with(|c| {
+        c.autotune
+            .forced(CONV_FAMILY)
+            .and_then(|f| list.iter().position(|k| k.name() == f))
+    });
+    pack_conv_kernel(w, params, list[forced.unwrap_or(rule)])
+}
+
+/// The autotuner's family of the Cpu convolution kernels.
+pub(crate) const CONV_FAMILY: &str = "cpu_conv2d";
+
+/// Packs a Cpu weight `[O, C/G, kh, kw]` (dense, in its own float dtype) for `kernel`, which
+/// must be one [`cpu_conv_kernels`] lists for it.
+pub(crate) fn pack_conv_kernel(
+    w: (&Storage, &Layout),
+    params: Conv2dParams,
+    kernel: ConvKernel,
+) -> Result<PackedConv> {
+    use crate::cpu::conv::WinogradTile;
+    let op = "conv2d";
     let (ws, wl) = (cpu(op, w.0)?, w.1);
     let &[o, cg, kh, kw] = wl.shape() else {
         return Err(Error::shape(op, "a 4-D weight", wl.shape()));
     };
     let shape = [o, cg, kh, kw];
     let groups = params.groups;
-    let winograd = match (packing, g) {
-        (ConvPacking::Layer, _) => WinogradUse::Layer,
-        (ConvPacking::PerCall, Some(g)) => per_call_winograd(g, ws.dtype()),
-        (ConvPacking::PerCall, None) => WinogradUse::Off,
-    };
     let dense = wl.is_contiguous();
     let (off, n) = (wl.offset(), wl.numel());
-    let bf16_panels = || -> Result<Option<PackedConv>> {
-        match (ws, dense) {
-            (CpuStorage::BF16(v), true) => match v.get(off..off + n) {
-                Some(data) => PackedConv::new_amx(data, shape, groups),
-                None => Ok(None),
-            },
-            _ => Ok(None),
+    if kernel != ConvKernel::ImplicitGemm {
+        let tile = if kernel == ConvKernel::WinogradF4 {
+            WinogradTile::F4
+        } else {
+            WinogradTile::F2
+        };
+        let operands = winograd_operands(ws.dtype());
+        if !dense || !crate::cpu::conv::winograd_suits(shape, &params) {
+            return Err(Error::invalid(
+                op,
+                format!("the {} kernel for a dense 3x3 stride-1 layer of 16+ channels, got {shape:?} {params:?}", kernel.name()),
+            ));
         }
-    };
-    if bf16_method() == Bf16Method::Amx {
-        if let Some(p) = bf16_panels()? {
-            return Ok(p);
-        }
-    }
-    let per_call = winograd == WinogradUse::PerCall;
-    if winograd != WinogradUse::Off
-        && crate::cpu::conv::winograd_suits(shape, &params)
-        && crate::cpu::conv::winograd_enabled()
-        && dense
-    {
         let packed = match ws {
             CpuStorage::F32(v) => v
                 .get(off..off + n)
-                .map(|d| PackedConv::new_winograd(d, shape, params, per_call)),
+                .map(|d| PackedConv::new_winograd_on(d, shape, params, operands, tile)),
             CpuStorage::F16(v) => v
                 .get(off..off + n)
-                .map(|d| PackedConv::new_winograd(d, shape, params, per_call)),
+                .map(|d| PackedConv::new_winograd_on(d, shape, params, operands, tile)),
             CpuStorage::BF16(v) => v
                 .get(off..off + n)
-                .map(|d| PackedConv::new_winograd(d, shape, params, per_call)),
+                .map(|d| PackedConv::new_winograd_on(d, shape, params, operands, tile)),
             _ => None,
         };
-        if let Some(p) = packed {
-            return p;
-        }
+        return packed.unwrap_or_else(|| {
+            Err(Error::invalid(
+                op,
+                format!("a float weight within its storage, got {}", ws.dtype()),
+            ))
+        });
     }
-    if let Some(p) = bf16_panels()? {
-        return Ok(p);
+    if let (CpuStorage::BF16(v), true) = (ws, dense) {
+        if let Some(data) = v.get(off..off + n) {
+            if let Some(p) = PackedConv::new_amx(data, shape, groups)? {
+                return Ok(p);
+            }
+        }
     }
     if let (CpuStorage::F32(v), true) = (ws, dense) {
         if let Some(data) = v.get(off..off + n) {

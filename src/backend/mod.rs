@@ -17,6 +17,7 @@ mod norm;
 mod pool;
 pub(crate) mod prepared;
 mod reduce;
+pub(crate) mod tuning;
 
 /// The one fallible path for host memory sized by data (see `cpu::alloc`), for the layers
 /// above that build host buffers themselves.

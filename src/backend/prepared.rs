@@ -13,6 +13,41 @@ use crate::desc::Activation;
 /// Convolution weights packed once for the Cpu engine (see `backend::conv`).
 pub(crate) use super::conv::PackedConv;
 
+/// A convolution layer's Cpu packs: the weight packed for the kernel in use and the bias in
+/// f32. The kernel can change after construction (the autotuner's winner for the layer's
+/// problems): [`LayerConv::replace`] swaps the packs, which calls already running keep alive.
+pub(crate) struct LayerConv {
+    packs: std::sync::RwLock<std::sync::Arc<PackedConv>>,
+    /// The bias widened to f32.
+    pub bias: Option<Vec<f32>>,
+}
+
+impl LayerConv {
+    /// Holds `packed` and the f32 bias.
+    pub(crate) fn new(packed: PackedConv, bias: Option<Vec<f32>>) -> LayerConv {
+        LayerConv {
+            packs: std::sync::RwLock::new(std::sync::Arc::new(packed)),
+            bias,
+        }
+    }
+
+    /// The packs in use.
+    pub(crate) fn current(&self) -> std::sync::Arc<PackedConv> {
+        match self.packs.read() {
+            Ok(p) => std::sync::Arc::clone(&p),
+            Err(poisoned) => std::sync::Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Uses `packed` from now on.
+    pub(crate) fn replace(&self, packed: std::sync::Arc<PackedConv>) {
+        match self.packs.write() {
+            Ok(mut p) => *p = packed,
+            Err(poisoned) => *poisoned.into_inner() = packed,
+        }
+    }
+}
+
 /// Residual rows of a product: the storage, and `(offset, row stride, column stride)` of
 /// `M × N` rows in it.
 pub(crate) type ResidualRowsOf<'a> = (&'a Storage, (usize, usize, usize));

@@ -1,5 +1,6 @@
-//! CPU backend settings: the instruction set cap, the bf16 product method, huge pages, and the
-//! kernel choices that tests and comparisons force.
+//! CPU backend settings: the instruction set cap, the bf16 product method, huge pages and the
+//! caller-first start of short products. Choices between kernels are the autotuner's
+//! (`AutotuneConfig`), forced there by name.
 
 use super::parse::{choice, switch, Warnings};
 
@@ -41,14 +42,6 @@ pub struct CpuConfig {
     /// Short parallel products start on the calling thread while the pool wakes
     /// (`XPU_CPU_EAGER=0` turns it off).
     pub eager: bool,
-    /// bf16 attention may use its own AMX and dot-product kernels (`XPU_CPU_ATTN=fma` keeps the
-    /// f32 FMA kernel).
-    pub bf16_attention: bool,
-    /// 3×3 convolutions packed now may use Winograd (`XPU_CPU_WINOGRAD=0` turns it off).
-    pub winograd: bool,
-    /// Forces Winograd's output tile for f32 operands: 2 (F(2,3)) or 4 (F(4,3))
-    /// (`XPU_CPU_WINOGRAD_TILE`); `None` chooses by layer width.
-    pub winograd_tile: Option<u8>,
 }
 
 impl Default for CpuConfig {
@@ -58,9 +51,6 @@ impl Default for CpuConfig {
             bf16: CpuBf16::Auto,
             hugepages: true,
             eager: true,
-            bf16_attention: true,
-            winograd: true,
-            winograd_tile: None,
         }
     }
 }
@@ -96,26 +86,11 @@ impl CpuConfig {
             ],
             warn,
         );
-        let attention = choice(
-            lookup,
-            "XPU_CPU_ATTN",
-            &[("auto", true), ("fma", false)],
-            warn,
-        );
-        let tile = choice(
-            lookup,
-            "XPU_CPU_WINOGRAD_TILE",
-            &[("2", 2u8), ("4", 4u8)],
-            warn,
-        );
         CpuConfig {
             isa: isa.unwrap_or(d.isa),
             bf16: bf16.unwrap_or(d.bf16),
             hugepages: switch(lookup, "XPU_CPU_HUGEPAGES", warn).unwrap_or(d.hugepages),
             eager: switch(lookup, "XPU_CPU_EAGER", warn).unwrap_or(d.eager),
-            bf16_attention: attention.unwrap_or(d.bf16_attention),
-            winograd: switch(lookup, "XPU_CPU_WINOGRAD", warn).unwrap_or(d.winograd),
-            winograd_tile: tile.or(d.winograd_tile),
         }
     }
 }

@@ -15,6 +15,7 @@
 //! The settings and their environment variables are documented on the fields of [`Config`],
 //! [`CpuConfig`] and [`GpuConfig`], and in the configuration table of `docs/ARCHITECTURE.md`.
 
+mod autotune;
 mod cpu;
 pub(crate) mod gpu;
 mod parse;
@@ -23,6 +24,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
+pub use autotune::{AutotuneConfig, AutotuneMode};
 pub use cpu::{CpuBf16, CpuConfig, CpuIsa};
 pub use gpu::GpuConfig;
 pub use parse::parse_bytes;
@@ -53,6 +55,8 @@ pub struct Config {
     /// PyTorch's own CPU kernel choice (`ATEN_CPU_CAPABILITY`, read as PyTorch reads it):
     /// `TorchGenerator` draws what a PyTorch started in the same environment draws.
     pub torch_cpu_capability: Option<String>,
+    /// Autotuning: its mode, cache folder and forced candidates.
+    pub autotune: AutotuneConfig,
     /// CPU backend settings.
     pub cpu: CpuConfig,
     /// GPU backend settings.
@@ -88,6 +92,7 @@ impl Config {
                 }
             },
             torch_cpu_capability: lookup("ATEN_CPU_CAPABILITY"),
+            autotune: AutotuneConfig::from_lookup(lookup, &mut warn),
             cpu: CpuConfig::from_lookup(lookup, &mut warn),
             gpu: GpuConfig::from_lookup(lookup, &mut warn),
         };
@@ -214,6 +219,44 @@ mod tests {
         assert_eq!(c.memory_limit, Some(512 << 20));
         assert_eq!(c.profile, Profile::Shapes);
         assert_eq!(c.adapter.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn parses_autotune_settings() {
+        let c = Config::from_lookup(&lookup(&[
+            ("XPU_AUTOTUNE", "cached"),
+            ("HOME", "/home/u"),
+            (
+                "XPU_AUTOTUNE_FORCE",
+                "cpu_attention=fma_rows, gpu_split_k=4,,bad",
+            ),
+        ]));
+        assert_eq!(c.autotune.mode, AutotuneMode::Cached);
+        assert_eq!(
+            c.autotune.cache_dir.as_deref(),
+            Some(std::path::Path::new("/home/u/.cache/xpu"))
+        );
+        assert_eq!(c.autotune.forced("cpu_attention"), Some("fma_rows"));
+        assert_eq!(c.autotune.forced("gpu_split_k"), Some("4"));
+        let c = Config::from_lookup(&lookup(&[
+            ("XPU_AUTOTUNE", "sometimes"),
+            ("XDG_CACHE_HOME", "/c"),
+            ("HOME", "/home/u"),
+        ]));
+        assert_eq!(c.autotune.mode, AutotuneMode::Tune);
+        assert_eq!(
+            c.autotune.cache_dir.as_deref(),
+            Some(std::path::Path::new("/c/xpu"))
+        );
+        let c = Config::from_lookup(&lookup(&[
+            ("XPU_AUTOTUNE_CACHE", "none"),
+            ("HOME", "/home/u"),
+        ]));
+        assert_eq!(c.autotune.cache_dir, None);
+        let mut a = c.autotune.clone();
+        a.force("x", "1");
+        a.force("x", "2");
+        assert_eq!((a.forced("x"), a.force.len()), (Some("2"), 1));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! `P · V` (`portable` or `avx512` kernels, chosen by `Kernels::level()`). The output is
 //! `o / l` rounded once to the input dtype.
 //!
-//! bf16 inputs, unless `XPU_CPU_ATTN=fma`, run on one of two bf16 kernels instead, both with
+//! bf16 inputs may run on one of two bf16 kernels instead (the autotuner's `cpu_attention` candidates), both with
 //! `Q·Kᵀ` and `P·V` on bf16 pair products with f32 accumulation, `P` rounded to bf16 and the
 //! softmax in f32 (as PyTorch's bf16 flash attention), with the same invariants as below:
 //! Intel AMX tiles (`tdpbf16ps`) where AMX is in use (`bf16_method() == Amx`, `amx::usable`;
@@ -62,7 +62,7 @@ use super::storage::CpuStorage;
 use super::strided::check_layout;
 use crate::desc::AttnShape;
 use crate::layout::Layout;
-use crate::{Device, Error, Result};
+use crate::{DType, Device, Error, Result};
 
 /// Query rows per register tile.
 pub(crate) const MR: usize = 6;
@@ -175,6 +175,7 @@ fn attention_float<T: FloatElem>(
     kv: (View<T>, View<T>),
     mask: Option<(MaskData, &Layout)>,
     s: &AttnShape,
+    query_lanes: bool,
 ) -> Result<Vec<T>> {
     let n = s.heads() * s.lq * s.dv;
     let mut out = super::pool::take::<T>(operands::OP, n)?;
@@ -213,12 +214,10 @@ fn attention_float<T: FloatElem>(
         })
     };
     #[cfg(target_arch = "x86_64")]
-    if k.level() == SimdLevel::Avx512 && s.lq >= lanes::MIN_QUERIES && !rows_kernel_forced() {
+    if query_lanes && k.level() == SimdLevel::Avx512 {
         let max_tiles = max_tiles / MAX_TILES_PER_TASK * lanes::MAX_TILES_PER_TASK;
         let tiles = s.lq.div_ceil(lanes::QL);
         let plan = plan_tasks(s.heads(), tiles, max_tiles, lanes::QL);
-        #[cfg(test)]
-        LANES_RAN.with(|c| c.set(true));
         for_head_groups(&mut out, ol, s, plan, group_ctx, lanes::task)?;
         return Ok(out);
     }
@@ -233,54 +232,66 @@ fn attention_float<T: FloatElem>(
     Ok(out)
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Test hook: run f32 attention on the row kernels even where the query-lane one would.
-    pub(crate) static FORCE_ROWS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Test hook: set when an attention on this thread ran the query-lane kernel.
-    pub(crate) static LANES_RAN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether the row kernels must run (tests compare both kernels on the same inputs).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn rows_kernel_forced() -> bool {
-    #[cfg(test)]
-    return FORCE_ROWS.with(|c| c.get());
-    #[cfg(not(test))]
-    false
-}
-
-/// Whether bf16 attention may use its own kernels (AMX, dot products):
-/// `config::CpuConfig::bf16_attention` (default yes); each then runs wherever its `usable`
-/// holds.
-#[cfg(target_arch = "x86_64")]
-fn bf16_kernels_enabled() -> bool {
-    crate::config::with(|c| c.cpu.bf16_attention)
-}
-
-/// Which kernel family ran an attention (recorded for the tests).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// The CPU attention kernels: the autotuner's candidates for `cpu_attention`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AttnKernel {
     /// bf16 on Intel AMX tiles (`amx`).
     Amx,
     /// bf16 on AVX512_BF16 dot products (`dp`).
     Dot,
-    /// The f32 tile kernels (`avx512`, `avx2` or `portable`), any dtype widened to f32.
-    Fma,
+    /// The f32 FMA kernel with queries in vector lanes (`lanes`, AVX-512), any dtype widened.
+    FmaLanes,
+    /// The f32 FMA row kernels (`avx512`, `avx2` or `portable`), any dtype widened.
+    FmaRows,
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Test hook: the kernel family the last attention on this thread ran.
-    pub(crate) static LAST_KERNEL: std::cell::Cell<Option<AttnKernel>> =
-        const { std::cell::Cell::new(None) };
+impl AttnKernel {
+    /// The candidate's name (what `config::AutotuneConfig::force` takes).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AttnKernel::Amx => "amx",
+            AttnKernel::Dot => "dot",
+            AttnKernel::FmaLanes => "fma_lanes",
+            AttnKernel::FmaRows => "fma_rows",
+        }
+    }
 }
 
-#[inline(always)]
-fn note(_k: AttnKernel) {
-    #[cfg(test)]
-    LAST_KERNEL.with(|c| c.set(Some(_k)));
+/// The kernels that can run an attention of `dtype` queries with `lq` query rows in this
+/// process, and the index of the static rule's pick: for bf16 AMX where the bf16 products use
+/// it, else the dot products where they do; otherwise the query-lane FMA kernel from [`lanes::MIN_QUERIES`] queries on AVX-512,
+/// else the row kernels.
+pub(crate) fn attention_kernels(dtype: DType, lq: usize) -> (Vec<AttnKernel>, usize) {
+    let k = Kernels::current();
+    let mut list = Vec::with_capacity(4);
+    let mut rule = None;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if dtype == DType::BF16 {
+            if amx::available(k) {
+                if amx::usable(k) {
+                    rule = Some(list.len());
+                }
+                list.push(AttnKernel::Amx);
+            }
+            if dp::available(k) {
+                if dp::usable(k) && rule.is_none() {
+                    rule = Some(list.len());
+                }
+                list.push(AttnKernel::Dot);
+            }
+        }
+        if k.level() == SimdLevel::Avx512 {
+            if rule.is_none() && lq >= lanes::MIN_QUERIES {
+                rule = Some(list.len());
+            }
+            list.push(AttnKernel::FmaLanes);
+        }
+    }
+    let _ = (dtype, lq);
+    let rows = list.len();
+    list.push(AttnKernel::FmaRows);
+    (list, rule.unwrap_or(rows))
 }
 
 impl CpuStorage {
@@ -297,6 +308,7 @@ impl CpuStorage {
         mask: Option<(&CpuStorage, &Layout)>,
         s: &AttnShape,
         out: &Layout,
+        kernel: AttnKernel,
     ) -> Result<CpuStorage> {
         let op = "scaled_dot_product_attention";
         if !out_layout_fits(out, s, s.heads() * s.lq * s.dv) {
@@ -325,24 +337,41 @@ impl CpuStorage {
             }
         };
         let kern = Kernels::current();
-        #[cfg(target_arch = "x86_64")]
-        if let (CpuStorage::BF16(qd), CpuStorage::BF16(kd), CpuStorage::BF16(vd)) = (self, k.0, v.0)
-        {
-            let view = |data, layout| View { data, layout };
-            if bf16_kernels_enabled() {
+        let unusable = || {
+            Error::invalid(
+                op,
+                format!(
+                    "the {} kernel for {} attention on this CPU",
+                    kernel.name(),
+                    self.dtype()
+                ),
+            )
+        };
+        match kernel {
+            AttnKernel::FmaLanes | AttnKernel::FmaRows => {}
+            #[cfg(target_arch = "x86_64")]
+            AttnKernel::Amx | AttnKernel::Dot => {
+                let (CpuStorage::BF16(qd), CpuStorage::BF16(kd), CpuStorage::BF16(vd)) =
+                    (self, k.0, v.0)
+                else {
+                    return Err(unusable());
+                };
+                let view = |data, layout| View { data, layout };
                 let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
-                if let Some(o) = amx::attention(kern, (q, out), kv, mask, s)? {
-                    note(AttnKernel::Amx);
-                    return Ok(CpuStorage::BF16(o));
-                }
-                let (q, kv) = (view(qd, ql), (view(kd, k.1), view(vd, v.1)));
-                if let Some(o) = dp::attention(kern, (q, out), kv, mask, s)? {
-                    note(AttnKernel::Dot);
-                    return Ok(CpuStorage::BF16(o));
-                }
+                let o = if kernel == AttnKernel::Amx {
+                    amx::attention(kern, (q, out), kv, mask, s)?
+                } else {
+                    dp::attention(kern, (q, out), kv, mask, s)?
+                };
+                return o.map(CpuStorage::BF16).ok_or_else(unusable);
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            AttnKernel::Amx | AttnKernel::Dot => return Err(unusable()),
         }
-        note(AttnKernel::Fma);
+        let lanes = kernel == AttnKernel::FmaLanes;
+        if lanes && kern.level() != SimdLevel::Avx512 {
+            return Err(unusable());
+        }
         macro_rules! run {
             ($variant:ident, $q:expr) => {{
                 let (CpuStorage::$variant(kd), CpuStorage::$variant(vd)) = (k.0, v.0) else {
@@ -370,7 +399,7 @@ impl CpuStorage {
                         layout: v.1,
                     },
                 );
-                CpuStorage::$variant(attention_float(kern, (q, out), kv, mask, s)?)
+                CpuStorage::$variant(attention_float(kern, (q, out), kv, mask, s, lanes)?)
             }};
         }
         Ok(match self {

@@ -37,7 +37,9 @@ mod strided;
 #[cfg(test)]
 mod tests;
 pub(crate) mod transpose;
+pub(crate) mod tuning;
 
+pub(crate) use attention::attention_kernels;
 pub use matmul::matmul_f32_strided;
 pub use simd::{set_simd_override, simd_level, with_simd_level, SimdLevel};
 pub use storage::CpuStorage;

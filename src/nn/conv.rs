@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::prepared::PackedConv;
+use crate::backend::prepared::LayerConv;
 use crate::desc::Activation;
 use crate::desc::ConvGeom;
 use crate::nn::held_weight::HeldWeight;
@@ -24,8 +24,9 @@ use crate::nn::restore::{Regenerate, WeightRestore};
 use crate::ops::conv::{layer_weight_format, prepare_layer_weight};
 use crate::{Conv2dParams, DType, Device, Error, MemoryFormat, Result, Tensor};
 
-/// Cpu only: the prepacked weight and the bias widened to f32, both made once.
-type Prepacked = Arc<(PackedConv, Option<Vec<f32>>)>;
+/// Cpu only: the prepacked weight (packed again for the autotuner's winner) and the bias
+/// widened to f32.
+type Prepacked = Arc<LayerConv>;
 
 /// A 2-D convolution layer.
 #[derive(Clone)]
@@ -219,7 +220,9 @@ impl Conv2d {
     /// implicit GEMM. Always false on the Xpu, which chooses per call (Winograd F(2×2, 3×3)
     /// for wide enough layers and inputs: `xpu::ops::conv_xpu::ConvTile::Winograd`).
     pub fn uses_winograd(&self) -> bool {
-        self.packed.as_ref().is_some_and(|p| p.0.is_winograd())
+        self.packed
+            .as_ref()
+            .is_some_and(|p| p.current().is_winograd())
     }
 
     /// The layer on `device` (weights are prepacked again when moving to the Cpu).
@@ -259,7 +262,10 @@ impl Conv2d {
         // with AMX off since), where the unprepacked path needs the weight itself.
         let unserved = x.device() == Device::Cpu
             && x.dtype() == self.weight.dtype()
-            && self.packed.as_ref().is_some_and(|p| !p.0.serves(x.dtype()));
+            && self
+                .packed
+                .as_ref()
+                .is_some_and(|p| !p.current().serves(x.dtype()));
         let weight = match &self.stand_in {
             Some(s) if !unserved => s,
             _ => self.weight(),
@@ -272,7 +278,7 @@ impl Conv2d {
             op = op.residual(r);
         }
         match (&self.packed, x.device()) {
-            (Some(p), Device::Cpu) => op.run_prepacked(&p.0, p.1.as_deref()),
+            (Some(p), Device::Cpu) => op.run_prepacked(p, &|| Ok(self.weight_owned())),
             _ => op.run(),
         }
     }

@@ -25,11 +25,12 @@
 //! Semantics are defined by [`Conv2dBuilder::run_unfused`] (separate ops, f32 until one final
 //! rounding), which the tests compare the fused engines against.
 
-use crate::backend::conv::{ConvPacking, PackedConv};
+use crate::backend::conv::ConvPacking;
+use crate::backend::prepared::LayerConv;
 use crate::desc::Activation;
 pub use crate::desc::Conv2dParams;
 use crate::desc::ConvGeom;
-use crate::ops::conv_cpu::{conv2d_cpu, f32_vec, pack_weight};
+use crate::ops::conv_cpu::{conv2d_cpu_layer, conv2d_cpu_per_call, f32_vec, pack_weight};
 use crate::{DType, Error, Layout, MemoryFormat, Result, Tensor};
 
 /// A convolution with a fused epilogue, `act(conv2d(x, w) + bias) + residual`; made by
@@ -169,27 +170,34 @@ impl<'a> Conv2dBuilder<'a> {
         if self.x.device() == crate::Device::Cpu {
             let out_numel = crate::layout::numel(&g.out_shape());
             crate::backend::ensure_host_memory("conv2d", out_numel, crate::DType::F32)?;
-            let packed = pack_weight(self.weight, g.p, ConvPacking::PerCall, Some(&g))?;
             let bias = self.bias.map(f32_vec).transpose()?;
-            return conv2d_cpu(self.x, &packed, bias.as_deref(), self.epilogue(), &g, fmt);
+            return conv2d_cpu_per_call(
+                self.x,
+                self.weight,
+                bias.as_deref(),
+                self.epilogue(),
+                &g,
+                fmt,
+            );
         }
         let nhwc = im2col(self.x, self.weight, &g, self, self.x.dtype())?;
         finish(nhwc, &g, fmt)
     }
 
-    /// The Cpu engine with weights packed beforehand (`nn::Conv2d` packs once) and the bias
-    /// widened to f32. Panels that cannot serve this call (AMX panels while the GEMM path is
-    /// forced off AMX) are bypassed: the weight is packed for this call as [`Self::run`] does.
+    /// The Cpu engine with a layer's packs (`nn::Conv2d` packs once, and again for the
+    /// autotuner's winner; `weight` gives the weight for that). Packs that cannot serve this
+    /// call (AMX panels while the GEMM path is forced off AMX) are bypassed: the weight is
+    /// packed for this call as [`Self::run`] does.
     pub(crate) fn run_prepacked(
         &self,
-        packed: &PackedConv,
-        bias: Option<&[f32]>,
+        layer: &LayerConv,
+        weight: &dyn Fn() -> Result<Tensor>,
     ) -> Result<Tensor> {
-        if !packed.serves(self.x.dtype()) {
+        if !layer.current().serves(self.x.dtype()) {
             return self.run();
         }
         let (g, fmt) = self.validate()?;
-        conv2d_cpu(self.x, packed, bias, self.epilogue(), &g, fmt)
+        conv2d_cpu_layer(self.x, layer, weight, self.epilogue(), &g, fmt)
     }
 
     /// The same result by separate ops: convolution in f32, `+ bias`, activation, `+ residual`,
@@ -323,11 +331,11 @@ pub(crate) fn prepare_layer_weight(
     weight: &Tensor,
     bias: Option<&Tensor>,
     params: Conv2dParams,
-) -> Result<Option<(PackedConv, Option<Vec<f32>>)>> {
+) -> Result<Option<LayerConv>> {
     if weight.device() != crate::Device::Cpu {
         return Ok(None);
     }
-    Ok(Some((
+    Ok(Some(LayerConv::new(
         pack_weight(weight, params, ConvPacking::Layer, None)?,
         bias.map(f32_vec).transpose()?,
     )))

@@ -5,12 +5,152 @@
 //! Invariants: the engine always sees an input with channel stride 1 and writes dense NHWC
 //! rows; everything that is not already in that form is converted here exactly once.
 
+use std::sync::Arc;
+
 use crate::backend::conv::{
-    conv2d_nhwc, nchw_to_nhwc, nhwc_to_nchw, pack_conv_weight, ConvPacking, PackedConv,
-    ResidualRows,
+    conv2d_nhwc, cpu_conv_kernels, nchw_to_nhwc, nhwc_to_nchw, pack_conv_kernel, pack_conv_weight,
+    ConvKernel, ConvPacking, PackedConv, ResidualRows, CONV_FAMILY,
 };
+use crate::backend::prepared::LayerConv;
+use crate::backend::tuning;
 use crate::desc::{Activation, ConvGeom};
 use crate::{Conv2dParams, DType, Layout, MemoryFormat, Result, Tensor};
+
+/// The autotuner's problem text of a Cpu convolution: how its weights are packed, the dtype,
+/// the batch and spatial sizes bucketed, channels and kernel exact, and the output format.
+fn conv_problem(packing: ConvPacking, g: &ConvGeom, dtype: DType, fmt: MemoryFormat) -> String {
+    use crate::autotune::bucket;
+    let packing = match packing {
+        ConvPacking::Layer => "layer",
+        ConvPacking::PerCall => "per call",
+    };
+    format!(
+        "{packing} {dtype} n {} c {} o {} hw {}x{} k {}x{} {}",
+        bucket(g.n),
+        g.c,
+        g.o,
+        bucket(g.h),
+        bucket(g.w),
+        g.kh,
+        g.kw,
+        if fmt == MemoryFormat::ChannelsLast {
+            "nhwc"
+        } else {
+            "nchw"
+        }
+    )
+}
+
+/// Whether two convolution outputs agree (tolerance for the dtype: Winograd's transforms
+/// round differently from the implicit GEMM).
+fn outputs_agree(want: &Tensor, got: &Tensor) -> bool {
+    let tol = if want.dtype() == DType::F32 {
+        1e-3
+    } else {
+        3e-2
+    };
+    match (f32_vec(want), f32_vec(got)) {
+        (Ok(w), Ok(g)) => tuning::values_agree(&w, &g, tol),
+        _ => false,
+    }
+}
+
+/// A convolution on the Cpu engine with weights packed for this call, by the kernel the
+/// autotuner picks (the packing is part of each candidate's time).
+pub(crate) fn conv2d_cpu_per_call(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&[f32]>,
+    epilogue: (Activation, Option<&Tensor>),
+    g: &ConvGeom,
+    fmt: MemoryFormat,
+) -> Result<Tensor> {
+    let shape = [g.o, g.c / g.p.groups.max(1), g.kh, g.kw];
+    let (kernels, rule) =
+        cpu_conv_kernels(shape, &g.p, weight.dtype(), ConvPacking::PerCall, Some(g));
+    let names: Vec<&'static str> = kernels.iter().map(|k| k.name()).collect();
+    let key = tuning::cpu_key(
+        CONV_FAMILY,
+        &conv_problem(ConvPacking::PerCall, g, x.dtype(), fmt),
+    );
+    let dense = weight.contiguous()?;
+    tuning::run_tuned(
+        &key,
+        &names,
+        rule,
+        &mut |i| {
+            let packed = pack_conv_kernel((dense.storage(), dense.layout()), g.p, kernels[i])?;
+            conv2d_cpu(x, &packed, bias, epilogue, g, fmt)
+        },
+        &|| Ok(()),
+        &outputs_agree,
+    )
+}
+
+/// A convolution layer's call on the Cpu engine with its packs (`layer`), by the kernel the
+/// autotuner picks for the problem: the packs in use where they are that kernel, else the
+/// weight (from `weight`) packed for it, which then replaces the layer's packs (outside a
+/// measurement, so a layer keeps the winner of its latest problem).
+pub(crate) fn conv2d_cpu_layer(
+    x: &Tensor,
+    layer: &LayerConv,
+    weight: &dyn Fn() -> Result<Tensor>,
+    epilogue: (Activation, Option<&Tensor>),
+    g: &ConvGeom,
+    fmt: MemoryFormat,
+) -> Result<Tensor> {
+    let current = layer.current();
+    let shape = [g.o, g.c / g.p.groups.max(1), g.kh, g.kw];
+    let (mut kernels, _) = cpu_conv_kernels(shape, &g.p, x.dtype(), ConvPacking::Layer, None);
+    // The rule is the kernel the layer was packed for.
+    let rule = match kernels.iter().position(|k| *k == current.kernel()) {
+        Some(i) => i,
+        None => {
+            kernels.push(current.kernel());
+            kernels.len() - 1
+        }
+    };
+    let bias = layer.bias.as_deref();
+    if kernels.len() == 1 {
+        return conv2d_cpu(x, &current, bias, epilogue, g, fmt);
+    }
+    let names: Vec<&'static str> = kernels.iter().map(|k| k.name()).collect();
+    let key = tuning::cpu_key(
+        CONV_FAMILY,
+        &conv_problem(ConvPacking::Layer, g, x.dtype(), fmt),
+    );
+    tuning::run_tuned(
+        &key,
+        &names,
+        rule,
+        &mut |i| {
+            let packed = packs_for(layer, &current, kernels[i], weight, g.p)?;
+            conv2d_cpu(x, &packed, bias, epilogue, g, fmt)
+        },
+        &|| Ok(()),
+        &outputs_agree,
+    )
+}
+
+/// The layer's packs for `kernel`: those in use, or new ones (installed in the layer unless
+/// the autotuner is measuring).
+fn packs_for(
+    layer: &LayerConv,
+    current: &Arc<PackedConv>,
+    kernel: ConvKernel,
+    weight: &dyn Fn() -> Result<Tensor>,
+    params: Conv2dParams,
+) -> Result<Arc<PackedConv>> {
+    if current.kernel() == kernel {
+        return Ok(Arc::clone(current));
+    }
+    let w = weight()?.contiguous()?;
+    let packed = Arc::new(pack_conv_kernel((w.storage(), w.layout()), params, kernel)?);
+    if !crate::autotune::measuring() {
+        layer.replace(Arc::clone(&packed));
+    }
+    Ok(packed)
+}
 
 /// `act(conv(x, w) + bias) + residual` on the Cpu engine for a validated convolution `g`
 /// (`epilogue` = activation and residual), with `packed` weights and the bias in f32; the

@@ -147,8 +147,13 @@ fn wide_per_call_winograd_matches_the_unfused_sequence() {
     assert_close("448 -> 456 channels", &values(&got), &want, t, t);
 }
 
+/// Runs `body` with the Cpu convolution kernel `kernel` forced (where it is valid).
+fn forced<R>(kernel: &str, body: impl FnOnce() -> R) -> R {
+    xpu::config::scoped(|c| c.autotune.force("cpu_conv2d", kernel), body)
+}
+
 /// Layers that cannot use Winograd (stride 2, fewer than 16 channels) say so; one that can
-/// does unless the process runs with `XPU_CPU_WINOGRAD` set.
+/// does unless the process runs with `XPU_AUTOTUNE_FORCE` set.
 #[test]
 fn other_layers_do_not_use_winograd() {
     let _turn = layers_lock();
@@ -163,27 +168,46 @@ fn other_layers_do_not_use_winograd() {
     let few = randn(&[16, 4, 3, 3], DType::F32, 2);
     assert!(!Conv2d::new(few, None, pad(1, 1)).unwrap().uses_winograd());
     let on_xpu_or_cpu = Conv2d::new(w, None, pad(1, 1)).unwrap();
-    assert!(on_xpu_or_cpu.uses_winograd() || std::env::var("XPU_CPU_WINOGRAD").is_ok());
+    assert!(on_xpu_or_cpu.uses_winograd() || std::env::var("XPU_AUTOTUNE_FORCE").is_ok());
 }
 
-/// The Winograd setting (`config::CpuConfig::winograd`) decides for layers built while it is set; both paths agree.
+/// A forced kernel decides how layers built under it are packed and how calls under it run;
+/// a layer built for one kernel and called under another is packed again for it (and keeps
+/// those packs); every kernel agrees.
 #[test]
-fn override_switches_the_path_of_new_layers() {
+fn forced_kernels_pack_and_run_layers() {
     let _turn = layers_lock();
     let x = randn(&[1, 16, 9, 8], DType::F32, 5).to_memory_format(MemoryFormat::ChannelsLast);
     let x = x.unwrap();
     let w = randn(&[24, 16, 3, 3], DType::F32, 6);
-    let build = |on| {
-        xpu::config::scoped(
-            |c| c.cpu.winograd = on,
-            || Conv2d::new(w.clone(), None, pad(1, 1)),
-        )
-        .unwrap()
+    let build = |k| forced(k, || Conv2d::new(w.clone(), None, pad(1, 1)).unwrap());
+    let (gemm, f2, f4) = (
+        build("implicit_gemm"),
+        build("winograd_f2"),
+        build("winograd_f4"),
+    );
+    assert!(!gemm.uses_winograd() && f2.uses_winograd() && f4.uses_winograd());
+    let run = |k, layer: &Conv2d| {
+        let (out, ran) = xpu::autotune::trace(|| forced(k, || layer.forward(&x).unwrap()));
+        assert_eq!(ran.len(), 1, "{k}");
+        assert_eq!(ran[0].candidate, k);
+        values(&out)
     };
-    let (off, on) = (build(false), build(true));
-    assert!(!off.uses_winograd() && on.uses_winograd());
-    let (a, b) = (off.forward(&x).unwrap(), on.forward(&x).unwrap());
-    assert_close("override", &values(&b), &values(&a), 1e-4, 1e-4);
+    let want = run("implicit_gemm", &gemm);
+    assert_close("f2", &run("winograd_f2", &f2), &want, 1e-4, 1e-4);
+    assert_close("f4", &run("winograd_f4", &f4), &want, 1e-4, 1e-4);
+    // The implicit-GEMM layer called under F(4,3): packed again, and it stays so.
+    assert_close("repacked", &run("winograd_f4", &gemm), &want, 1e-4, 1e-4);
+    assert!(gemm.uses_winograd());
+    assert_close("back", &run("implicit_gemm", &gemm), &want, 1e-4, 1e-4);
+    assert!(!gemm.uses_winograd());
+    // Per-call convolutions (no layer) under each kernel.
+    for k in ["implicit_gemm", "winograd_f2", "winograd_f4"] {
+        let (out, ran) =
+            xpu::autotune::trace(|| forced(k, || x.conv2d(&w, None, pad(1, 1)).unwrap()));
+        assert_eq!(ran[0].candidate, k);
+        assert_close(k, &values(&out), &want, 1e-4, 1e-4);
+    }
 }
 
 /// At SD's channel counts (320 in, 320 out: F(4,3) by default) a Winograd layer stays within
@@ -197,16 +221,11 @@ fn wide_f32_winograd_layer_matches_the_implicit_gemm() {
     let w = randn(&[320, 320, 3, 3], DType::F32, 8)
         .affine(0.05, 0.0)
         .unwrap();
-    let build = |on| {
-        xpu::config::scoped(
-            |c| c.cpu.winograd = on,
-            || Conv2d::new(w.clone(), None, pad(1, 1)),
-        )
-        .unwrap()
-    };
-    let (gemm, wino) = (build(false), build(true));
+    let layer = |k| forced(k, || Conv2d::new(w.clone(), None, pad(1, 1)).unwrap());
+    let (gemm, wino) = (layer("implicit_gemm"), layer("winograd_f4"));
     assert!(!gemm.uses_winograd() && wino.uses_winograd());
-    let (want, got) = (gemm.forward(&x).unwrap(), wino.forward(&x).unwrap());
+    let want = forced("implicit_gemm", || gemm.forward(&x).unwrap());
+    let got = forced("winograd_f4", || wino.forward(&x).unwrap());
     let t = tol(DType::F32, 320);
     assert_close("320 channels", &values(&got), &values(&want), t, t);
 }

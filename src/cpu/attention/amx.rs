@@ -10,8 +10,9 @@
 //! bf16 flash attention.
 //!
 //! Invariants:
-//! - Only runs when [`usable`]: AMX is granted to this process (the bf16 GEMMs use it,
-//!   `bf16_method() == Amx`), AVX-512 is the SIMD level and AVX512-BF16 converts `P`.
+//! - Only runs when [`available`]: AMX is granted to this process, AVX-512 is the SIMD level
+//!   and AVX512-BF16 converts `P`. The static rule takes it where the bf16 GEMMs use AMX
+//!   ([`usable`]); the autotuner may take it elsewhere.
 //! - Each task loads the tile configuration before its first tile instruction and releases it
 //!   after its last one; all tile data stays inside one `asm!` block.
 //! - Packed layouts (u32 = a pair of bf16, low half first), all zero-padded: Q per tile
@@ -41,11 +42,18 @@ use crate::Result;
 /// Query tiles per task at most.
 const MAX_TILES_PER_TASK: usize = 4;
 
-/// Whether the AMX attention can run with kernels `k` in this process.
+/// Whether the static rule takes the AMX attention with kernels `k` in this process (AMX is
+/// the bf16 product method).
 pub(super) fn usable(k: Kernels) -> bool {
+    available(k) && bf16_method() == Bf16Method::Amx
+}
+
+/// Whether the AMX attention can run with kernels `k` in this process (AVX-512, AVX512_BF16
+/// and AMX granted), whatever the bf16 product method.
+pub(super) fn available(k: Kernels) -> bool {
     k.level() == SimdLevel::Avx512
-        && bf16_method() == Bf16Method::Amx
         && is_x86_feature_detected!("avx512bf16")
+        && crate::cpu::gemm::amx_unavailable_reason().is_none()
 }
 
 /// Row `at..` of `cols` bf16 values (column stride `cs`) as bits into `dst[..cols]`; misses
@@ -225,7 +233,7 @@ fn task_in(
     let hk = h - c.kv.h0;
     let k_all = &c.kv.k.slice::<u32>((hk + 1) * c.kv.k_head)[hk * c.kv.k_head..];
     let v_all = &c.kv.v.slice::<u32>((hk + 1) * c.kv.v_head)[hk * c.kv.v_head..];
-    // SAFETY: tasks exist only when `usable()` held, so AMX is granted to this process.
+    // SAFETY: tasks exist only when `available()` held, so AMX is granted to this process.
     unsafe { begin() };
     for (b, (kb, vb)) in k_all
         .chunks(KB * g.dp / 2)
@@ -277,7 +285,7 @@ fn task_in(
 }
 
 /// The bf16 attention on AMX (see [`super::attention_float`] for the contract), or `None`
-/// when [`usable`] does not hold.
+/// when [`available`] does not hold.
 pub(super) fn attention(
     k: Kernels,
     (q, ol): (View<bf16>, &Layout),
@@ -285,7 +293,7 @@ pub(super) fn attention(
     mask: Option<(MaskData, &Layout)>,
     s: &AttnShape,
 ) -> Result<Option<Vec<bf16>>> {
-    if !usable(k) {
+    if !available(k) {
         return Ok(None);
     }
     let n = s.heads() * s.lq * s.dv;

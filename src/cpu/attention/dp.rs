@@ -19,16 +19,17 @@
 //!   the output rescale (6 × Dv/16 multiplies per tile step, ~1%).
 //! - `P` takes the AMX kernel's degree-3 `exp2` (7 operations a vector instead of 13): the
 //!   softmax is about a quarter of the kernel's time at head dim 40.
-//! - Measured on a 2-core Zen 4 (bf16, 2 × 8 heads, FMA kernel = `XPU_CPU_ATTN=fma` in the same
+//! - Measured on a 2-core Zen 4 (bf16, 2 × 8 heads, FMA kernel = `XPU_AUTOTUNE_FORCE=cpu_attention=fma_lanes` in the same
 //!   process): SD 1.5 self-attention 4096² × 40: 135 against 253 ms (~318 GFLOP/s, ~73% of the
 //!   measured `vdpbf16ps` peak); cross-attention (77 keys) 4.0 against 6.3 ms; 1024² × 80: 18
 //!   against 30 ms; 256² × 160: 3.9 against 5.0 ms. The ymm half vector measured faster than
 //!   padding Dv = 40 to 48 (three full vectors).
 //!
 //! Invariants:
-//! - Only runs when [`usable`]: the SIMD level is AVX-512 (F/DQ, FMA), the CPU has AVX512_BF16
-//!   and AVX-512VL, and the bf16 GEMM's calibration chose dot products (`bf16_method() ==
-//!   DotProduct`: `vdpbf16ps` measured faster than the FMA path, and AMX not in use).
+//! - Only runs when [`available`]: the SIMD level is AVX-512 (F/DQ, FMA) and the CPU has
+//!   AVX512_BF16 and AVX-512VL. The static rule takes it where the bf16 GEMM's calibration
+//!   chose dot products ([`usable`]: `vdpbf16ps` measured faster than the FMA path, and AMX not
+//!   in use); the autotuner may take it elsewhere.
 //! - Packed layouts (u32 = two bf16, low half the even index), zero-padded, on cache lines: Q
 //!   per tile `[MR][dpairs]` (`dpairs` = ⌈max(D, 1)/2⌉); K per block `[dpairs][KB keys]`; V per
 //!   block `[dvp/16 chunks][KB/2 key pairs][16 columns]`, then `[KB/2][8]` for a last half
@@ -55,8 +56,13 @@ use crate::Result;
 
 /// Whether the dot-product attention can run with kernels `k` in this process.
 pub(super) fn usable(k: Kernels) -> bool {
+    available(k) && bf16_method() == Bf16Method::DotProduct
+}
+
+/// Whether the dot-product attention can run with kernels `k` in this process (AVX-512 with
+/// AVX512_BF16 and VL), whatever the bf16 product method.
+pub(super) fn available(k: Kernels) -> bool {
     k.level() == SimdLevel::Avx512
-        && bf16_method() == Bf16Method::DotProduct
         && is_x86_feature_detected!("avx512bf16")
         && is_x86_feature_detected!("avx512vl")
 }
@@ -239,7 +245,7 @@ fn task_in(
                 o: &mut so[t * MR * g.dvp..(t + 1) * MR * g.dvp],
                 p: sp,
             };
-            // SAFETY: tasks exist only when `usable()` held: AVX-512F/DQ/VL, FMA and
+            // SAFETY: tasks exist only when `available()` held: AVX-512F/DQ/VL, FMA and
             // AVX512_BF16 are present (`tile` checks the slice lengths itself).
             unsafe { tile(&tl, &mut st) };
         }
@@ -249,7 +255,7 @@ fn task_in(
 }
 
 /// The bf16 attention on AVX512_BF16 dot products (see `super::attention_float` for the
-/// contract), or `None` when [`usable`] does not hold.
+/// contract), or `None` when [`available`] does not hold.
 pub(super) fn attention(
     k: Kernels,
     (q, ol): (View<bf16>, &Layout),
@@ -257,7 +263,7 @@ pub(super) fn attention(
     mask: Option<(MaskData, &Layout)>,
     s: &AttnShape,
 ) -> Result<Option<Vec<bf16>>> {
-    if !usable(k) {
+    if !available(k) {
         return Ok(None);
     }
     let n = s.heads() * s.lq * s.dv;

@@ -1,42 +1,14 @@
 //! The bf16 attention kernels (AMX, AVX512_BF16 dot products) against the materialised-softmax
 //! reference (`scaled_dot_product_attention_unfused` in f32 on the same bf16-rounded inputs).
 //!
-//! Every case asserts which kernel ran: the one this process must use ([`expect_kernel`]: AMX
-//! where it is usable, else the dot-product kernel where its `usable` holds, else, said once
-//! on stderr, the FMA kernel, whose result is checked the same way), so these tests do real
-//! work on every machine and never pass by skipping.
+//! Every case runs every kernel this CPU has for bf16 (AMX, AVX512_BF16 dot products, the FMA
+//! kernels), each forced through the autotuner's configuration, and asserts through
+//! `autotune::trace` that the forced kernel ran, so these tests do real work on every machine
+//! and never pass by skipping.
 
-use super::{AttnKernel, LAST_KERNEL};
+use crate::autotune::trace;
+use crate::config::scoped;
 use crate::{DType, Device, Tensor};
-use std::sync::Once;
-
-/// The kernel bf16 attention must run on in this process.
-fn expect_kernel() -> AttnKernel {
-    #[cfg(target_arch = "x86_64")]
-    let k = {
-        let kern = super::Kernels::current();
-        if !super::bf16_kernels_enabled() {
-            AttnKernel::Fma
-        } else if super::amx::usable(kern) {
-            AttnKernel::Amx
-        } else if super::dp::usable(kern) {
-            AttnKernel::Dot
-        } else {
-            AttnKernel::Fma
-        }
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let k = AttnKernel::Fma;
-    static SAY: Once = Once::new();
-    SAY.call_once(|| {
-        let why = crate::cpu::gemm::amx_unavailable_reason().unwrap_or("disabled");
-        let method = crate::cpu::gemm::bf16_method();
-        eprintln!(
-            "bf16 attention checks the {k:?} kernel (AMX: {why}; bf16 GEMM method: {method})"
-        );
-    });
-    k
-}
 
 fn f32s(t: &Tensor) -> Vec<f32> {
     t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
@@ -62,16 +34,35 @@ fn input(b: usize, h: usize, l: usize, d: usize, mul: f64, transposed: bool, see
     }
 }
 
-/// Runs the fused bf16 attention, checks the kernel that ran and the result against the f32
-/// reference (tolerance 2e-2 of max |out|, for P rounded to bf16); returns the output.
+/// Runs the fused bf16 attention on every kernel this CPU has, checks that each ran and that
+/// its result matches the f32 reference (tolerance 2e-2 of max |out|, for P rounded to bf16);
+/// returns the last output.
 fn check(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, what: &str) -> Vec<f32> {
-    LAST_KERNEL.with(|c| c.set(None));
-    let out = q.scaled_dot_product_attention(k, v, mask, None).unwrap();
-    assert_eq!(
-        LAST_KERNEL.with(|c| c.get()),
-        Some(expect_kernel()),
-        "{what}"
-    );
+    let (kernels, _) = super::attention_kernels(DType::BF16, q.shape()[q.rank() - 2]);
+    let mut last = Vec::new();
+    for kernel in kernels {
+        let name = kernel.name();
+        let (out, ran) = trace(|| {
+            scoped(
+                |c| c.autotune.force("cpu_attention", name),
+                || q.scaled_dot_product_attention(k, v, mask, None).unwrap(),
+            )
+        });
+        let ran: Vec<&str> = ran.iter().map(|c| c.candidate.as_str()).collect();
+        assert_eq!(ran, [name], "{what}");
+        last = check_output(q, k, v, mask, &out, &format!("{what} on {name}"));
+    }
+    last
+}
+
+fn check_output(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    out: &Tensor,
+    what: &str,
+) -> Vec<f32> {
     assert_eq!(out.dtype(), DType::BF16);
     let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
     let fmask = mask.map(|m| {
@@ -85,7 +76,7 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, what: &str) 
         .scaled_dot_product_attention_unfused(&f(k), &f(v), fmask.as_ref(), None)
         .unwrap();
     assert_eq!(out.shape(), want.shape(), "{what}");
-    let (got, want) = (f32s(&out), f32s(&want));
+    let (got, want) = (f32s(out), f32s(&want));
     let peak = want.iter().fold(0f32, |a, &x| a.max(x.abs()));
     let tol = 2e-2 * peak.max(1e-3);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -38,10 +38,12 @@ mod winograd_use;
 
 pub(crate) use transpose::{nchw_to_nhwc, nhwc_to_nchw};
 pub(crate) use winograd::{
+    choose_tile as winograd_choose_tile, f4_allowed as winograd_f4_allowed,
     per_call_layer_tile as winograd_per_call_layer_tile,
     per_call_min_pixels as winograd_per_call_min_pixels, suits as winograd_suits,
+    Operands as WinogradOperands, Tile as WinogradTile,
 };
-pub(crate) use winograd_use::{winograd_enabled, WinogradUse};
+pub(crate) use winograd_use::WinogradUse;
 
 use super::gemm::{
     self, bf16_method, Bf16Method, Epilogue, GemmPath, MatRef, Out16, PackedB, Residual, RowSource,
@@ -63,6 +65,28 @@ enum Panels {
     Amx(Vec<PackedB<bf16>>),
     /// A 3×3 stride-1 filter bank transformed for Winograd F(2,3) or F(4,3) (see [`winograd`]).
     Winograd(winograd::WinogradWeights),
+}
+
+/// The Cpu convolution kernels: the autotuner's candidates for `cpu_conv2d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConvKernel {
+    /// The implicit GEMM over `[kh·kw·C/G, O/G]` panels (f32, AMX or `vdpbf16ps` pairs).
+    ImplicitGemm,
+    /// Winograd F(2×2, 3×3).
+    WinogradF2,
+    /// Winograd F(4×4, 3×3).
+    WinogradF4,
+}
+
+impl ConvKernel {
+    /// The candidate's name (what `config::AutotuneConfig::force` takes).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ConvKernel::ImplicitGemm => "implicit_gemm",
+            ConvKernel::WinogradF2 => "winograd_f2",
+            ConvKernel::WinogradF4 => "winograd_f4",
+        }
+    }
 }
 
 /// Convolution weights prepacked for the implicit GEMM: per group, B = `[kh·kw·C/G, O/G]`.
@@ -149,29 +173,9 @@ impl PackedConv {
         }))
     }
 
-    /// Transforms a row-major `[O, C, 3, 3]` weight (f32, f16 or bf16 values) for Winograd;
-    /// `params` must be stride 1, dilation 1, one group ([`winograd_suits`]). The point GEMMs
-    /// multiply in bf16 for bf16 weights where `vdpbf16ps` is the bf16 method, in f32
-    /// otherwise ([`winograd::Operands::for_source`]). Weights packed for a single call
-    /// (`per_call`) take F(2,3), whose filter transform (16 points) costs less than F(4,3)'s
-    /// (36); a layer's weights take [`winograd::choose_tile`]'s variant.
-    pub(crate) fn new_winograd<S: ToF32>(
-        w: &[S],
-        shape: [usize; 4],
-        params: crate::Conv2dParams,
-        per_call: bool,
-    ) -> Result<PackedConv> {
-        let operands = winograd::Operands::for_source::<S>();
-        let tile = if per_call {
-            winograd::Tile::F2
-        } else {
-            winograd::choose_tile(shape[1], shape[0], operands)
-        };
-        Self::new_winograd_on(w, shape, params, operands, tile)
-    }
-
-    /// [`Self::new_winograd`] with the point GEMMs' operand type and the Winograd variant
-    /// chosen by the caller.
+    /// Transforms a row-major `[O, C, 3, 3]` weight (f32, f16 or bf16 values) for Winograd
+    /// with the point GEMMs' operand type and the variant chosen by the caller; `params` must be
+    /// stride 1, dilation 1, one group ([`winograd_suits`]).
     pub(crate) fn new_winograd_on<S: ToF32>(
         w: &[S],
         shape: [usize; 4],
@@ -202,6 +206,15 @@ impl PackedConv {
     /// True for Winograd panels (either variant).
     pub(crate) fn is_winograd(&self) -> bool {
         matches!(self.panels, Panels::Winograd(_))
+    }
+
+    /// The kernel these panels run.
+    pub(crate) fn kernel(&self) -> ConvKernel {
+        match &self.panels {
+            Panels::F32(_) | Panels::Amx(_) => ConvKernel::ImplicitGemm,
+            Panels::Winograd(w) if w.tile == winograd::Tile::F4 => ConvKernel::WinogradF4,
+            Panels::Winograd(_) => ConvKernel::WinogradF2,
+        }
     }
 
     /// True when these panels can run a convolution of `dtype` inputs right now (AMX panels:

@@ -135,23 +135,21 @@ pub(crate) fn per_call_layer_tile(pixels: usize, c: usize, o: usize) -> bool {
 /// for 2×320×64×64 and 40–43 → 24 ms for 2×640×32×32).
 const F4_CO_LIMIT: usize = 1280 * 1280;
 
-/// The Winograd variant for a `c → o` layer whose point GEMMs multiply `operands`: F(2,3) for
-/// bf16 operands (F(4,3)'s larger transform coefficients turn their two extra roundings into
-/// errors of several percent, see the tests); for f32 operands
-/// `config::CpuConfig::winograd_tile` forces one, else F(4,3) below [`F4_CO_LIMIT`] and F(2,3) for wider layers.
+/// Whether F(4,3) may serve a `c → o` layer whose point GEMMs multiply `operands`: f32
+/// operands only (F(4,3)'s larger transform coefficients turn bf16 operands' two extra
+/// roundings into errors of several percent, see the tests), and layers below
+/// [`F4_CO_LIMIT`] (its filters take 4× the weights' memory).
+pub(crate) fn f4_allowed(c: usize, o: usize, operands: Operands) -> bool {
+    operands == Operands::F32 && c.saturating_mul(o) < F4_CO_LIMIT
+}
+
+/// The static rule's Winograd variant for a layer: F(4,3) wherever [`f4_allowed`], else
+/// F(2,3).
 pub(crate) fn choose_tile(c: usize, o: usize, operands: Operands) -> Tile {
-    if operands == Operands::Bf16 {
-        return Tile::F2;
-    }
-    let forced = match crate::config::with(|c| c.cpu.winograd_tile) {
-        Some(2) => Some(Tile::F2),
-        Some(4) => Some(Tile::F4),
-        _ => None,
-    };
-    match forced {
-        Some(t) => t,
-        None if c.saturating_mul(o) < F4_CO_LIMIT => Tile::F4,
-        None => Tile::F2,
+    if f4_allowed(c, o, operands) {
+        Tile::F4
+    } else {
+        Tile::F2
     }
 }
 

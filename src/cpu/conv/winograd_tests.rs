@@ -55,6 +55,18 @@ fn full_epilogue<'a>(
     }
 }
 
+/// A layer's Winograd packs as the static rule makes them (operands by the bf16 method,
+/// F(4,3) where allowed).
+fn layer_winograd<S: ToF32>(
+    w: &[S],
+    shape: [usize; 4],
+    params: crate::Conv2dParams,
+) -> crate::Result<PackedConv> {
+    let operands = super::winograd::Operands::for_source::<S>();
+    let tile = super::winograd::choose_tile(shape[1], shape[0], operands);
+    PackedConv::new_winograd_on(w, shape, params, operands, tile)
+}
+
 #[test]
 fn winograd_matches_direct_loops_on_every_path_and_block_size() -> Result<()> {
     for (ci, &(x, o, (ph, pw))) in CASES.iter().enumerate() {
@@ -122,7 +134,7 @@ fn winograd_rounds_16_bit_outputs_and_steps_per_image_residuals() -> Result<()> 
     let w = rand_vec(21 * 19 * 9, 8);
     let bias = rand_vec(21, 10);
     let per_image = rand_vec(2 * 21, 9);
-    let packed = PackedConv::new_winograd(&w, [21, 19, 3, 3], g.p, false)?;
+    let packed = layer_winograd(&w, [21, 19, 3, 3], g.p)?;
     let ep = |out_dtype| ConvEpilogue {
         bias: Some(&bias),
         activation: Activation::Silu,
@@ -181,9 +193,9 @@ fn winograd_refuses_other_geometry() {
         stride: (2, 2),
         ..params(1, 1)
     };
-    assert!(PackedConv::new_winograd(&w, [4, 4, 3, 3], strided, false).is_err());
-    assert!(PackedConv::new_winograd(&w[..4 * 4 * 4], [4, 4, 2, 2], params(1, 1), false).is_err());
-    assert!(PackedConv::new_winograd(&w[..10], [4, 4, 3, 3], params(1, 1), false).is_err());
+    assert!(layer_winograd(&w, [4, 4, 3, 3], strided).is_err());
+    assert!(layer_winograd(&w[..4 * 4 * 4], [4, 4, 2, 2], params(1, 1)).is_err());
+    assert!(layer_winograd(&w[..10], [4, 4, 3, 3], params(1, 1)).is_err());
 }
 
 /// bf16 operands ([`winograd::Operands::Bf16`]): the transformed filters and inputs rounded to
@@ -249,8 +261,8 @@ fn winograd_operands_follow_the_bf16_method() -> Result<()> {
         _ => panic!("Winograd panels expected"),
     };
     let dot = bf16_method() == Bf16Method::DotProduct;
-    let f = PackedConv::new_winograd(&w, [16, 16, 3, 3], params(1, 1), false)?;
-    let h = PackedConv::new_winograd(&wh, [16, 16, 3, 3], params(1, 1), false)?;
+    let f = layer_winograd(&w, [16, 16, 3, 3], params(1, 1))?;
+    let h = layer_winograd(&wh, [16, 16, 3, 3], params(1, 1))?;
     assert_eq!(operands(&f), Operands::F32);
     let want = if dot { Operands::Bf16 } else { Operands::F32 };
     assert_eq!(operands(&h), want);

@@ -1,4 +1,5 @@
-//! Whether packed convolution weights may take the Winograd path, and for what use.
+//! For what use convolution weights are packed, which decides the static rule's Winograd
+//! variant.
 
 /// Whether a weight packing may transform a 3×3 stride-1 layer for Winograd, and for what use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -9,10 +10,4 @@ pub(crate) enum WinogradUse {
     PerCall,
     /// A layer's weights, packed once and reused: the variant that runs fastest.
     Layer,
-}
-
-/// Whether weights packed now may take the Winograd path (`config::CpuConfig::winograd`,
-/// default true; layers already built keep their panels).
-pub(crate) fn winograd_enabled() -> bool {
-    crate::config::with(|c| c.cpu.winograd)
 }

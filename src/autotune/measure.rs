@@ -1,0 +1,97 @@
+//! Measuring the candidates of one problem.
+//!
+//! Every valid candidate runs once on the real problem: the static rule's first (its result is
+//! the reference and the call's result), then the others, each checked against the reference
+//! and timed. Problems that take under [`CHEAP_S`] run again, up to [`RUNS`] times each, while
+//! the key has spent under [`BUDGET_S`]; a candidate's time is its fastest run (the first run
+//! also pays for warming caches and, on the GPU, creating pipelines). So tuning a problem costs
+//! about one run per candidate when the problem is long, and at most [`BUDGET_S`] plus one run
+//! each when it is short.
+
+use std::time::Instant;
+
+use super::table::CandidateTime;
+use crate::Result;
+
+/// Problems faster than this (seconds) are timed more than once.
+pub(crate) const CHEAP_S: f64 = 0.025;
+/// The most runs of one candidate.
+pub(crate) const RUNS: usize = 3;
+/// The time (seconds) repeated runs may spend on one key.
+pub(crate) const BUDGET_S: f64 = 0.2;
+/// Another candidate replaces the rule's only when its time is below this fraction of the
+/// rule's.
+pub(crate) const MARGIN: f64 = 0.97;
+
+/// Measures `names` (see the module documentation): the time of each, the index of the winner
+/// and the reference result. Errors only when the rule's own candidate fails.
+pub(crate) fn measure<T>(
+    names: &[&'static str],
+    rule: usize,
+    run: &mut dyn FnMut(usize) -> Result<T>,
+    agree: &dyn Fn(&T, &T) -> bool,
+) -> Result<(Vec<CandidateTime>, usize, T)> {
+    let start = Instant::now();
+    let mut best: Vec<Option<f64>> = vec![None; names.len()];
+    let mut failure: Vec<Option<String>> = vec![None; names.len()];
+    let mut runs = vec![0usize; names.len()];
+    let t = Instant::now();
+    let reference = run(rule)?;
+    best[rule] = Some(t.elapsed().as_secs_f64());
+    runs[rule] = 1;
+    for i in (0..names.len()).filter(|&i| i != rule) {
+        let t = Instant::now();
+        match run(i) {
+            Ok(r) if agree(&reference, &r) => best[i] = Some(t.elapsed().as_secs_f64()),
+            Ok(_) => failure[i] = Some("its result differs from the reference".into()),
+            Err(e) => failure[i] = Some(e.to_string()),
+        }
+        runs[i] = 1;
+    }
+    for _ in 1..RUNS {
+        for i in 0..names.len() {
+            let Some(b) = best[i] else { continue };
+            if b >= CHEAP_S || start.elapsed().as_secs_f64() >= BUDGET_S {
+                continue;
+            }
+            let t = Instant::now();
+            match run(i) {
+                Ok(_) => best[i] = Some(b.min(t.elapsed().as_secs_f64())),
+                Err(e) => {
+                    best[i] = None;
+                    failure[i] = Some(e.to_string());
+                }
+            }
+            runs[i] += 1;
+        }
+    }
+    let winner = pick(&best, rule);
+    let times = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| CandidateTime {
+            name: n.to_string(),
+            ms: best[i].map(|s| s * 1e3),
+            runs: runs[i],
+            failure: failure[i].clone(),
+        })
+        .collect();
+    Ok((times, winner, reference))
+}
+
+/// The winner among measured times: the fastest, if it beats the rule's time by [`MARGIN`];
+/// else the rule (also when the rule's own time is missing, which `measure` never leaves).
+pub(crate) fn pick(best: &[Option<f64>], rule: usize) -> usize {
+    let Some(rule_time) = best.get(rule).copied().flatten() else {
+        return rule;
+    };
+    let fastest = best
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.map(|t| (i, t)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    match fastest {
+        Some((i, t)) if i != rule && t < MARGIN * rule_time => i,
+        _ => rule,
+    }
+}
