@@ -1,6 +1,6 @@
 //! The user's benchmark tool.
 //!
-//! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick] [--shape MxKxN ...]`
+//! `cargo run --release --example bench -- [FAMILY...] [--device cpu|xpu] [--dtype f32|f16|bf16] [--json] [--quick] [--report] [--shape MxKxN ...]`
 //!
 //! FAMILY: `elementwise`, `reduce`, `matmul`, `conv`, `ffn`, `attention` (none means all). Prints a
 //! table, or one JSON object per line with `op`, `variant`, `device`, `dtype`, `shape`,
@@ -9,7 +9,10 @@
 //! what was in use before). Peaks are measured in the same run: memory bandwidth by a large
 //! copy on each device, and the CPU's FMA rate by a register-only FMA loop. With `XPU_PROFILE=1`
 //! each Xpu row also gets `kernels`: the GPU time per call of its pipelines (timestamp queries;
-//! each batch then waits for the GPU, so the row's own timing is not comparable).
+//! each batch then waits for the GPU, so the row's own timing is not comparable). Rows that ran
+//! autotuned kernels show the candidates chosen (`candidates`: `family=candidate` pairs), and
+//! `--report` ends with the autotuner's report: every problem's candidates and their times.
+//! `XPU_AUTOTUNE=off` runs the static rules (compare the two).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -40,12 +43,21 @@ struct Row {
     peak_mem_mb: Option<f64>,
     /// Per-call GPU time of the row's pipelines (`XPU_PROFILE=1` only).
     kernels: Option<String>,
+    /// The autotuner's choices in one timed call: `family=candidate` pairs.
+    chosen: Option<String>,
 }
 
 thread_local! {
     /// Kernel profiles of the timings not yet given to a row, oldest first (rows are built in
     /// the order their timings ran).
     static PROFILES: RefCell<VecDeque<Option<String>>> = const { RefCell::new(VecDeque::new()) };
+    /// The autotuner's choices of the timings not yet given to a row, oldest first.
+    static CHOICES: RefCell<VecDeque<Option<String>>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// The choices of the oldest timing no row has taken yet.
+fn next_choice() -> Option<String> {
+    CHOICES.with(|p| p.borrow_mut().pop_front()).flatten()
 }
 
 /// The profile of the oldest timing no row has taken yet.
@@ -100,6 +112,7 @@ impl Row {
             speedup: None,
             peak_mem_mb: None,
             kernels: next_profile(),
+            chosen: next_choice(),
         }
     }
 
@@ -128,6 +141,7 @@ impl Row {
             speedup: None,
             peak_mem_mb: None,
             kernels: next_profile(),
+            chosen: next_choice(),
         }
     }
 }
@@ -138,6 +152,8 @@ struct Opts {
     dtypes: Vec<DType>,
     json: bool,
     quick: bool,
+    /// `--report`: print the autotuner's report at the end.
+    report: bool,
     /// `--shape MxKxN` (repeatable): the matmul family runs only these products, without the
     /// FMA tile forms (for sweeps such as `run_gpu.sh tiles`).
     shapes: Vec<(usize, usize, usize)>,
@@ -150,6 +166,7 @@ fn parse() -> Result<Opts, String> {
         dtypes: vec![],
         json: false,
         quick: false,
+        report: false,
         shapes: vec![],
     };
     let mut args = std::env::args().skip(1);
@@ -157,6 +174,7 @@ fn parse() -> Result<Opts, String> {
         match a.as_str() {
             "--json" => o.json = true,
             "--quick" => o.quick = true,
+            "--report" => o.report = true,
             "--shape" => o.shapes.push(
                 args.next()
                     .and_then(|s| parse_shape(&s))
@@ -229,10 +247,20 @@ fn time(
         }
         Ok(())
     };
-    sync(f()?)?; // warm-up: pipelines compiled, buffers cached
+    sync(f()?)?; // warm-up: pipelines compiled, buffers cached, kernels tuned
     let start = Instant::now();
-    sync(f()?)?;
+    let (out, chosen) = xpu::autotune::trace(&mut f);
+    sync(out?)?;
     let once = start.elapsed().as_secs_f64();
+    let mut pairs: Vec<String> = chosen
+        .iter()
+        .map(|c| format!("{}={}", c.op, c.candidate))
+        .collect();
+    pairs.dedup();
+    CHOICES.with(|c| {
+        c.borrow_mut()
+            .push_back((!pairs.is_empty()).then(|| pairs.join(" ")))
+    });
     let iters = ((0.05 / once.max(1e-6)) as usize).clamp(1, 100);
     let samples = if quick { 3 } else { 7 };
     if device == Device::Xpu {
@@ -393,9 +421,10 @@ fn run(o: &Opts) -> xpu::Result<()> {
         let num = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.4}"));
         if o.json {
             println!(
-                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{},\"speedup\":{},\"peak_mem_mb\":{}{}}}",
+                "{{\"op\":\"{}\",\"variant\":\"{}\",\"device\":\"{}\",\"dtype\":\"{}\",\"shape\":{:?},\"median_ms\":{:.4},\"gflops\":{},\"gbps\":{},\"peak_fraction\":{},\"speedup\":{},\"peak_mem_mb\":{}{}{}}}",
                 r.op, r.variant, r.device, r.dtype, r.shape, r.median_ms, num(r.gflops), num(r.gbps), num(r.peak_fraction), num(r.speedup), num(r.peak_mem_mb),
-                r.kernels.as_ref().map_or(String::new(), |k| format!(",\"kernels\":{k:?}"))
+                r.kernels.as_ref().map_or(String::new(), |k| format!(",\"kernels\":{k:?}")),
+                r.chosen.as_ref().map_or(String::new(), |k| format!(",\"candidates\":{k:?}")),
             );
         } else {
             let rate = r
@@ -426,6 +455,18 @@ fn run(o: &Opts) -> xpu::Result<()> {
             if let Some(k) = &r.kernels {
                 println!("    kernels per call: {k}");
             }
+            if let Some(c) = &r.chosen {
+                println!("    autotuned: {c}");
+            }
+        }
+    }
+    if o.report {
+        println!(
+            "# autotuner: {:.2} s measuring",
+            xpu::autotune::tuning_seconds()
+        );
+        for r in xpu::autotune_report() {
+            println!("{r}");
         }
     }
     Ok(())

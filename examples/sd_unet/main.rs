@@ -402,6 +402,18 @@ fn denoise(unet: &UNet2DConditionModel, args: &Args, plan: Plan) -> xpu::Result<
         device_name(device),
         peak_memory(device)
     );
+    let measured = xpu::autotune_report()
+        .iter()
+        .filter(|r| r.origin == xpu::autotune::Origin::Measured)
+        .count();
+    if measured > 0 {
+        println!(
+            "first step {:.3} s, of which the autotuner measured {measured} kernel problems for \
+             {:.2} s (later runs read its cache)",
+            seconds.first().copied().unwrap_or(0.0),
+            xpu::autotune::tuning_seconds()
+        );
+    }
     if device == Device::Xpu {
         print_profile(steps.saturating_sub(1).max(1))?;
     }

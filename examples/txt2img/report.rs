@@ -1,8 +1,9 @@
 //! The example's timings and their report: each phase's wall time (tokenize + encode, every
 //! denoising step and their median, VAE decode and the conversion to 8-bit, the whole run from
 //! prompt to PNG files, model loading), the device, the dtype and the peak memory (the Xpu
-//! allocator's peak, or the process's peak resident memory on the Cpu), as text and as one JSON
-//! line.
+//! allocator's peak, or the process's peak resident memory on the Cpu), and the time the
+//! autotuner spent measuring kernels (a first run; later runs read its cache), as text and as
+//! one JSON line.
 
 use xpu::models::pipeline::Progress;
 use xpu::{DType, Device};
@@ -77,6 +78,17 @@ pub struct Summary {
     dtype: DType,
     peak: Option<u64>,
     peak_what: &'static str,
+    /// Seconds the autotuner measured, and the problems it measured.
+    tuning: (f64, usize),
+}
+
+/// The autotuner's measuring time in this process and the number of problems it measured.
+pub fn tuning() -> (f64, usize) {
+    let measured = xpu::autotune_report()
+        .iter()
+        .filter(|r| r.origin == xpu::autotune::Origin::Measured)
+        .count();
+    (xpu::autotune::tuning_seconds(), measured)
 }
 
 impl Summary {
@@ -91,6 +103,7 @@ impl Summary {
                 Device::Xpu => "allocator peak",
                 Device::Cpu => "process peak RSS",
             },
+            tuning: tuning(),
         }
     }
 
@@ -106,7 +119,7 @@ impl Summary {
         });
         format!(
             "encode {:.3} s | {} steps, median {:.3} s/step | decode {:.3} s | total {:.2} s \
-             (load {:.1} s)\ndevice {}, dtype {}, peak memory {peak}",
+             (load {:.1} s)\ndevice {}, dtype {}, peak memory {peak}{}",
             t.encode_s,
             t.steps_s.len(),
             t.step_median_s(),
@@ -114,12 +127,19 @@ impl Summary {
             t.total_s,
             t.load_s,
             self.device,
-            self.dtype
+            self.dtype,
+            match self.tuning {
+                (_, 0) => String::new(),
+                (s, n) => format!(
+                    "\nautotune: measured {n} kernel problems in {s:.2} s (included above; \
+                     later runs read the cache)"
+                ),
+            }
         )
     }
 
     /// One JSON line: `encode_s`, `step_median_s`, `steps`, `decode_s`, `total_s`, `load_s`,
-    /// `peak_bytes` (null where unknown), `device`, `dtype`.
+    /// `peak_bytes` (null where unknown), `device`, `dtype`, `tune_s` and `tuned_problems`.
     pub fn json(&self) -> String {
         let t = &self.timings;
         serde_json::json!({
@@ -132,6 +152,8 @@ impl Summary {
             "peak_bytes": self.peak,
             "device": self.device,
             "dtype": self.dtype.to_string(),
+            "tune_s": self.tuning.0,
+            "tuned_problems": self.tuning.1,
         })
         .to_string()
     }
@@ -167,6 +189,8 @@ mod tests {
             "peak_bytes",
             "device",
             "dtype",
+            "tune_s",
+            "tuned_problems",
         ] {
             assert!(v.get(key).is_some(), "{key}");
         }

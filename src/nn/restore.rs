@@ -128,6 +128,14 @@ mod tests {
     /// the stand-in, and give the weight back bit for bit without keeping it on conversions.
     #[test]
     fn conv_layers_that_own_their_weight_hold_only_packs_and_give_it_back() {
+        // Bit-for-bit comparisons of two layers: both on the static rules' kernels.
+        crate::config::scoped(
+            |c| c.autotune.mode = crate::config::AutotuneMode::Off,
+            conv_layers_hold_only_packs,
+        );
+    }
+
+    fn conv_layers_hold_only_packs() {
         use crate::nn::weights::{Init, ParamSource, RandomSource};
         use crate::nn::Conv2d;
         use crate::{Conv2dParams, Error};
