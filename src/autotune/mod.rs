@@ -11,8 +11,9 @@
 //! - a winner already known (measured in this process, or read from the cache file);
 //! - under [`AutotuneMode::Cached`], the static rule for unknown keys;
 //! - under [`AutotuneMode::Tune`], the candidates are measured on the real problem: the rule's
-//!   candidate first (its result is the call's result), then each other one, which must agree
-//!   with that reference result to be eligible; a candidate that errors (a driver that refuses
+//!   candidate first (its result is the reference), then each other one, which must agree
+//!   with it to be eligible, and the call returns the winner's output (so every call of a key
+//!   comes from one kernel); a candidate that errors (a driver that refuses
 //!   its shader, a kernel the CPU lacks) or disagrees is marked failed for the key and never
 //!   chosen. Another candidate wins only by being at least [`measure::MARGIN`] faster than the
 //!   rule's, so noise does not move a problem off its rule.
@@ -41,8 +42,7 @@ use crate::{Error, Result};
 pub(crate) enum Decision<T> {
     /// Run the candidate at this index of the list given.
     Run(usize),
-    /// The candidates were measured now; this is the call's result (the static rule's
-    /// candidate's output).
+    /// The candidates were measured now; this is the call's result (the winner's own output).
     Done(T),
 }
 
@@ -112,6 +112,12 @@ pub(crate) fn measuring() -> bool {
     TUNING.with(|t| t.get())
 }
 
+/// The winner known for `key` in this process (measured, or read from a cache file already
+/// loaded), if any.
+pub(crate) fn known_winner(key: &Key) -> Option<String> {
+    table::winner(key, None)
+}
+
 /// Seconds this process has spent measuring candidates (0 when everything came from the cache
 /// or the static rules).
 pub fn tuning_seconds() -> f64 {
@@ -139,7 +145,7 @@ pub(crate) fn decide<T>(
     run: &mut dyn FnMut(usize) -> Result<T>,
     agree: &dyn Fn(&T, &T) -> bool,
 ) -> Result<Decision<T>> {
-    let Some(&rule_name) = candidates.get(rule) else {
+    if rule >= candidates.len() {
         return Err(Error::invalid(
             "autotune",
             format!(
@@ -148,7 +154,7 @@ pub(crate) fn decide<T>(
                 key.op
             ),
         ));
-    };
+    }
     let (mode, forced, dir) = crate::config::with(|c| {
         (
             c.autotune.mode,
@@ -205,7 +211,7 @@ pub(crate) fn decide<T>(
         },
         dir.as_deref(),
     );
-    record(key.op, rule_name);
+    record(key.op, candidates[winner]);
     Ok(Decision::Done(result))
 }
 

@@ -117,6 +117,27 @@ fn failing_and_disagreeing_candidates_never_win() {
 }
 
 #[test]
+fn the_measuring_call_returns_the_winners_output() {
+    let key = Key::new("test-winner-output", "toy", "n=1");
+    // Close enough to agree, different enough to tell apart.
+    let mut run = |i: usize| -> crate::Result<u32> {
+        std::thread::sleep(Duration::from_millis([6, 1, 3][i]));
+        Ok([100, 101, 102][i])
+    };
+    let agree = |a: &u32, b: &u32| a.abs_diff(*b) <= 2;
+    let (first, chosen) = trace(|| {
+        with_mode(AutotuneMode::Tune, None, || {
+            match decide(&key, &NAMES, 0, &mut run, &agree).expect("decide") {
+                Decision::Done(v) => v,
+                Decision::Run(_) => panic!("not measured"),
+            }
+        })
+    });
+    assert_eq!(first, 101, "the fast candidate's own output");
+    assert_eq!(chosen[0].candidate, "fast");
+}
+
+#[test]
 fn the_rule_failing_is_the_calls_error() {
     let key = Key::new("test-rule-fails", "toy", "n=1");
     let mut run = |_: usize| -> crate::Result<u32> { Err(crate::Error::invalid("toy", "no")) };

@@ -59,7 +59,8 @@ fn per_call_winograd(g: &ConvGeom, dtype: DType) -> WinogradUse {
 /// and `params`, and the index of the static rule's pick for weights packed as `packing`
 /// (`g`: the call's geometry for [`ConvPacking::PerCall`]). Winograd serves 3×3 stride-1
 /// undilated ungrouped layers of at least 16 channels each way; F(4,3) only where
-/// `cpu::conv::winograd_f4_allowed` (f32 operands, filters of bounded memory). The rule: the
+/// `cpu::conv::winograd_f4_allowed` (f32 operands, filters of bounded memory), and for weights
+/// packed per call only where the rule takes it. The rule: the
 /// implicit GEMM for bf16 weights on AMX or small per-call problems; F(2,3) for other per-call
 /// problems; else the layer's variant (`cpu::conv::winograd::choose_tile`).
 pub(crate) fn cpu_conv_kernels(
@@ -98,6 +99,11 @@ pub(crate) fn cpu_conv_kernels(
             },
         }
     };
+    // Weights packed for one call take F(4,3) only where the rule does: its larger transform
+    // error stays with the layers (and large calls) that always took it.
+    if packing == ConvPacking::PerCall && rule != ConvKernel::WinogradF4 {
+        list.retain(|k| *k != ConvKernel::WinogradF4);
+    }
     let rule = list.iter().position(|k| *k == rule).unwrap_or(0);
     (list, rule)
 }

@@ -119,17 +119,41 @@ pub(crate) fn conv2d_cpu_layer(
         CONV_FAMILY,
         &conv_problem(ConvPacking::Layer, g, x.dtype(), fmt),
     );
-    tuning::run_tuned(
+    // The weight, rebuilt at most once per call however many candidates pack it.
+    let rebuilt = std::cell::OnceCell::new();
+    let weight_once = || -> Result<Tensor> {
+        if let Some(w) = rebuilt.get() {
+            return Ok(Tensor::clone(w));
+        }
+        let w = weight()?.contiguous()?;
+        Ok(Tensor::clone(rebuilt.get_or_init(|| w)))
+    };
+    // Packs made while the autotuner measures: the winner's are kept afterwards.
+    let made = std::cell::RefCell::new(Vec::new());
+    let out = tuning::run_tuned(
         &key,
         &names,
         rule,
         &mut |i| {
-            let packed = packs_for(layer, &current, kernels[i], weight, g.p)?;
+            let packed = packs_for(layer, &current, kernels[i], &weight_once, g.p)?;
+            if crate::autotune::measuring() && !Arc::ptr_eq(&packed, &current) {
+                made.borrow_mut().push(Arc::clone(&packed));
+            }
             conv2d_cpu(x, &packed, bias, epilogue, g, fmt)
         },
         &|| Ok(()),
         &outputs_agree,
-    )
+    )?;
+    let made = made.into_inner();
+    if let Some(winner) = (!made.is_empty())
+        .then(|| crate::autotune::known_winner(&key))
+        .flatten()
+    {
+        if let Some(p) = made.into_iter().find(|p| p.kernel().name() == winner) {
+            layer.replace(p);
+        }
+    }
+    Ok(out)
 }
 
 /// The layer's packs for `kernel`: those in use, or new ones (installed in the layer unless
