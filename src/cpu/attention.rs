@@ -300,6 +300,7 @@ impl CpuStorage {
     /// `[..., Lq, Dv]` output in q's dtype, laid out by `out` (a dense layout of that shape
     /// at offset 0 with adjacent value columns: contiguous, or e.g. `[B, L, H, D]` memory for
     /// a `[B, H, L, D]` result), written in place by the kernels.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention(
         &self,
         ql: &Layout,
