@@ -131,13 +131,16 @@ pub fn source_hash() -> &'static str {
 /// Which of `candidates` (the names of those valid for the problem; at least one) runs for
 /// `key`, by the rules in the module documentation. `rule` indexes the static rule's pick;
 /// `run` runs a candidate to completion (on the GPU: waits for it) and returns its result;
-/// `agree` compares a candidate's result with the reference (the rule's).
+/// `agree` compares a candidate's result with the reference (the rule's); `setup` counts the
+/// seconds this thread has spent on one-time setup (on the GPU: creating pipelines), which a
+/// measurement leaves out of candidate times.
 pub(crate) fn decide<T>(
     key: &Key,
     candidates: &[&'static str],
     rule: usize,
     run: &mut dyn FnMut(usize) -> Result<T>,
     agree: &dyn Fn(&T, &T) -> bool,
+    setup: &dyn Fn() -> f64,
 ) -> Result<Decision<T>> {
     let Some(&rule_name) = candidates.get(rule) else {
         return Err(Error::invalid(
@@ -190,7 +193,7 @@ pub(crate) fn decide<T>(
     TUNING.with(|t| t.set(true));
     let _flag = Flag;
     let start = Instant::now();
-    let (times, winner, result) = measure::measure(candidates, rule, run, agree)?;
+    let (times, winner, result) = measure::measure(candidates, rule, run, agree, setup)?;
     let spent = start.elapsed().as_secs_f64();
     table::insert(
         key,

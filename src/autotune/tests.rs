@@ -35,7 +35,7 @@ fn sleepy(i: usize) -> crate::Result<u32> {
 }
 
 fn decide_index(key: &Key, run: &mut dyn FnMut(usize) -> crate::Result<u32>) -> (usize, bool) {
-    match decide(key, &NAMES, 0, run, &|a, b| a == b).expect("decide") {
+    match decide(key, &NAMES, 0, run, &|a, b| a == b, &|| 0.0).expect("decide") {
         Decision::Run(i) => (i, false),
         Decision::Done(v) => {
             assert_eq!(v, 7);
@@ -82,6 +82,38 @@ fn off_takes_the_rule_and_tune_measures_once_then_remembers() {
     assert_eq!(off, (0, false));
 }
 
+/// One-time setup a run counts (on the GPU: creating its pipelines) is left out of its time:
+/// "fast" spends 40 ms in setup on its first run and 1 ms working, and still beats the rule's
+/// 6 ms.
+#[test]
+fn setup_seconds_are_left_out_of_candidate_times() {
+    let key = Key::new("test-setup", "toy", "n=1");
+    let setup = std::cell::Cell::new(0.0f64);
+    let mut first = true;
+    let mut run = |i: usize| {
+        if i == 1 && first {
+            first = false;
+            let t = std::time::Instant::now();
+            std::thread::sleep(Duration::from_millis(40));
+            setup.set(setup.get() + t.elapsed().as_secs_f64());
+        }
+        sleepy(i)
+    };
+    let measured = with_mode(AutotuneMode::Tune, None, || {
+        decide(&key, &NAMES, 0, &mut run, &|a, b| a == b, &|| setup.get()).map(|d| match d {
+            Decision::Run(_) => false,
+            Decision::Done(_) => true,
+        })
+    });
+    assert!(measured.expect("decide"));
+    let rec = report()
+        .into_iter()
+        .find(|r| r.device == "test-setup")
+        .expect("reported");
+    assert_eq!(rec.winner, "fast", "{rec}");
+    assert!(rec.candidates[1].ms.is_some_and(|ms| ms < 20.0), "{rec}");
+}
+
 #[test]
 fn failing_and_disagreeing_candidates_never_win() {
     let key = Key::new("test-failures", "toy", "n=1");
@@ -121,7 +153,7 @@ fn the_rule_failing_is_the_calls_error() {
     let key = Key::new("test-rule-fails", "toy", "n=1");
     let mut run = |_: usize| -> crate::Result<u32> { Err(crate::Error::invalid("toy", "no")) };
     let r = with_mode(AutotuneMode::Tune, None, || {
-        decide(&key, &NAMES, 0, &mut run, &|a, b| a == b).map(|_| ())
+        decide(&key, &NAMES, 0, &mut run, &|a, b| a == b, &|| 0.0).map(|_| ())
     });
     assert!(r.is_err());
     assert!(!report().iter().any(|r| r.device == "test-rule-fails"));

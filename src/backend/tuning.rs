@@ -24,7 +24,7 @@ pub(crate) fn run_tuned<T>(
         wait()?;
         Ok(r)
     };
-    match autotune::decide(key, names, rule, &mut timed, agree)? {
+    match autotune::decide(key, names, rule, &mut timed, agree, &|| 0.0)? {
         Decision::Run(i) => exec(i),
         Decision::Done(r) => Ok(r),
     }
