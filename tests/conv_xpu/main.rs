@@ -275,16 +275,23 @@ fn odd_sizes_every_dtype_layout_and_epilogue() {
     }
 }
 
-/// The cases of `f16_even_channels_on_every_path` with split K forced
-/// (`config::GpuConfig::split_k`): on the tensor-core kernel each tile's K range runs as three
-/// f32 partial products that the epilogue pass sums.
+/// The cases of `f16_even_channels_on_every_path` with the tensor-core convolution and three
+/// splits of K forced (the autotuner's `gpu_conv2d` candidate `coop16` and `gpu_split_k`
+/// candidate `3`): where the adapter has the tensor-core kernel each tile's K range runs as
+/// three f32 partial products that the epilogue pass sums.
 #[test]
 fn f16_even_channels_split_k() {
     if !common::xpu() {
         return;
     }
     let _g = gpu_lock();
-    xpu::config::scoped(|c| c.gpu.split_k = Some(3), f16_even_channels_cases);
+    xpu::config::scoped(
+        |c| {
+            c.autotune.force("gpu_conv2d", "coop16");
+            c.autotune.force("gpu_split_k", "3");
+        },
+        f16_even_channels_cases,
+    );
 }
 
 /// f16 with even input and output channels: the shapes the tensor-core path takes where the
