@@ -80,6 +80,14 @@ impl Storage {
                 };
                 let coop = qs.attention_coop_serves(q, k.1, v.1, m.is_some(), shape);
                 let names: &[&'static str] = if coop { &["coop16", "fma"] } else { &["fma"] };
+                let mut exec = |i: usize| {
+                    let coop = names[i] == "coop16";
+                    qs.attention(q, (ks, k.1), (vs, v.1), m, shape, out, coop)
+                };
+                if out.numel() == 0 {
+                    // No output element: nothing to choose.
+                    return Ok(Storage::Xpu(exec(0)?));
+                }
                 let problem = format!(
                     "{}{}",
                     attention_problem(qs.dtype, shape, m.is_some()),
@@ -88,14 +96,7 @@ impl Storage {
                 let key = tuning::gpu_key(GPU_ATTENTION, &problem)?;
                 let tol = tuning::gpu_tolerance(qs.dtype);
                 Ok(Storage::Xpu(tuning::run_tuned_gpu(
-                    &key,
-                    names,
-                    0,
-                    &mut |i| {
-                        let coop = names[i] == "coop16";
-                        qs.attention(q, (ks, k.1), (vs, v.1), m, shape, out, coop)
-                    },
-                    tol,
+                    &key, names, 0, &mut exec, tol,
                 )?))
             }
             (_, ks, vs, _) => Err(mismatch(

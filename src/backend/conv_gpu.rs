@@ -171,37 +171,37 @@ pub(crate) fn conv2d_gpu(c: &GpuConv) -> Result<Storage> {
     };
     kernels::check(&launch)?;
     let (list, rule) = candidates(&launch);
+    let tol = tuning::gpu_tolerance(launch.input.0.dtype);
+    let mut exec = |i: usize| match list[i] {
+        Kernel::Gemm => kernels::conv2d(&launch),
+        Kernel::Coop16 => coop_tuned(&launch, tol),
+        Kernel::Winograd => match winograd::conv2d(&launch, c.winograd_filters) {
+            // Winograd's temporaries (transformed inputs and point products) take several
+            // times the output's memory; where they do not fit, an automatic choice runs the
+            // implicit GEMM, which needs only the output (the temporaries are released on the
+            // way out). A measurement records the failure instead.
+            Err(Error::OutOfMemory { .. })
+                if c.tile == ConvTile::Auto && !crate::autotune::measuring() =>
+            {
+                if list.contains(&Kernel::Coop16) {
+                    let (tiles, k) = coop::split_facts(&launch);
+                    let splits = crate::gpu::kernels::matmul::split_k::rule(tiles, k, true);
+                    coop::conv2d(&launch, splits)
+                } else {
+                    kernels::conv2d(&launch)
+                }
+            }
+            r => r,
+        },
+    };
+    let g = &launch.shape;
+    if g.n * g.o * g.ho * g.wo == 0 {
+        // No output element: nothing to choose.
+        return Ok(Storage::Xpu(exec(rule)?));
+    }
     let names: Vec<&'static str> = list.iter().map(|k| k.name()).collect();
     let key = tuning::gpu_key(GPU_CONV, &conv_problem(c))?;
-    let tol = tuning::gpu_tolerance(launch.input.0.dtype);
-    let out = tuning::run_tuned_gpu(
-        &key,
-        &names,
-        rule,
-        &mut |i| match list[i] {
-            Kernel::Gemm => kernels::conv2d(&launch),
-            Kernel::Coop16 => coop_tuned(&launch, tol),
-            Kernel::Winograd => match winograd::conv2d(&launch, c.winograd_filters) {
-                // Winograd's temporaries (transformed inputs and point products) take several
-                // times the output's memory; where they do not fit, an automatic choice runs
-                // the implicit GEMM, which needs only the output (the temporaries are
-                // released on the way out). A measurement records the failure instead.
-                Err(Error::OutOfMemory { .. })
-                    if c.tile == ConvTile::Auto && !crate::autotune::measuring() =>
-                {
-                    if list.contains(&Kernel::Coop16) {
-                        let (tiles, k) = coop::split_facts(&launch);
-                        let splits = crate::gpu::kernels::matmul::split_k::rule(tiles, k, true);
-                        coop::conv2d(&launch, splits)
-                    } else {
-                        kernels::conv2d(&launch)
-                    }
-                }
-                r => r,
-            },
-        },
-        tol,
-    )?;
+    let out = tuning::run_tuned_gpu(&key, &names, rule, &mut exec, tol)?;
     Ok(Storage::Xpu(out))
 }
 

@@ -119,10 +119,15 @@ fn split_name(n: usize) -> Option<&'static str> {
 /// Where a GPU product may split K: the kernel's name, its operands' dtype, its output tiles
 /// (all batches) and K, and whether the static rule plans splits on it (`split_k::rule`).
 pub(crate) struct SplitProblem {
+    /// The kernel's name (part of the key: each kernel tunes its own splits).
     pub kernel: &'static str,
+    /// The operands' dtype.
     pub dtype: DType,
+    /// Output tiles of the kernel, all batches.
     pub tiles: usize,
+    /// The product's K.
     pub k: usize,
+    /// The static rule plans splits on this kernel.
     pub plans: bool,
 }
 
