@@ -1,14 +1,13 @@
 //! Measuring the candidates of one problem.
 //!
 //! Every valid candidate runs once on the real problem: the static rule's first (its result is
-//! the reference and the call's result), then the others, each checked against the reference
-//! and timed. Problems that take under [`CHEAP_S`] run again, up to [`RUNS`] times each, while
-//! the key has spent under [`BUDGET_S`]; a candidate's time is its fastest run (the first run
-//! also pays for warming caches). One-time setup the caller counts (`setup`: on the GPU, the
-//! seconds spent compiling pipelines) is left out of every run's time, so a candidate whose
-//! pipelines are new is not timed by its compiler. So tuning a problem costs about one run per
-//! candidate when the problem is long, and at most [`BUDGET_S`] plus one run each when it is
-//! short.
+//! the reference), then the others, each checked against the reference and timed. Problems
+//! that take under [`CHEAP_S`] run again, up to [`RUNS`] times each, while the key has spent
+//! under [`BUDGET_S`]; a candidate's time is its fastest run (the first run also pays for
+//! warming caches). One-time setup the caller counts (`setup`: on the GPU, the seconds spent
+//! compiling pipelines) is left out of every run's time, so a candidate whose pipelines are new
+//! is not timed by its compiler. So tuning a problem costs about one run per candidate when the
+//! problem is long, and at most [`BUDGET_S`] plus one run each when it is short.
 
 use std::time::Instant;
 

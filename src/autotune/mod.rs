@@ -11,13 +11,16 @@
 //! - a winner already known (measured in this process, or read from the cache file);
 //! - under [`AutotuneMode::Cached`], the static rule for unknown keys;
 //! - under [`AutotuneMode::Tune`], the candidates are measured on the real problem: the rule's
-//!   candidate first (its result is the call's result), then each other one, which must agree
+//!   candidate first (its result is the reference), then each other one, which must agree
 //!   with that reference result to be eligible; a candidate that errors (a driver that refuses
 //!   its shader, a kernel the CPU lacks) or disagrees is marked failed for the key and never
 //!   chosen. Another candidate wins only by being at least [`measure::MARGIN`] faster than the
-//!   rule's, so noise does not move a problem off its rule.
+//!   rule's, so noise does not move a problem off its rule. The call's result is the winner's:
+//!   the reference where the rule wins, else one more run of the winner after the measurement.
 //!
-//! Invariants: tuning runs one key at a time per process (threads asking for a key being tuned
+//! Invariants: every call of a key in a process gives the result of the same candidate (the
+//! measured call included), so repeating a call repeats its bits; tuning runs one key at a
+//! time per process (threads asking for a key being tuned
 //! wait and share its result); an op called while its thread tunes (a candidate made of other
 //! tunable ops) takes known winners or the rule and never tunes itself, so the measured time is
 //! the candidate's own; the cache file never fails an op (unreadable, corrupt or foreign files
@@ -41,8 +44,8 @@ use crate::{Error, Result};
 pub(crate) enum Decision<T> {
     /// Run the candidate at this index of the list given.
     Run(usize),
-    /// The candidates were measured now; this is the call's result (the static rule's
-    /// candidate's output).
+    /// The candidates were measured now and the static rule's candidate won; this is the
+    /// call's result (its output, the measurement's reference).
     Done(T),
 }
 
@@ -208,8 +211,15 @@ pub(crate) fn decide<T>(
         },
         dir.as_deref(),
     );
-    record(key.op, rule_name);
-    Ok(Decision::Done(result))
+    if winner == rule {
+        record(key.op, rule_name);
+        return Ok(Decision::Done(result));
+    }
+    // Another candidate won: it runs the call too (after the measurement), so this call's
+    // result is the one every later call of the key gives.
+    drop(result);
+    record(key.op, candidates[winner]);
+    Ok(Decision::Run(winner))
 }
 
 #[cfg(test)]

@@ -34,6 +34,14 @@ fn sleepy(i: usize) -> crate::Result<u32> {
     Ok(7)
 }
 
+/// Candidate `i` sleeps `[1, 6, 3][i]` ms: the rule's (0) is the fastest.
+fn rule_fastest(i: usize) -> crate::Result<u32> {
+    std::thread::sleep(Duration::from_millis([1, 6, 3][i]));
+    Ok(7)
+}
+
+/// The candidate `decide` answers to run (`usize::MAX` when it measured and the rule won, the
+/// call's result then given), and whether that was `Done`.
 fn decide_index(key: &Key, run: &mut dyn FnMut(usize) -> crate::Result<u32>) -> (usize, bool) {
     match decide(key, &NAMES, 0, run, &|a, b| a == b, &|| 0.0).expect("decide") {
         Decision::Run(i) => (i, false),
@@ -61,12 +69,18 @@ fn off_takes_the_rule_and_tune_measures_once_then_remembers() {
     let first = with_mode(AutotuneMode::Tune, None, || {
         decide_index(&key, &mut counting)
     });
-    assert!(first.1, "the first call measures");
-    assert!(runs.load(Ordering::Relaxed) >= 3, "every candidate ran");
+    let measured_runs = runs.load(Ordering::Relaxed);
+    assert!(
+        measured_runs >= 3,
+        "the first call measures every candidate"
+    );
+    // Another candidate than the rule's won: the measured call runs it too.
+    assert_eq!((NAMES[first.0], first.1), ("fast", false));
     let (second, measured) = with_mode(AutotuneMode::Tune, None, || {
         decide_index(&key, &mut counting)
     });
     assert!(!measured);
+    assert_eq!(runs.load(Ordering::Relaxed), measured_runs, "measured once");
     assert_eq!(NAMES[second], "fast");
     let rec = report()
         .into_iter()
@@ -99,13 +113,17 @@ fn setup_seconds_are_left_out_of_candidate_times() {
         }
         sleepy(i)
     };
-    let measured = with_mode(AutotuneMode::Tune, None, || {
+    let chosen = with_mode(AutotuneMode::Tune, None, || {
         decide(&key, &NAMES, 0, &mut run, &|a, b| a == b, &|| setup.get()).map(|d| match d {
-            Decision::Run(_) => false,
-            Decision::Done(_) => true,
+            Decision::Run(i) => Some(i),
+            Decision::Done(_) => None,
         })
     });
-    assert!(measured.expect("decide"));
+    assert_eq!(
+        chosen.expect("decide"),
+        Some(1),
+        "the measured call runs the winner"
+    );
     let rec = report()
         .into_iter()
         .find(|r| r.device == "test-setup")
@@ -207,7 +225,7 @@ fn threads_share_one_measurement() {
         for _ in 0..4 {
             s.spawn(|| {
                 with_mode(AutotuneMode::Tune, None, || {
-                    if decide_index(&key, &mut sleepy).1 {
+                    if decide_index(&key, &mut rule_fastest).1 {
                         measured.fetch_add(1, Ordering::Relaxed);
                     }
                 })
@@ -314,7 +332,7 @@ fn corrupt_and_foreign_files_are_ignored() {
     assert!(cache_file::load(&dir, "test-corrupt").is_empty());
     let key = Key::new("test-corrupt", "toy", "n=3");
     let (_, measured) = with_mode(AutotuneMode::Tune, Some(dir.clone()), || {
-        decide_index(&key, &mut sleepy)
+        decide_index(&key, &mut rule_fastest)
     });
     assert!(measured);
     assert_eq!(cache_file::load(&dir, "test-corrupt").len(), 1, "rewritten");
