@@ -136,8 +136,15 @@ fn activate(y: Tensor, act: Activation) -> Tensor {
     }
 }
 
-/// Runs one case on the Xpu and compares it with the f32 Cpu reference.
+/// Runs one case on the Xpu and compares it with the f32 Cpu reference, both under the static
+/// rules: `Auto` is the rule's path, whose error [`tolerance`] models, and the reference is
+/// the Cpu rule's (the autotuner's picks are checked against the Cpu in
+/// `tests/gpu/autotune_families.rs`).
 fn check(case: &Case, r: Run) {
+    common::coop16::static_rules(|| check_rules(case, r))
+}
+
+fn check_rules(case: &Case, r: Run) {
     let Case { n, c, hw, o, k, p } = *case;
     let (ho, wo) = out_size(case);
     let dt = r.dtype;
@@ -346,9 +353,10 @@ fn f16_even_channels_cases() {
     let x = randn(&[2, 32, 12, 12], DType::F16, 7);
     let w = randn(&[48, 32, 3, 3], DType::F16, 8);
     let b = randn(&[48], DType::F16, 9);
-    let want = f32_cpu(&x)
-        .conv2d(&f32_cpu(&w), Some(&f32_cpu(&b)), params(1, 1, 1, 1))
-        .unwrap();
+    let want = common::coop16::static_rules(|| {
+        f32_cpu(&x).conv2d(&f32_cpu(&w), Some(&f32_cpu(&b)), params(1, 1, 1, 1))
+    })
+    .unwrap();
     let layer = xpu::nn::Conv2d::new(w, Some(b), params(1, 1, 1, 1))
         .unwrap()
         .to(Device::Xpu)
@@ -358,7 +366,7 @@ fn f16_even_channels_cases() {
         x.clone(),
         x.to_memory_format(xpu::MemoryFormat::ChannelsLast).unwrap(),
     ] {
-        let got = layer.forward(&xin).unwrap();
+        let got = common::coop16::static_rules(|| layer.forward(&xin)).unwrap();
         let acc = 2e-6 * (288f64).sqrt() + 1e-6;
         assert_close("layer", &values(&got), &values(&want), acc, eps(DType::F16));
     }
