@@ -12,6 +12,8 @@ fn profile_counts_every_dispatch_of_each_kernel() {
     // Before any Xpu use in this process (edition 2021: `set_var` is safe; no other thread
     // runs here yet).
     std::env::set_var("XPU_PROFILE", "1");
+    // The static rules: a measured first call would run every candidate kernel.
+    std::env::set_var("XPU_AUTOTUNE", "off");
     if !common::xpu() {
         return;
     }

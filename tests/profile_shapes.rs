@@ -11,6 +11,8 @@ use xpu::{DType, Device, Tensor};
 fn profile_splits_each_kernel_by_problem_shape() {
     // Before any Xpu use in this process (no other thread runs here yet).
     std::env::set_var("XPU_PROFILE", "shapes");
+    // The static rules: a measured first call would run every candidate kernel.
+    std::env::set_var("XPU_AUTOTUNE", "off");
     if !common::xpu() {
         return;
     }

@@ -321,10 +321,15 @@ impl Case {
                     op = op.residual(r);
                 }
                 // Half the draws put every eligible Xpu convolution (3×3, stride 1) on
-                // Winograd F(2,3), which the automatic choice keeps for wide layers.
+                // Winograd F(2,3) (the autotuner's `gpu_conv2d` candidate forced), which the
+                // static rule keeps for wide layers.
                 let winograd = self.bit(11);
                 xpu::config::scoped(
-                    |c| c.gpu.conv_winograd = winograd.then_some(true),
+                    |c| {
+                        if winograd {
+                            c.autotune.force("gpu_conv2d", "winograd");
+                        }
+                    },
                     || op.run(),
                 )
             }

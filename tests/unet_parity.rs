@@ -32,8 +32,8 @@ fn sd1_model_matches_diffusers() {
 }
 
 /// Both models on Xpu with every eligible 3×3 convolution on Winograd F(2×2, 3×3) (the
-/// fixtures' channels are below the automatic choice's floor, so the other tests take the
-/// implicit GEMM there).
+/// autotuner's `gpu_conv2d` candidate forced; the fixtures' channels are below the static
+/// rule's floor, so elsewhere the rule takes the implicit GEMM there).
 #[test]
 fn models_match_diffusers_with_xpu_winograd_everywhere() {
     let _g = lock();
@@ -41,7 +41,7 @@ fn models_match_diffusers_with_xpu_winograd_everywhere() {
         return;
     }
     xpu::config::scoped(
-        |c| c.gpu.conv_winograd = Some(true),
+        |c| c.autotune.force("gpu_conv2d", "winograd"),
         || {
             check_model("sd1", Device::Xpu, DType::F32);
             check_model("sd2", Device::Xpu, DType::F16);

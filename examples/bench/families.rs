@@ -233,7 +233,8 @@ fn xpu_tile_forms(
 /// NCHW also converts to NHWC and back), `layer_cl` is `nn::Conv2d` (weights prepacked once) on a
 /// channels-last input (on the Cpu: Winograd), `layer_cl_fused` adds SiLU and a residual
 /// in the same pass, `layer_cl_implicit` is the layer with the implicit GEMM forced (Winograd
-/// off on both devices). The other rows run the autotuner's choice. GFLOP/s count the direct
+/// off on both devices; on the Xpu the tensor-core form for f16 where the adapter has f16
+/// cooperative matrices, else the FMA one). The other rows run the autotuner's choice. GFLOP/s count the direct
 /// convolution's FLOPs, so Winograd rows can pass 100%.
 pub(super) fn conv(
     o: &Opts,
@@ -261,9 +262,13 @@ pub(super) fn conv(
             Tensor::randn(&[2, c, hw, hw], dtype, device, 4)?.to_memory_format(ChannelsLast)?;
         let layer = xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p)?;
         // The implicit GEMM forced on both devices (Winograd off).
+        let tensor_cores = dtype == DType::F16
+            && device == Device::Xpu
+            && xpu::xpu_features().is_ok_and(|f| f.coop_f16_16x16 && f.subgroup);
+        let gpu_gemm = if tensor_cores { "coop16" } else { "gemm" };
         let implicit_gemm = |c: &mut xpu::config::Config| {
             c.autotune.force("cpu_conv2d", "implicit_gemm");
-            c.gpu.conv_winograd = Some(false);
+            c.autotune.force("gpu_conv2d", gpu_gemm);
         };
         let implicit = xpu::config::scoped(implicit_gemm, || {
             xpu::nn::Conv2d::new(w.clone(), Some(b.clone()), p)

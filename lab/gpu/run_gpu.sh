@@ -9,11 +9,11 @@
 # probe (xpu-lab's coop_probe: the forced cooperative-matrix kernels against the Cpu), tests
 # (every test binary with XPU_REQUIRE_ADAPTER=1), bench (the bench example on the Xpu in
 # f32/f16/bf16, the f16 products on the FMA tiles, the f16 convolutions on Winograd), winograd
-# (f16 conv rows and SD step with every 3x3 layer on Winograd against the default tensor-core
-# implicit GEMM), torch (lab/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU), sd (SD
+# (f16 conv rows and SD step with every 3x3 layer on Winograd against the tensor-core implicit
+# GEMM, each forced through XPU_AUTOTUNE_FORCE), torch (lab/gpu/torch_gpu_ref.py: PyTorch on the same shapes and GPU), sd (SD
 # 1.5 UNet steps on the Xpu in f32 and f16), select (Auto's choices against the alternatives:
 # f16 tensor cores or vec4 FMA tiles, tensor-core or FMA attention), split (split K: the
-# tensor-core tests with every tile split, Auto's splits against none), defaults (the tests
+# tensor-core tests with every tile split, the autotuner's splits against none), defaults (the tests
 # of the tensor-core paths, the f16 attention and conv rows, the f16 step), profile (the SD
 # step's GPU time per kernel and problem shape, XPU_PROFILE=shapes), torchsd (PyTorch eager's
 # SD 1.5 step), copies (the tiled transposing copies and the f16 conv rows whose NCHW calls
@@ -46,7 +46,7 @@ rows() {
   sed -nE 's/.*"op":"([^"]*)","variant":"([^"]*)","device":"[^"]*","dtype":"([^"]*)","shape":\[([^]]*)\],"median_ms":([0-9.]+).*/\1 \2 \3 [\4] \5 ms/p'
 }
 # f16 rows and the f16 step (4 steps) with environment variable $1 set to each of $3... (`auto`:
-# unset): the bench families in $2 (rows matching "coop_matrix" and "layer_cl"), logs appended
+# unset; values such as `gpu_conv2d=winograd` for XPU_AUTOTUNE_FORCE): the bench families in $2 (rows matching "coop_matrix" and "layer_cl"), logs appended
 # to $OUT/$LOG.
 f16_rounds() {
   local var=$1 families=$2 v
@@ -93,16 +93,20 @@ for phase in "$@"; do
           >>"$OUT/bench.jsonl" 2>>"$OUT/bench.err"
         echo "bench $dt rc=$?" >>"$OUT/bench.err"
       done
-      # The FMA tiles on f16 too (Auto takes the tensor-core kernel where there is one).
-      XPU_MATMUL_COOP=0 timeout 100 .devbin/bench matmul --device xpu --dtype f16 --json \
+      # The f16 products on the medium FMA tiles too (the autotuner's gpu_matmul candidate
+      # forced; the tensor-core kernel is a candidate where there is one).
+      XPU_AUTOTUNE_FORCE=gpu_matmul=medium4 timeout 100 .devbin/bench matmul --device xpu \
+        --dtype f16 --json \
         >"$OUT/bench_f16_tiled.jsonl" 2>>"$OUT/bench.err"
       # f16 3x3 convolutions as Winograd F(2,3) on the batched tensor-core matmul.
-      XPU_CONV_WINOGRAD=1 timeout 100 .devbin/bench conv --device xpu --dtype f16 --json \
+      XPU_AUTOTUNE_FORCE=gpu_conv2d=winograd timeout 100 .devbin/bench conv --device xpu \
+        --dtype f16 --json \
         >"$OUT/bench_f16_winograd.jsonl" 2>>"$OUT/bench.err"
       tail -n 5 "$OUT/bench.err"
       ;;
     winograd)
-      LOG=sd_winograd.log f16_rounds XPU_CONV_WINOGRAD conv 0 1
+      LOG=sd_winograd.log f16_rounds XPU_AUTOTUNE_FORCE conv gpu_conv2d=coop16 \
+        gpu_conv2d=winograd
       ;;
     torch)
       timeout 200 python3 lab/gpu/torch_gpu_ref.py --dtypes f32,f16,bf16 >"$OUT/torch.jsonl" 2>&1
@@ -119,41 +123,43 @@ for phase in "$@"; do
     select)
       # Auto's choices against the alternatives on this GPU: f32 matmul rows, f16 tensor cores
       # against the vec4 FMA tiles on UNet shapes, the f16 attention on tensor cores (the
-      # default) or FMAs (XPU_ATTN_COOP=0), and the steps.
+      # static rule) or FMAs (the autotuner's gpu_attention candidates forced), and the steps.
       timeout 100 .devbin/bench matmul --device xpu --dtype f32 --json >"$OUT/select.log" 2>&1
       timeout 100 .devbin/bench matmul conv --device xpu --dtype f16 --json >>"$OUT/select.log" 2>&1
       for s in "8192 1280 320 f16 bt" "8192 320 2560 f16 bt" "4096 320 320 f16 bt" \
                "2048 2048 2048 f16" "154 768 640 f16 bt" "2048 640 640 bt"; do
         timeout 60 .devbin/matmul_variants $s >>"$OUT/select.log" 2>&1
       done
-      for a in 1 0; do
-        echo "=== XPU_ATTN_COOP=$a" >>"$OUT/select.log"
-        XPU_ATTN_COOP=$a timeout 100 .devbin/bench attention --device xpu --dtype f16 --json \
+      for a in coop16 fma; do
+        echo "=== gpu_attention=$a" >>"$OUT/select.log"
+        XPU_AUTOTUNE_FORCE=gpu_attention=$a timeout 100 .devbin/bench attention --device xpu \
+          --dtype f16 --json >>"$OUT/select.log" 2>&1
+        XPU_AUTOTUNE_FORCE=gpu_attention=$a timeout 150 .devbin/sd_unet --device xpu \
+          --dtype f16 --preset sd15 --steps 4 --output /tmp/sd_a$a.safetensors \
           >>"$OUT/select.log" 2>&1
-        XPU_ATTN_COOP=$a timeout 150 .devbin/sd_unet --device xpu --dtype f16 --preset sd15 \
-          --steps 4 --output /tmp/sd_a$a.safetensors >>"$OUT/select.log" 2>&1
       done
       grep -E '^[0-9]+x|Auto|Tiled|Coop|===|median|^f16' "$OUT/select.log" | cut -c1-160
       ;;
     split)
-      # Split K of the f16 tensor-core products and convolutions: the tests with XPU_SPLIT_K=3
-      # (every tile split in three) in parallel (conv_xpu's memory tests bound the bytes a
-      # convolution allocates, which forced partial products exceed by design: skipped), then
-      # the FMA tiles whole and in four splits, and f16 rows and the step with Auto's splits
-      # against none (XPU_SPLIT_K=0).
+      # Split K of the f16 tensor-core products and convolutions: the tests with the
+      # autotuner's gpu_split_k candidate 3 forced (every tile split in three where K allows)
+      # in parallel (conv_xpu's memory tests bound the bytes a convolution allocates, which
+      # forced partial products exceed by design: skipped), then the FMA tiles whole and in
+      # four splits, and f16 rows and the step with the autotuner's splits against none.
       for t in matmul_split_k conv_xpu matmul_xpu_variants unet_parity attention_parity; do
-        (XPU_SPLIT_K=3 timeout 150 .devbin/test-$t --test-threads 4 --skip memory \
+        (XPU_AUTOTUNE_FORCE=gpu_split_k=3 timeout 150 .devbin/test-$t --test-threads 4 \
+          --skip memory \
           >"$OUT/split-$t.log" 2>&1
          echo "rc=$? $t" >>"$OUT/split-$t.log") &
       done
       wait
       grep -hE '^test result|FAILED|panicked|^rc=' "$OUT"/split-*.log | cut -c1-160
-      for v in 0 4; do
-        echo "=== f32 XPU_SPLIT_K=$v" | tee -a "$OUT/split.log"
-        XPU_SPLIT_K=$v timeout 100 .devbin/bench matmul --device xpu --dtype f32 --json 2>&1 \
-          | tee -a "$OUT/split.log" | grep -E '"(tiled|auto)' | rows
+      for v in 1 4; do
+        echo "=== f32 gpu_split_k=$v" | tee -a "$OUT/split.log"
+        XPU_AUTOTUNE_FORCE=gpu_split_k=$v timeout 100 .devbin/bench matmul --device xpu \
+          --dtype f32 --json 2>&1 | tee -a "$OUT/split.log" | grep -E '"(tiled|auto)' | rows
       done
-      LOG=split.log f16_rounds XPU_SPLIT_K "matmul conv" auto 0
+      LOG=split.log f16_rounds XPU_AUTOTUNE_FORCE "matmul conv" auto gpu_split_k=1
       ;;
     defaults)
       # The tests that cover the tensor-core paths with the default choices (in parallel), the

@@ -5,9 +5,11 @@
 //! result is the winner's own output, so every call of a key, the measuring one included,
 //! comes from the same kernel. Problems that take under [`CHEAP_S`] run again, up to [`RUNS`] times each, while
 //! the key has spent under [`BUDGET_S`]; a candidate's time is its fastest run (the first run
-//! also pays for warming caches and, on the GPU, creating pipelines). So tuning a problem costs
-//! about one run per candidate when the problem is long, and at most [`BUDGET_S`] plus one run
-//! each when it is short.
+//! also pays for warming caches). One-time setup the caller counts (`setup`: on the GPU, the
+//! seconds spent compiling pipelines) is left out of every run's time, so a candidate whose
+//! pipelines are new is not timed by its compiler. So tuning a problem costs about one run per
+//! candidate when the problem is long, and at most [`BUDGET_S`] plus one run each when it is
+//! short.
 
 use std::time::Instant;
 
@@ -24,30 +26,37 @@ pub(crate) const BUDGET_S: f64 = 0.2;
 /// rule's.
 pub(crate) const MARGIN: f64 = 0.97;
 
+/// Seconds since `t`, less the setup seconds counted since `s0` (never below zero).
+fn elapsed(t: Instant, s0: f64, setup: &dyn Fn() -> f64) -> f64 {
+    (t.elapsed().as_secs_f64() - (setup() - s0)).max(0.0)
+}
+
 /// Measures `names` (see the module documentation): the time of each, the index of the winner
-/// and the winner's result. Errors only when the rule's own candidate fails (or the winner,
-/// run once more where its first result was not kept).
+/// and the winner's result. `setup` counts the caller's one-time setup seconds (left out of
+/// the times). Errors only when the rule's own candidate fails (or the winner, run once more
+/// where its first result was not kept).
 pub(crate) fn measure<T>(
     names: &[&'static str],
     rule: usize,
     run: &mut dyn FnMut(usize) -> Result<T>,
     agree: &dyn Fn(&T, &T) -> bool,
+    setup: &dyn Fn() -> f64,
 ) -> Result<(Vec<CandidateTime>, usize, T)> {
     let start = Instant::now();
     let mut best: Vec<Option<f64>> = vec![None; names.len()];
     let mut failure: Vec<Option<String>> = vec![None; names.len()];
     let mut runs = vec![0usize; names.len()];
-    let t = Instant::now();
+    let (t, s0) = (Instant::now(), setup());
     let reference = run(rule)?;
-    best[rule] = Some(t.elapsed().as_secs_f64());
+    best[rule] = Some(elapsed(t, s0, setup));
     runs[rule] = 1;
     // The fastest other candidate's first result (one kept at a time, to bound memory).
     let mut kept: Option<(usize, T)> = None;
     for i in (0..names.len()).filter(|&i| i != rule) {
-        let t = Instant::now();
+        let (t, s0) = (Instant::now(), setup());
         match run(i) {
             Ok(r) if agree(&reference, &r) => {
-                let time = t.elapsed().as_secs_f64();
+                let time = elapsed(t, s0, setup);
                 best[i] = Some(time);
                 if kept
                     .as_ref()
@@ -67,9 +76,9 @@ pub(crate) fn measure<T>(
             if b >= CHEAP_S || start.elapsed().as_secs_f64() >= BUDGET_S {
                 continue;
             }
-            let t = Instant::now();
+            let (t, s0) = (Instant::now(), setup());
             match run(i) {
-                Ok(_) => best[i] = Some(b.min(t.elapsed().as_secs_f64())),
+                Ok(_) => best[i] = Some(b.min(elapsed(t, s0, setup))),
                 Err(e) => {
                     best[i] = None;
                     failure[i] = Some(e.to_string());

@@ -18,8 +18,9 @@
 //!   chosen. Another candidate wins only by being at least [`measure::MARGIN`] faster than the
 //!   rule's, so noise does not move a problem off its rule.
 //!
-//! Invariants: tuning runs one key at a time per process (threads asking for a key being tuned
-//! wait and share its result); an op called while its thread tunes (a candidate made of other
+//! Invariants: every call of a key in a process gives the result of the same candidate (the
+//! measured call included), so repeating a call repeats its bits; tuning runs one key at a time
+//! per process (threads asking for a key being tuned wait and share its result); an op called while its thread tunes (a candidate made of other
 //! tunable ops) takes known winners or the rule and never tunes itself, so the measured time is
 //! the candidate's own; the cache file never fails an op (unreadable, corrupt or foreign files
 //! are ignored with one warning; see [`cache_file`]).
@@ -137,13 +138,15 @@ pub fn source_hash() -> &'static str {
 /// Which of `candidates` (the names of those valid for the problem; at least one) runs for
 /// `key`, by the rules in the module documentation. `rule` indexes the static rule's pick;
 /// `run` runs a candidate to completion (on the GPU: waits for it) and returns its result;
-/// `agree` compares a candidate's result with the reference (the rule's).
+/// `agree` compares a candidate's result with the reference (the rule's); `setup` counts the
+/// caller's one-time setup seconds (GPU pipeline creation), left out of measured times.
 pub(crate) fn decide<T>(
     key: &Key,
     candidates: &[&'static str],
     rule: usize,
     run: &mut dyn FnMut(usize) -> Result<T>,
     agree: &dyn Fn(&T, &T) -> bool,
+    setup: &dyn Fn() -> f64,
 ) -> Result<Decision<T>> {
     if rule >= candidates.len() {
         return Err(Error::invalid(
@@ -196,7 +199,7 @@ pub(crate) fn decide<T>(
     TUNING.with(|t| t.set(true));
     let _flag = Flag;
     let start = Instant::now();
-    let (times, winner, result) = measure::measure(candidates, rule, run, agree)?;
+    let (times, winner, result) = measure::measure(candidates, rule, run, agree, setup)?;
     let spent = start.elapsed().as_secs_f64();
     table::insert(
         key,

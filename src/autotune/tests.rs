@@ -34,8 +34,16 @@ fn sleepy(i: usize) -> crate::Result<u32> {
     Ok(7)
 }
 
+/// Candidate `i` sleeps `[1, 6, 3][i]` ms: the rule's (0) is the fastest.
+fn rule_fastest(i: usize) -> crate::Result<u32> {
+    std::thread::sleep(Duration::from_millis([1, 6, 3][i]));
+    Ok(7)
+}
+
+/// The candidate `decide` answers to run (`usize::MAX` when it measured and the rule won, the
+/// call's result then given), and whether that was `Done`.
 fn decide_index(key: &Key, run: &mut dyn FnMut(usize) -> crate::Result<u32>) -> (usize, bool) {
-    match decide(key, &NAMES, 0, run, &|a, b| a == b).expect("decide") {
+    match decide(key, &NAMES, 0, run, &|a, b| a == b, &|| 0.0).expect("decide") {
         Decision::Run(i) => (i, false),
         Decision::Done(v) => {
             assert_eq!(v, 7);
@@ -61,12 +69,18 @@ fn off_takes_the_rule_and_tune_measures_once_then_remembers() {
     let first = with_mode(AutotuneMode::Tune, None, || {
         decide_index(&key, &mut counting)
     });
-    assert!(first.1, "the first call measures");
-    assert!(runs.load(Ordering::Relaxed) >= 3, "every candidate ran");
+    let measured_runs = runs.load(Ordering::Relaxed);
+    assert!(
+        measured_runs >= 3,
+        "the first call measures every candidate"
+    );
+    // Another candidate than the rule's won: the measured call runs it too.
+    assert_eq!((NAMES[first.0], first.1), ("fast", false));
     let (second, measured) = with_mode(AutotuneMode::Tune, None, || {
         decide_index(&key, &mut counting)
     });
     assert!(!measured);
+    assert_eq!(runs.load(Ordering::Relaxed), measured_runs, "measured once");
     assert_eq!(NAMES[second], "fast");
     let rec = report()
         .into_iter()
@@ -80,6 +94,38 @@ fn off_takes_the_rule_and_tune_measures_once_then_remembers() {
     // Off still takes the rule for a known key.
     let off = with_mode(AutotuneMode::Off, None, || decide_index(&key, &mut sleepy));
     assert_eq!(off, (0, false));
+}
+
+/// One-time setup a run counts (on the GPU: creating its pipelines) is left out of its time:
+/// "fast" spends 40 ms in setup on its first run and 1 ms working, and still beats the rule's
+/// 6 ms.
+#[test]
+fn setup_seconds_are_left_out_of_candidate_times() {
+    let key = Key::new("test-setup", "toy", "n=1");
+    let setup = std::cell::Cell::new(0.0f64);
+    let mut first = true;
+    let mut run = |i: usize| {
+        if i == 1 && first {
+            first = false;
+            let t = std::time::Instant::now();
+            std::thread::sleep(Duration::from_millis(40));
+            setup.set(setup.get() + t.elapsed().as_secs_f64());
+        }
+        sleepy(i)
+    };
+    let chosen = with_mode(AutotuneMode::Tune, None, || {
+        decide(&key, &NAMES, 0, &mut run, &|a, b| a == b, &|| setup.get()).map(|d| match d {
+            Decision::Run(i) => Some(i),
+            Decision::Done(_) => None,
+        })
+    });
+    assert_eq!(chosen.expect("decide"), None, "the call measured");
+    let rec = report()
+        .into_iter()
+        .find(|r| r.device == "test-setup")
+        .expect("reported");
+    assert_eq!(rec.winner, "fast", "{rec}");
+    assert!(rec.candidates[1].ms.is_some_and(|ms| ms < 20.0), "{rec}");
 }
 
 #[test]
@@ -127,7 +173,7 @@ fn the_measuring_call_returns_the_winners_output() {
     let agree = |a: &u32, b: &u32| a.abs_diff(*b) <= 2;
     let (first, chosen) = trace(|| {
         with_mode(AutotuneMode::Tune, None, || {
-            match decide(&key, &NAMES, 0, &mut run, &agree).expect("decide") {
+            match decide(&key, &NAMES, 0, &mut run, &agree, &|| 0.0).expect("decide") {
                 Decision::Done(v) => v,
                 Decision::Run(_) => panic!("not measured"),
             }
@@ -142,7 +188,7 @@ fn the_rule_failing_is_the_calls_error() {
     let key = Key::new("test-rule-fails", "toy", "n=1");
     let mut run = |_: usize| -> crate::Result<u32> { Err(crate::Error::invalid("toy", "no")) };
     let r = with_mode(AutotuneMode::Tune, None, || {
-        decide(&key, &NAMES, 0, &mut run, &|a, b| a == b).map(|_| ())
+        decide(&key, &NAMES, 0, &mut run, &|a, b| a == b, &|| 0.0).map(|_| ())
     });
     assert!(r.is_err());
     assert!(!report().iter().any(|r| r.device == "test-rule-fails"));
@@ -196,7 +242,7 @@ fn threads_share_one_measurement() {
         for _ in 0..4 {
             s.spawn(|| {
                 with_mode(AutotuneMode::Tune, None, || {
-                    if decide_index(&key, &mut sleepy).1 {
+                    if decide_index(&key, &mut rule_fastest).1 {
                         measured.fetch_add(1, Ordering::Relaxed);
                     }
                 })
@@ -303,7 +349,7 @@ fn corrupt_and_foreign_files_are_ignored() {
     assert!(cache_file::load(&dir, "test-corrupt").is_empty());
     let key = Key::new("test-corrupt", "toy", "n=3");
     let (_, measured) = with_mode(AutotuneMode::Tune, Some(dir.clone()), || {
-        decide_index(&key, &mut sleepy)
+        decide_index(&key, &mut rule_fastest)
     });
     assert!(measured);
     assert_eq!(cache_file::load(&dir, "test-corrupt").len(), 1, "rewritten");

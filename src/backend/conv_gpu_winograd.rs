@@ -12,18 +12,19 @@
 //! taken: its larger transform coefficients cost f16/bf16 operands their accuracy (see
 //! `cpu::conv::winograd`), and one transform serves every dtype here.
 //!
-//! When ([`auto_uses_winograd`]): 3×3, stride 1, dilation 1, one group; f32 operands, and
+//! When: F(2,3) is a candidate of the autotuner's `gpu_conv2d` family wherever it computes the
+//! geometry ([`fits`]: 3×3, stride 1, dilation 1, one group, the transformed data within one
+//! storage binding). The static rule ([`auto_uses_winograd`]) takes it for f32 operands, and
 //! 16-bit operands that would not run on the tensor-core convolution (its speed is measured
 //! on hardware; Winograd's 16-bit point products on tensor cores are not yet); at least 128
-//! input and output channels and 128 output tiles; and the transformed data within one
-//! storage binding. The size floor is provisional: on lavapipe Winograd won from 32 channels
-//! (2×32×32×32: 32.8 → 22.9 ms; 2×128×16×16 64.8 → 34.6; 1×320×32×32 785 → 368), but a GPU's
-//! FMAs are cheap beside its memory traffic (H100 f32: ~17 FLOP per byte against ~5 on the
-//! CPU lavapipe runs on), and the transforms move `4·(C + O)` values per output pixel both
-//! ways against `5·C·O` multiply-adds saved: at 64 channels the two are close on an H100 at
-//! its peak, at 320 the saving is ~3× the traffic. `ConvTile::Winograd` forces it (an
-//! ineligible geometry is an error); `config::GpuConfig::conv_winograd` (`XPU_CONV_WINOGRAD=0|1`) turns the
-//! automatic choice off or on for every eligible geometry.
+//! input and output channels and 128 output tiles. The size floor is provisional: on lavapipe
+//! Winograd won from 32 channels (2×32×32×32: 32.8 → 22.9 ms; 2×128×16×16 64.8 → 34.6;
+//! 1×320×32×32 785 → 368), but a GPU's FMAs are cheap beside its memory traffic (H100 f32:
+//! ~17 FLOP per byte against ~5 on the CPU lavapipe runs on), and the transforms move
+//! `4·(C + O)` values per output pixel both ways against `5·C·O` multiply-adds saved: at 64
+//! channels the two are close on an H100 at its peak, at 320 the saving is ~3× the traffic;
+//! the autotuner measures where the floor really lies. `ConvTile::Winograd` forces it (an
+//! ineligible geometry is an error).
 //!
 //! Invariants: the result equals the convolution up to f32 rounding of the transforms: the
 //! transformed filters and inputs are f32 (f16 only where f16 tensor cores multiply them:
@@ -33,8 +34,8 @@
 //! 2.3e-2 of diffusers' output against 1.75e-2 for the implicit GEMM; the Xpu's FMA kernels
 //! gain nothing from 16-bit operands but bytes.) Extra memory: `U` (`16·C·O`,
 //! unless the caller passes it prepared), `V` (`16·T·C`) and the f32 `M` (`16·T·O`), all
-//! released when the call returns; where they exceed the allocator's limit, `Auto` runs the
-//! implicit GEMM instead (a forced Winograd reports the OutOfMemory).
+//! released when the call returns; where they exceed the allocator's limit, an automatic
+//! choice runs the implicit GEMM instead (`ConvTile::Winograd` reports the OutOfMemory).
 
 use super::{FusedArgs, Storage};
 use crate::desc::{Activation, ConvGeom, MatmulKernel};
@@ -55,36 +56,34 @@ const MIN_CHANNELS: usize = 128;
 /// Minimum output tiles (`N·⌈Ho/2⌉·⌈Wo/2⌉`) of an automatic Winograd convolution.
 const MIN_TILES: usize = 128;
 
-/// The automatic mode: 0 by size, 1 every eligible convolution, 2 never
-/// (`config::GpuConfig::conv_winograd`).
-fn auto_mode() -> u8 {
-    match crate::config::with(|c| c.gpu.conv_winograd) {
-        Some(true) => 1,
-        Some(false) => 2,
-        None => 0,
-    }
-}
-
-/// The automatic choice for a launch whose tile is `ConvTile::Auto` (see the module docs);
-/// `tensor_cores`: the launch would run on the tensor-core convolution.
-pub(crate) fn auto_uses_winograd(l: &ConvLaunch, tensor_cores: bool) -> bool {
+/// Whether F(2,3) can run this launch: an eligible geometry whose transformed inputs, point
+/// products and filters each fit one storage binding.
+pub(crate) fn fits(l: &ConvLaunch) -> bool {
     let s = &l.shape;
-    let dtype = l.input.0.dtype;
-    let mode = auto_mode();
-    if !eligible(s) || mode == 2 || (dtype != DType::F32 && tensor_cores && mode == 0) {
+    if !eligible(s) {
         return false;
     }
+    let dtype = l.input.0.dtype;
     let (_, _, t) = tiles(l);
     let ctx = &l.input.0.ctx;
     let vdt = operand_dtype(dtype, ctx);
     let cp = padded_channels(s.c, vdt);
     let max = ctx.limits.max_storage_buffer_binding_size;
     let fits = |elems: usize, bytes: usize| (elems as u64).saturating_mul(bytes as u64) <= max;
-    let fits_all = fits(POINTS * t * cp, vdt.size_in_bytes())
+    fits(POINTS * t * cp, vdt.size_in_bytes())
         && fits(POINTS * t * s.o, 4)
-        && fits(POINTS * cp * s.o, vdt.size_in_bytes());
-    let wide = s.c >= MIN_CHANNELS && s.o >= MIN_CHANNELS && t >= MIN_TILES;
-    fits_all && (mode == 1 || wide)
+        && fits(POINTS * cp * s.o, vdt.size_in_bytes())
+}
+
+/// The static rule for a launch whose tile is `ConvTile::Auto` (see the module docs);
+/// `tensor_cores`: the tensor-core convolution can run the launch.
+pub(crate) fn auto_uses_winograd(l: &ConvLaunch, tensor_cores: bool) -> bool {
+    let s = &l.shape;
+    if l.input.0.dtype != DType::F32 && tensor_cores {
+        return false;
+    }
+    let (_, _, t) = tiles(l);
+    fits(l) && s.c >= MIN_CHANNELS && s.o >= MIN_CHANNELS && t >= MIN_TILES
 }
 
 /// Checks a forced `ConvTile::Winograd` launch.

@@ -1,9 +1,11 @@
 //! The backend's use of the autotuner (`crate::autotune`): running a family's candidates
-//! through it, the devices' key texts, and the agreement check of candidate results.
+//! through it, the devices' key texts, the agreement check of candidate results, and the
+//! split-K family the GPU's products and convolutions share (`gpu_split_k`).
 //!
-//! Invariant: a candidate's result is compared with the reference (the static rule's) as f32
+//! Invariants: a candidate's result is compared with the reference (the static rule's) as f32
 //! values of the same flat buffer, so both must come in the same layout; a NaN agrees only
-//! with a NaN.
+//! with a NaN. On the GPU a candidate's time runs until the queue has finished its work
+//! ([`gpu_wait`]), and results are compared after reading both back.
 
 use super::*;
 use crate::autotune::{self, Decision, Key};
@@ -19,12 +21,47 @@ pub(crate) fn run_tuned<T>(
     wait: &dyn Fn() -> Result<()>,
     agree: &dyn Fn(&T, &T) -> bool,
 ) -> Result<T> {
+    run_tuned_with_setup(key, names, rule, exec, wait, agree, &|| 0.0)
+}
+
+/// [`run_tuned`] for a GPU family: each measured run waits for the queue ([`gpu_wait`]), its
+/// pipeline creation is left out of its time, and results agree as [`xpu_agree`] says within
+/// `tol`.
+pub(crate) fn run_tuned_gpu(
+    key: &Key,
+    names: &[&'static str],
+    rule: usize,
+    exec: &mut dyn FnMut(usize) -> Result<XpuStorage>,
+    tol: f32,
+) -> Result<XpuStorage> {
+    run_tuned_with_setup(
+        key,
+        names,
+        rule,
+        exec,
+        &gpu_wait,
+        &|a, b| xpu_agree(a, b, tol),
+        &crate::gpu::pipeline_creation_seconds,
+    )
+}
+
+/// [`run_tuned`], with `setup` counting this thread's one-time setup seconds, which a
+/// measurement leaves out of candidate times.
+fn run_tuned_with_setup<T>(
+    key: &Key,
+    names: &[&'static str],
+    rule: usize,
+    exec: &mut dyn FnMut(usize) -> Result<T>,
+    wait: &dyn Fn() -> Result<()>,
+    agree: &dyn Fn(&T, &T) -> bool,
+    setup: &dyn Fn() -> f64,
+) -> Result<T> {
     let mut timed = |i: usize| -> Result<T> {
         let r = exec(i)?;
         wait()?;
         Ok(r)
     };
-    match autotune::decide(key, names, rule, &mut timed, agree)? {
+    match autotune::decide(key, names, rule, &mut timed, agree, setup)? {
         Decision::Run(i) => exec(i),
         Decision::Done(r) => Ok(r),
     }
@@ -33,6 +70,107 @@ pub(crate) fn run_tuned<T>(
 /// A key for a problem of the CPU in this thread's configuration.
 pub(crate) fn cpu_key(op: &'static str, problem: &str) -> Key {
     Key::new(&crate::cpu::tuning::device_id(), op, problem)
+}
+
+/// A key for a problem of the Xpu adapter in use.
+pub(crate) fn gpu_key(op: &'static str, problem: &str) -> Result<Key> {
+    Ok(Key::new(&crate::gpu::tuning_device_id()?, op, problem))
+}
+
+/// The `wait` of GPU families: until the queued GPU work has finished.
+pub(crate) fn gpu_wait() -> Result<()> {
+    crate::gpu::synchronize()
+}
+
+/// The agreement tolerance of GPU results computed in `dtype` (relative to the reference's
+/// largest magnitude): f32 sums in another order, or 16-bit results rounded from them.
+pub(crate) fn gpu_tolerance(dtype: DType) -> f32 {
+    if dtype == DType::F32 {
+        1e-3
+    } else {
+        3e-2
+    }
+}
+
+/// Whether two Xpu results agree: both read back as f32 and compared by [`values_agree`]
+/// within `tol`; a result that cannot be read back does not agree.
+pub(crate) fn xpu_agree(want: &XpuStorage, got: &XpuStorage, tol: f32) -> bool {
+    let read = crate::gpu::tuning::values_f32;
+    match (read(want), read(got)) {
+        (Ok(w), Ok(g)) => values_agree(&w, &g, tol),
+        _ => false,
+    }
+}
+
+/// The autotuner's family of split-K counts on the GPU (see `gpu::kernels::matmul::split_k`).
+pub(crate) const GPU_SPLIT_K: &str = "gpu_split_k";
+
+/// The name of a split count (`"1"` whole, `"2"`, ...), for counts up to
+/// `split_k::MAX_SPLITS`.
+fn split_name(n: usize) -> Option<&'static str> {
+    use crate::gpu::kernels::matmul::split_k::MAX_SPLITS;
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES
+        .get_or_init(|| (0..=MAX_SPLITS).map(|n| n.to_string()).collect())
+        .get(n)
+        .map(String::as_str)
+}
+
+/// Where a GPU product may split K: the kernel's name, its operands' dtype, its output tiles
+/// (all batches) and K, and whether the static rule plans splits on it (`split_k::rule`).
+pub(crate) struct SplitProblem {
+    /// The kernel's name (part of the key: each kernel tunes its own splits).
+    pub kernel: &'static str,
+    /// The operands' dtype.
+    pub dtype: DType,
+    /// Output tiles of the kernel, all batches.
+    pub tiles: usize,
+    /// The product's K.
+    pub k: usize,
+    /// The static rule plans splits on this kernel.
+    pub plans: bool,
+}
+
+/// Runs `exec(splits)` for the split count the autotuner picks (family [`GPU_SPLIT_K`]) among
+/// the counts worth measuring for `p` (`split_k::counts`; the key names the tiles and K
+/// bucketed and the rule's count). A count forced by name runs wherever it splits this K,
+/// even when not worth measuring. Results are compared as [`xpu_agree`] does within `tol`.
+pub(crate) fn tuned_splits(
+    p: &SplitProblem,
+    exec: &mut dyn FnMut(usize) -> Result<XpuStorage>,
+    tol: f32,
+) -> Result<XpuStorage> {
+    use crate::autotune::bucket;
+    use crate::gpu::kernels::matmul::split_k;
+    let k = p.k;
+    let (mut counts, rule) = split_k::counts(p.tiles, k, p.plans);
+    let forced = crate::config::with(|c| {
+        c.autotune
+            .forced(GPU_SPLIT_K)
+            .and_then(|f| f.trim().parse::<usize>().ok())
+    });
+    if let Some(n) = forced {
+        if !counts.contains(&n) && n <= split_k::MAX_SPLITS && split_k::split(k, n).is_some() {
+            counts.push(n);
+        }
+    }
+    let names: Vec<&'static str> = counts.iter().filter_map(|&n| split_name(n)).collect();
+    if names.len() != counts.len() {
+        return Err(Error::invalid(
+            GPU_SPLIT_K,
+            format!("split counts up to {}, got {counts:?}", split_k::MAX_SPLITS),
+        ));
+    }
+    let rule_count = counts.get(rule).copied().unwrap_or(1);
+    let problem = format!(
+        "{} {} tiles {} k {} rule {rule_count}",
+        p.kernel,
+        p.dtype,
+        bucket(p.tiles),
+        bucket(k)
+    );
+    let key = gpu_key(GPU_SPLIT_K, &problem)?;
+    run_tuned_gpu(&key, &names, rule, &mut |i| exec(counts[i]), tol)
 }
 
 /// Whether two Cpu results of equal length agree: every value within `tol` times the largest

@@ -14,6 +14,7 @@ pub(crate) mod pipelines;
 pub(crate) mod profile;
 pub(crate) mod spirv_fold;
 pub(crate) mod stream;
+pub(crate) mod tuning;
 
 use std::sync::Arc;
 
@@ -140,7 +141,18 @@ pub(crate) fn take_profile() -> Result<Option<Vec<KernelTime>>> {
     Ok(stream.take_profile(&ctx))
 }
 
-/// Whether f16 convolutions run on the tensor-core kernel (see `kernels::conv::coop`).
+/// Whether f16 convolutions can run on the tensor-core kernel (see `kernels::conv::coop`).
 pub(crate) fn conv_coop_active() -> bool {
     kernels::conv::coop::active()
+}
+
+/// Seconds the calling thread has spent creating GPU pipelines (see
+/// `pipelines::creation_seconds`).
+pub(crate) fn pipeline_creation_seconds() -> f64 {
+    pipelines::creation_seconds()
+}
+
+/// The autotuner's device text for the Xpu adapter in use (see [`tuning::device_id`]).
+pub(crate) fn tuning_device_id() -> Result<String> {
+    tuning::device_id()
 }

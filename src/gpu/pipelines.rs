@@ -256,6 +256,17 @@ pub(crate) struct PipelineCache {
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
 }
 
+thread_local! {
+    /// Seconds this thread has spent compiling modules and creating pipelines.
+    static CREATING_S: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// Seconds the calling thread has spent compiling shader modules and creating pipelines (a
+/// one-time cost per pipeline that the autotuner leaves out of a candidate's time).
+pub(crate) fn creation_seconds() -> f64 {
+    CREATING_S.with(std::cell::Cell::get)
+}
+
 impl PipelineCache {
     /// The pipeline for `key`, compiled on first use.
     pub(crate) fn get(
@@ -267,6 +278,16 @@ impl PipelineCache {
         if let Some(p) = self.pipelines.lock().map_err(|_| poisoned())?.get(&key) {
             return Ok(p.clone());
         }
+        let start = std::time::Instant::now();
+        let made = self.create(device, key);
+        let spent = start.elapsed().as_secs_f64();
+        CREATING_S.with(|c| c.set(c.get() + spent));
+        made
+    }
+
+    /// Compiles the pipeline for `key` (and its module, the first time) and keeps it.
+    fn create(&self, device: &wgpu::Device, key: PipelineKey) -> Result<wgpu::ComputePipeline> {
+        let poisoned = || Error::Gpu("pipeline cache lock poisoned".into());
         let module = {
             let mut modules = self.modules.lock().map_err(|_| poisoned())?;
             match modules.get(&key.shader) {

@@ -1,8 +1,9 @@
 //! The tensor-core attention (`attention_coop16.wgsl`): in a child process with the kernel
 //! profiler on (it is created with the Xpu context, so the child starts with `XPU_PROFILE=1`),
 //! f16 cases against the f64 reference, each checked for the kernel that served it: the
-//! tensor-core kernel where the adapter has f16 cooperative matrices (its self-check passed),
-//! the FMA kernel elsewhere, or with `config::GpuConfig::attention_coop` off.
+//! tensor-core kernel where the adapter has f16 cooperative matrices (its self-check passed;
+//! the static rules, the autotuner off), the FMA kernel elsewhere, or with the autotuner's
+//! `gpu_attention` candidate `fma` forced.
 //!
 //! On adapters without f16 cooperative matrices (lavapipe 22 in CI) the test covers the
 //! routing, and the kernel's numbers need an adapter that has one (an NVIDIA GPU, or Mesa's
@@ -36,16 +37,11 @@ const CASES: [[usize; 5]; 9] = [
     [40, 257, 40, 40, 2],
 ];
 
-/// Which kernel this adapter's f16 attention should take: `Some(true)` the tensor cores,
-/// `Some(false)` the FMA kernel, `None` either (the self-check decides).
+/// Which kernel this adapter's f16 attention should take by the static rule: `Some(true)` the
+/// tensor cores, `Some(false)` the FMA kernel, `None` either (the self-check decides).
 fn tensor_cores() -> Option<bool> {
     let f = xpu::xpu_features().unwrap();
-    let config = xpu::config::get();
-    let coop = f.cooperative_matrix
-        && f.coop_f16_16x16
-        && f.subgroup
-        && config.gpu.attention_coop
-        && config.gpu.matmul_coop;
+    let coop = common::coop16::tensor_cores();
     match (coop, f.fixed_subgroup_size) {
         (false, _) => Some(false),
         (true, 8 | 32) => Some(true),
@@ -53,8 +49,9 @@ fn tensor_cores() -> Option<bool> {
     }
 }
 
-/// Every case on the Xpu against the f64 reference, and the kernel that ran.
-fn run_cases() {
+/// Every case on the Xpu against the f64 reference, and the kernel that ran (`expect`: the
+/// tensor cores or not, `None` either).
+fn run_cases(expect: Option<bool>) {
     // A first call runs the kernel's once-per-process self-check, whose own dispatches must
     // not count as the cases' below.
     let [q, k, v] = qkv([1, 1, 16, 16, 40, 40], DType::F16, 59).map(|t| t.to(Device::Xpu).unwrap());
@@ -110,7 +107,7 @@ fn run_cases() {
         let t = tol(DType::F16);
         assert_close(&what, &got, &want, t, t);
         let coop = rows.iter().any(|r| r.kernel.contains("attention_coop16"));
-        if let Some(want) = tensor_cores() {
+        if let Some(want) = expect {
             assert_eq!(coop, want, "{what}: kernels {rows:?}");
         }
     }
@@ -122,7 +119,8 @@ fn tensor_core_attention_matches_the_reference() {
     if !common::xpu() || !common::coop16::in_profiled_child(NAME) {
         return;
     }
-    run_cases();
-    // The FMA kernel serves every call where the configuration turns the tensor cores off.
-    xpu::config::scoped(|c| c.gpu.attention_coop = false, run_cases);
+    use common::coop16::{fma_only, static_rules};
+    static_rules(|| run_cases(tensor_cores()));
+    // The FMA kernel serves every call where it is forced.
+    fma_only(|| run_cases(Some(false)));
 }

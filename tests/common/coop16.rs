@@ -6,10 +6,31 @@
 use super::{assert_close, matmul_tol, randn, values};
 use xpu::{Activation, DType, Device, MatmulKernel, Tensor};
 
-/// Whether f16 products take the tensor-core kernels on this adapter (and configuration).
+/// Whether f16 products can take the tensor-core kernels on this adapter.
 pub fn tensor_cores() -> bool {
     let f = xpu::xpu_features().unwrap();
-    f.cooperative_matrix && f.coop_f16_16x16 && f.subgroup && xpu::config::get().gpu.matmul_coop
+    f.cooperative_matrix && f.coop_f16_16x16 && f.subgroup
+}
+
+/// `f` with every GPU kernel choice made by the static rules (no measuring, no cached
+/// winners): the routing tests tell kernels apart by the profile.
+pub fn static_rules<R>(f: impl FnOnce() -> R) -> R {
+    xpu::config::scoped(|c| c.autotune.mode = xpu::config::AutotuneMode::Off, f)
+}
+
+/// `f` with the FMA kernels forced in every GPU family that has tensor-core candidates (the
+/// medium tiles for products, the implicit GEMM for convolutions, the FMA attention), under the
+/// static rules otherwise.
+pub fn fma_only<R>(f: impl FnOnce() -> R) -> R {
+    xpu::config::scoped(
+        |c| {
+            c.autotune.mode = xpu::config::AutotuneMode::Off;
+            c.autotune.force("gpu_matmul", "medium4");
+            c.autotune.force("gpu_conv2d", "gemm");
+            c.autotune.force("gpu_attention", "fma");
+        },
+        f,
+    )
 }
 
 /// True in a process whose kernel profiler is on (the profiler is created with the Xpu context,

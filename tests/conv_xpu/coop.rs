@@ -1,9 +1,9 @@
-//! Routing of f16 convolutions: where the adapter has f16 cooperative matrices, the
-//! tensor-core convolution (`mm_coop16` in its gather mode) serves them, i.e. both self-checks
-//! (the matmul's and the gather's) passed; elsewhere, or with `config::GpuConfig::conv_coop`
-//! off, the FMA kernels do. A child process with the kernel profiler on tells the kernels
-//! apart. (The values of every path are checked against the Cpu by
-//! `f16_even_channels_on_every_path`.)
+//! Routing of f16 convolutions under the static rules: where the adapter has f16 cooperative
+//! matrices, the tensor-core convolution (`mm_coop16` in its gather mode) serves them, i.e.
+//! both self-checks (the matmul's and the gather's) passed; elsewhere, or with the autotuner's
+//! `gpu_conv2d` candidate `gemm` forced, the FMA kernels do. A child process with the kernel
+//! profiler on tells the kernels apart. (The values of every path are checked against the Cpu
+//! by `f16_even_channels_on_every_path`.)
 
 use super::common;
 use xpu::ops::conv::Conv2dParams;
@@ -11,16 +11,6 @@ use xpu::ops::conv_xpu::{conv2d_xpu, ConvXpuArgs};
 use xpu::{DType, Device};
 
 const NAME: &str = "coop::tensor_core_convolutions_serve_where_reported";
-
-fn tensor_cores() -> bool {
-    let f = xpu::xpu_features().unwrap();
-    let config = xpu::config::get();
-    f.cooperative_matrix
-        && f.coop_f16_16x16
-        && f.subgroup
-        && config.gpu.conv_coop
-        && config.gpu.matmul_coop
-}
 
 fn conv_kernels() -> Vec<String> {
     let x = common::randn(&[1, 8, 13, 11], DType::F16, 3)
@@ -50,14 +40,15 @@ fn tensor_core_convolutions_serve_where_reported() {
     if !common::xpu() || !common::coop16::in_profiled_child(NAME) {
         return;
     }
+    use common::coop16::{fma_only, static_rules, tensor_cores};
     // The first call runs the once-per-process self-checks (their dispatches are not counted).
-    conv_kernels();
-    let kernels = conv_kernels();
+    static_rules(conv_kernels);
+    let kernels = static_rules(conv_kernels);
     let coop = kernels.iter().any(|k| k.contains("mm_coop16"));
     assert_eq!(coop, tensor_cores(), "kernels: {kernels:?}");
-    let off = xpu::config::scoped(|c| c.gpu.conv_coop = false, conv_kernels);
+    let off = fma_only(conv_kernels);
     assert!(
         !off.iter().any(|k| k.contains("mm_coop16")),
-        "conv_coop off: {off:?}"
+        "gemm forced: {off:?}"
     );
 }

@@ -136,8 +136,15 @@ fn activate(y: Tensor, act: Activation) -> Tensor {
     }
 }
 
-/// Runs one case on the Xpu and compares it with the f32 Cpu reference.
+/// Runs one case on the Xpu and compares it with the f32 Cpu reference, both under the static
+/// rules: `Auto` is the rule's path, whose error [`tolerance`] models, and the reference is
+/// the Cpu rule's (the autotuner's picks are checked against the Cpu in
+/// `tests/gpu/autotune_families.rs`).
 fn check(case: &Case, r: Run) {
+    common::coop16::static_rules(|| check_rules(case, r))
+}
+
+fn check_rules(case: &Case, r: Run) {
     let Case { n, c, hw, o, k, p } = *case;
     let (ho, wo) = out_size(case);
     let dt = r.dtype;
@@ -275,16 +282,23 @@ fn odd_sizes_every_dtype_layout_and_epilogue() {
     }
 }
 
-/// The cases of `f16_even_channels_on_every_path` with split K forced
-/// (`config::GpuConfig::split_k`): on the tensor-core kernel each tile's K range runs as three
-/// f32 partial products that the epilogue pass sums.
+/// The cases of `f16_even_channels_on_every_path` with the tensor-core convolution and three
+/// splits of K forced (the autotuner's `gpu_conv2d` candidate `coop16` and `gpu_split_k`
+/// candidate `3`): where the adapter has the tensor-core kernel each tile's K range runs as
+/// three f32 partial products that the epilogue pass sums.
 #[test]
 fn f16_even_channels_split_k() {
     if !common::xpu() {
         return;
     }
     let _g = gpu_lock();
-    xpu::config::scoped(|c| c.gpu.split_k = Some(3), f16_even_channels_cases);
+    xpu::config::scoped(
+        |c| {
+            c.autotune.force("gpu_conv2d", "coop16");
+            c.autotune.force("gpu_split_k", "3");
+        },
+        f16_even_channels_cases,
+    );
 }
 
 /// f16 with even input and output channels: the shapes the tensor-core path takes where the
@@ -339,9 +353,10 @@ fn f16_even_channels_cases() {
     let x = randn(&[2, 32, 12, 12], DType::F16, 7);
     let w = randn(&[48, 32, 3, 3], DType::F16, 8);
     let b = randn(&[48], DType::F16, 9);
-    let want = f32_cpu(&x)
-        .conv2d(&f32_cpu(&w), Some(&f32_cpu(&b)), params(1, 1, 1, 1))
-        .unwrap();
+    let want = common::coop16::static_rules(|| {
+        f32_cpu(&x).conv2d(&f32_cpu(&w), Some(&f32_cpu(&b)), params(1, 1, 1, 1))
+    })
+    .unwrap();
     let layer = xpu::nn::Conv2d::new(w, Some(b), params(1, 1, 1, 1))
         .unwrap()
         .to(Device::Xpu)
@@ -351,7 +366,7 @@ fn f16_even_channels_cases() {
         x.clone(),
         x.to_memory_format(xpu::MemoryFormat::ChannelsLast).unwrap(),
     ] {
-        let got = layer.forward(&xin).unwrap();
+        let got = common::coop16::static_rules(|| layer.forward(&xin)).unwrap();
         let acc = 2e-6 * (288f64).sqrt() + 1e-6;
         assert_close("layer", &values(&got), &values(&want), acc, eps(DType::F16));
     }

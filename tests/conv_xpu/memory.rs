@@ -1,5 +1,7 @@
 //! Memory of the Xpu convolution: no im2col buffer (the allocator's peak is the output and
-//! the inputs), and the public `conv2d` on Xpu computing what the implicit GEMM computes.
+//! the inputs), and the public `conv2d` on Xpu computing what the implicit GEMM computes. Both
+//! under the static rules (the implicit GEMM on these narrow layers), so no measured Winograd
+//! candidate adds its temporaries.
 
 use super::common::{self, assert_close, eps, randn, values};
 use super::{gpu_lock, params};
@@ -17,6 +19,10 @@ fn no_im2col_buffer() {
         return;
     }
     let _g = gpu_lock();
+    common::coop16::static_rules(no_im2col_cases);
+}
+
+fn no_im2col_cases() {
     // im2col of this conv is [4096, 144]: 9x the input, 36x the output.
     for (dtype, nhwc) in [(DType::F32, false), (DType::F16, true)] {
         let x = if nhwc {
@@ -73,6 +79,10 @@ fn public_conv2d_on_xpu_is_the_implicit_gemm() {
         return;
     }
     let _g = gpu_lock();
+    common::coop16::static_rules(public_conv2d_cases);
+}
+
+fn public_conv2d_cases() {
     let p = params(1, 1, 1, 1);
     for (dtype, nhwc) in [
         (DType::F32, false),

@@ -62,14 +62,19 @@ fn odd_sizes() {
     check_every_dtype_and_layout(&cases, 5000, |_, _, _| ConvTile::Winograd);
 }
 
-/// A layer wide enough for the automatic choice (128+ channels, 128 tiles), on each dtype;
-/// the process-wide switch.
+/// A layer wide enough for the static rule's Winograd (128+ channels, 128 tiles), on each
+/// dtype; the autotuner's `gpu_conv2d` candidates `winograd` and `gemm` forced on a narrow
+/// layer. Under the static rules (the autotuner off), so `Auto` is the rule's pick.
 #[test]
 fn auto_takes_winograd_on_wide_layers() {
     if !common::xpu() {
         return;
     }
     let _g = gpu_lock();
+    common::coop16::static_rules(wide_layers);
+}
+
+fn wide_layers() {
     let case = Case {
         n: 2,
         c: 128,
@@ -105,7 +110,7 @@ fn auto_takes_winograd_on_wide_layers() {
     let auto = run(&x, &w, ConvTile::Auto);
     assert_eq!(auto, run(&x, &w, ConvTile::Winograd));
     assert_ne!(auto, run(&x, &w, ConvTile::Medium));
-    // Narrow layers stay on the implicit GEMM unless the switch says every eligible one.
+    // Narrow layers stay on the implicit GEMM unless Winograd is forced.
     let x = gx(randn(&[1, 8, 9, 9], DType::F32, 3));
     let w = gx(randn(&[8, 8, 3, 3], DType::F32, 4));
     let (wino, implicit) = (
@@ -114,25 +119,30 @@ fn auto_takes_winograd_on_wide_layers() {
     );
     assert_ne!(wino, implicit);
     assert_eq!(run(&x, &w, ConvTile::Auto), implicit);
-    let auto = |on| {
+    let auto = |kernel| {
         xpu::config::scoped(
-            |c| c.gpu.conv_winograd = Some(on),
+            |c| c.autotune.force("gpu_conv2d", kernel),
             || run(&x, &w, ConvTile::Auto),
         )
     };
-    let (all, none) = (auto(true), auto(false));
+    let (all, none) = (auto("winograd"), auto("gemm"));
     assert_eq!(all, wino);
     assert_eq!(none, implicit);
 }
 
 /// Under a memory limit that holds the output but not Winograd's temporaries, the automatic
-/// choice falls back to the implicit GEMM; a forced Winograd is a clear OutOfMemory.
+/// choice falls back to the implicit GEMM; a forced Winograd is a clear OutOfMemory. Under the
+/// static rules (the autotuner off), so `Auto` is the rule's pick.
 #[test]
 fn auto_falls_back_when_winograd_temporaries_do_not_fit() {
     if !common::xpu() {
         return;
     }
     let _g = gpu_lock();
+    common::coop16::static_rules(winograd_out_of_memory);
+}
+
+fn winograd_out_of_memory() {
     /// Lifts the limit even when a check panics.
     struct Unlimit;
     impl Drop for Unlimit {
@@ -156,7 +166,7 @@ fn auto_falls_back_when_winograd_temporaries_do_not_fit() {
     let wino = values(&run(ConvTile::Winograd).unwrap());
     let implicit = values(
         &xpu::config::scoped(
-            |c| c.gpu.conv_winograd = Some(false),
+            |c| c.autotune.force("gpu_conv2d", "gemm"),
             || run(ConvTile::Auto),
         )
         .unwrap(),

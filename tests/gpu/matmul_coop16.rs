@@ -2,14 +2,15 @@
 //! f16 products over edge sizes, transposes, broadcast batches and every epilogue (GEGLU
 //! included), a split-K product and a channels-last convolution (the gather), each against the
 //! Cpu and each checked for the kernel that served it. Where the adapter has f16 cooperative
-//! matrices `mm_coop16` must serve them all; elsewhere (lavapipe 22 in CI), or with
-//! `config::GpuConfig::matmul_coop` off, the FMA kernels serve and the test covers the routing.
+//! matrices `mm_coop16` must serve them all (the static rules: the autotuner is off here);
+//! elsewhere (lavapipe 22 in CI), or with the FMA candidates forced, the FMA kernels serve and
+//! the test covers the routing.
 //! On Mesa's lavapipe 26 (`XPU_COOP16_ASSUME=1`) the kernel's numbers are checked too.
 
 use crate::common;
 use common::coop16::{
-    channels_last_conv_kernels, coop_kernel, in_profiled_child, products_match_the_cpu,
-    split_k_kernels,
+    channels_last_conv_kernels, coop_kernel, fma_only, in_profiled_child, products_match_the_cpu,
+    split_k_kernels, static_rules,
 };
 
 const NAME: &str = "matmul_coop16::tensor_core_products_match_the_cpu";
@@ -47,11 +48,8 @@ fn tensor_core_products_match_the_cpu() {
         return;
     }
     let (coop, kernel) = coop_kernel();
-    cases(coop, kernel);
+    static_rules(|| cases(coop, kernel));
     if coop {
-        xpu::config::scoped(
-            |c| c.gpu.matmul_coop = false,
-            || cases(false, xpu::MatmulKernel::Auto),
-        );
+        fma_only(|| cases(false, xpu::MatmulKernel::Auto));
     }
 }

@@ -1,10 +1,10 @@
-//! Split-K products (`config::GpuConfig::split_k = Some(n)`: each output tile's K range cut into
-//! `n` f32 partial products, summed by the epilogue pass) against the Cpu: the simple engine and
-//! the large and medium FMA tiles (which split only when forced, so any adapter runs these
-//! paths), the tensor-core kernel where the driver has one, and Auto; edge sizes with K below,
-//! at and past the split, broadcast batches, each epilogue (GEGLU included) and each float
-//! dtype. The setting is read where a product is dispatched, so each test scopes it to its own
-//! thread.
+//! Split-K products (the autotuner's `gpu_split_k` candidate `n` forced: each output tile's K
+//! range cut into `n` f32 partial products, summed by the epilogue pass) against the Cpu: the
+//! simple engine and the large and medium FMA tiles (whose static rule never splits, so any
+//! adapter runs these paths), the tensor-core kernel where the driver has one, and Auto; edge
+//! sizes with K below, at and past the split, broadcast batches, each epilogue (GEGLU included)
+//! and each float dtype. A forced candidate is read where a product is dispatched, so each
+//! test scopes it to its own thread.
 
 use crate::common;
 use common::{assert_close, matmul_tol, randn, values, FLOATS};
@@ -12,7 +12,7 @@ use xpu::{Activation, DType, Device, MatmulKernel, Tensor, TileConfig};
 
 /// `f` with three splits forced on this thread.
 fn split_in_three(f: impl FnOnce()) {
-    xpu::config::scoped(|c| c.gpu.split_k = Some(3), f);
+    xpu::config::scoped(|c| c.autotune.force("gpu_split_k", "3"), f);
 }
 
 /// `[batch?, m, k] @ [k, np]` with epilogue `e` under `kernel` on `device`.

@@ -266,11 +266,14 @@ fn gemv_col_major_with_subgroups() {
 }
 
 /// The workgroup-reduction GEMV for K-contiguous B, which adapters with SUBGROUP skip unless
-/// `config::GpuConfig::matmul_subgroup` turns the subgroup GEMV off.
+/// the autotuner's `gpu_matmul` candidate `gemv` is forced over `gemv_sg`.
 #[test]
 fn gemv_col_major_without_subgroups() {
     if common::xpu() {
-        xpu::config::scoped(|c| c.gpu.matmul_subgroup = false, gemv_col_major_cases);
+        xpu::config::scoped(
+            |c| c.autotune.force("gpu_matmul", "gemv"),
+            gemv_col_major_cases,
+        );
     }
 }
 

@@ -11,8 +11,8 @@
 //! Invariants: the kernel serves only f16 calls without a mask, with `0 < Lk`, even head dims up
 //! to [`MAX_DIM`], and q/k/v readable two elements per 32-bit word (unit column stride, even
 //! row and head strides and offsets), on an adapter with f16 cooperative matrices whose check
-//! here passed, where `config::GpuConfig::attention_coop` (read where the call is dispatched)
-//! allows it; every other call takes the FMA kernel. The check compares both kernels on small
+//! here passed; where both kernels can serve a call, the caller (the backend's autotuner,
+//! family `gpu_attention`) chooses. The check compares both kernels on small
 //! problems with odd key tails, head dims 40 to 80, query rows whose score maxima differ, and
 //! keys that grow along the sequence.
 //!
@@ -71,11 +71,10 @@ pub(crate) fn shader(subgroup: u32) -> (ShaderId, u32) {
     }
 }
 
-/// Whether the tensor-core kernel may serve this call: the configuration on this thread allows
-/// it, the adapter has f16 cooperative matrices and the once-per-process check (run on first
-/// use) passed.
+/// Whether the tensor-core kernel may serve calls: the adapter has f16 cooperative matrices
+/// and the once-per-process check (run on first use) passed.
 pub(crate) fn enabled(q: &XpuStorage) -> bool {
-    if !crate::config::with(|c| c.gpu.attention_coop) || !coop16(&q.ctx.features) {
+    if !coop16(&q.ctx.features) {
         return false;
     }
     once(&VERDICT, &CHECKING, || {

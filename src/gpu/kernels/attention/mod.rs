@@ -1,5 +1,6 @@
 //! Fused scaled dot-product attention on Xpu: the FMA kernel (`attention_vec4.wgsl` after the
-//! family prelude `attention.wgsl`), or the tensor-core kernel where it fits ([`coop`]).
+//! family prelude `attention.wgsl`), or the tensor-core kernel where it fits ([`coop`]), as the
+//! caller chooses.
 //!
 //! Invariants: one workgroup per (head, tile of 32 query rows); q, k, v and the mask are read
 //! in place through their strides (head dims jointly coalesced, at most 6 after coalescing),
@@ -79,7 +80,9 @@ impl XpuStorage {
     /// `[..., Lq, Dv]` output in q's dtype laid out by `out` (a dense layout of that shape at
     /// offset 0 that [`out_rows`] accepts: contiguous, or PyTorch's `empty_like(q)` order of a
     /// rank 3 or 4 call): the kernels write the f32 rows there, and a 16-bit dtype is rounded
-    /// from them in storage order.
+    /// from them in storage order. `coop`: on the tensor-core kernel (an error where
+    /// [`Self::attention_coop_serves`] says it cannot), else on the FMA kernel.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention(
         &self,
         ql: &Layout,
@@ -88,6 +91,7 @@ impl XpuStorage {
         mask: Option<(&XpuStorage, &Layout)>,
         s: &AttnShape,
         out: &Layout,
+        coop: bool,
     ) -> Result<XpuStorage> {
         let op = "scaled_dot_product_attention";
         if !self.dtype.is_float() {
@@ -116,12 +120,32 @@ impl XpuStorage {
                 ),
             ));
         }
-        let coop = coop::fits(self, [ql, k.1, v.1], mask.is_some(), s) && coop::enabled(self);
+        if coop && !self.attention_coop_serves(ql, k.1, v.1, mask.is_some(), s) {
+            return Err(Error::invalid(
+                op,
+                "the tensor-core attention takes f16 calls without a mask, head dims even and \
+                 up to 80, q/k/v in 32-bit element pairs, on an adapter whose f16 cooperative \
+                 matrices passed its self-check",
+            ));
+        }
         let rows = self.attention_on(ql, k, v, mask, s, coop, out)?;
         match self.dtype {
             DType::F32 => Ok(rows),
             dt => rows.copy_cast(&Layout::contiguous(&[rows.len]), dt),
         }
+    }
+
+    /// Whether the tensor-core kernel can serve this call (its shapes and layouts fit, the
+    /// adapter has it and its self-check passed).
+    pub(crate) fn attention_coop_serves(
+        &self,
+        ql: &Layout,
+        kl: &Layout,
+        vl: &Layout,
+        masked: bool,
+        s: &AttnShape,
+    ) -> bool {
+        coop::fits(self, [ql, kl, vl], masked, s) && coop::enabled(self)
     }
 
     /// The f32 output `[..., Lq, Dv]` of the FMA kernel, or of the tensor-core kernel when

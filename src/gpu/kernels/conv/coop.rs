@@ -10,12 +10,13 @@
 //! call (an NCHW activation costs one transpose in and one out, small beside the product), and
 //! the output is written channels-last and transposed only when NCHW is asked for.
 //!
-//! Invariants: used only for `ConvTile::Auto`, f16, one group, even C and O, when the adapter's
-//! f16 cooperative matrices passed the once-per-process self-checks (the matmul's and the
-//! gather's own, `coop_check`) and `config::GpuConfig::conv_coop` allows it (read where the
-//! convolution is dispatched); otherwise [`conv2d`]
-//! returns `None` and the FMA kernels run. The epilogue is the matmul family's:
-//! `act(acc + bias) + residual`, rounded once.
+//! Invariants: serves only `ConvTile::Auto` launches ([`eligible`]): f16, one group, even C
+//! and O, NCHW or channels-last output, sizes within the shader's i32 arithmetic and the grid
+//! limits, on an adapter whose f16 cooperative matrices passed the once-per-process
+//! self-checks (the matmul's and the gather's own, `coop_check`); [`conv2d`] refuses any
+//! other launch with an error (the caller, the backend's autotuner, lists it only where
+//! eligible). K is cut into the splits the caller asks for (`matmul::split_k`). The epilogue is
+//! the matmul family's: `act(acc + bias) + residual`, rounded once.
 
 use super::coop_check;
 use super::{activation_code, ConvLaunch};
@@ -28,6 +29,7 @@ use crate::gpu::kernels::params::{
 use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
+use crate::Error;
 use crate::{DType, Result};
 
 /// Flag bit of the matmul prelude's word 40 that selects the convolution gather.
@@ -35,20 +37,12 @@ const CONV_GATHER: u32 = 16;
 /// Output rows and columns of one workgroup tile.
 const TILE: usize = 128;
 
-/// Whether f16 convolutions run on the tensor-core kernel (the adapter has it, the self-checks
-/// passed, the configuration on this thread allows it). Creates the Xpu context.
+/// Whether f16 convolutions can run on the tensor-core kernel (the adapter has it and the
+/// self-checks passed). Creates the Xpu context.
 pub(crate) fn active() -> bool {
     crate::gpu::ctx().is_ok_and(|ctx| {
-        allowed()
-            && coop16(&ctx.features)
-            && matmul_check::verdict().is_ok()
-            && coop_check::verdict().is_ok()
+        coop16(&ctx.features) && matmul_check::verdict().is_ok() && coop_check::verdict().is_ok()
     })
-}
-
-/// `config::GpuConfig::conv_coop` on this thread.
-fn allowed() -> bool {
-    crate::config::with(|c| c.gpu.conv_coop)
 }
 
 /// Whether this launch can take the tensor-core path (before any work is recorded).
@@ -58,16 +52,41 @@ pub(crate) fn eligible(l: &ConvLaunch) -> bool {
     let (ho_wo, o) = (s.ho * s.wo, s.o);
     let channels_last_out = l.out_strides == [ho_wo * o, 1, o];
     let nchw_out = l.out_strides == [o * ho_wo, ho_wo, 1];
+    // Padding and pixel-base arithmetic run in i32 in the shader (the input counted as given
+    // and as the channels-last copy a call may make); the grid within the adapter's limits.
+    let input_len = x.len.max(s.n * s.c * s.h * s.w);
+    let fits_i32 = [
+        s.h,
+        s.w,
+        s.ho * s.p.stride.0,
+        s.wo * s.p.stride.1,
+        input_len,
+    ]
+    .iter()
+    .all(|&v| i32::try_from(v).is_ok());
+    let max = x.ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let m = s.n * ho_wo;
+    let grid_fits = o.div_ceil(TILE) <= max && m.div_ceil(TILE) <= max;
     l.tile == crate::desc::ConvTile::Auto
         && x.dtype == DType::F16
         && s.p.groups == 1
+        && s.c > 0
         && s.c.is_multiple_of(2)
         && o.is_multiple_of(2)
         && (channels_last_out || nchw_out)
-        && allowed()
+        && fits_i32
+        && grid_fits
         && coop16(&x.ctx.features)
         && matmul_check::verdict().is_ok()
         && coop_check::verdict().is_ok()
+}
+
+/// The launch as split K sees it: its 128x128 output tiles and K = kh·kw·C (the static rule
+/// plans splits here, `split_k::rule`).
+pub(crate) fn split_facts(l: &ConvLaunch) -> (usize, usize) {
+    let s = &l.shape;
+    let tiles = s.o.div_ceil(TILE) * (s.n * s.ho * s.wo).div_ceil(TILE);
+    (tiles, s.kh * s.kw * s.c)
 }
 
 /// `st` viewed through `layout` if that view has unit stride along `inner` and even offset and
@@ -97,11 +116,21 @@ fn channels_inner(
     Ok((Some(copy), 0, strides))
 }
 
-/// Runs the convolution on the tensor-core kernel, or returns `None` when it does not apply.
-pub(crate) fn conv2d(l: &ConvLaunch) -> Result<Option<XpuStorage>> {
+/// Runs the convolution on the tensor-core kernel with K cut into `splits` (1: whole); an
+/// error where the launch is not [`eligible`].
+pub(crate) fn conv2d(l: &ConvLaunch, splits: usize) -> Result<XpuStorage> {
     let s = &l.shape;
-    if !eligible(l) || s.n * s.ho * s.wo * s.o * s.c == 0 {
-        return Ok(None);
+    super::check(l)?;
+    if !eligible(l) {
+        return Err(Error::invalid(
+            "conv2d",
+            "the tensor-core convolution takes f16 launches of one group and even channel \
+             counts with NCHW or channels-last output, on an adapter whose f16 cooperative \
+             matrices passed the self-checks",
+        ));
+    }
+    if s.n * s.ho * s.wo * s.o == 0 {
+        return XpuStorage::alloc(&l.input.0.ctx, DType::F16, 0);
     }
     let (x, xl) = l.input;
     let (w, wl) = l.weight;
@@ -120,28 +149,24 @@ pub(crate) fn conv2d(l: &ConvLaunch) -> Result<Option<XpuStorage>> {
     let w_off = if w_copy.is_some() { 0 } else { wl.offset() };
     finish(
         l,
-        x_copy.as_ref().unwrap_or(x),
-        x_off,
-        xs,
-        w_copy.as_ref().unwrap_or(w),
-        w_off,
+        (x_copy.as_ref().unwrap_or(x), x_off, xs),
+        (w_copy.as_ref().unwrap_or(w), w_off),
         m,
         k,
+        splits,
     )
 }
 
-/// Records the product on channels-last operands and returns the output in the asked layout.
-#[allow(clippy::too_many_arguments)]
+/// Records the product on channels-last operands (the input with its offset and strides, the
+/// weight with its offset) and returns the output in the asked layout.
 fn finish(
     l: &ConvLaunch,
-    x: &XpuStorage,
-    x_off: usize,
-    xs: [usize; 4],
-    w: &XpuStorage,
-    w_off: usize,
+    (x, x_off, xs): (&XpuStorage, usize, [usize; 4]),
+    (w, w_off): (&XpuStorage, usize),
     m: usize,
     k: usize,
-) -> Result<Option<XpuStorage>> {
+    splits: usize,
+) -> Result<XpuStorage> {
     let op = "conv2d";
     let s = &l.shape;
     let o = s.o;
@@ -214,19 +239,8 @@ fn finish(
     }
     p.0[EXTRA + 8] = flags;
     p.set(EXTRA + 17, o, op)?.set(EXTRA + 18, o, op)?;
-    // Padding and pixel-base arithmetic run in i32 in the shader: larger inputs take the FMA
-    // kernel.
-    let fits_i32 = [s.h, s.w, s.ho * s.p.stride.0, s.wo * s.p.stride.1, x.len]
-        .iter()
-        .all(|&v| i32::try_from(v).is_ok());
-    if !fits_i32 {
-        return Ok(None);
-    }
     let max = x.ctx.limits.max_compute_workgroups_per_dimension as usize;
     let grid = [o.div_ceil(TILE), m.div_ceil(TILE)];
-    if grid.iter().any(|&g| g > max) {
-        return Ok(None);
-    }
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
     let mut key = PipelineKey {
         shader: ShaderId::MatmulCoop16,
@@ -239,7 +253,7 @@ fn finish(
     };
     let bias = l.bias.map_or(x, |(b, _)| b);
     let res_st = res.map_or(x, |(r, ..)| r);
-    if let Some((splits, kc)) = split_k::plan(grid[0] * grid[1], k) {
+    if let Some((splits, kc)) = split_k::split(k, splits) {
         // Split K: f32 partial products (the gather only, identity epilogue), then the matmul
         // family's epilogue pass sums them with bias, activation and residual.
         let prod = XpuStorage::alloc(&x.ctx, DType::F32, splits * m * o)?;
@@ -266,7 +280,7 @@ fn finish(
         )?;
     }
     if l.out_strides == [s.ho * s.wo * o, 1, o] {
-        return Ok(Some(out));
+        return Ok(out);
     }
     // NCHW asked for: one transpose of the channels-last result.
     let nhwc_as_nchw = Layout::from_parts(
@@ -274,5 +288,5 @@ fn finish(
         vec![s.ho * s.wo * o, 1, s.wo * o, o],
         0,
     );
-    Ok(Some(out.copy_cast(&nhwc_as_nchw, DType::F16)?))
+    out.copy_cast(&nhwc_as_nchw, DType::F16)
 }

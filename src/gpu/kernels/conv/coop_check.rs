@@ -16,7 +16,7 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use super::{conv2d, ConvLaunch};
+use super::{conv2d, coop, ConvLaunch};
 use crate::desc::{Activation, Conv2dParams, ConvGeom, ConvTile};
 use crate::gpu::kernels::self_check::{download_f32, exact, max_abs_diff, once, upload_exact};
 use crate::{DType, Layout};
@@ -66,8 +66,8 @@ fn run_check() -> Result<(), String> {
             };
             let geom = ConvGeom::new("conv2d self-check", &shape, &[o, c, k, k], p)?;
             let (pix, out_len) = (geom.ho * geom.wo, n * o * geom.ho * geom.wo);
-            let run = |tile| -> crate::Result<Vec<f32>> {
-                let out = conv2d(&ConvLaunch {
+            let run = |tensor_cores: bool| -> crate::Result<Vec<f32>> {
+                let launch = ConvLaunch {
                     shape: geom,
                     input: (&x, &xl),
                     weight: (&wt, &wl),
@@ -75,11 +75,20 @@ fn run_check() -> Result<(), String> {
                     residual: None,
                     activation: Activation::None,
                     out_strides: [pix * o, 1, o],
-                    tile,
-                })?;
+                    tile: if tensor_cores {
+                        ConvTile::Auto
+                    } else {
+                        ConvTile::Medium
+                    },
+                };
+                let out = if tensor_cores {
+                    coop::conv2d(&launch, 1)?
+                } else {
+                    conv2d(&launch)?
+                };
                 download_f32(&out, &Layout::contiguous(&[out_len]))
             };
-            let (coop, fma) = (run(ConvTile::Auto)?, run(ConvTile::Medium)?);
+            let (coop, fma) = (run(true)?, run(false)?);
             let worst = max_abs_diff(&coop, &fma);
             if worst > 1e-3 {
                 return Ok(Err(format!(

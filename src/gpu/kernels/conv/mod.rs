@@ -1,5 +1,6 @@
 //! 2-D convolution on Xpu as an implicit GEMM (`conv.wgsl`, `conv_vec4.wgsl`), and on the
-//! tensor cores where the adapter has them ([`coop`]).
+//! tensor cores where the adapter has them ([`coop`]); the caller (the backend's autotuner,
+//! family `gpu_conv2d`) chooses between them.
 //!
 //! Invariants: no im2col buffer exists: the kernel gathers its A tiles from the input through
 //! the input's four strides (any layout: NCHW, channels-last, other views) and reads the weight
@@ -105,9 +106,9 @@ fn pairing(l: &ConvLaunch) -> Option<bool> {
     }
 }
 
-/// Runs the convolution; returns storage of `N·O·Ho·Wo` elements of the input's dtype laid out
-/// by `out_strides`.
-pub(crate) fn conv2d(l: &ConvLaunch) -> Result<XpuStorage> {
+/// Checks a launch's dtypes and contexts: every operand a float of the input's dtype on the
+/// input's context.
+pub(crate) fn check(l: &ConvLaunch) -> Result<()> {
     let op = "conv2d";
     let x = l.input.0;
     let dtype = x.dtype;
@@ -129,9 +130,16 @@ pub(crate) fn conv2d(l: &ConvLaunch) -> Result<XpuStorage> {
             });
         }
     }
-    if let Some(out) = coop::conv2d(l)? {
-        return Ok(out);
-    }
+    Ok(())
+}
+
+/// Runs the convolution as the FMA implicit GEMM (the launch's tile; `Auto` by
+/// [`auto_tile`]); returns storage of `N·O·Ho·Wo` elements of the input's dtype laid out by
+/// `out_strides`. (The tensor-core form is [`coop::conv2d`].)
+pub(crate) fn conv2d(l: &ConvLaunch) -> Result<XpuStorage> {
+    check(l)?;
+    let x = l.input.0;
+    let dtype = x.dtype;
     let s = &l.shape;
     let total = s.n * s.o * s.ho * s.wo;
     let pairs = if dtype == DType::F32 {

@@ -18,7 +18,7 @@ mod split;
 pub(crate) mod split_k;
 
 use crate::desc::Activation;
-use crate::desc::{MatmulKernel, TileConfig};
+use crate::desc::MatmulKernel;
 use crate::gpu::kernels::dispatch;
 use crate::gpu::kernels::params::{
     u32_arg, Params, EXTRA, OFFSET0, OFFSET1, RANK, SHAPE, STRIDES0, STRIDES1,
@@ -27,7 +27,7 @@ use crate::gpu::pipelines::{PipelineKey, ShaderId};
 use crate::gpu::XpuStorage;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
-use select::{choose, subgroup_gemv, Engine};
+pub(crate) use select::{Engine, Shape};
 
 /// First parameter word of the C / residual batch strides (see `matmul.wgsl`).
 const EPI_BATCH_STRIDES: usize = 51;
@@ -96,20 +96,66 @@ struct Problem<'a> {
     pitch: usize,
 }
 
-impl XpuStorage {
-    /// `lhs` is [..batch, M, K], `rhs` [..batch, K, N] with identical (broadcast) batch dims;
-    /// the result has the inputs' dtype (the fused engine with no epilogue).
-    pub(crate) fn matmul(
-        &self,
-        lhs: &Layout,
-        rhs: &XpuStorage,
-        rhs_layout: &Layout,
-    ) -> Result<XpuStorage> {
-        let ep = Epilogue::identity("matmul", MatmulKernel::Auto, self.dtype);
-        self.matmul_engine(lhs, rhs, rhs_layout, &ep)
+impl Problem<'_> {
+    /// B's columns are contiguous in K (a transposed weight).
+    fn b_col_major(&self) -> bool {
+        let st = self.rhs.strides();
+        let rank = st.len();
+        st[rank - 2] == 1 && st[rank - 1] != 1
+    }
+}
+
+/// What choosing a product's kernel needs: the product's shape, its batch, and the kernels
+/// that can run it (the rule's at `rule`).
+pub(crate) struct ProductPlan {
+    /// Dtype, `[m, n, k]` and B's layout.
+    pub shape: Shape,
+    /// Product columns (N, or 2N under GEGLU).
+    pub np: usize,
+    /// Batches.
+    pub batch: usize,
+    /// The epilogue is GEGLU (a tile covers half its columns of output).
+    pub geglu: bool,
+    /// The kernels that can run it ([`select::candidates`]).
+    pub engines: Vec<Engine>,
+    /// The index of the rule's kernel in `engines`.
+    pub rule: usize,
+}
+
+impl ProductPlan {
+    /// Whether the product has no output element (any kernel returns an empty storage).
+    pub(crate) fn is_empty(&self) -> bool {
+        let [m, n, _] = self.shape.mnk;
+        self.batch * m * n == 0
     }
 
-    /// The fused product of `ops::fused` (operands already validated and broadcast there).
+    /// Output tiles (workgroups before any split, all batches) of `engine`.
+    pub(crate) fn tiles(&self, engine: Engine) -> usize {
+        let [m, n, _] = self.shape.mnk;
+        let groups = match engine.geometry(self.shape.b_col_major) {
+            Some(g) => {
+                let cols = if self.geglu { g.tile_n / 2 } else { g.tile_n };
+                n.div_ceil(cols.max(1)) * m.div_ceil(g.tile_m)
+            }
+            None => self.np.div_ceil(64) * m.div_ceil(64),
+        };
+        groups * self.batch
+    }
+
+    /// The static rule's split count on `engine` ([`split_k::rule`]; 1 on kernels that do not
+    /// split K).
+    pub(crate) fn rule_splits(&self, engine: Engine) -> usize {
+        if engine.splits_k() {
+            split_k::rule(self.tiles(engine), self.shape.mnk[2], engine.plans_splits())
+        } else {
+            1
+        }
+    }
+}
+
+impl XpuStorage {
+    /// The fused product of `ops::fused` (operands already validated and broadcast there) on
+    /// the static rule's kernel and split (what the self-checks compare against).
     pub(crate) fn matmul_fused(
         &self,
         lhs: &Layout,
@@ -117,16 +163,97 @@ impl XpuStorage {
         rhs_layout: &Layout,
         ep: &Epilogue,
     ) -> Result<XpuStorage> {
-        self.matmul_engine(lhs, rhs, rhs_layout, ep)
+        let plan = self.matmul_plan(lhs, rhs, rhs_layout, ep)?;
+        let engine = plan.engines[plan.rule];
+        let splits = plan.rule_splits(engine);
+        self.matmul_on(lhs, rhs, rhs_layout, ep, engine, splits)
     }
 
-    fn matmul_engine(
+    /// Checks a product (`lhs` [..batch, M, K], `rhs` [..batch, K, N] with identical
+    /// broadcast batch dims, the epilogue's operands) and lists the kernels that can run it.
+    pub(crate) fn matmul_plan(
         &self,
         lhs: &Layout,
         rhs: &XpuStorage,
         rhs_layout: &Layout,
         ep: &Epilogue,
+    ) -> Result<ProductPlan> {
+        let pr = self.problem(lhs, rhs, rhs_layout, ep)?;
+        let shape = Shape {
+            dtype: self.dtype,
+            mnk: [pr.m, pr.n, pr.k],
+            b_col_major: pr.b_col_major(),
+        };
+        let (engines, rule) = select::candidates(
+            ep.op,
+            ep.kernel,
+            &self.ctx.features,
+            shape,
+            &coop_check::verdict,
+        )?;
+        Ok(ProductPlan {
+            shape,
+            np: pr.np,
+            batch: pr.batch,
+            geglu: ep.geglu,
+            engines,
+            rule,
+        })
+    }
+
+    /// The product on `engine` (one that [`Self::matmul_plan`] lists for it) with K cut into
+    /// `splits` (1: whole; more only on a kernel that splits, see [`split_k::split`]).
+    pub(crate) fn matmul_on(
+        &self,
+        lhs: &Layout,
+        rhs: &XpuStorage,
+        rhs_layout: &Layout,
+        ep: &Epilogue,
+        engine: Engine,
+        splits: usize,
     ) -> Result<XpuStorage> {
+        let op = ep.op;
+        let pr = self.problem(lhs, rhs, rhs_layout, ep)?;
+        if splits > 1 && !engine.splits_k() {
+            return Err(Error::invalid(
+                op,
+                format!("the {} kernel does not split K", engine.name()),
+            ));
+        }
+        if engine == Engine::GemvSubgroup && !(pr.b_col_major() && self.ctx.features.subgroup) {
+            return Err(Error::invalid(
+                op,
+                "the subgroup GEMV needs SUBGROUP and B's columns contiguous in K",
+            ));
+        }
+        if matches!(engine, Engine::Coop | Engine::Coop16) {
+            // A cooperative engine serves calls only after it computed a known product right.
+            coop_check::verdict().map_err(|why| Error::invalid(op, why))?;
+        }
+        if pr.batch * pr.m * pr.n == 0 {
+            return XpuStorage::alloc(&self.ctx, ep.out_dtype, 0);
+        }
+        let split = split_k::split(pr.k, splits);
+        let out = match engine {
+            Engine::Simple => self.matmul_simple(rhs, &pr, ep, split)?,
+            _ => self.matmul_tiled(rhs, &pr, ep, engine, split)?,
+        };
+        if pr.pitch == pr.n {
+            return Ok(out);
+        }
+        let (batch, m, n, pitch) = (pr.batch, pr.m, pr.n, pr.pitch);
+        let packed = Layout::from_parts(vec![batch, m, n], vec![m * pitch, pitch, 1], 0);
+        out.copy_cast(&packed, ep.out_dtype)
+    }
+
+    /// The checked problem of a product.
+    fn problem<'a>(
+        &self,
+        lhs: &'a Layout,
+        rhs: &XpuStorage,
+        rhs_layout: &'a Layout,
+        ep: &Epilogue,
+    ) -> Result<Problem<'a>> {
         let op = ep.op;
         self.check_same_context(rhs, op)?;
         if !self.dtype.is_float() || rhs.dtype != self.dtype {
@@ -189,10 +316,7 @@ impl XpuStorage {
                 format!("at most 6 batch dims, got {}", batch_shape.len()),
             ));
         }
-        if batch * m * n == 0 {
-            return XpuStorage::alloc(&self.ctx, ep.out_dtype, 0);
-        }
-        let pr = Problem {
+        Ok(Problem {
             lhs,
             rhs: rhs_layout,
             batch_shape,
@@ -202,27 +326,7 @@ impl XpuStorage {
             np,
             n,
             pitch,
-        };
-        let mnk = [m, n, k];
-        let mut engine = choose(op, ep.kernel, &self.ctx.features, self.dtype, mnk)?;
-        if matches!(engine, Engine::Coop | Engine::Coop16) {
-            // A cooperative engine serves calls only after it computed a known product right.
-            if let Err(why) = coop_check::verdict() {
-                if ep.kernel != MatmulKernel::Auto {
-                    return Err(Error::invalid(op, why));
-                }
-                engine = Engine::Tiled(select::auto(mnk));
-            }
-        }
-        let out = match engine {
-            Engine::Simple => self.matmul_simple(rhs, &pr, ep)?,
-            _ => self.matmul_tiled(rhs, &pr, ep, engine)?,
-        };
-        if pitch == n {
-            return Ok(out);
-        }
-        let packed = Layout::from_parts(vec![batch, m, n], vec![m * pitch, pitch, 1], 0);
-        out.copy_cast(&packed, ep.out_dtype)
+        })
     }
 
     /// One fused kernel over all batches (in chunks of the adapter's z limit).
@@ -232,11 +336,10 @@ impl XpuStorage {
         pr: &Problem,
         ep: &Epilogue,
         engine: Engine,
+        split: Option<(usize, usize)>,
     ) -> Result<XpuStorage> {
-        let rank = pr.rhs.rank();
-        let b_col_major = pr.rhs.strides()[rank - 2] == 1 && pr.rhs.strides()[rank - 1] != 1;
-        let sg = subgroup_gemv(&self.ctx.features);
-        let Some(geo) = engine.geometry(b_col_major, sg) else {
+        let b_col_major = pr.b_col_major();
+        let Some(geo) = engine.geometry(b_col_major) else {
             return Err(Error::invalid(
                 ep.op,
                 format!("{engine:?} has no fused kernel"),
@@ -254,19 +357,6 @@ impl XpuStorage {
             // mm_gemv's lane layout for a column-major B.
             variant: u32::from(geo.entry == "mm_gemv" && b_col_major),
         };
-        // Split K: Auto's plan on the tensor-core kernel (measured), only a configured one on
-        // the large and medium FMA tiles.
-        let tiles = groups[0] * groups[1] * pr.batch;
-        let split = match engine {
-            Engine::Coop16 => split_k::plan(tiles, pr.k),
-            Engine::Tiled(
-                TileConfig::Large
-                | TileConfig::Medium
-                | TileConfig::LargeVec4
-                | TileConfig::MediumVec4,
-            ) => split_k::forced_plan(pr.k),
-            _ => None,
-        };
         if let Some(split) = split {
             return self.matmul_split(rhs, pr, ep, key, [tile_n, tile_m], split);
         }
@@ -280,11 +370,16 @@ impl XpuStorage {
         Ok(out)
     }
 
-    /// The simple engine: the f32 product, then the epilogue pass (skipped when it is the
-    /// identity on an f32 output).
-    fn matmul_simple(&self, rhs: &XpuStorage, pr: &Problem, ep: &Epilogue) -> Result<XpuStorage> {
-        // Split K only when configured: it covers the split path on any adapter.
-        let (splits, kc) = split_k::forced_plan(pr.k).unwrap_or((1, 0));
+    /// The simple engine: the f32 product (K cut as `split` says), then the epilogue pass
+    /// (skipped when it is the identity on an unsplit f32 output).
+    fn matmul_simple(
+        &self,
+        rhs: &XpuStorage,
+        pr: &Problem,
+        ep: &Epilogue,
+        split: Option<(usize, usize)>,
+    ) -> Result<XpuStorage> {
+        let (splits, kc) = split.unwrap_or((1, 0));
         let prod = XpuStorage::alloc(&self.ctx, DType::F32, pr.batch * splits * pr.m * pr.np)?;
         let groups = [pr.np.div_ceil(64), pr.m.div_ceil(64)];
         self.per_batch_chunk(ep.op, pr.batch, splits, |first, count| {

@@ -1,24 +1,29 @@
-//! Kernel selection for Xpu matrix products: which engine and tile config runs a problem.
+//! Kernel selection for Xpu matrix products: the kernels valid for a problem (the candidates the
+//! backend's autotuner chooses among, family `gpu_matmul`) and the static rule's pick.
 //!
-//! Invariants: `Auto` never picks a path the adapter lacks; a forced path the adapter cannot run
-//! is an error naming what is missing, never a silently different kernel. Every tile config
-//! handles every shape (edges are exact), so forcing one is only a performance choice.
+//! Invariants: a candidate is listed only where the adapter runs it; a kernel forced through
+//! `MatmulKernel` that the adapter cannot run is an error naming what is missing, never a
+//! silently different kernel. Every tile kernel handles every shape (edges are exact), so the
+//! choice among candidates is only a performance choice. The list depends on the problem only
+//! through its dtype, B's layout and the shape buckets of M and N (`autotune::bucket`), so one
+//! tuning key always lists the same candidates.
 //! Cooperative matrices are chosen by what the driver *reports* (`cooperative_matrix_properties`),
 //! not by the feature bit alone: NVIDIA's Vulkan driver has the feature but no 8x8 f32
 //! configuration, and the 8x8 f32 kernel compiled there silently wrote zeros (seen on an H100).
-//! `Auto` takes the f16 tensor-core kernel (`Coop16`) for F16 operands when the driver reports
+//! The tensor-core kernels also serve only after their once-per-process self-check passed
+//! (`coop_check`).
+//! The rule takes the f16 tensor-core kernel (`Coop16`) for F16 operands when the driver reports
 //! 16x16x16 F16->F32, M spans two 128 tiles, N one, and N >= 512 or K >= 1024: on an H100 the
 //! vec4 FMA tiles beat it on thin products (8192x320x320: 0.100 vs 0.127 ms; 154x768x320: 0.083
 //! vs 0.100 ms; 256^3) and lost from 512^3 up and on 8192x320x1280 and 8192x640x640. The 8x8
-//! f32 kernel stays forced-only. The tensor-core kernel and the subgroup GEMV are also
-//! conditional on the configuration (`config::GpuConfig::matmul_coop`, `matmul_subgroup`), read
-//! where the product is dispatched.
+//! f32 kernel and the simple engine stay forced-only (`MatmulKernel::CoopMatrix`, `Simple`).
 //! The large and medium tiles hold their workgroup tiles as vec4 (`mm_large4`, `mm_medium4`;
 //! `TileConfig::Large` and `Medium` name the same kernels as their `Vec4` forms). The large tile
 //! only pays for long K and enough tiles to fill a big GPU: on an H100 it halved 4096^3 against
 //! the medium tile but lost at K = 320 and 640 (8192x320x1280: 0.454 vs 0.431 ms; 2048x640x640:
 //! 0.258 vs 0.204 ms, 80 large tiles for 132 SMs).
 
+use crate::autotune::bucket;
 use crate::desc::{MatmulKernel, TileConfig};
 use crate::gpu::context::XpuFeatures;
 use crate::gpu::pipelines::ShaderId;
@@ -29,8 +34,16 @@ use crate::{DType, Error, Result};
 pub(crate) enum Engine {
     /// `matmul.wgsl` `matmul` (f32 product) then the `epilogue` pass.
     Simple,
-    /// A `matmul_tiled.wgsl` entry point.
-    Tiled(TileConfig),
+    /// `matmul_vec4.wgsl` `mm_large4` (128x128 tiles).
+    Large4,
+    /// `matmul_vec4.wgsl` `mm_medium4` (64x64 tiles).
+    Medium4,
+    /// `matmul_tiled.wgsl` `mm_skinny` (16x128 tiles).
+    Skinny,
+    /// `matmul_tiled.wgsl` `mm_gemv` (workgroup reductions).
+    Gemv,
+    /// `matmul_subgroup.wgsl` `mm_gemv_sg` (subgroup reductions; B's columns contiguous in K).
+    GemvSubgroup,
     /// `matmul_coop.wgsl` `mm_coop` (8x8 f32 cooperative matrices).
     Coop,
     /// `matmul_coop16.wgsl` `mm_coop16` (16x16 f16 cooperative matrices, f32 accumulation).
@@ -46,10 +59,48 @@ pub(crate) struct Geometry {
 }
 
 impl Engine {
+    /// The candidate's name in the `gpu_matmul` family.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Engine::Simple => "simple",
+            Engine::Large4 => "large4",
+            Engine::Medium4 => "medium4",
+            Engine::Skinny => "skinny",
+            Engine::Gemv => "gemv",
+            Engine::GemvSubgroup => "gemv_sg",
+            Engine::Coop => "coop8",
+            Engine::Coop16 => "coop16",
+        }
+    }
+
+    /// The FMA tile kernel of a tile config.
+    fn tiled(t: TileConfig) -> Engine {
+        match t {
+            TileConfig::Large | TileConfig::LargeVec4 => Engine::Large4,
+            TileConfig::Medium | TileConfig::MediumVec4 => Engine::Medium4,
+            TileConfig::Skinny => Engine::Skinny,
+            TileConfig::Gemv => Engine::Gemv,
+        }
+    }
+
+    /// Whether the kernel can cut K into splits (`split_k`): the tensor-core kernel, the large
+    /// and medium FMA tiles and the simple engine.
+    pub(crate) fn splits_k(self) -> bool {
+        matches!(
+            self,
+            Engine::Coop16 | Engine::Large4 | Engine::Medium4 | Engine::Simple
+        )
+    }
+
+    /// Whether the static rule plans splits on this kernel (the tensor-core kernel, where they
+    /// were measured; the other kernels split where the autotuner finds it faster).
+    pub(crate) fn plans_splits(self) -> bool {
+        self == Engine::Coop16
+    }
+
     /// Entry point and tile of a fused engine (`None` for `Simple`). `b_col_major`: B's
-    /// columns are contiguous in K (picks the GEMV lane layout, and the subgroup GEMV when
-    /// `subgroup`).
-    pub(crate) fn geometry(self, b_col_major: bool, subgroup: bool) -> Option<Geometry> {
+    /// columns are contiguous in K (picks the GEMV lane layout).
+    pub(crate) fn geometry(self, b_col_major: bool) -> Option<Geometry> {
         let g = |shader, entry, tile_m, tile_n| {
             Some(Geometry {
                 shader,
@@ -60,17 +111,11 @@ impl Engine {
         };
         match self {
             Engine::Simple => None,
-            Engine::Tiled(TileConfig::Large | TileConfig::LargeVec4) => {
-                g(ShaderId::MatmulVec4, "mm_large4", 128, 128)
-            }
-            Engine::Tiled(TileConfig::Medium | TileConfig::MediumVec4) => {
-                g(ShaderId::MatmulVec4, "mm_medium4", 64, 64)
-            }
-            Engine::Tiled(TileConfig::Skinny) => g(ShaderId::MatmulTiled, "mm_skinny", 16, 128),
-            Engine::Tiled(TileConfig::Gemv) if b_col_major && subgroup => {
-                g(ShaderId::MatmulSubgroup, "mm_gemv_sg", 4, 16)
-            }
-            Engine::Tiled(TileConfig::Gemv) => g(
+            Engine::Large4 => g(ShaderId::MatmulVec4, "mm_large4", 128, 128),
+            Engine::Medium4 => g(ShaderId::MatmulVec4, "mm_medium4", 64, 64),
+            Engine::Skinny => g(ShaderId::MatmulTiled, "mm_skinny", 16, 128),
+            Engine::GemvSubgroup => g(ShaderId::MatmulSubgroup, "mm_gemv_sg", 4, 16),
+            Engine::Gemv => g(
                 ShaderId::MatmulTiled,
                 "mm_gemv",
                 4,
@@ -82,14 +127,12 @@ impl Engine {
     }
 }
 
-/// Whether the subgroup GEMV may run on an adapter with `features`: it needs SUBGROUP, and
-/// `config::GpuConfig::matmul_subgroup` may turn it off (tests use that to cover the workgroup
-/// reduction).
-pub(crate) fn subgroup_gemv(features: &XpuFeatures) -> bool {
-    features.subgroup && crate::config::with(|c| c.gpu.matmul_subgroup)
+/// The subgroup GEMV runs on adapters with SUBGROUP, for B's columns contiguous in K.
+fn subgroup_gemv(features: &XpuFeatures, b_col_major: bool) -> bool {
+    features.subgroup && b_col_major
 }
 
-/// The automatic choice by shape (`[m, n, k]`): GEMV for a few rows, skinny tiles for up to 32
+/// The rule's FMA tile by shape (`[m, n, k]`): GEMV for a few rows, skinny tiles for up to 32
 /// rows, large tiles when both sides span at least four of them, the output at least 128 of
 /// them and K at least 1024, medium tiles otherwise.
 pub(crate) fn auto([m, n, k]: [usize; 3]) -> TileConfig {
@@ -104,52 +147,125 @@ pub(crate) fn auto([m, n, k]: [usize; 3]) -> TileConfig {
     }
 }
 
-/// Whether `Auto` sends an F16 product of `[m, n, k]` to the tensor cores (see the module docs).
+/// Whether the rule sends an F16 product of `[m, n, k]` to the tensor cores (see the module
+/// docs).
 fn tensor_core_shape([m, n, k]: [usize; 3]) -> bool {
     m >= 256 && n >= 128 && (n >= 512 || k >= 1024)
 }
 
-/// The engine for `kernel` on an adapter with `features`, for operands of `dtype` and a product
-/// of `[m, n, k]`, or why it cannot run there.
-pub(crate) fn choose(
+/// A product as the kernel choice sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    /// The operands' dtype.
+    pub dtype: DType,
+    /// `[m, n, k]` (n: output columns).
+    pub mnk: [usize; 3],
+    /// B's columns are contiguous in K (a transposed weight).
+    pub b_col_major: bool,
+}
+
+/// The kernels that can run a product of `shape` asked for as `kernel` on an adapter with
+/// `features`, and the index of the rule's pick; `coop_ok` is the tensor-core self-check's
+/// verdict (asked only where a cooperative kernel would be listed).
+///
+/// `MatmulKernel::Auto` lists the candidates worth measuring: the medium tiles always; the
+/// large tiles where M and N reach 128; the skinny tiles up to 64 rows; the GEMVs up to 16 rows
+/// (the subgroup one where the adapter has subgroups and B's columns are contiguous in K); the
+/// f16 tensor-core kernel above 16 rows where the driver reports it and its self-check passed
+/// (M and N bucketed, so nearby sizes list the same kernels). A forced `Tiled` config lists its
+/// kernel (`Gemv`: both GEMVs where the subgroup one runs, the rule taking it); `Simple` the
+/// simple engine; `CoopMatrix` the f16 tensor-core kernel for F16 operands, else the 8x8 f32
+/// one, or an error where the adapter lacks them or their self-check failed.
+pub(crate) fn candidates(
     op: &'static str,
     kernel: MatmulKernel,
     features: &XpuFeatures,
-    dtype: DType,
-    mnk: [usize; 3],
-) -> Result<Engine> {
-    match kernel {
-        MatmulKernel::Auto
-            if dtype == DType::F16 && coop16(features) && tensor_core_shape(mnk) =>
-        {
-            Ok(Engine::Coop16)
+    shape: Shape,
+    coop_ok: &dyn Fn() -> std::result::Result<(), String>,
+) -> Result<(Vec<Engine>, usize)> {
+    let Shape {
+        dtype,
+        mnk,
+        b_col_major,
+    } = shape;
+    let gemv = |list: &mut Vec<Engine>| {
+        list.push(Engine::Gemv);
+        if subgroup_gemv(features, b_col_major) {
+            list.push(Engine::GemvSubgroup);
         }
-        MatmulKernel::Auto => Ok(Engine::Tiled(auto(mnk))),
-        MatmulKernel::Simple => Ok(Engine::Simple),
-        MatmulKernel::Tiled(t) => Ok(Engine::Tiled(t)),
-        MatmulKernel::CoopMatrix if dtype == DType::F16 && coop16(features) => Ok(Engine::Coop16),
-        MatmulKernel::CoopMatrix if features.coop_f32_8x8 && features.subgroup => Ok(Engine::Coop),
-        MatmulKernel::CoopMatrix => Err(Error::invalid(
-            op,
-            format!(
-                "MatmulKernel::CoopMatrix needs an adapter with EXPERIMENTAL_COOPERATIVE_MATRIX and \
-                 SUBGROUP whose driver reports 8x8x8 f32 cooperative matrices (any float dtype) or \
-                 16x16x16 f16->f32 ones with SHADER_F16 (f16 operands); this adapter has \
-                 cooperative_matrix={}, subgroup={}, 8x8 f32={}, 16x16 f16={} for {dtype} \
-                 operands (see xpu::devices()); use MatmulKernel::Auto or a Tiled config",
-                features.cooperative_matrix,
-                features.subgroup,
-                features.coop_f32_8x8,
-                features.coop_f16_16x16
-            ),
-        )),
+    };
+    let rule_of = |list: &[Engine], e: Engine| list.iter().position(|&x| x == e).unwrap_or(0);
+    match kernel {
+        MatmulKernel::Auto => {
+            let [bm, bn] = [bucket(mnk[0]), bucket(mnk[1])];
+            let mut list = Vec::new();
+            let tensor_cores = dtype == DType::F16 && coop16(features) && bm > 16;
+            if tensor_cores && coop_ok().is_ok() {
+                list.push(Engine::Coop16);
+            }
+            if bm >= 128 && bn >= 128 {
+                list.push(Engine::Large4);
+            }
+            list.push(Engine::Medium4);
+            if bm <= 64 {
+                list.push(Engine::Skinny);
+            }
+            if bm <= 16 {
+                gemv(&mut list);
+            }
+            let rule = if list.contains(&Engine::Coop16) && tensor_core_shape(mnk) {
+                Engine::Coop16
+            } else {
+                match Engine::tiled(auto(mnk)) {
+                    Engine::Gemv if subgroup_gemv(features, b_col_major) => Engine::GemvSubgroup,
+                    e => e,
+                }
+            };
+            if !list.contains(&rule) {
+                list.push(rule);
+            }
+            let r = rule_of(&list, rule);
+            Ok((list, r))
+        }
+        MatmulKernel::Simple => Ok((vec![Engine::Simple], 0)),
+        MatmulKernel::Tiled(TileConfig::Gemv) => {
+            let mut list = Vec::new();
+            gemv(&mut list);
+            let rule = list.len() - 1;
+            Ok((list, rule))
+        }
+        MatmulKernel::Tiled(t) => Ok((vec![Engine::tiled(t)], 0)),
+        MatmulKernel::CoopMatrix => {
+            let engine = if dtype == DType::F16 && coop16(features) {
+                Engine::Coop16
+            } else if features.coop_f32_8x8 && features.subgroup {
+                Engine::Coop
+            } else {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "MatmulKernel::CoopMatrix needs an adapter with EXPERIMENTAL_COOPERATIVE_MATRIX and \
+                         SUBGROUP whose driver reports 8x8x8 f32 cooperative matrices (any float dtype) or \
+                         16x16x16 f16->f32 ones with SHADER_F16 (f16 operands); this adapter has \
+                         cooperative_matrix={}, subgroup={}, 8x8 f32={}, 16x16 f16={} for {dtype} \
+                         operands (see xpu::devices()); use MatmulKernel::Auto or a Tiled config",
+                        features.cooperative_matrix,
+                        features.subgroup,
+                        features.coop_f32_8x8,
+                        features.coop_f16_16x16
+                    ),
+                ));
+            };
+            coop_ok().map_err(|why| Error::invalid(op, why))?;
+            Ok((vec![engine], 0))
+        }
     }
 }
 
-/// Whether the f16 tensor-core kernel can run (and `config::GpuConfig::matmul_coop` does not
-/// turn it off).
+/// Whether the adapter has the f16 tensor-core kernel (16x16x16 f16 cooperative matrices with
+/// f32 accumulation, and subgroups).
 pub(crate) fn coop16(features: &XpuFeatures) -> bool {
-    features.coop_f16_16x16 && features.subgroup && crate::config::with(|c| c.gpu.matmul_coop)
+    features.coop_f16_16x16 && features.subgroup
 }
 
 /// The matmul path each float dtype uses on an adapter with `features` (for `xpu::devices()`).
@@ -169,14 +285,14 @@ pub(crate) fn paths(features: &XpuFeatures) -> Vec<(DType, String)> {
     .into_iter()
     .map(|(d, how)| {
         let tensor_cores = if d == DType::F16 && features.coop_f16_16x16 && features.subgroup {
-            "coop-matrix 16x16 f16 (f32 accumulation) when M >= 256, N >= 128 and N >= 512 or \
-             K >= 1024, else "
+            "coop-matrix 16x16 f16 (f32 accumulation; the rule's pick when M >= 256, N >= 128 \
+             and N >= 512 or K >= 1024) or "
         } else {
             ""
         };
         let path = format!(
             "{tensor_cores}tiled gemv/skinny/medium/large (vec4 tiles), {how}, f32 accumulation, \
-             fused epilogue{extra}"
+             fused epilogue{extra}; the autotuner picks per problem (family gpu_matmul)"
         );
         (d, path)
     })
@@ -187,14 +303,27 @@ pub(crate) fn paths(features: &XpuFeatures) -> Vec<(DType, String)> {
 mod tests {
     use super::*;
 
-    /// The large and medium configs `auto` takes.
-    fn large_medium() -> (TileConfig, TileConfig) {
-        (TileConfig::LargeVec4, TileConfig::MediumVec4)
+    fn shape(dtype: DType, m: usize, n: usize, k: usize) -> Shape {
+        Shape {
+            dtype,
+            mnk: [m, n, k],
+            b_col_major: false,
+        }
+    }
+
+    fn passed() -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    /// The rule's pick for `kernel` and `s`.
+    fn rule(kernel: MatmulKernel, f: &XpuFeatures, s: Shape) -> Result<Engine> {
+        let (list, r) = candidates("matmul", kernel, f, s, &passed)?;
+        Ok(list[r])
     }
 
     #[test]
     fn large_and_medium_are_the_vec4_kernels() {
-        let entry = |t| Engine::Tiled(t).geometry(false, false).map(|g| g.entry);
+        let entry = |t| Engine::tiled(t).geometry(false).map(|g| g.entry);
         assert_eq!(entry(TileConfig::Large), Some("mm_large4"));
         assert_eq!(entry(TileConfig::LargeVec4), Some("mm_large4"));
         assert_eq!(entry(TileConfig::Medium), Some("mm_medium4"));
@@ -203,7 +332,7 @@ mod tests {
 
     #[test]
     fn auto_picks_by_shape() {
-        let (large, medium) = large_medium();
+        let (large, medium) = (TileConfig::LargeVec4, TileConfig::MediumVec4);
         assert_eq!(auto([1, 4096, 64]), TileConfig::Gemv);
         assert_eq!(auto([17, 4096, 64]), TileConfig::Skinny);
         assert_eq!(auto([100, 100, 100]), medium);
@@ -216,15 +345,49 @@ mod tests {
         assert_eq!(auto([1024, 64, 4096]), medium);
     }
 
+    /// Auto lists the kernels worth measuring by the buckets of M and N, always with the rule's.
+    #[test]
+    fn auto_lists_candidates_by_shape_bucket() {
+        let f = XpuFeatures {
+            subgroup: true,
+            ..XpuFeatures::default()
+        };
+        let names = |s: Shape| {
+            let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, s, &passed).unwrap();
+            (list.iter().map(|e| e.name()).collect::<Vec<_>>(), r)
+        };
+        let mut gemv = shape(DType::F32, 3, 100, 64);
+        assert_eq!(names(gemv), (vec!["medium4", "skinny", "gemv"], 2));
+        gemv.b_col_major = true;
+        assert_eq!(
+            names(gemv),
+            (vec!["medium4", "skinny", "gemv", "gemv_sg"], 3)
+        );
+        assert_eq!(
+            names(shape(DType::F32, 20, 100, 64)),
+            (vec!["medium4", "skinny"], 1)
+        );
+        assert_eq!(
+            names(shape(DType::F32, 2048, 2048, 2048)),
+            (vec!["large4", "medium4"], 0)
+        );
+        assert_eq!(names(shape(DType::F32, 200, 60, 64)), (vec!["medium4"], 0));
+        // Sizes of one bucket list the same kernels.
+        for m in 97..=128 {
+            assert_eq!(
+                names(shape(DType::F16, m, 300, 64)).0,
+                ["large4", "medium4"]
+            );
+        }
+    }
+
     #[test]
     fn coop_needs_a_reported_configuration() {
         let none = XpuFeatures::default();
-        let e = choose(
-            "matmul",
+        let e = rule(
             MatmulKernel::CoopMatrix,
             &none,
-            DType::F32,
-            [64, 64, 64],
+            shape(DType::F32, 64, 64, 64),
         )
         .unwrap_err();
         assert!(
@@ -235,17 +398,22 @@ mod tests {
         let mut f = none;
         f.cooperative_matrix = true;
         f.subgroup = true;
-        let sq = |n| [n, n, n];
-        assert!(choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, sq(64)).is_err());
+        let sq = |n| shape(DType::F32, n, n, n);
+        assert!(rule(MatmulKernel::CoopMatrix, &f, sq(64)).is_err());
         f.coop_f32_8x8 = true;
         assert_eq!(
-            choose("matmul", MatmulKernel::CoopMatrix, &f, DType::F32, sq(64)).unwrap(),
+            rule(MatmulKernel::CoopMatrix, &f, sq(64)).unwrap(),
             Engine::Coop
         );
+        // The 8x8 f32 kernel is forced-only.
         assert_eq!(
-            choose("matmul", MatmulKernel::Auto, &f, DType::F32, sq(2048)).unwrap(),
-            Engine::Tiled(large_medium().0)
+            rule(MatmulKernel::Auto, &f, sq(2048)).unwrap(),
+            Engine::Large4
         );
+        // A failed self-check makes a forced cooperative kernel an error naming it.
+        let failed = || Err("self-check failed".to_string());
+        let e = candidates("matmul", MatmulKernel::CoopMatrix, &f, sq(64), &failed).unwrap_err();
+        assert!(e.to_string().contains("self-check failed"), "{e}");
     }
 
     #[test]
@@ -256,8 +424,7 @@ mod tests {
             coop_f16_16x16: true,
             ..XpuFeatures::default()
         };
-        let pick = |f: &XpuFeatures, k, d, m, n, kk| choose("matmul", k, f, d, [m, n, kk]);
-        let (large, medium) = large_medium();
+        let pick = |f: &XpuFeatures, k, d, m, n, kk| rule(k, f, shape(d, m, n, kk));
         for (m, n, k) in [
             (1024, 1024, 1024),
             (512, 512, 512),
@@ -267,19 +434,28 @@ mod tests {
             let e = pick(&f, MatmulKernel::Auto, DType::F16, m, n, k).unwrap();
             assert_eq!(e, Engine::Coop16, "{m}x{n}x{k}");
         }
-        // Thin products stay on the vec4 FMA tiles (faster there on an H100).
+        // Thin products stay on the vec4 FMA tiles (faster there on an H100), with the
+        // tensor-core kernel still a candidate.
         for (m, n, k) in [
             (64, 1024, 1024),
             (8192, 320, 320),
             (154, 320, 768),
             (256, 256, 256),
         ] {
-            let e = pick(&f, MatmulKernel::Auto, DType::F16, m, n, k).unwrap();
-            assert_eq!(e, Engine::Tiled(medium), "{m}x{n}x{k}");
+            let s = shape(DType::F16, m, n, k);
+            let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, s, &passed).unwrap();
+            assert_eq!(list[r], Engine::Medium4, "{m}x{n}x{k}");
+            assert!(list.contains(&Engine::Coop16), "{m}x{n}x{k}");
         }
+        // A failed self-check keeps the tensor-core kernel off the list.
+        let failed = || Err("self-check failed".to_string());
+        let s = shape(DType::F16, 1024, 1024, 1024);
+        let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, s, &failed).unwrap();
+        assert!(!list.contains(&Engine::Coop16));
+        assert_eq!(list[r], Engine::Medium4);
         assert_eq!(
             pick(&f, MatmulKernel::Auto, DType::F32, 2048, 2048, 2048).unwrap(),
-            Engine::Tiled(large)
+            Engine::Large4
         );
         assert_eq!(
             pick(&f, MatmulKernel::CoopMatrix, DType::F16, 7, 7, 7).unwrap(),
