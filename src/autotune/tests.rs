@@ -74,8 +74,8 @@ fn off_takes_the_rule_and_tune_measures_once_then_remembers() {
         measured_runs >= 3,
         "the first call measures every candidate"
     );
-    // Another candidate than the rule's won: the measured call runs it too.
-    assert_eq!((NAMES[first.0], first.1), ("fast", false));
+    // The call measured, and gave the winner's output.
+    assert!(first.1, "the first call measures");
     let (second, measured) = with_mode(AutotuneMode::Tune, None, || {
         decide_index(&key, &mut counting)
     });
