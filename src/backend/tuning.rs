@@ -47,7 +47,7 @@ pub(crate) fn run_tuned_gpu(
 
 /// [`run_tuned`], with `setup` counting this thread's one-time setup seconds, which a
 /// measurement leaves out of candidate times.
-fn run_tuned_with_setup<T>(
+pub(crate) fn run_tuned_with_setup<T>(
     key: &Key,
     names: &[&'static str],
     rule: usize,
