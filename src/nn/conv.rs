@@ -214,11 +214,11 @@ impl Conv2d {
         self.packed.is_some()
     }
 
-    /// True when the Cpu runs this layer as Winograd, F(4×4, 3×3) or (for the widest layers
-    /// and bf16 operands) F(2×2, 3×3): 3×3, stride 1, no dilation, one group, at least 16
-    /// channels each way, not AMX-packed bf16, and `XPU_CPU_WINOGRAD` not `0`; else the
-    /// implicit GEMM. Always false on the Xpu, which chooses per call (Winograd F(2×2, 3×3)
-    /// for wide enough layers and inputs: `xpu::ops::conv_xpu::ConvTile::Winograd`).
+    /// True when the Cpu layer's packs are Winograd's, F(4×4, 3×3) or F(2×2, 3×3) (3×3, stride
+    /// 1, no dilation, one group, at least 16 channels each way): the static rule's choice at
+    /// construction, or the autotuner's winner for the layer's latest problem (`cpu_conv2d`);
+    /// else the implicit GEMM. Always false on the Xpu, which chooses per call
+    /// (`gpu_conv2d`).
     pub fn uses_winograd(&self) -> bool {
         self.packed
             .as_ref()
