@@ -32,22 +32,32 @@ pub struct PromptEmbeds {
 type Encoded = (Tensor, Option<Tensor>);
 
 impl StableDiffusionPipeline {
-    /// The ids of `text` for `tok` as a `[1, L]` tensor, and the truncation warning if any.
-    fn ids(&self, tok: &ClipTokenizer, text: &str) -> Result<(Tensor, Option<String>)> {
-        let enc = tok.encode(text)?;
-        Ok((
-            input_ids(&[enc.ids.as_slice()], self.device())?,
-            enc.truncation_warning(),
-        ))
+    /// The ids of `texts` for `tok` as a `[texts, L]` tensor, and each text's truncation
+    /// warning (`None` where it fit).
+    fn ids(&self, tok: &ClipTokenizer, texts: &[&str]) -> Result<(Tensor, Vec<Option<String>>)> {
+        let mut rows = Vec::with_capacity(texts.len());
+        let mut warnings = Vec::with_capacity(texts.len());
+        for text in texts {
+            let enc = tok.encode(text)?;
+            warnings.push(enc.truncation_warning());
+            rows.push(enc.ids);
+        }
+        Ok((input_ids(&rows, self.device())?, warnings))
     }
 
-    /// Encodes one text with every text encoder of the pipeline.
-    fn encode_text(&self, text: &str, warnings: &mut Vec<String>) -> Result<Encoded> {
+    /// Encodes `texts` with every text encoder of the pipeline in one batch (rows are
+    /// independent: each text's states are those of its own encoding); the first text's
+    /// truncation warnings go to `warnings`.
+    fn encode_texts(&self, texts: &[&str], warnings: &mut Vec<String>) -> Result<Vec<Encoded>> {
         let p = self.parts();
-        let (ids, warn) = self.ids(&p.tokenizer, text)?;
-        warnings.extend(warn);
+        let n = texts.len();
+        let (ids, warn) = self.ids(&p.tokenizer, texts)?;
+        warnings.extend(warn.into_iter().next().flatten());
+        let rows =
+            |t: &Tensor| -> Result<Vec<Tensor>> { (0..n).map(|i| t.narrow(0, i, 1)).collect() };
         if self.kind() != PipelineKind::StableDiffusionXl {
-            return Ok((p.text_encoder.forward(&ids)?.last_hidden_state, None));
+            let states = p.text_encoder.forward(&ids)?.last_hidden_state;
+            return Ok(rows(&states)?.into_iter().map(|h| (h, None)).collect());
         }
         let (Some(tok2), Some(enc2)) = (&p.tokenizer_2, &p.text_encoder_2) else {
             return Err(Error::invalid(
@@ -56,15 +66,25 @@ impl StableDiffusionPipeline {
             ));
         };
         let h1 = p.text_encoder.hidden_state(&ids, -2)?;
-        let (ids2, warn2) = self.ids(tok2, text)?;
-        if let Some(w) = warn2.filter(|w| !warnings.contains(w)) {
+        let (ids2, warn2) = self.ids(tok2, texts)?;
+        if let Some(w) = warn2
+            .into_iter()
+            .next()
+            .flatten()
+            .filter(|w| !warnings.contains(w))
+        {
             warnings.push(w);
         }
         let out = enc2.forward_with_hidden_state(&ids2, -2)?;
         let missing = || Error::invalid("encode_prompt", "internal: text encoder output");
         let h2 = out.hidden_state.ok_or_else(missing)?;
         let pooled = out.text_embeds.ok_or_else(missing)?;
-        Ok((Tensor::cat(&[&h1, &h2], -1)?, Some(pooled)))
+        let states = Tensor::cat(&[&h1, &h2], -1)?;
+        Ok(rows(&states)?
+            .into_iter()
+            .zip(rows(&pooled)?)
+            .map(|(h, p)| (h, Some(p)))
+            .collect())
     }
 
     /// diffusers' `encode_prompt` for `prompt`, with `guided` (classifier-free guidance) the
@@ -82,7 +102,18 @@ impl StableDiffusionPipeline {
             return Err(Error::invalid("encode_prompt", "images must be at least 1"));
         }
         let mut warnings = Vec::new();
-        let (context, pooled) = self.encode_text(prompt, &mut warnings)?;
+        let xl_zeros = self.kind() == PipelineKind::StableDiffusionXl
+            && negative_prompt.is_none()
+            && self.parts().force_zeros_for_empty_prompt;
+        // The prompt and its negative encoded together: one batch of two rows.
+        let texts: Vec<&str> = if guided && !xl_zeros {
+            vec![prompt, negative_prompt.unwrap_or("")]
+        } else {
+            vec![prompt]
+        };
+        let mut encoded = self.encode_texts(&texts, &mut warnings)?.into_iter();
+        let missing = || Error::invalid("encode_prompt", "internal: text encoder rows");
+        let (context, pooled) = encoded.next().ok_or_else(missing)?;
         let rep = |t: &Tensor| -> Result<Tensor> {
             let mut reps = vec![1; t.rank()];
             reps[0] = images;
@@ -90,17 +121,14 @@ impl StableDiffusionPipeline {
         };
         let (mut context, mut pooled) = (rep(&context)?, pooled.as_ref().map(rep).transpose()?);
         if guided {
-            let xl = self.kind() == PipelineKind::StableDiffusionXl;
-            let (neg, neg_pooled) = match negative_prompt {
-                None if xl && self.parts().force_zeros_for_empty_prompt => (
+            let (neg, neg_pooled) = if xl_zeros {
+                (
                     context.zeros_like()?,
                     pooled.as_ref().map(|p| p.zeros_like()).transpose()?,
-                ),
-                _ => {
-                    let (n, np) =
-                        self.encode_text(negative_prompt.unwrap_or(""), &mut Vec::new())?;
-                    (rep(&n)?, np.as_ref().map(rep).transpose()?)
-                }
+                )
+            } else {
+                let (n, np) = encoded.next().ok_or_else(missing)?;
+                (rep(&n)?, np.as_ref().map(rep).transpose()?)
             };
             context = Tensor::cat(&[&neg, &context], 0)?;
             pooled = match (neg_pooled, pooled) {
