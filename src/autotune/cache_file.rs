@@ -92,7 +92,7 @@ pub(crate) fn parse(text: &str, device: &str) -> Result<Vec<TuneRecord>, String>
                 name: name.to_string(),
                 ms,
                 runs: 0,
-                failure: ms.is_none().then(|| "failed when measured".to_string()),
+                failure: ms.is_none().then(|| "failed or not measured".to_string()),
             });
         }
         let winner_ok = candidates

@@ -1,6 +1,7 @@
 //! Measuring the candidates of one problem.
 //!
-//! Every valid candidate runs once on the real problem: the static rule's first (its result is
+//! A problem whose rule runs in under [`MIN_TUNE_S`] keeps the rule without measuring the others.
+//! Otherwise every valid candidate runs once on the real problem: the static rule's first (its result is
 //! the reference), then the others, each checked against the reference and timed. The call's
 //! result is the winner's own output, so every call of a key, the measuring one included,
 //! comes from the same kernel. Problems that take under [`CHEAP_S`] run again, up to [`RUNS`] times each, while
@@ -16,6 +17,9 @@ use std::time::Instant;
 use super::table::CandidateTime;
 use crate::Result;
 
+/// Problems whose rule runs faster than this (seconds) keep the rule unmeasured: their
+/// candidates' differences are within timing noise and worth nothing.
+pub(crate) const MIN_TUNE_S: f64 = 1e-4;
 /// Problems faster than this (seconds) are timed more than once.
 pub(crate) const CHEAP_S: f64 = 0.025;
 /// The most runs of one candidate.
@@ -50,6 +54,19 @@ pub(crate) fn measure<T>(
     let reference = run(rule)?;
     best[rule] = Some(elapsed(t, s0, setup));
     runs[rule] = 1;
+    if best[rule].is_some_and(|b| b < MIN_TUNE_S) {
+        let times = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| CandidateTime {
+                name: n.to_string(),
+                ms: best[i].map(|s| s * 1e3),
+                runs: runs[i],
+                failure: (i != rule).then(|| "not measured: the problem is too short".into()),
+            })
+            .collect();
+        return Ok((times, rule, reference));
+    }
     // The fastest other candidate's first result (one kept at a time, to bound memory).
     let mut kept: Option<(usize, T)> = None;
     for i in (0..names.len()).filter(|&i| i != rule) {
