@@ -19,9 +19,16 @@ pub(crate) fn device_id() -> String {
     };
     format!(
         "cpu {} {level} {bf16} t{}",
-        model_name(),
+        model(),
         rayon::current_num_threads()
     )
+}
+
+/// The processor's name, read once per process (`cpuid` traps to the hypervisor on virtual
+/// machines, and the id is built on every tuned call).
+fn model() -> &'static str {
+    static MODEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MODEL.get_or_init(model_name)
 }
 
 /// The processor's brand string (`cpuid` leaves 0x80000002–4), or the architecture's name.
