@@ -60,7 +60,8 @@ fn per_call_winograd(g: &ConvGeom, dtype: DType) -> WinogradUse {
 /// (`g`: the call's geometry for [`ConvPacking::PerCall`]). Winograd serves 3×3 stride-1
 /// undilated ungrouped layers of at least 16 channels each way; F(4,3) only where
 /// `cpu::conv::winograd_f4_allowed` (f32 operands, filters of bounded memory), and for weights
-/// packed per call only where the rule takes it. The rule: the
+/// packed per call only where the rule takes it; for bf16 weights on AMX only when forced by
+/// name. The rule: the
 /// implicit GEMM for bf16 weights on AMX or small per-call problems; F(2,3) for other per-call
 /// problems; else the layer's variant (`cpu::conv::winograd::choose_tile`).
 pub(crate) fn cpu_conv_kernels(
@@ -82,6 +83,15 @@ pub(crate) fn cpu_conv_kernels(
         list.push(ConvKernel::WinogradF4);
     }
     let amx_bf16 = dtype == DType::BF16 && bf16_method() == Bf16Method::Amx;
+    if amx_bf16 {
+        // Winograd's point products take f32 FMA operands where bf16 products run on AMX tiles,
+        // which do 16× the FMA pipes' multiply-adds per cycle; F(4,3) saves at most 4×. On a
+        // Xeon with AMX every bf16 Winograd layer of SD's UNet and VAE measured 4–14× slower
+        // than the implicit GEMM, and measuring them took 12 s and 1.8 GB more on a first
+        // 512×512 VAE decode: they are not measured there, and run only when forced by name.
+        let forced = crate::config::with(|c| c.autotune.forced(CONV_FAMILY).map(str::to_owned));
+        list.retain(|k| *k == ConvKernel::ImplicitGemm || forced.as_deref() == Some(k.name()));
+    }
     let use_ = match (packing, g) {
         (ConvPacking::Layer, _) => WinogradUse::Layer,
         (ConvPacking::PerCall, Some(g)) => per_call_winograd(g, dtype),
