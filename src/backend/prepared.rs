@@ -122,14 +122,10 @@ impl PreparedProduct {
     }
 
     /// The packed matrix given back as row-major `[cols, K]` values in the weight's dtype, bit
-    /// for bit what was packed; `None` when the panels cannot give it back (the AMX layout).
+    /// for bit what was packed (every packed layout gives it back); `None` when the host will
+    /// not allocate it.
     pub(crate) fn unpack_transposed(&self) -> Option<Storage> {
         self.0.unpack_transposed().map(Storage::Cpu)
-    }
-
-    /// True when [`Self::unpack_transposed`] gives the weight back.
-    pub(crate) fn can_unpack(&self) -> bool {
-        self.0.can_unpack()
     }
 }
 

@@ -164,7 +164,7 @@ impl PackedWeight {
 
     /// The packed matrix given back as row-major `[cols, K]` values in the weight's dtype (a
     /// `[out, in]` Linear weight; for a GEGLU pack `[2N, K]`), bit for bit what was packed;
-    /// `None` when the panels cannot give it back (the AMX layout) or the host will not allocate it.
+    /// `None` when the host will not allocate it.
     pub(crate) fn unpack_transposed(&self) -> Option<CpuStorage> {
         Some(match self {
             PackedWeight::F32(p) => CpuStorage::F32(p.unpack_transposed()?),
@@ -183,11 +183,6 @@ impl PackedWeight {
                 )
             }
         })
-    }
-
-    /// True when [`Self::unpack_transposed`] gives the weight back.
-    pub(crate) fn can_unpack(&self) -> bool {
-        !matches!(self, PackedWeight::BF16(p) if p.is_amx())
     }
 
     /// Columns of the packed `K × N` matrix.

@@ -105,10 +105,8 @@ impl FeedForward {
             _ => None,
         };
         let (w1, w2) = match &packed {
-            Some(p) if p.w1.can_unpack() && p.w2.can_unpack() => {
-                (HeldWeight::packed_only(&w1), HeldWeight::packed_only(&w2))
-            }
-            _ => (HeldWeight::tensor(w1), HeldWeight::tensor(w2)),
+            Some(_) => (HeldWeight::packed_only(&w1), HeldWeight::packed_only(&w2)),
+            None => (HeldWeight::tensor(w1), HeldWeight::tensor(w2)),
         };
         Ok(FeedForward {
             w1,

@@ -78,8 +78,8 @@ impl Linear {
             None => None,
         };
         let weight = match &packed {
-            Some(p) if p.0.can_unpack() => HeldWeight::packed_only(&weight),
-            _ => HeldWeight::tensor(weight),
+            Some(_) => HeldWeight::packed_only(&weight),
+            None => HeldWeight::tensor(weight),
         };
         Ok(Linear {
             weight,

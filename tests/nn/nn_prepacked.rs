@@ -169,29 +169,17 @@ fn linear_holds_its_cpu_weight_once_and_gives_it_back_exactly() {
     for &dtype in &FLOATS {
         let w = randn(&[1000, 45], dtype, 21).t().unwrap(); // [45, 1000], transposed view
         let lin = Linear::new(w.clone(), Some(randn(&[45], dtype, 22))).unwrap();
-        let amx_bf16 = dtype == DType::BF16
-            && xpu::cpu::gemm::bf16_method() == xpu::cpu::gemm::Bf16Method::Amx;
-        // (bf16 AMX panels are padded; those layers keep their tensor.)
-        assert!(
-            amx_bf16 || !lin.holds_weight_tensor(),
-            "{dtype}: packs only"
-        );
+        // Every packed layout (f32, bf16 pairs, AMX tiles) gives the weight back.
+        assert!(!lin.holds_weight_tensor(), "{dtype}: packs only");
         let wide = lin.to_dtype(DType::F32).unwrap();
-        assert!(
-            amx_bf16 || !lin.holds_weight_tensor(),
-            "{dtype}: to_dtype kept a copy"
-        );
+        assert!(!lin.holds_weight_tensor(), "{dtype}: to_dtype kept a copy");
         assert_eq!(exact(wide.weight()), exact(&w), "{dtype}: to_dtype values");
         let x = randn(&[3, 1000], dtype, 23);
         let before = exact(&lin.forward(&x).unwrap());
         let got = lin.weight();
         assert_eq!(got.shape(), &[45, 1000]);
         assert_eq!(got.dtype(), dtype);
-        // A rebuilt weight is contiguous; an AMX layer hands back the (transposed) view it kept.
-        assert!(
-            amx_bf16 || got.is_contiguous(),
-            "{dtype}: rebuilt weight layout"
-        );
+        assert!(got.is_contiguous(), "{dtype}: rebuilt weight layout");
         assert_eq!(exact(got), exact(&w), "{dtype}: rebuilt weight");
         assert!(
             lin.holds_weight_tensor(),
@@ -218,12 +206,7 @@ fn feedforward_holds_its_cpu_weights_once_and_gives_them_back_exactly() {
         let w2 = randn(&[dim, inner], dtype, 32);
         let (b1, b2) = (randn(&[2 * inner], dtype, 33), randn(&[dim], dtype, 34));
         let ff = FeedForward::new(w1.clone(), b1, w2.clone(), b2).unwrap();
-        let amx_bf16 = dtype == DType::BF16
-            && xpu::cpu::gemm::bf16_method() == xpu::cpu::gemm::Bf16Method::Amx;
-        assert!(
-            amx_bf16 || !ff.holds_weight_tensors(),
-            "{dtype}: packs only"
-        );
+        assert!(!ff.holds_weight_tensors(), "{dtype}: packs only");
         assert_eq!(exact(ff.w1()), exact(&w1), "{dtype}: w1");
         assert_eq!(exact(ff.w2()), exact(&w2), "{dtype}: w2");
         assert_eq!(ff.w1().shape(), &[2 * inner, dim]);

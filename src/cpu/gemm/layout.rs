@@ -283,8 +283,9 @@ impl<T: PackElem> PackedB<T> {
 impl<T: PackElem> PackedB<T> {
     /// The packed B given back, transposed: row-major `cols × K` f32 values (`cols` = N, or 2N
     /// for a GLU pack: the `[h | g]` columns in source order), exactly the values packed (16-bit
-    /// sources were widened exactly, so they round back unchanged). `None` for the AMX layout,
-    /// whose padding this does not undo.
+    /// sources were widened exactly, so they round back unchanged). The AMX layout is the pair
+    /// layout with more (zero) pairs past K, which are skipped. `None` only when the host will
+    /// not allocate the result.
     pub(crate) fn unpack_transposed(&self) -> Option<Vec<f32>> {
         let l = self.layout;
         let cols = if l.glu { 2 * l.n } else { l.n };
@@ -312,12 +313,11 @@ impl<T: PackElem> PackedB<T> {
             }
         };
         match l.kind {
-            PackKind::Amx => return None,
             PackKind::F32 => {
                 let data = self.buf.slice::<f32>(l.len());
                 each(&mut |u, col, i| put(u, col, data[i]));
             }
-            PackKind::Bf16 => {
+            PackKind::Bf16 | PackKind::Amx => {
                 let data = self.buf.slice::<u32>(l.len());
                 let widen = |bits: u32| f32::from_bits(bits << 16);
                 each(&mut |u, col, i| {
@@ -353,8 +353,8 @@ impl<T: PackElem> std::fmt::Debug for PackedB<T> {
 mod unpack_tests {
     use super::*;
 
-    /// Every layout that gives B back does so exactly: f32 and bf16-pair kinds, plain and GLU,
-    /// K over several blocks and odd (a half-filled last pair), N not a multiple of a panel.
+    /// Every layout gives B back exactly: f32, bf16-pair and AMX kinds, plain and GLU, K over
+    /// several blocks and odd (a half-filled last pair), N not a multiple of a panel.
     #[test]
     fn unpack_transposed_gives_back_every_packed_value() {
         let (k, n) = (2 * KCU_F32 + 37, 90);
@@ -380,6 +380,10 @@ mod unpack_tests {
             let p =
                 PackedB::<bf16>::build(&b16, BLayout::new(PackKind::Bf16, k, nout, glu)).unwrap();
             assert_eq!(p.unpack_transposed(), Some(want(n)), "bf16 pairs glu={glu}");
+            let a =
+                PackedB::<bf16>::build(&b16, super::super::amx_pack::layout(k, nout, glu)).unwrap();
+            assert!(a.is_amx());
+            assert_eq!(a.unpack_transposed(), Some(want(n)), "AMX glu={glu}");
         }
     }
 }
