@@ -39,6 +39,34 @@ impl LayerConv {
         }
     }
 
+    /// The weight the packs in use were made from, as a contiguous `[O, C/G, kh, kw]` Cpu
+    /// storage in `dtype` (the weight's own: the packed values are that dtype's, widened
+    /// exactly); `None` for Winograd packs (see `PackedConv::unpack_oihw`).
+    pub(crate) fn unpack_weight(&self, dtype: DType) -> Option<Storage> {
+        let values = self.current().unpack_oihw()?;
+        let n = values.len();
+        Some(Storage::Cpu(match dtype {
+            DType::F32 => CpuStorage::F32(values),
+            DType::F16 => CpuStorage::F16(
+                crate::cpu::alloc::collected(
+                    "conv2d unpack",
+                    n,
+                    values.into_iter().map(half::f16::from_f32),
+                )
+                .ok()?,
+            ),
+            DType::BF16 => CpuStorage::BF16(
+                crate::cpu::alloc::collected(
+                    "conv2d unpack",
+                    n,
+                    values.into_iter().map(half::bf16::from_f32),
+                )
+                .ok()?,
+            ),
+            _ => return None,
+        }))
+    }
+
     /// Uses `packed` from now on.
     pub(crate) fn replace(&self, packed: std::sync::Arc<PackedConv>) {
         match self.packs.write() {

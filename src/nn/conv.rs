@@ -9,7 +9,8 @@
 //!
 //! A Cpu layer built by a model loader that owns the weight alone ([`Conv2d::new_owned`]) holds
 //! only its packs when the weight can come back exactly without them (a seeded source draws it
-//! again, or a 16-bit copy holds every value: `restore.rs`); [`Conv2d::weight`] then rebuilds it
+//! again, implicit-GEMM panels hold its values, or a 16-bit copy holds every value:
+//! `restore.rs`); [`Conv2d::weight`] then rebuilds it
 //! on first use, and a one-element stand-in broadcast to the weight's shape takes its place in
 //! the op's shape, dtype and format checks. Winograd packs cannot give a 3×3 weight back, so
 //! holding both cost an f32 SD 1.5 UNet 2.1 GB of its 7.7 GB.
@@ -139,6 +140,10 @@ impl Conv2d {
         let restore = if packs_only {
             regenerate
                 .map(WeightRestore::Regenerate)
+                .or_else(|| {
+                    let layer = packed.as_ref()?;
+                    WeightRestore::from_packs(layer, weight.shape(), weight.dtype())
+                })
                 .or_else(|| WeightRestore::narrow_exact(&weight))
         } else {
             None
@@ -196,6 +201,16 @@ impl Conv2d {
 
     fn rebuild(&self) -> Option<Tensor> {
         self.restore.as_ref()?.rebuild()
+    }
+
+    /// The weight for packing it again for another kernel (the autotuner's): a layer that
+    /// gives its weight back from its implicit-GEMM packs keeps it from now on, since the new
+    /// packs may not give it back (`restore.rs`); others rebuild it without keeping it.
+    fn weight_for_repack(&self) -> Tensor {
+        match self.restore {
+            Some(WeightRestore::Packs { .. }) => self.weight().clone(),
+            _ => self.weight_owned(),
+        }
     }
 
     /// True when the layer holds its weight tensor (false for a Cpu layer that holds only its
@@ -278,7 +293,7 @@ impl Conv2d {
             op = op.residual(r);
         }
         match (&self.packed, x.device()) {
-            (Some(p), Device::Cpu) => op.run_prepacked(p, &|| Ok(self.weight_owned())),
+            (Some(p), Device::Cpu) => op.run_prepacked(p, &|| Ok(self.weight_for_repack())),
             _ => op.run(),
         }
     }

@@ -1,6 +1,7 @@
 //! Ways a Cpu layer can give back a weight it does not hold: the weight made again by its
-//! source ([`WeightRestore::Regenerate`]), or kept in a 16-bit dtype that holds every value
-//! exactly ([`WeightRestore::Narrow`]).
+//! source ([`WeightRestore::Regenerate`]), read back from implicit-GEMM packs
+//! ([`WeightRestore::Packs`]), or kept in a 16-bit dtype that holds every value exactly
+//! ([`WeightRestore::Narrow`]).
 //!
 //! Why: a Cpu convolution runs from its prepacked panels, and a Winograd layer's panels are the
 //! filters transformed (`G·g·Gᵀ`, rounded), from which the 3×3 weight cannot be recovered bit for
@@ -12,14 +13,17 @@
 //! Invariants: [`WeightRestore::rebuild`] returns, on the Cpu and contiguous, exactly the values,
 //! shape and dtype of the weight the layer was built from (a regenerator is only made by a
 //! source whose draws depend on nothing but their name and seed; a narrow copy is only made
-//! after every value was checked to round-trip); the caller ([`super::held_weight::HeldWeight`])
-//! checks shape and dtype again.
+//! after every value was checked to round-trip; a packs restore only for a layer packed for the
+//! implicit GEMM, whose panels hold the weight's values exactly, and such a layer keeps its
+//! weight tensor before its packs change to another kernel's: `Conv2d::weight_for_repack`);
+//! the caller ([`super::held_weight::HeldWeight`]) checks shape and dtype again.
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use crate::{DType, Device, Result, Tensor};
+use crate::backend::prepared::LayerConv;
+use crate::{DType, Device, Layout, Result, Tensor};
 
 /// Draws a parameter again, bit for bit (see the module invariants).
 pub(crate) type Regenerate = Arc<dyn Fn() -> Result<Tensor> + Send + Sync>;
@@ -29,6 +33,15 @@ pub(crate) type Regenerate = Arc<dyn Fn() -> Result<Tensor> + Send + Sync>;
 pub(crate) enum WeightRestore {
     /// Draw it again from the source that made it.
     Regenerate(Regenerate),
+    /// Read back from the layer's implicit-GEMM packs (see the module invariants).
+    Packs {
+        /// The layer's packs.
+        layer: Arc<LayerConv>,
+        /// The weight's shape.
+        shape: Vec<usize>,
+        /// The weight's dtype.
+        dtype: DType,
+    },
     /// The weight in f16 or bf16, every value exact; widened to `dtype` on demand.
     Narrow {
         /// The 16-bit copy (contiguous, Cpu).
@@ -62,10 +75,31 @@ impl WeightRestore {
         })
     }
 
+    /// A restore from `layer`'s packs for a weight of `shape` and `dtype`, when they are the
+    /// implicit GEMM's (which hold its values exactly); `None` for Winograd packs.
+    pub(crate) fn from_packs(
+        layer: &Arc<LayerConv>,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Option<WeightRestore> {
+        (!layer.current().is_winograd()).then(|| WeightRestore::Packs {
+            layer: Arc::clone(layer),
+            shape: shape.to_vec(),
+            dtype,
+        })
+    }
+
     /// The weight again (see the module invariants); `None` if that fails (out of memory).
     pub(crate) fn rebuild(&self) -> Option<Tensor> {
         match self {
             WeightRestore::Regenerate(draw) => draw().ok(),
+            WeightRestore::Packs {
+                layer,
+                shape,
+                dtype,
+            } => layer
+                .unpack_weight(*dtype)
+                .map(|s| Tensor::from_storage(s, Layout::contiguous(shape))),
             WeightRestore::Narrow { copy, dtype } => copy.to_dtype(*dtype).ok(),
         }
     }
@@ -203,6 +237,79 @@ mod tests {
                 assert_eq!(bits(&layer.forward(&x).unwrap()), want, "{what}: after");
             }
         }
+    }
+
+    /// Without a regenerator, layers packed for the implicit GEMM (1×1, strided, grouped, few
+    /// channels; every dtype) give their weight back from the panels, bit for bit, and keep it
+    /// once the autotuner's forced Winograd replaces those panels, whose weight then still comes
+    /// back exactly.
+    #[test]
+    fn implicit_gemm_layers_give_their_weight_back_from_their_packs() {
+        use crate::nn::Conv2d;
+        use crate::Conv2dParams;
+        let pad1 = Conv2dParams {
+            padding: (1, 1),
+            ..Conv2dParams::default()
+        };
+        let cases = [
+            ([7, 5, 1, 1], Conv2dParams::default()),
+            (
+                [17, 16, 3, 3],
+                Conv2dParams {
+                    stride: (2, 2),
+                    ..pad1
+                },
+            ),
+            ([12, 3, 3, 3], Conv2dParams { groups: 2, ..pad1 }),
+            ([9, 6, 3, 3], pad1),
+        ];
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for (i, (shape, params)) in cases.into_iter().enumerate() {
+                let cin = shape[1] * params.groups;
+                // Values of full f32 precision (no narrow copy could hold them).
+                let w = Tensor::randn(&shape, DType::F32, Device::Cpu, 10 + i as u64)
+                    .unwrap()
+                    .mul_scalar(1.0 + 1e-3)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
+                let layer = Conv2d::new_owned(w.clone(), None, params, None).unwrap();
+                let what = format!("{dtype} {shape:?} {params:?}");
+                assert!(!layer.uses_winograd(), "{what}: implicit GEMM");
+                assert!(!layer.holds_weight_tensor(), "{what}: packs only");
+                let x = Tensor::randn(&[2, cin, 9, 7], dtype, Device::Cpu, 5).unwrap();
+                let y = layer.forward(&x).unwrap();
+                assert_eq!(bits(&layer.weight_owned()), bits(&w), "{what}: from packs");
+                assert!(
+                    !layer.holds_weight_tensor(),
+                    "{what}: owned() keeps nothing"
+                );
+                let wide = layer.to_dtype(DType::F32).unwrap();
+                assert_eq!(bits(wide.weight()), bits(&w), "{what}: to_dtype");
+                assert_eq!(
+                    bits(&layer.forward(&x).unwrap()),
+                    bits(&y),
+                    "{what}: forward"
+                );
+            }
+        }
+        // A 3×3 bf16 layer on implicit-GEMM panels (AMX's rule) forced to Winograd F(2,3):
+        // the layer keeps its weight before the panels change, and still gives it back.
+        let big = [32, 32, 3, 3];
+        let w = Tensor::randn(&big, DType::BF16, Device::Cpu, 30).unwrap();
+        let layer = crate::config::scoped(
+            |c| c.autotune.force("cpu_conv2d", "implicit_gemm"),
+            || Conv2d::new_owned(w.clone(), None, pad1, None).unwrap(),
+        );
+        assert!(!layer.uses_winograd() && !layer.holds_weight_tensor());
+        let x = Tensor::randn(&[1, 32, 8, 8], DType::BF16, Device::Cpu, 31).unwrap();
+        crate::config::scoped(
+            |c| c.autotune.force("cpu_conv2d", "winograd_f2"),
+            || layer.forward(&x).unwrap(),
+        );
+        assert!(layer.uses_winograd(), "forced Winograd packs installed");
+        assert!(layer.holds_weight_tensor(), "weight kept before the switch");
+        assert_eq!(bits(layer.weight()), bits(&w), "weight after the switch");
     }
 
     /// Without a regenerator, a layer owning an f32 weight of 16-bit values keeps a 16-bit copy

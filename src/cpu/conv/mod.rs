@@ -203,6 +203,44 @@ impl PackedConv {
         })
     }
 
+    /// The weight these panels were packed from, as row-major `[O, C/G, kh, kw]` f32 values
+    /// (exactly the packed values: 16-bit weights were widened exactly); `None` for Winograd
+    /// panels (transformed filters, from which the weight cannot be recovered bit for bit) or
+    /// when the host will not allocate it.
+    pub(crate) fn unpack_oihw(&self) -> Option<Vec<f32>> {
+        let [o, cg, kh, kw] = self.shape;
+        let taps = kh * kw;
+        let og = o / self.groups.max(1);
+        let ohwi_groups: Vec<Vec<f32>> = match &self.panels {
+            Panels::F32(p) => p
+                .iter()
+                .map(PackedB::unpack_transposed)
+                .collect::<Option<_>>()?,
+            Panels::Amx(p) => p
+                .iter()
+                .map(PackedB::unpack_transposed)
+                .collect::<Option<_>>()?,
+            Panels::Winograd(_) => return None,
+        };
+        let mut out = super::alloc::zeroed::<f32>("conv2d unpack", o * cg * taps).ok()?;
+        for (gi, ohwi) in ohwi_groups.iter().enumerate() {
+            // Group `gi`'s B is `[taps·cg, og]` with k = tap·cg + c: given back as `[og][k]`.
+            if ohwi.len() != og * taps * cg {
+                return None;
+            }
+            for j in 0..og {
+                let row = &ohwi[j * taps * cg..][..taps * cg];
+                let oc = gi * og + j;
+                for c in 0..cg {
+                    for tap in 0..taps {
+                        out[(oc * cg + c) * taps + tap] = row[tap * cg + c];
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+
     /// True for Winograd panels (either variant).
     pub(crate) fn is_winograd(&self) -> bool {
         matches!(self.panels, Panels::Winograd(_))
