@@ -10,6 +10,14 @@ JSON line with the keys `txt2img --json` prints (`encode_s`, `step_median_s`, `s
     python3 benches/diffusers_txt2img.py --size 512 --steps 20 --dtype f32
     cargo run --release --example txt2img -- --height 512 --width 512 --steps 20 --json
 
+`--save DIR` writes that random pipeline as a diffusers folder (`save_pretrained`, f32
+safetensors) and exits; `--model DIR` loads a pipeline folder instead of building one, so both
+programs can run from the same files:
+
+    python3 benches/diffusers_txt2img.py --save DIR
+    python3 benches/diffusers_txt2img.py --model DIR --size 512 --steps 20 --dtype bf16
+    cargo run --release --example txt2img -- --model DIR --height 512 --width 512 --steps 20 --json --dtype bf16
+
 torch, transformers and diffusers are installed by the user, not by CI.
 """
 
@@ -89,10 +97,22 @@ def main():
     parser.add_argument("--guidance", type=float, default=7.5)
     parser.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     parser.add_argument("--prompt", default="a photograph of an astronaut riding a horse")
+    parser.add_argument("--model", help="a diffusers pipeline folder to load instead of building one")
+    parser.add_argument("--save", help="write the random pipeline to this folder and exit")
     args = parser.parse_args()
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    if args.save:
+        build(torch.float32).save_pretrained(args.save, safe_serialization=True)
+        return
     t0 = time.perf_counter()
-    pipe = build(dtype)
+    if args.model:
+        from diffusers import StableDiffusionPipeline
+
+        pipe = StableDiffusionPipeline.from_pretrained(
+            args.model, torch_dtype=dtype, safety_checker=None, requires_safety_checker=False
+        )
+    else:
+        pipe = build(dtype)
     load_s = time.perf_counter() - t0
 
     step_times = []

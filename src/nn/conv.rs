@@ -8,11 +8,11 @@
 //! channels-last out); every forward computes exactly what [`Tensor::conv2d_fused`] computes.
 //!
 //! A Cpu layer built by a model loader that owns the weight alone ([`Conv2d::new_owned`]) holds
-//! only its packs when the weight can come back exactly without them (a seeded source draws it
-//! again, implicit-GEMM panels hold its values, or a 16-bit copy holds every value:
-//! `restore.rs`); [`Conv2d::weight`] then rebuilds it
-//! on first use, and a one-element stand-in broadcast to the weight's shape takes its place in
-//! the op's shape, dtype and format checks. Winograd packs cannot give a 3×3 weight back, so
+//! only its packs when the weight can come back exactly without them (implicit-GEMM panels hold
+//! its values, a seeded source draws it again, a checkpoint file reads it again and checks it
+//! unchanged, or a 16-bit copy holds every value: `restore.rs`); [`Conv2d::weight`] then
+//! rebuilds it on first use, and a one-element stand-in broadcast to the weight's shape takes its
+//! place in the op's shape, dtype and format checks. Winograd packs cannot give a 3×3 weight back, so
 //! holding both cost an f32 SD 1.5 UNet 2.1 GB of its 7.7 GB.
 
 use std::sync::Arc;
@@ -138,12 +138,12 @@ impl Conv2d {
             && weight.is_contiguous()
             && weight.memory_format() == MemoryFormat::Contiguous;
         let restore = if packs_only {
-            regenerate
-                .map(WeightRestore::Regenerate)
-                .or_else(|| {
-                    let layer = packed.as_ref()?;
-                    WeightRestore::from_packs(layer, weight.shape(), weight.dtype())
-                })
+            // Cheapest first: panels that hold the values, a source that makes them again
+            // (a seeded draw, a checkpoint read again), an exact 16-bit copy.
+            packed
+                .as_ref()
+                .and_then(|layer| WeightRestore::from_packs(layer, weight.shape(), weight.dtype()))
+                .or_else(|| regenerate.map(WeightRestore::Regenerate))
                 .or_else(|| WeightRestore::narrow_exact(&weight))
         } else {
             None
@@ -189,7 +189,8 @@ impl Conv2d {
     }
 
     /// The `[out, in/groups, kh, kw]` weight (on the Cpu possibly rebuilt on first use: module
-    /// docs).
+    /// docs). A layer loaded from a checkpoint file that changed since reads zeros here, with a
+    /// message on stderr; [`Conv2d::to`] and [`Conv2d::to_dtype`] fail instead.
     pub fn weight(&self) -> &Tensor {
         self.weight.get_tensor(|| self.rebuild())
     }
@@ -203,13 +204,42 @@ impl Conv2d {
         self.restore.as_ref()?.rebuild()
     }
 
+    /// The weight without keeping a rebuilt copy, or why it could not be rebuilt (a checkpoint
+    /// file changed since loading, out of memory).
+    pub(crate) fn try_weight_owned(&self) -> Result<Tensor> {
+        if self.weight.is_held() {
+            return Ok(self.weight_owned());
+        }
+        let t = match &self.restore {
+            Some(r) => r.try_rebuild()?,
+            None => return Ok(self.weight_owned()),
+        };
+        if t.shape() != self.weight.shape()
+            || t.dtype() != self.weight.dtype()
+            || t.device() != Device::Cpu
+            || !t.is_contiguous()
+        {
+            return Err(Error::invalid(
+                "Conv2d",
+                format!(
+                    "a rebuilt contiguous Cpu weight of shape {:?} and dtype {}, got {:?} {}",
+                    self.weight.shape(),
+                    self.weight.dtype(),
+                    t.shape(),
+                    t.dtype()
+                ),
+            ));
+        }
+        Ok(t)
+    }
+
     /// The weight for packing it again for another kernel (the autotuner's): a layer that
     /// gives its weight back from its implicit-GEMM packs keeps it from now on, since the new
     /// packs may not give it back (`restore.rs`); others rebuild it without keeping it.
-    fn weight_for_repack(&self) -> Tensor {
+    fn weight_for_repack(&self) -> Result<Tensor> {
         match self.restore {
-            Some(WeightRestore::Packs { .. }) => self.weight().clone(),
-            _ => self.weight_owned(),
+            Some(WeightRestore::Packs { .. }) => Ok(self.weight().clone()),
+            _ => self.try_weight_owned(),
         }
     }
 
@@ -243,7 +273,7 @@ impl Conv2d {
     /// The layer on `device` (weights are prepacked again when moving to the Cpu).
     pub fn to(&self, device: Device) -> Result<Conv2d> {
         Conv2d::new_owned(
-            self.weight_owned().to(device)?,
+            self.try_weight_owned()?.to(device)?,
             self.bias.as_ref().map(|b| b.to(device)).transpose()?,
             self.params,
             None,
@@ -253,7 +283,7 @@ impl Conv2d {
     /// The layer with weights converted to `dtype`.
     pub fn to_dtype(&self, dtype: DType) -> Result<Conv2d> {
         Conv2d::new_owned(
-            self.weight_owned().to_dtype(dtype)?,
+            self.try_weight_owned()?.to_dtype(dtype)?,
             self.bias.as_ref().map(|b| b.to_dtype(dtype)).transpose()?,
             self.params,
             None,
@@ -293,7 +323,7 @@ impl Conv2d {
             op = op.residual(r);
         }
         match (&self.packed, x.device()) {
-            (Some(p), Device::Cpu) => op.run_prepacked(p, &|| Ok(self.weight_for_repack())),
+            (Some(p), Device::Cpu) => op.run_prepacked(p, &|| self.weight_for_repack()),
             _ => op.run(),
         }
     }

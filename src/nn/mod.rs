@@ -15,6 +15,7 @@ mod restore;
 pub(crate) mod transformer;
 pub(crate) mod weights;
 mod weights_index;
+mod weights_reread;
 
 pub use conv::Conv2d;
 pub use conv_transpose::ConvTranspose2d;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use crate::backend::prepared::LayerConv;
-use crate::{DType, Device, Layout, Result, Tensor};
+use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// Draws a parameter again, bit for bit (see the module invariants).
 pub(crate) type Regenerate = Arc<dyn Fn() -> Result<Tensor> + Send + Sync>;
@@ -89,19 +89,30 @@ impl WeightRestore {
         })
     }
 
-    /// The weight again (see the module invariants); `None` if that fails (out of memory).
-    pub(crate) fn rebuild(&self) -> Option<Tensor> {
+    /// The weight again (see the module invariants), or why it could not be made (out of
+    /// memory; a checkpoint file changed since loading).
+    pub(crate) fn try_rebuild(&self) -> Result<Tensor> {
         match self {
-            WeightRestore::Regenerate(draw) => draw().ok(),
+            WeightRestore::Regenerate(draw) => draw(),
             WeightRestore::Packs {
                 layer,
                 shape,
                 dtype,
             } => layer
                 .unpack_weight(*dtype)
-                .map(|s| Tensor::from_storage(s, Layout::contiguous(shape))),
-            WeightRestore::Narrow { copy, dtype } => copy.to_dtype(*dtype).ok(),
+                .map(|s| Tensor::from_storage(s, Layout::contiguous(shape)))
+                .ok_or_else(|| {
+                    Error::invalid("Conv2d", "the weight back from packs that cannot give it")
+                }),
+            WeightRestore::Narrow { copy, dtype } => copy.to_dtype(*dtype),
         }
+    }
+
+    /// [`Self::try_rebuild`] for the infallible accessors: a failure is reported on stderr and
+    /// gives `None` (the caller then hands out zeros; conversions and repacking use
+    /// [`Self::try_rebuild`] and fail instead).
+    pub(crate) fn rebuild(&self) -> Option<Tensor> {
+        self.try_rebuild().map_err(|e| eprintln!("xpu: {e}")).ok()
     }
 }
 

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use safetensors::tensor::{Dtype as StDtype, Metadata, SafeTensors};
 
 use crate::nn::restore::Regenerate;
+use crate::nn::weights_reread::FileTensor;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// How a parameter is initialised when no file provides it ([`RandomSource`]).
@@ -47,8 +48,8 @@ pub(crate) trait ParamSource {
     fn get_f32(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Tensor>;
 
     /// A way to draw the parameter `name` again, bit for bit, so that a layer which runs from
-    /// packs made of it need not hold it (`restore.rs`); `None` where the source cannot (a
-    /// file, which may change or go away once loaded).
+    /// packs made of it need not hold it (`restore.rs`); `None` where the source cannot. A
+    /// checkpoint reads it again from its file and checks it unchanged (`weights_reread.rs`).
     fn regenerate(&self, _name: &str, _shape: &[usize], _init: Init) -> Option<Regenerate> {
         None
     }
@@ -171,6 +172,12 @@ impl ParamSource for StoreSource<'_> {
         };
         f32_source.get(name, shape, init)
     }
+
+    fn regenerate(&self, name: &str, shape: &[usize], _init: Init) -> Option<Regenerate> {
+        let at = self.store.locate(name).filter(|t| t.shape == shape)?;
+        let (dtype, device) = (self.dtype, self.device);
+        Some(Arc::new(move || at.read(dtype, device)))
+    }
 }
 
 /// One memory-mapped safetensors file with its header parsed and validated.
@@ -189,6 +196,9 @@ pub struct WeightStore {
     shards: Vec<Shard>,
     /// Which shard holds each tensor.
     locate: HashMap<String, usize>,
+    /// Digests of the 4-D tensors read so far (convolution weights, which a layer may read
+    /// again: [`WeightStore::locate`]), taken while their bytes were mapped.
+    digests: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 impl std::fmt::Debug for WeightStore {
@@ -325,6 +335,7 @@ impl WeightStore {
                 path,
                 shards: vec![shard],
                 locate,
+                digests: Default::default(),
             });
         }
         let listed = super::weights_index::read_index(&path)?;
@@ -366,6 +377,7 @@ impl WeightStore {
             path,
             shards,
             locate,
+            digests: Default::default(),
         })
     }
 
@@ -424,15 +436,44 @@ impl WeightStore {
                 file: file.clone(),
                 msg: format!("tensor {name}: byte range {s}..{e} is outside the file"),
             })?;
-        let shape = info.shape.clone();
-        let t = match on_disk {
-            DType::F32 => Tensor::from_vec(pod_vec::<f32>(bytes)?, &shape, Device::Cpu)?,
-            DType::F16 => Tensor::from_vec(pod_vec::<half::f16>(bytes)?, &shape, Device::Cpu)?,
-            DType::BF16 => Tensor::from_vec(pod_vec::<half::bf16>(bytes)?, &shape, Device::Cpu)?,
-            _ => Tensor::from_vec(pod_vec::<i32>(bytes)?, &shape, Device::Cpu)?,
-        };
+        let t = decode(bytes, on_disk, &info.shape)?;
+        if info.shape.len() == 4 {
+            let d = super::weights_reread::digest(bytes);
+            if let Ok(mut digests) = self.digests.lock() {
+                digests.insert(name.to_string(), d);
+            }
+        }
         shard.release(start + s, e - s);
         t.to_dtype(dtype)?.to(device)
+    }
+
+    /// Where tensor `name` lies in its file, with a digest of its bytes now, so that it can be
+    /// read again later and checked to be unchanged ([`FileTensor::read`]); `None` if the
+    /// checkpoint lacks it or stores it in a dtype `xpu` cannot read.
+    pub(crate) fn locate(&self, name: &str) -> Option<FileTensor> {
+        let (shard, info) = self.find(name)?;
+        let on_disk = dtype_of(info.dtype)?;
+        let start = 8 + shard.header_len;
+        let (s, e) = info.data_offsets;
+        let known = self.digests.lock().ok().and_then(|d| d.get(name).copied());
+        let digest = match known {
+            Some(d) => d,
+            None => {
+                let bytes = shard.mmap.get(start + s..start + e)?;
+                let d = super::weights_reread::digest(bytes);
+                shard.release(start + s, e - s);
+                d
+            }
+        };
+        Some(FileTensor {
+            path: shard.path.clone(),
+            name: name.to_string(),
+            offset: (start + s) as u64,
+            len: e - s,
+            on_disk,
+            shape: info.shape.clone(),
+            digest,
+        })
     }
 
     /// Compares the file with the `(name, shape)` list a model needs; every missing, unexpected
@@ -472,6 +513,17 @@ impl WeightStore {
 
 /// Little-endian bytes to a vector of `T` (copies, so the map's alignment does not matter; an
 /// error when the host will not allocate it).
+/// A tensor of `shape` from its file bytes stored as `on_disk` (f32, f16, bf16 or i32), on the
+/// Cpu in that dtype.
+pub(super) fn decode(bytes: &[u8], on_disk: DType, shape: &[usize]) -> Result<Tensor> {
+    match on_disk {
+        DType::F32 => Tensor::from_vec(pod_vec::<f32>(bytes)?, shape, Device::Cpu),
+        DType::F16 => Tensor::from_vec(pod_vec::<half::f16>(bytes)?, shape, Device::Cpu),
+        DType::BF16 => Tensor::from_vec(pod_vec::<half::bf16>(bytes)?, shape, Device::Cpu),
+        _ => Tensor::from_vec(pod_vec::<i32>(bytes)?, shape, Device::Cpu),
+    }
+}
+
 fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Result<Vec<T>> {
     let mut v = crate::tensor::zeroed_host::<T>(
         "load weights",
