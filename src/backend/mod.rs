@@ -16,6 +16,7 @@ mod matmul;
 mod norm;
 mod pool;
 pub(crate) mod prepared;
+mod product_tuning;
 mod reduce;
 pub(crate) mod tuning;
 

@@ -80,8 +80,10 @@ impl LayerConv {
 /// `M × N` rows in it.
 pub(crate) type ResidualRowsOf<'a> = (&'a Storage, (usize, usize, usize));
 
-/// A `K × N` product weight packed for the Cpu engine.
-pub(crate) struct PreparedProduct(PackedWeight);
+/// A `K × N` product weight packed for the Cpu engine. A bf16 weight's layout (its product
+/// method) can change after construction to the autotuner's winner (`product_tuning.rs`);
+/// calls already running keep the packs they started with.
+pub(crate) struct PreparedProduct(std::sync::RwLock<std::sync::Arc<PackedWeight>>);
 
 fn cpu<'s>(op: &'static str, s: &'s Storage) -> Result<&'s CpuStorage> {
     match s {
@@ -95,11 +97,31 @@ fn cpu<'s>(op: &'static str, s: &'s Storage) -> Result<&'s CpuStorage> {
 }
 
 impl PreparedProduct {
+    fn holding(p: PackedWeight) -> PreparedProduct {
+        PreparedProduct(std::sync::RwLock::new(std::sync::Arc::new(p)))
+    }
+
+    /// The packs in use.
+    pub(crate) fn current(&self) -> std::sync::Arc<PackedWeight> {
+        match self.0.read() {
+            Ok(p) => std::sync::Arc::clone(&p),
+            Err(poisoned) => std::sync::Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Uses `packed` from now on.
+    pub(crate) fn replace(&self, packed: std::sync::Arc<PackedWeight>) {
+        match self.0.write() {
+            Ok(mut p) => *p = packed,
+            Err(poisoned) => *poisoned.into_inner() = packed,
+        }
+    }
+
     /// Packs the 2-D `K × N` view `(s, l)` (any strides, e.g. a transposed `[out, in]` weight);
     /// `None` for an Xpu weight (nothing to prepare).
     pub(crate) fn new(s: &Storage, l: &Layout) -> Result<Option<PreparedProduct>> {
         match s {
-            Storage::Cpu(c) => Ok(Some(PreparedProduct(PackedWeight::new(c, l)?))),
+            Storage::Cpu(c) => Ok(Some(PreparedProduct::holding(PackedWeight::new(c, l)?))),
             Storage::Xpu(_) => Ok(None),
         }
     }
@@ -108,7 +130,9 @@ impl PreparedProduct {
     /// the Xpu.
     pub(crate) fn new_geglu(s: &Storage, l: &Layout) -> Result<Option<PreparedProduct>> {
         match s {
-            Storage::Cpu(c) => Ok(Some(PreparedProduct(PackedWeight::new_geglu(c, l)?))),
+            Storage::Cpu(c) => Ok(Some(PreparedProduct::holding(PackedWeight::new_geglu(
+                c, l,
+            )?))),
             Storage::Xpu(_) => Ok(None),
         }
     }
@@ -139,21 +163,21 @@ impl PreparedProduct {
             ),
             None => None,
         };
-        Ok(Storage::Cpu(
-            self.0.apply(xs, x.1, bias, activation, residual)?,
-        ))
+        Ok(Storage::Cpu(super::product_tuning::apply_tuned(
+            self, xs, x.1, bias, activation, residual,
+        )?))
     }
 
     /// Output columns `N` (for a GEGLU pack, the width of one half).
     fn n(&self) -> usize {
-        self.0.n()
+        self.current().n()
     }
 
     /// The packed matrix given back as row-major `[cols, K]` values in the weight's dtype, bit
     /// for bit what was packed (every packed layout gives it back); `None` when the host will
     /// not allocate it.
     pub(crate) fn unpack_transposed(&self) -> Option<Storage> {
-        self.0.unpack_transposed().map(Storage::Cpu)
+        self.current().unpack_transposed().map(Storage::Cpu)
     }
 }
 

@@ -17,7 +17,9 @@ pub enum CpuIsa {
     Portable,
 }
 
-/// How bf16 products multiply on the CPU (`XPU_CPU_BF16`).
+/// How bf16 products multiply on the CPU (`XPU_CPU_BF16`): the method layers are packed for.
+/// Under [`CpuBf16::Auto`] the autotuner may move a layer's product to another method
+/// (`cpu_bf16_product`); a configured method is used everywhere and never tuned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CpuBf16 {
     /// AMX tiles where the processor has them, else the faster of `vdpbf16ps` dot products and

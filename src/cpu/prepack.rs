@@ -8,7 +8,7 @@
 //! the engine's store (no f32 output pass), bit-identical to rounding the f32 product after.
 
 use super::alloc;
-use super::gemm::{self, Epilogue, MatRef, Out16, PackedB, Residual};
+use super::gemm::{self, Epilogue, MatRef, Out16, PackKind, PackedB, Residual};
 use super::storage::CpuStorage;
 use super::strided::check_layout;
 use crate::desc::Activation;
@@ -183,6 +183,57 @@ impl PackedWeight {
                 )
             }
         })
+    }
+
+    /// The layout of a bf16 pack (which selects its kernel: see `gemm::bf16_kinds`); `None`
+    /// for f32 and f16 packs.
+    pub(crate) fn bf16_layout(&self) -> Option<PackKind> {
+        match self {
+            PackedWeight::BF16(p) => Some(p.kind()),
+            _ => None,
+        }
+    }
+
+    /// This bf16 pack's weight packed again in layout `kind`: the same values (the panels
+    /// give them back exactly), plain or GEGLU as this one; `None` for f32 and f16 packs.
+    pub(crate) fn repacked_bf16(&self, kind: PackKind) -> Result<Option<PackedWeight>> {
+        let PackedWeight::BF16(p) = self else {
+            return Ok(None);
+        };
+        let unpacked = self.unpack_transposed();
+        let Some(CpuStorage::BF16(rows)) = &unpacked else {
+            return Err(super::alloc::out_of_memory(
+                "prepack",
+                p.k().saturating_mul(p.n()).saturating_mul(4),
+            ));
+        };
+        // `rows` is `[cols, K]`: B (`K × cols`) is its transpose.
+        let cols = if p.is_geglu() { 2 * p.n() } else { p.n() };
+        let k = p.k();
+        let b = MatRef::new(rows, 0, k, cols, 1, k);
+        Ok(Some(PackedWeight::BF16(PackedB::new_in(
+            b,
+            kind,
+            p.is_geglu(),
+        )?)))
+    }
+
+    /// Rows `K` of the packed matrix.
+    pub(crate) fn k(&self) -> usize {
+        match self {
+            PackedWeight::F32(p) => p.k(),
+            PackedWeight::F16(p) => p.k(),
+            PackedWeight::BF16(p) => p.k(),
+        }
+    }
+
+    /// True for a GEGLU pack.
+    pub(crate) fn is_geglu(&self) -> bool {
+        match self {
+            PackedWeight::F32(p) => p.is_geglu(),
+            PackedWeight::F16(p) => p.is_geglu(),
+            PackedWeight::BF16(p) => p.is_geglu(),
+        }
     }
 
     /// Columns of the packed `K × N` matrix.

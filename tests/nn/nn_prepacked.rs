@@ -213,3 +213,95 @@ fn feedforward_holds_its_cpu_weights_once_and_gives_them_back_exactly() {
         assert_eq!(ff.w2().shape(), &[dim, inner]);
     }
 }
+
+/// The bf16 product method is an autotuner family (`cpu_bf16_product`): each method this CPU
+/// can run, forced, runs (the trace says so), matches the f32 product within bf16 rounding,
+/// keeps the layer's weight exact (the layer repacks for it from its own panels) and stays in
+/// use afterwards; a method this CPU lacks leaves the layer on its rule.
+#[test]
+fn every_bf16_product_method_runs_when_forced_and_keeps_the_weight() {
+    let (rows, k, n) = (37, 70, 45);
+    let w = randn(&[n, k], DType::BF16, 41);
+    let b = randn(&[n], DType::BF16, 42);
+    let x = randn(&[rows, k], DType::BF16, 43);
+    let want = x
+        .to_dtype(DType::F32)
+        .unwrap()
+        .matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap())
+        .unwrap()
+        .add(&b.to_dtype(DType::F32).unwrap())
+        .unwrap();
+    let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("f16c");
+    let runs = |method: &str| match method {
+        "widen" => avx512,
+        "dot" => avx512 && is_x86_feature_detected!("avx512bf16"),
+        _ => avx512 && xpu::cpu::gemm::amx_unavailable_reason().is_none(),
+    };
+    for method in ["widen", "dot", "amx"] {
+        let lin = Linear::new(w.clone(), Some(b.clone())).unwrap();
+        let (got, chosen) = xpu::autotune::trace(|| {
+            xpu::config::scoped(
+                |c| c.autotune.force("cpu_bf16_product", method),
+                || lin.forward(&x).unwrap(),
+            )
+        });
+        let ran: Vec<&str> = chosen
+            .iter()
+            .filter(|c| c.op == "cpu_bf16_product")
+            .map(|c| c.candidate.as_str())
+            .collect();
+        if runs(method) {
+            assert_eq!(ran, [method], "forced {method}");
+        } else {
+            assert!(!ran.contains(&method), "{method} ran on a CPU without it");
+        }
+        let t = tol(DType::BF16, k);
+        assert_close(
+            &format!("bf16 {method}"),
+            &values(&got),
+            &values(&want),
+            t,
+            t,
+        );
+        assert_eq!(
+            exact(lin.weight()),
+            exact(&w),
+            "{method}: weight after repacking"
+        );
+        // Unforced, the layer keeps the packs it now holds.
+        let (again, chosen) = xpu::autotune::trace(|| {
+            xpu::config::scoped(
+                |c| c.autotune.mode = xpu::config::AutotuneMode::Off,
+                || lin.forward(&x).unwrap(),
+            )
+        });
+        assert_eq!(values(&again), values(&got), "{method}: same packs after");
+        if runs(method) {
+            let after: Vec<&str> = chosen.iter().map(|c| c.candidate.as_str()).collect();
+            assert_eq!(after, [method], "{method}: still in use");
+        }
+    }
+    // A feed-forward block's two products take the forced method too.
+    let (dim, inner) = (40, 96);
+    let ff = FeedForward::new(
+        randn(&[2 * inner, dim], DType::BF16, 44),
+        randn(&[2 * inner], DType::BF16, 45),
+        randn(&[dim, inner], DType::BF16, 46),
+        randn(&[dim], DType::BF16, 47),
+    )
+    .unwrap();
+    let xf = randn(&[9, dim], DType::BF16, 48);
+    let base = ff.forward(&xf, None).unwrap();
+    let (got, chosen) = xpu::autotune::trace(|| {
+        xpu::config::scoped(
+            |c| c.autotune.force("cpu_bf16_product", "widen"),
+            || ff.forward(&xf, None).unwrap(),
+        )
+    });
+    if avx512 {
+        let ran: Vec<&str> = chosen.iter().map(|c| c.candidate.as_str()).collect();
+        assert_eq!(ran, ["widen", "widen"], "both products");
+    }
+    let t = tol(DType::BF16, inner);
+    assert_close("ffn widen", &values(&got), &values(&base), t, t);
+}

@@ -330,6 +330,29 @@ impl<T: PackElem> PackedB<T> {
     }
 }
 
+impl PackedB<bf16> {
+    /// Packs `b` (`K × N`, or `K × 2N` with `glu`) in the layout `kind` instead of this
+    /// process's ([`bf16_kind`]): the autotuner's bf16 product candidates (each layout selects
+    /// its kernel: widened f32 FMA, `vdpbf16ps` pairs, AMX tiles).
+    pub(crate) fn new_in(b: MatRef<bf16>, kind: PackKind, glu: bool) -> Result<Self> {
+        b.validate("PackedB::new_in", "b")?;
+        if glu && !b.cols.is_multiple_of(2) {
+            return Err(Error::shape(
+                "PackedB::new_in",
+                "B with an even number of columns (2N)",
+                &[b.rows, b.cols],
+            ));
+        }
+        let n = if glu { b.cols / 2 } else { b.cols };
+        Self::build(&b, BLayout::new(kind, b.rows, n, glu))
+    }
+
+    /// The layout these panels are in.
+    pub(crate) fn kind(&self) -> PackKind {
+        self.layout.kind
+    }
+}
+
 impl PackedB<f32> {
     /// Packs `b` (`K × N`, any strides) in the f32 layout with K blocks of at most `max_kcu`
     /// units (for kernels that keep a B micro-panel in L1, see `gemm_gather`).

@@ -76,7 +76,7 @@ pub use layout::{PackElem, PackedB};
 #[cfg(test)]
 pub(crate) use layout::{KCU_BF16, KCU_F32};
 pub(crate) use pack::{SrcKind, ToF32};
-pub(crate) use peak::bf16_kind;
+pub(crate) use peak::{bf16_kind, bf16_kinds};
 pub use peak::{measure_amx_peak_gflops, measure_bf16_dp_peak_gflops, measure_fma_peak_gflops};
 pub use types::{Epilogue, MatRef};
 // `Half` is named by the x86 epilogues and by tests on every target.

@@ -235,6 +235,38 @@ pub(crate) fn bf16_kind() -> PackKind {
     }
 }
 
+/// Every layout a bf16 product can take in this process, the rule ([`bf16_kind`]) among them:
+/// the autotuner's candidates (`cpu_bf16_product`). Widening always; `vdpbf16ps` pairs where the
+/// CPU has AVX512_BF16; AMX tiles where AMX is usable; all only on the AVX-512 path. Under an
+/// instruction set cap or a configured method, only the rule.
+pub(crate) fn bf16_kinds() -> Vec<PackKind> {
+    use crate::config::{CpuBf16, CpuIsa};
+    let rule = bf16_kind();
+    #[cfg(test)]
+    if BF16_KIND.with(|c| c.get()).is_some() {
+        return vec![rule];
+    }
+    let (isa, method) = crate::config::with(|c| (c.cpu.isa, c.cpu.bf16));
+    if isa != CpuIsa::Auto
+        || method != CpuBf16::Auto
+        || super::gemm_path(crate::DType::BF16) != super::GemmPath::Avx512
+    {
+        return vec![rule];
+    }
+    let mut kinds = vec![PackKind::F32];
+    #[cfg(target_arch = "x86_64")]
+    if super::avx512::has_avx512_bf16() {
+        kinds.push(PackKind::Bf16);
+    }
+    if super::amx_unavailable_reason().is_none() {
+        kinds.push(PackKind::Amx);
+    }
+    if !kinds.contains(&rule) {
+        kinds.push(rule);
+    }
+    kinds
+}
+
 fn calibrate() -> PackKind {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
