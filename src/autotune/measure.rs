@@ -1,6 +1,7 @@
 //! Measuring the candidates of one problem.
 //!
-//! A problem whose rule runs in under [`MIN_TUNE_S`] keeps the rule without measuring the others.
+//! A problem whose rule runs in under [`MIN_TUNE_S`] or over [`MAX_TUNE_S`] keeps the rule without
+//! measuring the others.
 //! Otherwise every valid candidate runs once on the real problem: the static rule's first (its result is
 //! the reference), then the others, each checked against the reference and timed. The call's
 //! result is the winner's own output, so every call of a key, the measuring one included,
@@ -20,6 +21,13 @@ use crate::Result;
 /// Problems whose rule runs faster than this (seconds) keep the rule unmeasured: their
 /// candidates' differences are within timing noise and worth nothing.
 pub(crate) const MIN_TUNE_S: f64 = 1e-4;
+/// Problems whose rule runs longer than this (seconds) keep the rule unmeasured: each other
+/// candidate would cost as much again or more on a first run (the 512×512 f32 VAE decode's
+/// convolutions took 1.5–9× their rule's time on the other kernels, 12.7 s in all, to confirm
+/// the rule everywhere), which bounds a first run's tuning time. SD 1.5's UNet problems at
+/// 512×512 run well under it.
+pub(crate) const MAX_TUNE_S: f64 = 0.25;
+
 /// Problems faster than this (seconds) are timed more than once.
 pub(crate) const CHEAP_S: f64 = 0.025;
 /// The most runs of one candidate.
@@ -54,7 +62,16 @@ pub(crate) fn measure<T>(
     let reference = run(rule)?;
     best[rule] = Some(elapsed(t, s0, setup));
     runs[rule] = 1;
-    if best[rule].is_some_and(|b| b < MIN_TUNE_S) {
+    let outside = |b: f64| {
+        if b < MIN_TUNE_S {
+            Some("not measured: the problem is too short")
+        } else if b > MAX_TUNE_S {
+            Some("not measured: the problem is too long")
+        } else {
+            None
+        }
+    };
+    if let Some(why) = best[rule].and_then(outside) {
         let times = names
             .iter()
             .enumerate()
@@ -62,7 +79,7 @@ pub(crate) fn measure<T>(
                 name: n.to_string(),
                 ms: best[i].map(|s| s * 1e3),
                 runs: runs[i],
-                failure: (i != rule).then(|| "not measured: the problem is too short".into()),
+                failure: (i != rule).then(|| why.into()),
             })
             .collect();
         return Ok((times, rule, reference));

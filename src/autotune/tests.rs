@@ -390,3 +390,39 @@ fn saves_from_two_writers_merge_and_never_tear() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Problems whose rule runs under 0.1 ms or over 0.25 s keep the rule: the other candidates
+/// never run, and the report says why.
+#[test]
+fn too_short_and_too_long_problems_keep_the_rule_unmeasured() {
+    for (problem, rule_ms, why) in [("n=short", 0u64, "too short"), ("n=long", 600, "too long")] {
+        let key = Key::new("test-bounds", "toy_bounds", problem);
+        let mut others = 0;
+        let mut run = |i: usize| -> crate::Result<u32> {
+            if i == 0 {
+                std::thread::sleep(Duration::from_millis(rule_ms));
+            } else {
+                others += 1;
+            }
+            Ok(7)
+        };
+        let (i, measured) = with_mode(AutotuneMode::Tune, None, || decide_index(&key, &mut run));
+        assert_eq!(
+            (i, measured),
+            (usize::MAX, true),
+            "{problem}: the rule's result"
+        );
+        assert_eq!(others, 0, "{problem}: another candidate ran");
+        let rec = report()
+            .into_iter()
+            .find(|r| r.device == "test-bounds" && r.problem == key.problem)
+            .expect("reported");
+        assert_eq!(rec.winner, NAMES[0]);
+        assert!(
+            rec.candidates[1..]
+                .iter()
+                .all(|c| c.failure.as_deref().is_some_and(|f| f.contains(why))),
+            "{rec}"
+        );
+    }
+}
