@@ -193,11 +193,22 @@ fn half_cases(c: &Case) -> bool {
     .contains(&c.name.as_str())
 }
 
+/// The half-precision image comparisons run on the static rules' kernels: every autotuner
+/// candidate agrees with its rule within its family's tolerance (each tested against references
+/// on its own), but 16-bit roundings that differ by candidate grow over 20–25 sampler steps,
+/// so which candidates a loaded machine measures fastest moved the bf16 DPM++ image from 0.02%
+/// to 0.26% of values off by more than 16. The rules make the comparison reproducible.
+fn on_static_rules(body: impl FnOnce()) {
+    xpu::config::scoped(|c| c.autotune.mode = xpu::config::AutotuneMode::Off, body)
+}
+
 #[test]
 fn half_precision_images_are_close_on_cpu() {
-    for dtype in [DType::F16, DType::BF16] {
-        run_all(Device::Cpu, dtype, &half_cases, &check_half);
-    }
+    on_static_rules(|| {
+        for dtype in [DType::F16, DType::BF16] {
+            run_all(Device::Cpu, dtype, &half_cases, &check_half);
+        }
+    });
 }
 
 #[test]
@@ -205,9 +216,11 @@ fn half_precision_images_are_close_on_xpu() {
     if !common::xpu() {
         return;
     }
-    for dtype in [DType::F16, DType::BF16] {
-        run_all(Device::Xpu, dtype, &half_cases, &check_half);
-    }
+    on_static_rules(|| {
+        for dtype in [DType::F16, DType::BF16] {
+            run_all(Device::Xpu, dtype, &half_cases, &check_half);
+        }
+    });
 }
 
 /// The comparison can fail: small changes to a request (guidance, seed, scheduler, negative

@@ -231,10 +231,16 @@ fn every_bf16_product_method_runs_when_forced_and_keeps_the_weight() {
         .unwrap()
         .add(&b.to_dtype(DType::F32).unwrap())
         .unwrap();
-    let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("f16c");
+    #[cfg(target_arch = "x86_64")]
+    let (avx512, dot) = (
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("f16c"),
+        is_x86_feature_detected!("avx512bf16"),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (avx512, dot) = (false, false);
     let runs = |method: &str| match method {
         "widen" => avx512,
-        "dot" => avx512 && is_x86_feature_detected!("avx512bf16"),
+        "dot" => avx512 && dot,
         _ => avx512 && xpu::cpu::gemm::amx_unavailable_reason().is_none(),
     };
     for method in ["widen", "dot", "amx"] {
