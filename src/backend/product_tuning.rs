@@ -62,15 +62,16 @@ pub(crate) fn apply_tuned(
     if !kinds.contains(&rule_kind) {
         kinds.push(rule_kind);
     }
+    let forced = crate::config::with(|c| c.autotune.forced(FAMILY).map(str::to_owned));
     if rule_kind == PackKind::Amx {
         // AMX tiles do 16× the FMA pipes' multiply-adds per cycle: on a Xeon with AMX every
         // bf16 product of SD 1.5's UNet (rows 2 to 8192) measured 1.5–45× faster on them than
         // with dot products or widening, and measuring those took 3.2 s of a first step. They
         // are not measured there, and run only when forced by name.
-        let forced = crate::config::with(|c| c.autotune.forced(FAMILY).map(str::to_owned));
         kinds.retain(|k| *k == PackKind::Amx || forced.as_deref() == Some(name(*k)));
     }
-    if kinds.len() == 1 {
+    // One candidate runs directly, unless forced (then the autotuner records it: `trace`).
+    if kinds.len() == 1 && forced.is_none() {
         return current.apply(x, xl, bias, activation, residual);
     }
     let rule = kinds.iter().position(|k| *k == rule_kind).unwrap_or(0);
@@ -84,39 +85,16 @@ pub(crate) fn apply_tuned(
         if current.is_geglu() { "geglu" } else { "plain" }
     );
     let key = tuning::cpu_key(FAMILY, &problem);
-    // Packs made while measuring: the winner's are kept afterwards.
-    let made = std::cell::RefCell::new(Vec::<Arc<PackedWeight>>::new());
-    let packing_s = std::cell::Cell::new(0.0f64);
-    let out = tuning::run_tuned_with_setup(
+    tuning::run_tuned_repacking(
         &key,
         &names,
         rule,
-        &mut |i| {
-            let t = std::time::Instant::now();
-            let packs = packs_for(product, &current, kinds[i])?;
-            packing_s.set(packing_s.get() + t.elapsed().as_secs_f64());
-            if crate::autotune::measuring() && !Arc::ptr_eq(&packs, &current) {
-                made.borrow_mut().push(Arc::clone(&packs));
-            }
-            packs.apply(x, xl, bias, activation, residual)
-        },
-        &|| Ok(()),
+        &current,
+        &|i| packs_for(product, &current, kinds[i]),
+        &|packs| packs.apply(x, xl, bias, activation, residual),
         &|a, b| tuning::cpu_agree(a, b, TOLERANCE),
-        &|| packing_s.get(),
-    )?;
-    let made = made.into_inner();
-    if let Some(winner) = (!made.is_empty())
-        .then(|| crate::autotune::known_winner(&key))
-        .flatten()
-    {
-        if let Some(p) = made
-            .into_iter()
-            .find(|p| p.bf16_layout().map(name) == Some(winner.as_str()))
-        {
-            product.replace(p);
-        }
-    }
-    Ok(out)
+        &|winner| product.replace(winner),
+    )
 }
 
 /// The packs for `kind`: those in use, or the weight packed again (installed in the layer

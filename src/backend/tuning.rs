@@ -67,6 +67,54 @@ pub(crate) fn run_tuned_with_setup<T>(
     }
 }
 
+/// [`run_tuned`] for a layer whose candidates each run on their own packs of the layer's
+/// weight: `packs(i)` gives candidate `i`'s (the layer's own, or new ones; the time it takes is
+/// left out of the candidate's), `run` makes the call on them. Packs made while measuring are
+/// set aside, and the winner's are handed to `keep` afterwards, so the layer holds the packs of
+/// the kernel it runs from then on.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_tuned_repacking<P, T>(
+    key: &Key,
+    names: &[&'static str],
+    rule: usize,
+    current: &std::sync::Arc<P>,
+    packs: &dyn Fn(usize) -> Result<std::sync::Arc<P>>,
+    run: &dyn Fn(&P) -> Result<T>,
+    agree: &dyn Fn(&T, &T) -> bool,
+    keep: &dyn Fn(std::sync::Arc<P>),
+) -> Result<T> {
+    use std::sync::Arc;
+    let made = std::cell::RefCell::new(Vec::<(usize, Arc<P>)>::new());
+    let packing_s = std::cell::Cell::new(0.0f64);
+    let out = run_tuned_with_setup(
+        key,
+        names,
+        rule,
+        &mut |i| {
+            let t = std::time::Instant::now();
+            let p = packs(i)?;
+            packing_s.set(packing_s.get() + t.elapsed().as_secs_f64());
+            if autotune::measuring() && !Arc::ptr_eq(&p, current) {
+                made.borrow_mut().push((i, Arc::clone(&p)));
+            }
+            run(&p)
+        },
+        &|| Ok(()),
+        agree,
+        &|| packing_s.get(),
+    )?;
+    let made = made.into_inner();
+    if let Some(winner) = (!made.is_empty())
+        .then(|| autotune::known_winner(key))
+        .flatten()
+    {
+        if let Some((_, p)) = made.into_iter().find(|(i, _)| names[*i] == winner) {
+            keep(p);
+        }
+    }
+    Ok(out)
+}
+
 /// A key for a problem of the CPU in this thread's configuration.
 pub(crate) fn cpu_key(op: &'static str, problem: &str) -> Key {
     Key::new(&crate::cpu::tuning::device_id(), op, problem)

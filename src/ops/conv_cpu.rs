@@ -128,38 +128,18 @@ pub(crate) fn conv2d_cpu_layer(
         let w = weight()?.contiguous()?;
         Ok(Tensor::clone(rebuilt.get_or_init(|| w)))
     };
-    // Packs made while the autotuner measures: the winner's are kept afterwards. Making them
-    // (the weight rebuilt, its transform) is a one-time cost of the layer, left out of the
-    // candidates' times.
-    let made = std::cell::RefCell::new(Vec::new());
-    let packing_s = std::cell::Cell::new(0.0f64);
-    let out = tuning::run_tuned_with_setup(
+    // Making a candidate's packs (the weight rebuilt, its transform) is a one-time cost of the
+    // layer, left out of the candidates' times; the winner's are kept.
+    tuning::run_tuned_repacking(
         &key,
         &names,
         rule,
-        &mut |i| {
-            let t = std::time::Instant::now();
-            let packed = packs_for(layer, &current, kernels[i], &weight_once, g.p)?;
-            packing_s.set(packing_s.get() + t.elapsed().as_secs_f64());
-            if crate::autotune::measuring() && !Arc::ptr_eq(&packed, &current) {
-                made.borrow_mut().push(Arc::clone(&packed));
-            }
-            conv2d_cpu(x, &packed, bias, epilogue, g, fmt)
-        },
-        &|| Ok(()),
+        &current,
+        &|i| packs_for(layer, &current, kernels[i], &weight_once, g.p),
+        &|packed| conv2d_cpu(x, packed, bias, epilogue, g, fmt),
         &outputs_agree,
-        &|| packing_s.get(),
-    )?;
-    let made = made.into_inner();
-    if let Some(winner) = (!made.is_empty())
-        .then(|| crate::autotune::known_winner(&key))
-        .flatten()
-    {
-        if let Some(p) = made.into_iter().find(|p| p.kernel().name() == winner) {
-            layer.replace(p);
-        }
-    }
-    Ok(out)
+        &|winner| layer.replace(winner),
+    )
 }
 
 /// The layer's packs for `kernel`: those in use, or new ones (installed in the layer unless

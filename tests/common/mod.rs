@@ -136,6 +136,13 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64)
     }
 }
 
+/// `x @ wᵀ + b` in f32 (PyTorch's `nn.Linear` on `[out, in]` weights), the reference for
+/// `Linear` in any dtype.
+pub fn linear_f32(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    f(x).matmul(&f(w).t().unwrap()).unwrap().add(&f(b)).unwrap()
+}
+
 /// Seeded normal tensor on Cpu.
 pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     Tensor::randn(shape, dtype, Device::Cpu, seed).unwrap()

@@ -18,13 +18,7 @@ fn linear_matches_matmul_plus_bias_on_every_device() {
                 let y = lin.forward(&x).unwrap();
                 assert_eq!(y.shape(), &[2, rows, outf]);
                 assert_eq!(y.dtype(), dtype);
-                let want = x
-                    .to_dtype(DType::F32)
-                    .unwrap()
-                    .matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap())
-                    .unwrap()
-                    .add(&b.to_dtype(DType::F32).unwrap())
-                    .unwrap();
+                let want = common::linear_f32(&x, &w, &b);
                 let t = if dtype == DType::F32 {
                     1e-5
                 } else {
