@@ -33,8 +33,24 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def sd_vae():
+    """SD 1.x's AutoencoderKL (diffusers' config) with the current torch seed's weights."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(128, 256, 512, 512),
+        layers_per_block=2,
+        latent_channels=4,
+        sample_size=512,
+    )
+
+
 def build(dtype):
-    from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from diffusers import PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
     torch.manual_seed(0)
@@ -58,16 +74,7 @@ def build(dtype):
             hidden_act="quick_gelu",
         )
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(128, 256, 512, 512),
-        layers_per_block=2,
-        latent_channels=4,
-        sample_size=512,
-    )
+    vae = sd_vae()
     tokenizer = CLIPTokenizer.from_pretrained(os.path.join(ROOT, "tests", "fixtures", "clip_tokenizer"))
     scheduler = PNDMScheduler(
         beta_start=0.00085,

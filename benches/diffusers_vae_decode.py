@@ -23,20 +23,11 @@ def main():
     parser.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     parser.add_argument("--tiled", action="store_true")
     args = parser.parse_args()
-    from diffusers import AutoencoderKL
+    from diffusers_txt2img import sd_vae
 
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     torch.manual_seed(0)
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(128, 256, 512, 512),
-        layers_per_block=2,
-        latent_channels=4,
-        sample_size=512,
-    ).to(dtype)
+    vae = sd_vae().to(dtype)
     if args.tiled:
         vae.enable_tiling()
     latents = torch.randn(1, 4, args.size // 8, args.size // 8, generator=torch.Generator().manual_seed(1)).to(dtype)

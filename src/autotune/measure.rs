@@ -71,17 +71,22 @@ pub(crate) fn measure<T>(
             None
         }
     };
+    // Each candidate's time, runs and why it was not chosen.
+    let times =
+        |best: &[Option<f64>], runs: &[usize], failure: &dyn Fn(usize) -> Option<String>| {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| CandidateTime {
+                    name: n.to_string(),
+                    ms: best[i].map(|s| s * 1e3),
+                    runs: runs[i],
+                    failure: failure(i),
+                })
+                .collect::<Vec<_>>()
+        };
     if let Some(why) = best[rule].and_then(outside) {
-        let times = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| CandidateTime {
-                name: n.to_string(),
-                ms: best[i].map(|s| s * 1e3),
-                runs: runs[i],
-                failure: (i != rule).then(|| why.into()),
-            })
-            .collect();
+        let times = times(&best, &runs, &|i| (i != rule).then(|| why.into()));
         return Ok((times, rule, reference));
     }
     // The fastest other candidate's first result (one kept at a time, to bound memory).
@@ -134,16 +139,7 @@ pub(crate) fn measure<T>(
             }
         }
     };
-    let times = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| CandidateTime {
-            name: n.to_string(),
-            ms: best[i].map(|s| s * 1e3),
-            runs: runs[i],
-            failure: failure[i].clone(),
-        })
-        .collect();
+    let times = times(&best, &runs, &|i| failure[i].clone());
     Ok((times, winner, result))
 }
 

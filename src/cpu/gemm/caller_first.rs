@@ -13,15 +13,17 @@
 //! counter exhausted and exits without touching it). Results do not depend on which thread ran
 //! which index (callers give tasks disjoint outputs). A panicking task is resumed on the caller.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Counters shared with the helpers (kept alive by the helpers that still hold them).
 struct Shared {
     next: AtomicUsize,
     done: AtomicUsize,
-    panicked: AtomicBool,
+    /// The first panicking task's payload, resumed on the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 /// The task closure as a raw pointer, so helpers may outlive the borrow (they never call it then).
@@ -39,7 +41,7 @@ pub(crate) fn for_each_eager<F: Fn(usize) + Sync>(tasks: usize, helpers: usize, 
     let shared = Arc::new(Shared {
         next: AtomicUsize::new(0),
         done: AtomicUsize::new(0),
-        panicked: AtomicBool::new(false),
+        panic: Mutex::new(None),
     });
     let dynf: &(dyn Fn(usize) + Sync) = f;
     // SAFETY (lifetime erasure): the pointer is dereferenced only in `run` for a claimed index
@@ -63,9 +65,13 @@ pub(crate) fn for_each_eager<F: Fn(usize) + Sync>(tasks: usize, helpers: usize, 
             std::hint::spin_loop();
         }
     }
-    if shared.panicked.load(Ordering::Relaxed) {
-        // Surface a task's panic on the caller, as rayon does.
-        panic!("a parallel GEMM task panicked");
+    let payload = match shared.panic.lock() {
+        Ok(mut p) => p.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
+    };
+    if let Some(payload) = payload {
+        // Surface a task's own panic on the caller, as rayon does.
+        resume_unwind(payload);
     }
 }
 
@@ -79,8 +85,12 @@ fn run(sh: &Shared, tasks: usize, job: Job) {
         // SAFETY: `i < tasks` was claimed before `done` reached `tasks`, so the caller of
         // `for_each_eager` is still waiting and the closure is alive.
         let r = catch_unwind(AssertUnwindSafe(|| unsafe { (*job.0)(i) }));
-        if r.is_err() {
-            sh.panicked.store(true, Ordering::Relaxed);
+        if let Err(payload) = r {
+            let mut first = match sh.panic.lock() {
+                Ok(p) => p,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            first.get_or_insert(payload);
         }
         sh.done.fetch_add(1, Ordering::Release);
     }
@@ -114,5 +124,21 @@ mod tests {
             });
             assert_eq!(sum.load(Ordering::Relaxed), 6 + 4 * round);
         }
+    }
+
+    #[test]
+    fn a_task_panic_reaches_the_caller_with_its_own_message_after_every_task() {
+        let ran = AtomicUsize::new(0);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            for_each_eager(9, 2, &|i| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                if i == 5 {
+                    std::panic::panic_any("task 5 failed");
+                }
+            })
+        }));
+        let payload = r.expect_err("the panic surfaces");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"task 5 failed"));
+        assert_eq!(ran.load(Ordering::Relaxed), 9, "every other task still ran");
     }
 }
