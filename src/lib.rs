@@ -115,6 +115,22 @@ pub fn empty_cache() -> Result<()> {
     ctx.allocator.empty_cache()
 }
 
+/// Makes the process keep the host memory it frees for its own later allocations (glibc on
+/// Linux: `mallopt` `M_MMAP_THRESHOLD` 1 GiB and `M_TRIM_THRESHOLD` at its maximum), so that a
+/// phase that needs other buffer sizes than the one before it (a VAE decode after the denoising
+/// loop) reuses pages already faulted in instead of asking the kernel for fresh, zeroed ones.
+/// Where fresh pages are slow to come by (virtual machines whose host reclaims free guest
+/// memory) that cost a 512x512 SD decode over a second. It changes the allocator of the whole
+/// process: resident memory stays near its peak after large buffers are freed (the peak itself
+/// moves little). Freed buffers are then reused as they are, so a zeroed allocation that
+/// lands on one costs a fill where fresh pages came zeroed: `txt2img` calls it after loading
+/// the models (whose transient buffers are written once), before generating. Meant for
+/// programs, not libraries. Returns whether the allocator took the settings (false elsewhere,
+/// where nothing changes).
+pub fn retain_freed_host_memory() -> bool {
+    cpu::alloc::retain_freed_memory()
+}
+
 /// Limits the bytes the Xpu allocator may reserve (`None` removes the limit). Also settable
 /// with the environment variable `XPU_MEMORY_LIMIT` (e.g. `512M`, `2G`).
 pub fn set_memory_limit(limit: Option<u64>) -> Result<()> {

@@ -142,6 +142,10 @@ fn run(args: Args) -> xpu::Result<()> {
         None => StableDiffusionPipeline::random_sd15(device, dtype, 0)?,
     };
     let load_s = loading.elapsed().as_secs_f64();
+    // Generation runs phases with different buffer sizes (text encoder, UNet, VAE): from here
+    // freed pages are reused instead of faulted in afresh (loading, whose transient buffers
+    // are written once, keeps fresh zero pages from the kernel).
+    xpu::retain_freed_host_memory();
     let request = plan.request(&pipe);
     let described = outputs::Described::new(&args, &pipe, &request);
     eprintln!(

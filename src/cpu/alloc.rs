@@ -38,6 +38,36 @@ pub(crate) fn zeroed<T: bytemuck::Zeroable>(op: &'static str, n: usize) -> Resul
     Ok(v)
 }
 
+/// The largest request the C allocator serves from its heap once [`retain_freed_memory`] ran:
+/// above it, a buffer is its own mapping, returned to the kernel when freed.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const HEAP_SERVED_MAX: i32 = 1 << 30;
+
+/// Asks the C allocator (glibc) to keep the memory the process frees for its own later
+/// requests: buffers below [`HEAP_SERVED_MAX`] come from the heap instead of fresh mappings,
+/// and free memory at the heap's top is not handed back to the kernel (`mallopt`
+/// `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD`). Returns whether both settings were taken (false
+/// on other C libraries and systems, where nothing changes).
+///
+/// Invariant: only the allocator's policy changes, never the contents or validity of any
+/// allocation; the process's resident memory then stays near its peak after large transient
+/// buffers are freed, the price of reusing their pages.
+pub(crate) fn retain_freed_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallopt` only changes glibc's allocation policy (two integer parameters);
+        // it is thread-safe and allocations made before or after stay valid.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_SERVED_MAX) == 1
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) == 1
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
 /// An empty vector with room for exactly `n` elements, or an error naming `op`.
 pub(crate) fn with_capacity<T>(op: &'static str, n: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
