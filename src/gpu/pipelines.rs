@@ -35,6 +35,9 @@ pub enum ShaderId {
     /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation
     /// (NVIDIA tensor cores through Vulkan).
     MatmulCoop16,
+    /// `matmul/matmul_coop16_tiles.wgsl` (after `matmul.wgsl`): the f16 tensor-core product with its tile shape
+    /// as pipeline constants (`mm_coop16t`, autotuner candidates).
+    MatmulCoop16Tiles,
     /// `matmul/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
     MatmulSubgroup,
     /// `matmul/matmul_vec4.wgsl` (after `matmul.wgsl` and `matmul_tiled.wgsl`): the large and
@@ -66,13 +69,14 @@ const COMMON: &str = include_str!("kernels/common.wgsl");
 
 impl ShaderId {
     /// Every shader, for validation tests.
-    pub const ALL: [ShaderId; 15] = [
+    pub const ALL: [ShaderId; 16] = [
         ShaderId::Elementwise,
         ShaderId::Reduce,
         ShaderId::Matmul,
         ShaderId::MatmulTiled,
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
+        ShaderId::MatmulCoop16Tiles,
         ShaderId::MatmulSubgroup,
         ShaderId::MatmulVec4,
         ShaderId::Norm,
@@ -85,9 +89,10 @@ impl ShaderId {
     ];
 
     /// The cooperative-matrix kernels (compiled through `xpu::passthrough`).
-    pub const COOPERATIVE: [ShaderId; 4] = [
+    pub const COOPERATIVE: [ShaderId; 5] = [
         ShaderId::MatmulCoop,
         ShaderId::MatmulCoop16,
+        ShaderId::MatmulCoop16Tiles,
         ShaderId::AttentionCoop16,
         ShaderId::AttentionCoop16Sg8,
     ];
@@ -101,6 +106,7 @@ impl ShaderId {
             ShaderId::MatmulTiled => "matmul_tiled.wgsl",
             ShaderId::MatmulCoop => "matmul_coop.wgsl",
             ShaderId::MatmulCoop16 => "matmul_coop16.wgsl",
+            ShaderId::MatmulCoop16Tiles => "matmul_coop16_tiles.wgsl",
             ShaderId::MatmulSubgroup => "matmul_subgroup.wgsl",
             ShaderId::MatmulVec4 => "matmul_vec4.wgsl",
             ShaderId::Norm => "norm.wgsl",
@@ -142,6 +148,10 @@ impl ShaderId {
             ],
             ShaderId::MatmulCoop => &[MATMUL, include_str!("kernels/matmul/matmul_coop.wgsl")],
             ShaderId::MatmulCoop16 => &[MATMUL, COOP16, GATHER, WORDS],
+            ShaderId::MatmulCoop16Tiles => &[
+                MATMUL,
+                include_str!("kernels/matmul/matmul_coop16_tiles.wgsl"),
+            ],
             ShaderId::MatmulSubgroup => {
                 &[MATMUL, include_str!("kernels/matmul/matmul_subgroup.wgsl")]
             }

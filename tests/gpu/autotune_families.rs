@@ -102,6 +102,108 @@ fn every_gpu_matmul_candidate_runs_where_valid_and_matches_the_cpu() {
     }
 }
 
+/// The tile shapes of the tensor-core product as pipeline constants (`mm_coop16t`), the
+/// `gpu_matmul` candidates besides `coop16` where the adapter has tensor cores.
+const TILE_SHAPES: [&str; 6] = [
+    "coop16t_4x2_2x4_32_2",
+    "coop16t_4x2_2x4_64",
+    "coop16t_2x2_4x4_32_2",
+    "coop16t_4x4_2x2_32_2",
+    "coop16t_4x2_4x4_32",
+    "coop16t_2x2_2x2_64_2",
+];
+
+/// Every tile shape of `mm_coop16t` forced on f16 products over edge sizes (one tile, ragged
+/// tiles, odd K for the element-wise staging), B row-major and transposed (staged both ways),
+/// a broadcast batch, every epilogue (bias, activation, residual, alpha/beta with C, f32
+/// output) and split K: it runs where the adapter has tensor cores (elsewhere the rule) and
+/// matches the Cpu; a GEGLU product never takes it.
+#[test]
+fn every_tile_shape_of_the_tensor_core_product_matches_the_cpu() {
+    if !common::xpu() {
+        return;
+    }
+    let cores = tensor_cores();
+    let dt = DType::F16;
+    // [m, k, n, B transposed, batch of A]
+    let cases = [
+        [257, 65, 129, 0, 1],
+        [129, 258, 257, 1, 2],
+        [300, 1000, 130, 0, 1],
+        [65, 7, 65, 1, 1],
+        [33, 64, 200, 0, 3],
+    ];
+    for (ci, [m, k, n, bt, batch]) in cases.into_iter().enumerate() {
+        let seed = 100 + 10 * ci as u64;
+        let a = randn(&[batch, m, k], dt, seed);
+        let b = if bt == 1 {
+            randn(&[n, k], dt, seed + 1).t().unwrap()
+        } else {
+            randn(&[k, n], dt, seed + 1)
+        };
+        let bias = randn(&[n], dt, seed + 2);
+        let res = randn(&[batch, m, n], dt, seed + 3);
+        let c = randn(&[m, n], dt, seed + 4);
+        let run = |device: Device, epilogue: usize| {
+            let (a, b) = (a.to(device).unwrap(), b.to(device).unwrap());
+            let (bias, res, c) = (
+                bias.to(device).unwrap(),
+                res.to(device).unwrap(),
+                c.to(device).unwrap(),
+            );
+            let f = a.matmul_fused(&b);
+            let f = match epilogue {
+                0 => f.bias(&bias).activation(xpu::Activation::Gelu),
+                1 => f.residual(&res).out_dtype(DType::F32),
+                _ => f.alpha(0.5).add_scaled(2.0, &c).bias(&bias),
+            };
+            f.run().unwrap()
+        };
+        for epilogue in 0..3 {
+            let want = values(&run(Device::Cpu, epilogue));
+            for name in TILE_SHAPES {
+                let (got, chosen) = forced(&[("gpu_matmul", name)], || run(Device::Xpu, epilogue));
+                let what = format!("{name} case {ci} epilogue {epilogue}");
+                assert_eq!(
+                    ran(&chosen, "gpu_matmul") == name,
+                    cores,
+                    "{what}: {chosen:?}"
+                );
+                let t = matmul_tol(dt, k);
+                assert_close(&what, &values(&got), &want, t, t);
+            }
+        }
+    }
+    // Split K: few output tiles and a long odd K, in f32 partials summed by the epilogue pass.
+    let (a, b) = (randn(&[2, 130, 2113], dt, 7), randn(&[2113, 129], dt, 8));
+    let want = values(&a.matmul(&b).unwrap());
+    let (ax, bx) = (a.to(Device::Xpu).unwrap(), b.to(Device::Xpu).unwrap());
+    for name in TILE_SHAPES {
+        for count in ["2", "3"] {
+            let force = [("gpu_matmul", name), ("gpu_split_k", count)];
+            let (got, chosen) = forced(&force, || ax.matmul(&bx).unwrap());
+            let what = format!("{name} split {count}");
+            assert_eq!(
+                ran(&chosen, "gpu_matmul") == name,
+                cores,
+                "{what}: {chosen:?}"
+            );
+            let t = matmul_tol(dt, 2113);
+            assert_close(&what, &values(&got), &want, t, t);
+        }
+    }
+    // GEGLU stays off the tile shapes.
+    let (a, b) = (randn(&[300, 64], dt, 9), randn(&[64, 256], dt, 10));
+    let want = values(&a.matmul_fused(&b).geglu().run().unwrap());
+    let (ax, bx) = (a.to(Device::Xpu).unwrap(), b.to(Device::Xpu).unwrap());
+    let (got, chosen) = forced(&[("gpu_matmul", TILE_SHAPES[0])], || {
+        ax.matmul_fused(&bx).geglu().run().unwrap()
+    });
+    assert_ne!(ran(&chosen, "gpu_matmul"), TILE_SHAPES[0], "{chosen:?}");
+    let t = matmul_tol(dt, 64);
+    assert_close("geglu", &values(&got), &want, t, t);
+}
+
 /// Every `gpu_split_k` count forced (whole, the listed powers of two, and 3, which runs
 /// wherever K splits though not listed) on the kernels that split K (the medium and large FMA
 /// tiles, the simple engine, and the tensor-core kernel where there is one), on a batched

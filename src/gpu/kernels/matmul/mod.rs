@@ -12,6 +12,7 @@
 //! 1-D view; operands that are absent are bound to A's buffer and never read. All indices are
 //! 32-bit: every buffer involved is checked to fit.
 
+pub(crate) mod coop16_tiles;
 pub(crate) mod coop_check;
 pub(crate) mod select;
 mod split;
@@ -183,11 +184,17 @@ impl XpuStorage {
             dtype: self.dtype,
             mnk: [pr.m, pr.n, pr.k],
             b_col_major: pr.b_col_major(),
+            geglu: ep.geglu,
+        };
+        let limits = coop16_tiles::TileLimits {
+            invocations: self.ctx.limits.max_compute_invocations_per_workgroup,
+            workgroup_bytes: self.ctx.limits.max_compute_workgroup_storage_size,
         };
         let (engines, rule) = select::candidates(
             ep.op,
             ep.kernel,
             &self.ctx.features,
+            &limits,
             shape,
             &coop_check::verdict,
         )?;
@@ -353,9 +360,8 @@ impl XpuStorage {
             entry: geo.entry,
             dt_in: self.dtype,
             dt_out: ep.out_dtype,
-            workgroup: 256,
-            // mm_gemv's lane layout for a column-major B.
-            variant: u32::from(geo.entry == "mm_gemv" && b_col_major),
+            workgroup: geo.workgroup,
+            variant: geo.variant,
         };
         if let Some(split) = split {
             return self.matmul_split(rhs, pr, ep, key, [tile_n, tile_m], split);

@@ -23,6 +23,7 @@
 //! the medium tile but lost at K = 320 and 640 (8192x320x1280: 0.454 vs 0.431 ms; 2048x640x640:
 //! 0.258 vs 0.204 ms, 80 large tiles for 132 SMs).
 
+use super::coop16_tiles::{Coop16Tiles, TileLimits, TILE_SHAPES};
 use crate::autotune::bucket;
 use crate::desc::{MatmulKernel, TileConfig};
 use crate::gpu::context::XpuFeatures;
@@ -48,14 +49,19 @@ pub(crate) enum Engine {
     Coop,
     /// `matmul_coop16.wgsl` `mm_coop16` (16x16 f16 cooperative matrices, f32 accumulation).
     Coop16,
+    /// `matmul_coop16_tiles.wgsl` `mm_coop16t` with shape `TILE_SHAPES[i]`.
+    Coop16Tiles(u8),
 }
 
-/// Geometry of a fused kernel: entry point, output tile (rows, virtual product columns).
+/// Geometry of a fused kernel: entry point, output tile (rows, virtual product columns), its
+/// workgroup size and `VARIANT`.
 pub(crate) struct Geometry {
     pub shader: ShaderId,
     pub entry: &'static str,
     pub tile_m: usize,
     pub tile_n: usize,
+    pub workgroup: u32,
+    pub variant: u32,
 }
 
 impl Engine {
@@ -70,6 +76,7 @@ impl Engine {
             Engine::GemvSubgroup => "gemv_sg",
             Engine::Coop => "coop8",
             Engine::Coop16 => "coop16",
+            Engine::Coop16Tiles(i) => TILE_SHAPES[usize::from(i) % TILE_SHAPES.len()].0,
         }
     }
 
@@ -88,7 +95,11 @@ impl Engine {
     pub(crate) fn splits_k(self) -> bool {
         matches!(
             self,
-            Engine::Coop16 | Engine::Large4 | Engine::Medium4 | Engine::Simple
+            Engine::Coop16
+                | Engine::Coop16Tiles(_)
+                | Engine::Large4
+                | Engine::Medium4
+                | Engine::Simple
         )
     }
 
@@ -107,6 +118,9 @@ impl Engine {
                 entry,
                 tile_m,
                 tile_n,
+                workgroup: 256,
+                // mm_gemv's lane layout for a column-major B.
+                variant: u32::from(entry == "mm_gemv" && b_col_major),
             })
         };
         match self {
@@ -123,6 +137,17 @@ impl Engine {
             ),
             Engine::Coop => g(ShaderId::MatmulCoop, "mm_coop", 32, 32),
             Engine::Coop16 => g(ShaderId::MatmulCoop16, "mm_coop16", 128, 128),
+            Engine::Coop16Tiles(i) => {
+                let t = TILE_SHAPES[usize::from(i) % TILE_SHAPES.len()].1;
+                Some(Geometry {
+                    shader: Coop16Tiles::SHADER,
+                    entry: Coop16Tiles::ENTRY,
+                    tile_m: t.tile_m() as usize,
+                    tile_n: t.tile_n() as usize,
+                    workgroup: t.workgroup(),
+                    variant: t.variant(b_col_major),
+                })
+            }
         }
     }
 }
@@ -162,6 +187,8 @@ pub(crate) struct Shape {
     pub mnk: [usize; 3],
     /// B's columns are contiguous in K (a transposed weight).
     pub b_col_major: bool,
+    /// A GEGLU product (B holds both column halves).
+    pub geglu: bool,
 }
 
 /// The kernels that can run a product of `shape` asked for as `kernel` on an adapter with
@@ -171,7 +198,8 @@ pub(crate) struct Shape {
 /// `MatmulKernel::Auto` lists the candidates worth measuring: the medium tiles always; the
 /// large tiles where M and N reach 128; the skinny tiles up to 64 rows; the GEMVs up to 16 rows
 /// (the subgroup one where the adapter has subgroups and B's columns are contiguous in K); the
-/// f16 tensor-core kernel above 16 rows where the driver reports it and its self-check passed
+/// f16 tensor-core kernel above 16 rows where the driver reports it and its self-check passed,
+/// and there, except for GEGLU products, the tile shapes of `mm_coop16t` that fit `limits`
 /// (M and N bucketed, so nearby sizes list the same kernels). A forced `Tiled` config lists its
 /// kernel (`Gemv`: both GEMVs where the subgroup one runs, the rule taking it); `Simple` the
 /// simple engine; `CoopMatrix` the f16 tensor-core kernel for F16 operands, else the 8x8 f32
@@ -180,6 +208,7 @@ pub(crate) fn candidates(
     op: &'static str,
     kernel: MatmulKernel,
     features: &XpuFeatures,
+    limits: &TileLimits,
     shape: Shape,
     coop_ok: &dyn Fn() -> std::result::Result<(), String>,
 ) -> Result<(Vec<Engine>, usize)> {
@@ -187,6 +216,7 @@ pub(crate) fn candidates(
         dtype,
         mnk,
         b_col_major,
+        geglu,
     } = shape;
     let gemv = |list: &mut Vec<Engine>| {
         list.push(Engine::Gemv);
@@ -202,6 +232,11 @@ pub(crate) fn candidates(
             let tensor_cores = dtype == DType::F16 && coop16(features) && bm > 16;
             if tensor_cores && coop_ok().is_ok() {
                 list.push(Engine::Coop16);
+                if !geglu {
+                    let fitting = TILE_SHAPES.iter().enumerate();
+                    let fitting = fitting.filter(|(_, (_, t))| t.fits(limits));
+                    list.extend(fitting.map(|(i, _)| Engine::Coop16Tiles(i as u8)));
+                }
             }
             if bm >= 128 && bn >= 128 {
                 list.push(Engine::Large4);
@@ -308,8 +343,15 @@ mod tests {
             dtype,
             mnk: [m, n, k],
             b_col_major: false,
+            geglu: false,
         }
     }
+
+    /// NVIDIA's limits: 1024 invocations, 48 KiB of workgroup memory.
+    const LIMITS: TileLimits = TileLimits {
+        invocations: 1024,
+        workgroup_bytes: 48 * 1024,
+    };
 
     fn passed() -> std::result::Result<(), String> {
         Ok(())
@@ -317,7 +359,7 @@ mod tests {
 
     /// The rule's pick for `kernel` and `s`.
     fn rule(kernel: MatmulKernel, f: &XpuFeatures, s: Shape) -> Result<Engine> {
-        let (list, r) = candidates("matmul", kernel, f, s, &passed)?;
+        let (list, r) = candidates("matmul", kernel, f, &LIMITS, s, &passed)?;
         Ok(list[r])
     }
 
@@ -353,7 +395,8 @@ mod tests {
             ..XpuFeatures::default()
         };
         let names = |s: Shape| {
-            let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, s, &passed).unwrap();
+            let (list, r) =
+                candidates("matmul", MatmulKernel::Auto, &f, &LIMITS, s, &passed).unwrap();
             (list.iter().map(|e| e.name()).collect::<Vec<_>>(), r)
         };
         let mut gemv = shape(DType::F32, 3, 100, 64);
@@ -412,7 +455,15 @@ mod tests {
         );
         // A failed self-check makes a forced cooperative kernel an error naming it.
         let failed = || Err("self-check failed".to_string());
-        let e = candidates("matmul", MatmulKernel::CoopMatrix, &f, sq(64), &failed).unwrap_err();
+        let e = candidates(
+            "matmul",
+            MatmulKernel::CoopMatrix,
+            &f,
+            &LIMITS,
+            sq(64),
+            &failed,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("self-check failed"), "{e}");
     }
 
@@ -443,14 +494,15 @@ mod tests {
             (256, 256, 256),
         ] {
             let s = shape(DType::F16, m, n, k);
-            let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, s, &passed).unwrap();
+            let (list, r) =
+                candidates("matmul", MatmulKernel::Auto, &f, &LIMITS, s, &passed).unwrap();
             assert_eq!(list[r], Engine::Medium4, "{m}x{n}x{k}");
             assert!(list.contains(&Engine::Coop16), "{m}x{n}x{k}");
         }
         // A failed self-check keeps the tensor-core kernel off the list.
         let failed = || Err("self-check failed".to_string());
         let s = shape(DType::F16, 1024, 1024, 1024);
-        let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, s, &failed).unwrap();
+        let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, &LIMITS, s, &failed).unwrap();
         assert!(!list.contains(&Engine::Coop16));
         assert_eq!(list[r], Engine::Medium4);
         assert_eq!(
@@ -465,5 +517,58 @@ mod tests {
         assert!(pick(&f, MatmulKernel::CoopMatrix, DType::BF16, 64, 64, 64).is_err());
         f.coop_f16_16x16 = false;
         assert!(pick(&f, MatmulKernel::CoopMatrix, DType::F16, 64, 64, 64).is_err());
+    }
+
+    #[test]
+    fn tile_shapes_join_the_tensor_core_kernel_where_they_fit() {
+        let f = XpuFeatures {
+            cooperative_matrix: true,
+            subgroup: true,
+            coop_f16_16x16: true,
+            ..XpuFeatures::default()
+        };
+        let tiles = |list: &[Engine]| {
+            list.iter()
+                .filter(|e| matches!(e, Engine::Coop16Tiles(_)))
+                .count()
+        };
+        let s = shape(DType::F16, 1024, 1024, 1024);
+        let (list, r) = candidates("matmul", MatmulKernel::Auto, &f, &LIMITS, s, &passed).unwrap();
+        assert_eq!(tiles(&list), TILE_SHAPES.len(), "{list:?}");
+        assert_eq!(list[r], Engine::Coop16, "the rule stays mm_coop16");
+        for e in &list {
+            let g = e.geometry(false).unwrap();
+            assert!(g.workgroup >= 128 && g.tile_m >= 64, "{e:?}");
+            assert!(
+                TILE_SHAPES.iter().any(|t| t.0 == e.name()) || !matches!(e, Engine::Coop16Tiles(_))
+            );
+            assert!(e.splits_k() || !matches!(e, Engine::Coop16Tiles(_)));
+        }
+        // GEGLU stays on mm_coop16; small workgroup memory leaves out the shapes beyond it;
+        // f32 operands and a failed self-check list none.
+        let geglu = Shape { geglu: true, ..s };
+        let (list, _) =
+            candidates("matmul", MatmulKernel::Auto, &f, &LIMITS, geglu, &passed).unwrap();
+        assert_eq!(tiles(&list), 0);
+        assert!(list.contains(&Engine::Coop16));
+        let small = TileLimits {
+            invocations: 256,
+            workgroup_bytes: 32 * 1024,
+        };
+        let (list, _) = candidates("matmul", MatmulKernel::Auto, &f, &small, s, &passed).unwrap();
+        let want = TILE_SHAPES.iter().filter(|(_, t)| t.fits(&small)).count();
+        assert!(want < TILE_SHAPES.len());
+        assert_eq!(tiles(&list), want);
+        let f32s = shape(DType::F32, 1024, 1024, 1024);
+        let (list, _) =
+            candidates("matmul", MatmulKernel::Auto, &f, &LIMITS, f32s, &passed).unwrap();
+        assert_eq!(tiles(&list), 0);
+        let failed = || Err("self-check failed".to_string());
+        let (list, _) = candidates("matmul", MatmulKernel::Auto, &f, &LIMITS, s, &failed).unwrap();
+        assert_eq!(tiles(&list), 0);
+        // A forced tensor-core product is mm_coop16 alone.
+        let (list, _) =
+            candidates("matmul", MatmulKernel::CoopMatrix, &f, &LIMITS, s, &passed).unwrap();
+        assert_eq!(list, vec![Engine::Coop16]);
     }
 }
