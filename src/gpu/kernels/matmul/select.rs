@@ -5,8 +5,9 @@
 //! `MatmulKernel` that the adapter cannot run is an error naming what is missing, never a
 //! silently different kernel. Every tile kernel handles every shape (edges are exact), so the
 //! choice among candidates is only a performance choice. The list depends on the problem only
-//! through its dtype, B's layout and the shape buckets of M and N (`autotune::bucket`), so one
-//! tuning key always lists the same candidates.
+//! through its dtype, B's layout, GEGLU and the shape buckets of M and N (`autotune::bucket`),
+//! all in the tuning key, and on the adapter, so one tuning key always lists the same
+//! candidates.
 //! Cooperative matrices are chosen by what the driver *reports* (`cooperative_matrix_properties`),
 //! not by the feature bit alone: NVIDIA's Vulkan driver has the feature but no 8x8 f32
 //! configuration, and the 8x8 f32 kernel compiled there silently wrote zeros (seen on an H100).
