@@ -41,9 +41,6 @@ pub struct CpuConfig {
     pub bf16: CpuBf16,
     /// Advise huge pages for large buffers on Linux (`XPU_CPU_HUGEPAGES=0` turns it off).
     pub hugepages: bool,
-    /// Short parallel products start on the calling thread while the pool wakes
-    /// (`XPU_CPU_EAGER=0` turns it off).
-    pub eager: bool,
 }
 
 impl Default for CpuConfig {
@@ -52,7 +49,6 @@ impl Default for CpuConfig {
             isa: CpuIsa::Auto,
             bf16: CpuBf16::Auto,
             hugepages: true,
-            eager: true,
         }
     }
 }
@@ -92,7 +88,6 @@ impl CpuConfig {
             isa: isa.unwrap_or(d.isa),
             bf16: bf16.unwrap_or(d.bf16),
             hugepages: switch(lookup, "XPU_CPU_HUGEPAGES", warn).unwrap_or(d.hugepages),
-            eager: switch(lookup, "XPU_CPU_EAGER", warn).unwrap_or(d.eager),
         }
     }
 }

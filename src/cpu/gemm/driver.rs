@@ -327,7 +327,7 @@ pub(crate) fn run_panels<K: Kernel>(
     };
     if threads == 1 || mt * nt == 1 {
         (0..mt * nt).for_each(task);
-    } else if flops < EAGER_MAX_FLOPS && rayon::current_thread_index().is_none() && eager_on() {
+    } else if flops < EAGER_MAX_FLOPS && rayon::current_thread_index().is_none() {
         super::caller_first::for_each_eager(mt * nt, threads - 1, &task);
     } else {
         (0..mt * nt).into_par_iter().for_each(task);
@@ -337,12 +337,6 @@ pub(crate) fn run_panels<K: Kernel>(
 
 /// The op named when the host will not allocate a task's packed A.
 const PACKED_A: &str = "gemm (packed A)";
-
-/// Whether short parallel products start on the caller ([`super::eager`]):
-/// `config::CpuConfig::eager` (default yes).
-fn eager_on() -> bool {
-    crate::config::with(|c| c.cpu.eager)
-}
 
 #[allow(clippy::too_many_arguments)]
 fn run_task<K: Kernel>(
