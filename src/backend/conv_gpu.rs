@@ -1,7 +1,8 @@
 //! The Xpu convolution engine's storage-level entry: the kernel the autotuner picks (family
 //! `gpu_conv2d`) among the implicit GEMM on FMAs (`gemm`: `gpu::kernels::conv`), the same
-//! implicit GEMM on f16 tensor cores (`coop16`: `gpu::kernels::conv::coop`, with its K split as
-//! the `gpu_split_k` family picks) and Winograd F(2×2, 3×3) (`winograd`: `conv_gpu_winograd`),
+//! implicit GEMM on f16 tensor cores (`coop16`: `gpu::kernels::conv::coop`, and the tile shapes
+//! of `mm_coop16t` beside it, `coop16t_*`; each with its K split as the `gpu_split_k` family
+//! picks) and Winograd F(2×2, 3×3) (`winograd`: `conv_gpu_winograd`),
 //! for `ConvTile::Auto`; a forced tile runs its kernel alone.
 //!
 //! Invariants: every operand is checked to live on the Xpu before any GPU work is recorded; the
@@ -14,6 +15,7 @@ use super::{tuning, Storage};
 use crate::desc::ConvTile;
 use crate::desc::{Activation, ConvGeom};
 use crate::gpu::kernels::conv::{self as kernels, coop, ConvLaunch, Operand};
+use crate::gpu::kernels::matmul::coop16_tiles::{Coop16Tiles, TileLimits, TILE_SHAPES};
 use crate::gpu::XpuStorage;
 use crate::{Device, Error, Layout, Result};
 
@@ -27,6 +29,8 @@ enum Kernel {
     Gemm,
     /// The implicit GEMM on f16 tensor cores.
     Coop16,
+    /// The implicit GEMM on f16 tensor cores with tile shape `TILE_SHAPES[i]` (`mm_coop16t`).
+    Coop16Tiles(u8),
     /// Winograd F(2×2, 3×3).
     Winograd,
 }
@@ -36,15 +40,25 @@ impl Kernel {
         match self {
             Kernel::Gemm => "gemm",
             Kernel::Coop16 => "coop16",
+            Kernel::Coop16Tiles(i) => TILE_SHAPES[usize::from(i) % TILE_SHAPES.len()].0,
             Kernel::Winograd => "winograd",
+        }
+    }
+
+    /// The tile shape of a `mm_coop16t` candidate.
+    fn tiles(self) -> Option<Coop16Tiles> {
+        match self {
+            Kernel::Coop16Tiles(i) => Some(TILE_SHAPES[usize::from(i) % TILE_SHAPES.len()].1),
+            _ => None,
         }
     }
 }
 
 /// The kernels that can run `l` and the index of the static rule's: for `ConvTile::Auto` the
-/// FMA implicit GEMM always, the tensor-core one where eligible, Winograd where it fits; the
-/// rule takes Winograd where `auto_uses_winograd` says, else the tensor cores where eligible,
-/// else the FMAs. A forced tile lists its one kernel.
+/// FMA implicit GEMM always, the tensor-core one where eligible and with it the tile shapes of
+/// `mm_coop16t` that fit the adapter and gather at most 16 rows per invocation, Winograd where
+/// it fits; the rule takes Winograd where `auto_uses_winograd` says, else the tensor cores
+/// (`mm_coop16`) where eligible, else the FMAs. A forced tile lists its one kernel.
 fn candidates(l: &ConvLaunch) -> (Vec<Kernel>, usize) {
     match l.tile {
         ConvTile::Winograd => (vec![Kernel::Winograd], 0),
@@ -53,6 +67,14 @@ fn candidates(l: &ConvLaunch) -> (Vec<Kernel>, usize) {
             let mut list = vec![Kernel::Gemm];
             if tensor_cores {
                 list.push(Kernel::Coop16);
+                let limits = &l.input.0.ctx.limits;
+                let limits = TileLimits {
+                    invocations: limits.max_compute_invocations_per_workgroup,
+                    workgroup_bytes: limits.max_compute_workgroup_storage_size,
+                };
+                let fitting = TILE_SHAPES.iter().enumerate();
+                let fitting = fitting.filter(|(_, (_, t))| t.fits(&limits) && t.gathers());
+                list.extend(fitting.map(|(i, _)| Kernel::Coop16Tiles(i as u8)));
             }
             if winograd::fits(l) {
                 list.push(Kernel::Winograd);
@@ -115,17 +137,23 @@ fn conv_problem(c: &GpuConv) -> String {
     )
 }
 
-/// The tensor-core convolution with K split as the autotuner picks (family `gpu_split_k`).
-fn coop_tuned(l: &ConvLaunch, tol: f32) -> Result<XpuStorage> {
-    let (tiles, k) = coop::split_facts(l);
+/// The tensor-core convolution on `kernel` (`mm_coop16`, or `mm_coop16t` with a tile shape)
+/// with K split as the autotuner picks (family `gpu_split_k`).
+fn coop_tuned(l: &ConvLaunch, kernel: Kernel, tol: f32) -> Result<XpuStorage> {
+    let shape = kernel.tiles();
+    let (tiles, k) = coop::split_facts_on(l, shape.as_ref());
     let split = tuning::SplitProblem {
-        kernel: "conv_coop16",
+        kernel: if shape.is_some() {
+            kernel.name()
+        } else {
+            "conv_coop16"
+        },
         dtype: l.input.0.dtype,
         tiles,
         k,
-        plans: true,
+        plans: shape.is_none(),
     };
-    tuning::tuned_splits(&split, &mut |s| coop::conv2d(l, s), tol)
+    tuning::tuned_splits(&split, &mut |s| coop::conv2d_on(l, s, shape), tol)
 }
 
 /// One Xpu convolution: the operands as storages with their layouts (the residual broadcast
@@ -174,7 +202,7 @@ pub(crate) fn conv2d_gpu(c: &GpuConv) -> Result<Storage> {
     let tol = tuning::gpu_tolerance(launch.input.0.dtype);
     let mut exec = |i: usize| match list[i] {
         Kernel::Gemm => kernels::conv2d(&launch),
-        Kernel::Coop16 => coop_tuned(&launch, tol),
+        k @ (Kernel::Coop16 | Kernel::Coop16Tiles(_)) => coop_tuned(&launch, k, tol),
         Kernel::Winograd => match winograd::conv2d(&launch, c.winograd_filters) {
             // Winograd's temporaries (transformed inputs and point products) take several
             // times the output's memory; where they do not fit, an automatic choice runs the

@@ -35,7 +35,8 @@ pub enum ShaderId {
     /// `matmul_coop16_words.wgsl`): 16x16 f16 cooperative matrices with f32 accumulation
     /// (NVIDIA tensor cores through Vulkan).
     MatmulCoop16,
-    /// `matmul/matmul_coop16_tiles.wgsl` (after `matmul.wgsl`): the f16 tensor-core product with its tile shape
+    /// `matmul/matmul_coop16_tiles.wgsl` (after `matmul.wgsl` and the convolution gather's
+    /// addressing `matmul_coop16_gather.wgsl`): the f16 tensor-core product with its tile shape
     /// as pipeline constants (`mm_coop16t`, autotuner candidates).
     MatmulCoop16Tiles,
     /// `matmul/matmul_subgroup.wgsl` (after `matmul.wgsl`): GEMV with subgroup reductions.
@@ -150,6 +151,7 @@ impl ShaderId {
             ShaderId::MatmulCoop16 => &[MATMUL, COOP16, GATHER, WORDS],
             ShaderId::MatmulCoop16Tiles => &[
                 MATMUL,
+                GATHER,
                 include_str!("kernels/matmul/matmul_coop16_tiles.wgsl"),
             ],
             ShaderId::MatmulSubgroup => {

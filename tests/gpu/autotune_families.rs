@@ -305,6 +305,59 @@ fn every_gpu_conv2d_candidate_runs_where_valid_and_matches_the_cpu() {
     }
 }
 
+/// Every tile shape of the tensor-core product forced on f16 convolutions (the gather): 3x3
+/// padded with bias, 3x3 stride 2 on 32 channels, 1x1, NCHW and channels-last, and a split K:
+/// each runs where the adapter has tensor cores (elsewhere the rule) and matches the Cpu.
+#[test]
+fn every_tile_shape_of_the_tensor_core_convolution_matches_the_cpu() {
+    if !common::xpu() {
+        return;
+    }
+    let cores = tensor_cores();
+    let dt = DType::F16;
+    // [n, c, h, w, o, kernel, stride, pad]
+    for (ci, &[n, c, h, w, o, ks, stride, pad]) in [
+        [1, 16, 13, 11, 24, 3, 1, 1],
+        [2, 32, 9, 17, 40, 3, 2, 1],
+        [1, 34, 7, 5, 8, 1, 1, 0],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = Conv2dParams {
+            stride: (stride, stride),
+            padding: (pad, pad),
+            ..Default::default()
+        };
+        let x = randn(&[n, c, h, w], dt, 60 + ci as u64);
+        let wt = randn(&[o, c, ks, ks], dt, 70 + ci as u64);
+        let bias = randn(&[o], dt, 80 + ci as u64);
+        let want = values(&x.conv2d(&wt, Some(&bias), p).unwrap());
+        let [xx, wx, bx] = [&x, &wt, &bias].map(|t| t.to(Device::Xpu).unwrap());
+        let xx = if ci % 2 == 0 {
+            xx.to_memory_format(xpu::MemoryFormat::ChannelsLast)
+                .unwrap()
+        } else {
+            xx
+        };
+        for name in TILE_SHAPES {
+            let splits: &[&str] = if ci == 1 { &["1", "2"] } else { &["1"] };
+            for &count in splits {
+                let force = [("gpu_conv2d", name), ("gpu_split_k", count)];
+                let (got, chosen) = forced(&force, || xx.conv2d(&wx, Some(&bx), p).unwrap());
+                let what = format!("{name} case {ci} split {count}");
+                assert_eq!(
+                    ran(&chosen, "gpu_conv2d") == name,
+                    cores,
+                    "{what}: {chosen:?}"
+                );
+                let t = 2.0 * matmul_tol(dt, c * ks * ks);
+                assert_close(&what, &values(&got), &want, t, t);
+            }
+        }
+    }
+}
+
 /// Both `gpu_attention` candidates forced on odd lengths (f32 and f16, with and without a
 /// mask): the FMA kernel serves every call, the tensor-core one f16 calls without a mask where
 /// the adapter has it; each matches the Cpu.

@@ -15,12 +15,15 @@
 //! limits, on an adapter whose f16 cooperative matrices passed the once-per-process
 //! self-checks (the matmul's and the gather's own, `coop_check`); [`conv2d`] refuses any
 //! other launch with an error (the caller, the backend's autotuner, lists it only where
-//! eligible). K is cut into the splits the caller asks for (`matmul::split_k`). The epilogue is
+//! eligible). K is cut into the splits the caller asks for (`matmul::split_k`). The same
+//! gather runs on `mm_coop16t` with any of its tile shapes that gathers at most 16 rows per
+//! invocation ([`conv2d_on`]). The epilogue is
 //! the matmul family's: `act(acc + bias) + residual`, rounded once.
 
 use super::coop_check;
 use super::{activation_code, ConvLaunch};
 use crate::gpu::kernels::launch;
+use crate::gpu::kernels::matmul::coop16_tiles::Coop16Tiles;
 use crate::gpu::kernels::matmul::select::coop16;
 use crate::gpu::kernels::matmul::{coop_check as matmul_check, split_k, SPLITS};
 use crate::gpu::kernels::params::{
@@ -81,12 +84,24 @@ pub(crate) fn eligible(l: &ConvLaunch) -> bool {
         && coop_check::verdict().is_ok()
 }
 
-/// The launch as split K sees it: its 128x128 output tiles and K = kh·kw·C (the static rule
-/// plans splits here, `split_k::rule`).
+/// The launch as split K sees it on `mm_coop16`: its 128x128 output tiles and K = kh·kw·C
+/// (the static rule plans splits here, `split_k::rule`).
 pub(crate) fn split_facts(l: &ConvLaunch) -> (usize, usize) {
+    split_facts_on(l, None)
+}
+
+/// [`split_facts`] on `mm_coop16t` with `shape` (`None`: `mm_coop16`).
+pub(crate) fn split_facts_on(l: &ConvLaunch, shape: Option<&Coop16Tiles>) -> (usize, usize) {
     let s = &l.shape;
-    let tiles = s.o.div_ceil(TILE) * (s.n * s.ho * s.wo).div_ceil(TILE);
+    let [tm, tn] = tile_of(shape);
+    let tiles = s.o.div_ceil(tn) * (s.n * s.ho * s.wo).div_ceil(tm);
     (tiles, s.kh * s.kw * s.c)
+}
+
+/// Output rows and columns of one workgroup of `mm_coop16t` with `shape` (`None`: of
+/// `mm_coop16`).
+fn tile_of(shape: Option<&Coop16Tiles>) -> [usize; 2] {
+    shape.map_or([TILE, TILE], |t| [t.tile_m() as usize, t.tile_n() as usize])
 }
 
 /// `st` viewed through `layout` if that view has unit stride along `inner` and even offset and
@@ -119,7 +134,23 @@ fn channels_inner(
 /// Runs the convolution on the tensor-core kernel with K cut into `splits` (1: whole); an
 /// error where the launch is not [`eligible`].
 pub(crate) fn conv2d(l: &ConvLaunch, splits: usize) -> Result<XpuStorage> {
+    conv2d_on(l, splits, None)
+}
+
+/// [`conv2d`] on `mm_coop16t` with `shape` (`None`: on `mm_coop16`); a shape whose
+/// invocations would gather more rows than the kernel holds is an error.
+pub(crate) fn conv2d_on(
+    l: &ConvLaunch,
+    splits: usize,
+    shape: Option<Coop16Tiles>,
+) -> Result<XpuStorage> {
     let s = &l.shape;
+    if shape.is_some_and(|t| !t.gathers()) {
+        return Err(Error::invalid(
+            "conv2d",
+            "a tensor-core tile shape whose invocations gather at most 16 rows",
+        ));
+    }
     super::check(l)?;
     if !eligible(l) {
         return Err(Error::invalid(
@@ -153,7 +184,7 @@ pub(crate) fn conv2d(l: &ConvLaunch, splits: usize) -> Result<XpuStorage> {
         (w_copy.as_ref().unwrap_or(w), w_off),
         m,
         k,
-        splits,
+        (splits, shape),
     )
 }
 
@@ -165,7 +196,7 @@ fn finish(
     (w, w_off): (&XpuStorage, usize),
     m: usize,
     k: usize,
-    splits: usize,
+    (splits, shape): (usize, Option<Coop16Tiles>),
 ) -> Result<XpuStorage> {
     let op = "conv2d";
     let s = &l.shape;
@@ -240,16 +271,27 @@ fn finish(
     p.0[EXTRA + 8] = flags;
     p.set(EXTRA + 17, o, op)?.set(EXTRA + 18, o, op)?;
     let max = x.ctx.limits.max_compute_workgroups_per_dimension as usize;
-    let grid = [o.div_ceil(TILE), m.div_ceil(TILE)];
+    let [tile_m, tile_n] = tile_of(shape.as_ref());
+    let grid = [o.div_ceil(tile_n), m.div_ceil(tile_m)];
     let out = XpuStorage::alloc(&x.ctx, DType::F16, m * o)?;
-    let mut key = PipelineKey {
-        shader: ShaderId::MatmulCoop16,
-        entry: "mm_coop16",
-        dt_in: DType::F16,
-        dt_out: DType::F16,
-        workgroup: 256,
-        // Bit 6: the convolution gather (a pipeline constant of `mm_coop16`).
-        variant: 64,
+    let mut key = match shape {
+        Some(t) => PipelineKey {
+            shader: Coop16Tiles::SHADER,
+            entry: Coop16Tiles::ENTRY,
+            dt_in: DType::F16,
+            dt_out: DType::F16,
+            workgroup: t.workgroup(),
+            variant: t.conv_variant(),
+        },
+        None => PipelineKey {
+            shader: ShaderId::MatmulCoop16,
+            entry: "mm_coop16",
+            dt_in: DType::F16,
+            dt_out: DType::F16,
+            workgroup: 256,
+            // Bit 6: the convolution gather (a pipeline constant of `mm_coop16`).
+            variant: 64,
+        },
     };
     let bias = l.bias.map_or(x, |(b, _)| b);
     let res_st = res.map_or(x, |(r, ..)| r);

@@ -12,6 +12,9 @@
 //! owning TM x TN 16x16 accumulator tiles, K steps of BK (16, 32 or 64), and `:2` for two tile
 //! pairs in workgroup memory (one barrier per K step). `4x2:2x4:32` is `mm_coop16`'s own shape.
 //!
+//! Convolutions take the same shapes through the gather (family `gpu_conv2d`, where `coop16`
+//! serves them), those whose invocations each gather at most 16 input rows per K step.
+//!
 //! Invariants: every listed shape is valid by construction (tested: the staged words split
 //! evenly among the invocations, at most 32 per operand); a shape is listed for a product only
 //! where the adapter holds its workgroup and its workgroup memory ([`TileLimits`]), for f16
@@ -62,6 +65,12 @@ pub(crate) const TILE_SHAPES: [(&str, Coop16Tiles); 6] = [
     ("coop16t_4x2_4x4_32", shape(4, 2, 4, 4, 32, 1)),
     ("coop16t_2x2_2x2_64_2", shape(2, 2, 2, 2, 64, 2)),
 ];
+
+/// `VARIANT` bit of the convolution gather.
+const GATHER: u32 = 1 << 22;
+
+/// The most gathered rows one invocation holds (the shader's `MAX_ROWS`).
+const MAX_ROWS: u32 = 16;
 
 /// What the adapter allows a compute workgroup.
 #[derive(Clone, Copy, Debug)]
@@ -147,6 +156,18 @@ impl Coop16Tiles {
             && [false, true]
                 .iter()
                 .all(|&b_by_k| self.workgroup_bytes(b_by_k) <= limits.workgroup_bytes)
+    }
+
+    /// Whether a convolution can take the shape: each invocation gathers at most
+    /// [`MAX_ROWS`] rows of the input per K step.
+    pub(crate) fn gathers(&self) -> bool {
+        self.tile_m() * self.bk / 2 / self.workgroup() <= MAX_ROWS
+    }
+
+    /// The `VARIANT` of a convolution on the shape: the gather, the weight `[O][kh][kw][C]`
+    /// staged [column][k].
+    pub(crate) fn conv_variant(&self) -> u32 {
+        self.variant(true) | GATHER
     }
 
     /// The module of every shape.

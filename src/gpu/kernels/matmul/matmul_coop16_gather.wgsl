@@ -1,5 +1,6 @@
-// matmul_coop16_gather.wgsl: the convolution gather's addressing of mm_coop16 (composed after
-// matmul_coop16.wgsl, before its word-pair staging).
+// matmul_coop16_gather.wgsl: the convolution gather's addressing of the tensor-core products
+// (composed after matmul_coop16.wgsl, before its word-pair staging; and before
+// matmul_coop16_tiles.wgsl).
 // matmul_coop16.wgsl's header gives the params and what the host guarantees (channels-last f16
 // input, C and the input's offset and strides even, so a word holds channels ci, ci+1 of one
 // pixel and one tap).

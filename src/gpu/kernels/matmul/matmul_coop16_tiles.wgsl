@@ -1,9 +1,11 @@
 // matmul_coop16_tiles.wgsl: f16 tensor-core products with the workgroup and subgroup tiles as
-// pipeline constants (composed as common.wgsl + matmul.wgsl + this file), where mm_coop16
+// pipeline constants (composed as common.wgsl + matmul.wgsl + matmul_coop16_gather.wgsl + this
+// file), where mm_coop16
 // (matmul_coop16.wgsl) has one shape, 128x128x32 with 32x64 per subgroup, written out by hand:
 // the shapes of coop16_tiles.rs are autotuner candidates beside it (family gpu_matmul), each
-// measured on the device that runs it. Products and their fused epilogues, split K included
-// (no GEGLU: that stays on mm_coop16); same features and f32 accumulation as mm_coop16.
+// measured on the device that runs it. Products and their fused epilogues, split K included,
+// and the convolution gather (no GEGLU: that stays on mm_coop16); same features and f32
+// accumulation as mm_coop16.
 //
 // VARIANT (set by the host, validated there): bits 0-3 WM and 4-7 WN, the subgroup grid of the
 // workgroup (WG = 32 WM WN invocations); bits 8-11 TM and 12-15 TN, the 16x16 accumulator tiles
@@ -11,7 +13,8 @@
 // tile pairs in workgroup memory (one barrier per K step: step i computes from pair i % 2 while
 // the next step's words go to the other) instead of one (two barriers); bit 21 B staged
 // [column][k] and read as column-major fragments (the host sets it for B whose rows are
-// contiguous in k, such as a transposed Linear weight, so the staging never transposes).
+// contiguous in k, such as a transposed Linear weight, so the staging never transposes); bit 22
+// the convolution gather (see GATHER below).
 // The workgroup computes a BM x BN = 16 WM TM x 16 WN TN output tile; subgroup slot s owns rows
 // (s / WN) 16 TM.. and columns (s % WN) 16 TN.. of it. With subgroups narrower than 32 lanes
 // (lavapipe: 8) the extra subgroups compute the last slot's tiles too and store nothing; with
@@ -53,6 +56,12 @@ override T_C_LEN: u32 = C_SLOTS * 256u;
 override NA: u32 = BM * BK / 2u / WG;
 override NB: u32 = BN * BK / 2u / WG;
 const MAX_WORDS: u32 = 32u;
+// VARIANT bit 22: A is the convolution gather (matmul_coop16.wgsl's header gives its params;
+// the host sets BT with it, for the weight [O][kh][kw][C]), at most MAX_ROWS words of A per
+// invocation (each word's row position held in registers through the K loop).
+override GATHER: bool = ((VARIANT >> 22u) & 1u) != 0u;
+const MAX_ROWS: u32 = 16u;
+override GATHER_ROWS: u32 = min(NA, MAX_ROWS);
 
 var<workgroup> t_a: array<f16, T_A_LEN>;
 var<workgroup> t_b: array<f16, T_B_LEN>;
@@ -63,6 +72,39 @@ var<workgroup> t_c: array<f32, T_C_LEN>;
 struct TileWords {
     a: array<u32, MAX_WORDS>,
     b: array<u32, MAX_WORDS>,
+}
+
+// The input base and top-left position of each gathered row of this invocation.
+struct GatherRows {
+    base: array<u32, MAX_ROWS>,
+    pos: array<vec2<i32>, MAX_ROWS>,
+}
+
+// The rows of this invocation's A words (row0 + e / (BK/2) for word e = lid + WG i; their k
+// pair, 2 (lid % (BK/2)), is the same for all of them since WG is a multiple of BK/2).
+fn t_rows(ab: u32, row0: u32, lid: u32) -> GatherRows {
+    var g: GatherRows;
+    for (var i = 0u; i < GATHER_ROWS; i = i + 1u) {
+        let q = conv_pixel(ab, row0 + (lid + WG * i) / (BK / 2u));
+        g.base[i] = u32(q.x);
+        g.pos[i] = q.yz;
+    }
+    return g;
+}
+
+// The gathered A words of the K step at k0 (zeros for taps in the padding and past ke).
+fn t_gather(g: GatherRows, k0: u32, ke: u32, lid: u32) -> TileWords {
+    var w: TileWords;
+    let k = k0 + 2u * (lid % (BK / 2u));
+    if (k < ke) {
+        let t = conv_tap(k);
+        for (var i = 0u; i < GATHER_ROWS; i = i + 1u) {
+            let at = conv_at(g.base[i], g.pos[i].x, g.pos[i].y, t);
+            let inside = at != CONV_OUTSIDE;
+            w.a[i] = select(0u, src0[select(0u, at / 2u, inside)], inside);
+        }
+    }
+    return w;
 }
 
 // The A word at row r, k (k even): A[r][k], A[r][k+1], zeros past M and the K range end ke;
@@ -116,9 +158,11 @@ fn t_b_at(col0: u32, k0: u32, e: u32) -> vec2<u32> {
 // e % (BN/2)), so consecutive invocations read consecutive words. The fast and element-wise
 // forms are separate loops (a uniform branch), so the fast loads can all be in flight at once.
 fn t_fetch(ab: u32, bb: u32, row0: u32, col0: u32, k0: u32, ke: u32, lid: u32,
-           fa: bool, fb: bool) -> TileWords {
+           fa: bool, fb: bool, g: GatherRows) -> TileWords {
     var w: TileWords;
-    if (fa) {
+    if (GATHER) {
+        w = t_gather(g, k0, ke, lid);
+    } else if (fa) {
         for (var i = 0u; i < NA; i = i + 1u) {
             let e = lid + WG * i;
             w.a[i] = t_word_a(ab, row0 + e / (BK / 2u), k0 + 2u * (e % (BK / 2u)), ke, true);
@@ -235,6 +279,10 @@ fn mm_coop16t(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         t_c[T_C_LEN - 1u] = f32((SLOTS + nsg - 1u) / nsg);
     }
     let passes = u32(workgroupUniformLoad(&t_c[T_C_LEN - 1u]));
+    var g = GatherRows();
+    if (GATHER) {
+        g = t_rows(ab, row0, lid);
+    }
     for (var round = 0u; round < passes; round = round + 1u) {
         let slot = sg + round * nsg;
         let has = slot < SLOTS;
@@ -263,14 +311,14 @@ fn mm_coop16t(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         var c31 = c00;
         var c32 = c00;
         var c33 = c00;
-        var w = t_fetch(ab, bb, row0, col0, sk.z, sk.w, lid, fa, fb);
+        var w = t_fetch(ab, bb, row0, col0, sk.z, sk.w, lid, fa, fb, g);
         workgroupBarrier();
         t_put(w, lid, 0u);
         workgroupBarrier();
         for (var k0 = sk.z; k0 < sk.w; k0 = k0 + BK) {
             let more = k0 + BK < sk.w;
             if (more) {
-                w = t_fetch(ab, bb, row0, col0, k0 + BK, sk.w, lid, fa, fb);
+                w = t_fetch(ab, bb, row0, col0, k0 + BK, sk.w, lid, fa, fb, g);
             }
             let buf = ((k0 - sk.z) / BK) % NBUF;
             let oa = buf * A_TILE;
